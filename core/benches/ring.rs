@@ -1,0 +1,112 @@
+//! Quick figures for the core engine: publish cost per event (with and without parked
+//! watchers that the event does not concern), a cursor read, the start search, and a pin.
+//! The side-by-side comparison against naive designs is the bench crate's job.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::task::{Context, Waker};
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use watchcache_core::{
+    Event, EventRing, Filter, ObjectKey, ObjectVersion, Read, Revision, WatchHub, WatchSpec, Watcher,
+};
+
+fn pod(rev: u64, node: &str) -> Arc<ObjectVersion> {
+    Arc::new(
+        ObjectVersion::builder(
+            ObjectKey::new("default", format!("p{}", rev % 1000)),
+            Revision::new(rev),
+        )
+        .field("spec.nodeName", node)
+        .build(),
+    )
+}
+
+fn publish(c: &mut Criterion) {
+    let mut group = c.benchmark_group("publish");
+    group.throughput(Throughput::Elements(1));
+    for parked in [0usize, 1_000, 10_000] {
+        group.bench_with_input(
+            BenchmarkId::new("parked_elsewhere", parked),
+            &parked,
+            |b, &parked| {
+                let (mut publisher, hub) = WatchHub::builder()
+                    .capacity(4096)
+                    .trigger_field("spec.nodeName")
+                    .build()
+                    .unwrap();
+                // Watchers of other nodes, parked: an event on node-x must not cost O(them).
+                let mut cx = Context::from_waker(Waker::noop());
+                let mut watchers: Vec<Watcher> = (0..parked)
+                    .map(|i| {
+                        let f = Filter::parse(None, "", &format!("spec.nodeName=n{i}")).unwrap();
+                        let mut w = hub.watch(WatchSpec::new(f)).unwrap();
+                        assert!(w.poll_next_with(&mut cx, |_| ()).is_pending());
+                        w
+                    })
+                    .collect();
+                let objects: Vec<_> = (0..1024).map(|i| pod(i, "node-x")).collect();
+                let mut rev = 0u64;
+                b.iter(|| {
+                    rev += 1;
+                    let object = Arc::clone(&objects[(rev % 1024) as usize]);
+                    // Revisions come from the objects in real use; here only the order matters.
+                    let object = if object.revision().get() == rev {
+                        object
+                    } else {
+                        pod(rev, "node-x")
+                    };
+                    publisher.publish(Event::Added { object }).unwrap()
+                });
+                assert_eq!(hub.parked(), parked);
+                watchers.clear();
+            },
+        );
+    }
+    group.finish();
+}
+
+fn ring_ops(c: &mut Criterion) {
+    let mut group = c.benchmark_group("ring");
+    let (ring, mut w) = EventRing::new(4096, Revision::ZERO).unwrap();
+    for i in 1..=10_000u64 {
+        w.push(Revision::new(i), i).unwrap();
+    }
+    group.bench_function("push_u64", |b| {
+        let mut rev = 10_000;
+        b.iter(|| {
+            rev += 1;
+            w.push(Revision::new(rev), rev).unwrap()
+        })
+    });
+    group.bench_function("pin", |b| b.iter(|| black_box(crossbeam_epoch::pin())));
+    group.bench_function("read_pinned", |b| {
+        let guard = crossbeam_epoch::pin();
+        let tail = ring.tail();
+        let mut seq = tail - 1000;
+        b.iter(|| {
+            seq = if seq + 1 >= tail { tail - 1000 } else { seq + 1 };
+            match ring.read(seq, &guard) {
+                Read::Ready(e) => *e.value(),
+                _ => 0,
+            }
+        })
+    });
+    group.bench_function("lap_check", |b| {
+        let guard = crossbeam_epoch::pin();
+        b.iter(|| matches!(ring.read(black_box(0), &guard), Read::Lapped))
+    });
+    group.bench_function("seq_after", |b| {
+        let guard = crossbeam_epoch::pin();
+        let head = ring.head_revision().get();
+        let mut r = 0;
+        b.iter(|| {
+            r = (r + 7) % 4000;
+            ring.seq_after(Revision::new(head - r), &guard).unwrap()
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, publish, ring_ops);
+criterion_main!(benches);

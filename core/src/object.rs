@@ -1,0 +1,454 @@
+//! Object versions: one immutable version of one object, decoded once and encoded at most
+//! once per wire format, shared by every watcher, LIST and GET as `Arc<ObjectVersion>`.
+//!
+//! This is the apiserver's `cachingObject` idea (`caching_object.go`) applied everywhere: the
+//! apiserver shares an encoding only during live dispatch, we share it for replays, initial
+//! events and LIST items too. How objects are decoded and encoded belongs to the embedder,
+//! through [`Codec`]; core keeps only what filtering needs (key, labels, selectable fields)
+//! and the encoded bytes.
+
+use std::cmp::Ordering;
+use std::fmt;
+use std::ops::Range;
+use std::sync::OnceLock;
+
+use bytes::Bytes;
+
+use crate::error::CodecError;
+use crate::rv::Revision;
+
+/// The wire formats an object version can be encoded in.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum WireFormat {
+    /// `application/json`.
+    Json,
+    /// `application/vnd.kubernetes.protobuf`.
+    Protobuf,
+}
+
+impl WireFormat {
+    const COUNT: usize = 2;
+
+    fn index(self) -> usize {
+        match self {
+            WireFormat::Json => 0,
+            WireFormat::Protobuf => 1,
+        }
+    }
+}
+
+/// An object's identity: namespace ("" for cluster-scoped objects) and name.
+///
+/// Keys order by namespace, then name: the order of etcd keys `/registry/<resource>/<ns>/<name>`,
+/// and so the order of LIST results.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey {
+    namespace: Box<str>,
+    name: Box<str>,
+}
+
+impl ObjectKey {
+    /// A key in `namespace` ("" for cluster-scoped objects).
+    pub fn new(namespace: impl Into<Box<str>>, name: impl Into<Box<str>>) -> Self {
+        ObjectKey {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    /// A cluster-scoped key.
+    pub fn cluster(name: impl Into<Box<str>>) -> Self {
+        ObjectKey::new("", name)
+    }
+
+    /// The namespace, "" for cluster-scoped objects.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.namespace.is_empty() {
+            f.write_str(&self.name)
+        } else {
+            write!(f, "{}/{}", self.namespace, self.name)
+        }
+    }
+}
+
+/// One encoding of an object version.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Encoding {
+    bytes: Bytes,
+    revision_at: Option<Range<usize>>,
+}
+
+impl Encoding {
+    /// An encoding whose bytes do not expose the resourceVersion for restamping.
+    pub fn new(bytes: Bytes) -> Self {
+        Encoding {
+            bytes,
+            revision_at: None,
+        }
+    }
+
+    /// An encoding that records where the resourceVersion value sits inside `bytes`, so that
+    /// a writer can stamp another revision (a DELETED event, a selector exit) by writing
+    /// `bytes[..start]`, the new value, `bytes[end..]`, without re-encoding.
+    ///
+    /// # Panics
+    ///
+    /// If `revision_at` does not lie within `bytes` (a codec bug).
+    pub fn with_revision_at(bytes: Bytes, revision_at: Range<usize>) -> Self {
+        assert!(
+            revision_at.start <= revision_at.end && revision_at.end <= bytes.len(),
+            "revision range {revision_at:?} outside an encoding of {} bytes",
+            bytes.len()
+        );
+        Encoding {
+            bytes,
+            revision_at: Some(revision_at),
+        }
+    }
+
+    /// The encoded bytes, shared.
+    pub fn bytes(&self) -> &Bytes {
+        &self.bytes
+    }
+
+    /// Where the resourceVersion value sits in [`bytes`](Self::bytes), if the codec said.
+    pub fn revision_at(&self) -> Option<Range<usize>> {
+        self.revision_at.clone()
+    }
+}
+
+/// How an embedder's objects are decoded from the source and encoded for clients.
+///
+/// `decode` runs once per object version, on ingestion; `encode` runs at most once per
+/// version and wire format, the first time that format is asked for (it may start from an
+/// encoding the version already has).
+pub trait Codec: Send + Sync {
+    /// Decodes one object version read from the source at `revision`.
+    fn decode(&self, raw: &[u8], revision: Revision) -> Result<ObjectVersion, CodecError>;
+
+    /// Encodes `object` in `format`.
+    fn encode(&self, object: &ObjectVersion, format: WireFormat) -> Result<Encoding, CodecError>;
+}
+
+/// One version of one object: key, revision, labels, selectable fields and its encodings.
+///
+/// Immutable once built; shared as `Arc<ObjectVersion>`. Encodings are computed at most once.
+///
+/// ```
+/// use bytes::Bytes;
+/// use watchcache_core::{Encoding, ObjectKey, ObjectVersion, Revision, WireFormat};
+///
+/// let pod = ObjectVersion::builder(ObjectKey::new("default", "web-0"), Revision::new(7))
+///     .label("app", "web")
+///     .field("spec.nodeName", "node-1")
+///     .encoding(WireFormat::Json, Encoding::new(Bytes::from_static(b"{}")))
+///     .build();
+/// assert_eq!(pod.label("app"), Some("web"));
+/// assert_eq!(pod.field("metadata.namespace"), Some("default"));
+/// assert_eq!(pod.field("spec.nodeName"), Some("node-1"));
+/// assert_eq!(pod.encoded(WireFormat::Json).unwrap().bytes().as_ref(), b"{}");
+/// ```
+pub struct ObjectVersion {
+    key: ObjectKey,
+    revision: Revision,
+    /// Sorted by key, keys unique.
+    labels: Box<[(Box<str>, Box<str>)]>,
+    /// Sorted by field name, names unique.
+    fields: Box<[(Box<str>, Box<str>)]>,
+    encodings: [OnceLock<Result<Encoding, Box<CodecError>>>; WireFormat::COUNT],
+}
+
+impl ObjectVersion {
+    /// Starts building a version of the object `key` at `revision`.
+    pub fn builder(key: ObjectKey, revision: Revision) -> ObjectVersionBuilder {
+        ObjectVersionBuilder {
+            key,
+            revision,
+            labels: Vec::new(),
+            fields: Vec::new(),
+            encodings: Vec::new(),
+        }
+    }
+
+    /// The object's key.
+    pub fn key(&self) -> &ObjectKey {
+        &self.key
+    }
+
+    /// The revision of the write that produced this version (its resourceVersion).
+    pub fn revision(&self) -> Revision {
+        self.revision
+    }
+
+    /// A label's value.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        lookup(&self.labels, key)
+    }
+
+    /// All labels, sorted by key.
+    pub fn labels(&self) -> impl ExactSizeIterator<Item = (&str, &str)> {
+        self.labels.iter().map(|(k, v)| (&**k, &**v))
+    }
+
+    /// A selectable field's value: `metadata.name` and `metadata.namespace` always, and the
+    /// fields the codec extracted.
+    pub fn field(&self, name: &str) -> Option<&str> {
+        match name {
+            "metadata.name" => Some(self.key.name()),
+            "metadata.namespace" => Some(self.key.namespace()),
+            _ => lookup(&self.fields, name),
+        }
+    }
+
+    /// The encoding in `format` if it has been computed.
+    pub fn encoded(&self, format: WireFormat) -> Option<&Encoding> {
+        match self.encodings[format.index()].get() {
+            Some(Ok(encoding)) => Some(encoding),
+            _ => None,
+        }
+    }
+
+    /// The encoding in `format`, computed by `codec` on first use and shared afterwards.
+    ///
+    /// Encoding is deterministic, so a failure is remembered too: the codec is asked at most
+    /// once per version and format, even when several threads ask at once.
+    pub fn encoding(&self, format: WireFormat, codec: &dyn Codec) -> Result<&Encoding, CodecError> {
+        self.encodings[format.index()]
+            .get_or_init(|| codec.encode(self, format).map_err(Box::new))
+            .as_ref()
+            .map_err(|e| (**e).clone())
+    }
+
+    /// Heap bytes this version holds beyond its encodings' shared buffers: the struct itself,
+    /// key, labels and fields. Used to report memory per stored object.
+    pub fn metadata_heap_bytes(&self) -> usize {
+        let strs = |pairs: &[(Box<str>, Box<str>)]| -> usize {
+            pairs.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>() + std::mem::size_of_val(pairs)
+        };
+        std::mem::size_of::<Self>()
+            + self.key.namespace.len()
+            + self.key.name.len()
+            + strs(&self.labels)
+            + strs(&self.fields)
+    }
+}
+
+impl fmt::Debug for ObjectVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ObjectVersion")
+            .field("key", &self.key)
+            .field("revision", &self.revision)
+            .field("labels", &self.labels)
+            .field("fields", &self.fields)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lookup<'a>(pairs: &'a [(Box<str>, Box<str>)], key: &str) -> Option<&'a str> {
+    pairs
+        .binary_search_by(|(k, _)| (**k).cmp(key))
+        .ok()
+        .map(|i| &*pairs[i].1)
+}
+
+fn sorted_unique(mut pairs: Vec<(Box<str>, Box<str>)>) -> Box<[(Box<str>, Box<str>)]> {
+    // Stable sort, then keep the last value given for a key.
+    pairs.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut out: Vec<(Box<str>, Box<str>)> = Vec::with_capacity(pairs.len());
+    for pair in pairs {
+        match out.last_mut() {
+            Some(last) if last.0.cmp(&pair.0) == Ordering::Equal => *last = pair,
+            _ => out.push(pair),
+        }
+    }
+    out.into_boxed_slice()
+}
+
+/// Builds an [`ObjectVersion`]; see [`ObjectVersion::builder`].
+#[derive(Debug)]
+pub struct ObjectVersionBuilder {
+    key: ObjectKey,
+    revision: Revision,
+    labels: Vec<(Box<str>, Box<str>)>,
+    fields: Vec<(Box<str>, Box<str>)>,
+    encodings: Vec<(WireFormat, Encoding)>,
+}
+
+impl ObjectVersionBuilder {
+    /// Adds a label; a later value for the same key wins.
+    pub fn label(mut self, key: impl Into<Box<str>>, value: impl Into<Box<str>>) -> Self {
+        self.labels.push((key.into(), value.into()));
+        self
+    }
+
+    /// Adds labels; a later value for the same key wins.
+    pub fn labels<K, V>(mut self, labels: impl IntoIterator<Item = (K, V)>) -> Self
+    where
+        K: Into<Box<str>>,
+        V: Into<Box<str>>,
+    {
+        self.labels
+            .extend(labels.into_iter().map(|(k, v)| (k.into(), v.into())));
+        self
+    }
+
+    /// Adds a selectable field such as `spec.nodeName`. `metadata.name` and
+    /// `metadata.namespace` come from the key and need not be added.
+    pub fn field(mut self, name: impl Into<Box<str>>, value: impl Into<Box<str>>) -> Self {
+        self.fields.push((name.into(), value.into()));
+        self
+    }
+
+    /// Sets an encoding computed at ingestion (the codec's primary format).
+    pub fn encoding(mut self, format: WireFormat, encoding: Encoding) -> Self {
+        self.encodings.push((format, encoding));
+        self
+    }
+
+    /// Builds the immutable version.
+    pub fn build(self) -> ObjectVersion {
+        let encodings: [OnceLock<Result<Encoding, Box<CodecError>>>; WireFormat::COUNT] = Default::default();
+        for (format, encoding) in self.encodings {
+            // A later encoding for the same format is ignored: the first one set wins.
+            let _ = encodings[format.index()].set(Ok(encoding));
+        }
+        ObjectVersion {
+            key: self.key,
+            revision: self.revision,
+            labels: sorted_unique(self.labels),
+            fields: sorted_unique(self.fields),
+            encodings,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A trivial codec: JSON is given at ingestion, "protobuf" is the JSON reversed.
+    struct Reverse {
+        calls: AtomicUsize,
+    }
+
+    impl Codec for Reverse {
+        fn decode(&self, raw: &[u8], revision: Revision) -> Result<ObjectVersion, CodecError> {
+            let text = std::str::from_utf8(raw).map_err(|e| CodecError::Decode(e.to_string()))?;
+            let (ns, name) = text.split_once('/').ok_or(CodecError::MissingName)?;
+            Ok(ObjectVersion::builder(ObjectKey::new(ns, name), revision)
+                .encoding(WireFormat::Json, Encoding::new(Bytes::copy_from_slice(raw)))
+                .build())
+        }
+
+        fn encode(&self, object: &ObjectVersion, format: WireFormat) -> Result<Encoding, CodecError> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            match format {
+                WireFormat::Json => Err(CodecError::UnsupportedFormat(format)),
+                WireFormat::Protobuf => {
+                    let json = object
+                        .encoded(WireFormat::Json)
+                        .ok_or(CodecError::Encode("no json".into()))?;
+                    let mut v = json.bytes().to_vec();
+                    v.reverse();
+                    Ok(Encoding::new(Bytes::from(v)))
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn labels_and_fields_are_looked_up_by_name_and_last_value_wins() {
+        let v = ObjectVersion::builder(ObjectKey::new("ns", "a"), Revision::new(3))
+            .label("b", "1")
+            .label("a", "2")
+            .label("b", "3")
+            .field("spec.nodeName", "n1")
+            .build();
+        assert_eq!(v.label("a"), Some("2"));
+        assert_eq!(v.label("b"), Some("3"));
+        assert_eq!(v.label("c"), None);
+        assert_eq!(v.labels().collect::<Vec<_>>(), vec![("a", "2"), ("b", "3")]);
+        assert_eq!(v.field("metadata.name"), Some("a"));
+        assert_eq!(v.field("metadata.namespace"), Some("ns"));
+        assert_eq!(v.field("spec.nodeName"), Some("n1"));
+        assert_eq!(v.field("status.phase"), None);
+    }
+
+    #[test]
+    fn an_encoding_is_computed_once_however_many_threads_ask() {
+        let codec = Arc::new(Reverse {
+            calls: AtomicUsize::new(0),
+        });
+        let v = Arc::new(codec.decode(b"ns/abc", Revision::new(1)).unwrap());
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let (codec, v) = (codec.clone(), v.clone());
+                std::thread::spawn(move || v.encoding(WireFormat::Protobuf, &*codec).unwrap().bytes().clone())
+            })
+            .collect();
+        for t in threads {
+            assert_eq!(t.join().unwrap().as_ref(), b"cba/sn");
+        }
+        assert_eq!(codec.calls.load(Ordering::SeqCst), 1);
+        // The shared bytes are the same allocation every time.
+        let a = v
+            .encoding(WireFormat::Protobuf, &*codec)
+            .unwrap()
+            .bytes()
+            .as_ptr();
+        let b = v.encoded(WireFormat::Protobuf).unwrap().bytes().as_ptr();
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn an_encoding_failure_is_a_typed_error_and_is_remembered() {
+        let codec = Reverse {
+            calls: AtomicUsize::new(0),
+        };
+        let v = ObjectVersion::builder(ObjectKey::cluster("n"), Revision::new(1)).build();
+        for _ in 0..3 {
+            assert_eq!(
+                v.encoding(WireFormat::Json, &codec),
+                Err(CodecError::UnsupportedFormat(WireFormat::Json))
+            );
+        }
+        assert_eq!(codec.calls.load(Ordering::SeqCst), 1);
+        assert!(v.encoded(WireFormat::Json).is_none());
+        assert_eq!(
+            codec.decode(b"no-slash", Revision::new(1)).unwrap_err(),
+            CodecError::MissingName
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "outside an encoding")]
+    fn a_revision_range_outside_the_bytes_is_a_codec_bug() {
+        let _ = Encoding::with_revision_at(Bytes::from_static(b"abc"), 2..5);
+    }
+
+    #[test]
+    fn keys_order_by_namespace_then_name() {
+        let mut keys = [
+            ObjectKey::new("b", "a"),
+            ObjectKey::new("a", "z"),
+            ObjectKey::new("a", "b"),
+        ];
+        keys.sort();
+        assert_eq!(keys[0], ObjectKey::new("a", "b"));
+        assert_eq!(keys[2].to_string(), "b/a");
+        assert_eq!(ObjectKey::cluster("n1").to_string(), "n1");
+    }
+}

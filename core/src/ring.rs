@@ -1,0 +1,412 @@
+//! The event ring: the history window. One writer, any number of readers, fixed capacity.
+//!
+//! The algorithm is a sequence-stamped circular buffer in the manner of Vyukov's bounded
+//! queue (crossbeam-channel's `flavors/array.rs`), changed in two ways because readers never
+//! consume:
+//!
+//! * A slot holds an epoch-managed pointer ([`crossbeam_epoch::Atomic`]) to an immutable
+//!   [`Entry`] that carries its own sequence stamp and revision. The writer replaces a slot's
+//!   entry with one `swap`, so a reader sees either the old entry or the new one, whole: the
+//!   stamp and the payload can never be torn apart. The replaced entry is handed to the epoch
+//!   collector and dropped once no pinned reader can still hold a reference to it.
+//! * A reader is a cursor (a sequence number). It reads slot `seq % capacity` and compares
+//!   the entry's stamp with `seq`: equal is the event, greater means the writer has lapped the
+//!   cursor (the reader is [`Read::Lapped`], never handed a wrong event), and `seq >= tail`
+//!   means there is nothing yet.
+//!
+//! Readers write nothing shared: a read is a pin (thread-local), two `Acquire` loads and a
+//! comparison. The writer never waits for anybody. The whole protocol, with the loom model
+//! that checks each claim, is written up in `docs/ring.md` of the repository.
+
+use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
+
+use crate::error::{BuildError, PublishError};
+use crate::loom::sync::Arc;
+use crate::loom::sync::atomic::{AtomicU64, Ordering};
+use crate::rv::Revision;
+
+/// One published item: its sequence stamp, its revision and the payload. Immutable.
+#[derive(Debug)]
+pub struct Entry<T> {
+    seq: u64,
+    revision: Revision,
+    value: T,
+}
+
+impl<T> Entry<T> {
+    /// The sequence number: the entry's position in the ring's history, from 0.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// The revision the entry was published at.
+    pub fn revision(&self) -> Revision {
+        self.revision
+    }
+
+    /// The payload.
+    pub fn value(&self) -> &T {
+        &self.value
+    }
+}
+
+/// The outcome of reading one sequence number.
+#[derive(Debug)]
+pub enum Read<'g, T> {
+    /// The entry at that sequence number, valid while the guard is held.
+    Ready(&'g Entry<T>),
+    /// Nothing has been published at that sequence number yet.
+    Empty,
+    /// The writer has overwritten it: the reader fell out of the window.
+    Lapped,
+}
+
+/// A fixed-capacity history of published items; see the module docs.
+///
+/// Created with its unique [`RingWriter`] by [`EventRing::new`]; readers share it as an `Arc`.
+///
+/// ```
+/// use watchcache_core::{EventRing, Read, Revision};
+///
+/// let (ring, mut writer) = EventRing::new(2, Revision::new(10))?;
+/// for (rev, v) in [(11, "a"), (12, "b"), (13, "c")] {
+///     writer.push(Revision::new(rev), v)?;
+/// }
+/// let guard = crossbeam_epoch::pin();
+/// // Sequence 0 ("a") was overwritten by "c": a reader there is lapped, not misled.
+/// assert!(matches!(ring.read(0, &guard), Read::Lapped));
+/// assert!(matches!(ring.read(2, &guard), Read::Ready(e) if *e.value() == "c"));
+/// assert!(matches!(ring.read(3, &guard), Read::Empty));
+/// // Every event after revision 11 is still here, starting at sequence 1; after 10 is not.
+/// assert_eq!(ring.seq_after(Revision::new(11), &guard), Ok(1));
+/// assert_eq!(ring.seq_after(Revision::new(10), &guard), Err(Revision::new(11)));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct EventRing<T> {
+    slots: Box<[Atomic<Entry<T>>]>,
+    mask: u64,
+    /// The number of entries ever published: the next entry's sequence number.
+    tail: AtomicU64,
+    /// Every entry with a revision above `floor` is still in the ring: the revision of the
+    /// newest overwritten entry, or the start revision while nothing has been overwritten.
+    floor: AtomicU64,
+    /// The revision of the newest entry, or the start revision.
+    head: AtomicU64,
+}
+
+/// How many times [`EventRing::seq_after`] retries a search that the writer overtook before
+/// it reports the window as moved on. Each retry starts from a fresh tail; with a ring of at
+/// least a few slots one retry is already rare.
+const SEARCH_RETRIES: usize = 8;
+
+impl<T: Send + Sync + 'static> EventRing<T> {
+    /// A ring of `capacity` slots (a power of two, at least 2) whose history starts after
+    /// `start`: a reader may ask for every entry after any revision from `start` on.
+    pub fn new(capacity: usize, start: Revision) -> Result<(Arc<Self>, RingWriter<T>), BuildError> {
+        if capacity < 2 || !capacity.is_power_of_two() {
+            return Err(BuildError::CapacityNotPowerOfTwo(capacity));
+        }
+        let ring = Arc::new(EventRing {
+            slots: (0..capacity).map(|_| Atomic::null()).collect(),
+            mask: capacity as u64 - 1,
+            tail: AtomicU64::new(0),
+            floor: AtomicU64::new(start.get()),
+            head: AtomicU64::new(start.get()),
+        });
+        let writer = RingWriter {
+            ring: Arc::clone(&ring),
+            next: 0,
+            last: start,
+        };
+        Ok((ring, writer))
+    }
+}
+
+impl<T> EventRing<T> {
+    /// The number of slots.
+    pub fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The sequence number the next entry will get; entries `0..tail()` have been published.
+    pub fn tail(&self) -> u64 {
+        // Acquire pairs with the Release store in `RingWriter::push`: a reader that sees tail
+        // `t` sees every slot write of the entries below `t`.
+        self.tail.load(Ordering::Acquire)
+    }
+
+    /// The oldest sequence number still held.
+    pub fn oldest_seq(&self) -> u64 {
+        self.tail().saturating_sub(self.slots.len() as u64)
+    }
+
+    /// The revision of the newest entry (the start revision before any).
+    pub fn head_revision(&self) -> Revision {
+        // Acquire pairs with the Release store in `RingWriter::push`.
+        Revision::new(self.head.load(Ordering::Acquire))
+    }
+
+    /// The oldest revision a reader can ask for "every entry after": all entries with a
+    /// higher revision are still in the ring.
+    pub fn floor(&self) -> Revision {
+        // Acquire pairs with the Release store in `RingWriter::push`.
+        Revision::new(self.floor.load(Ordering::Acquire))
+    }
+
+    /// Reads the entry at sequence number `seq`. Takes no lock and writes nothing shared.
+    pub fn read<'g>(&self, seq: u64, guard: &'g Guard) -> Read<'g, T> {
+        let tail = self.tail();
+        if seq >= tail {
+            return Read::Empty;
+        }
+        if tail - seq > self.slots.len() as u64 {
+            return Read::Lapped;
+        }
+        let slot = &self.slots[(seq & self.mask) as usize];
+        // Acquire pairs with the Release `swap` in `RingWriter::push`: the entry's fields
+        // were written before it was linked.
+        let shared = slot.load(Ordering::Acquire, guard);
+        // SAFETY: (1) `seq < tail`, and the writer links the entry for `seq` into this slot
+        // before its Release store of a tail above `seq`, which our Acquire load of `tail`
+        // observed; so the slot holds that entry or a later one and is not null. (2) Entries
+        // are only freed through `defer_destroy` after being unlinked, and we are pinned by
+        // `guard`, so the entry stays allocated for `'g`.
+        let entry = unsafe { shared.deref() };
+        debug_assert!(entry.seq >= seq, "a slot never goes back in time");
+        if entry.seq == seq {
+            Read::Ready(entry)
+        } else {
+            Read::Lapped
+        }
+    }
+
+    /// The sequence number of the first entry with a revision above `after`: where a reader
+    /// that has seen everything up to `after` starts. A binary search over the stamps of the
+    /// retained entries, not a scan. If entries above `after` have already been overwritten,
+    /// returns `Err(floor)`, the oldest revision that can still be asked for.
+    pub fn seq_after(&self, after: Revision, guard: &Guard) -> Result<u64, Revision> {
+        'retry: for _ in 0..SEARCH_RETRIES {
+            let tail = self.tail();
+            // Read after `tail`: the writer stores `floor` before the Release store of the
+            // tail that makes the overwrite visible, so this floor covers every entry below
+            // `tail - capacity`.
+            let floor = self.floor();
+            if after < floor {
+                return Err(floor);
+            }
+            // Entries below `lo` have revisions at most `floor <= after`.
+            let (mut lo, mut hi) = (tail.saturating_sub(self.slots.len() as u64), tail);
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                match self.read(mid, guard) {
+                    Read::Ready(e) if e.revision > after => hi = mid,
+                    Read::Ready(_) => lo = mid + 1,
+                    Read::Lapped | Read::Empty => continue 'retry,
+                }
+            }
+            return Ok(lo);
+        }
+        Err(self.floor())
+    }
+}
+
+impl<T> Drop for EventRing<T> {
+    fn drop(&mut self) {
+        // SAFETY: `&mut self` means no reader or writer can reach the ring any more (the
+        // writer holds an `Arc` to it), so no other thread holds a reference to an entry.
+        let guard = unsafe { epoch::unprotected() };
+        for slot in self.slots.iter() {
+            let shared = slot.swap(epoch::Shared::null(), Ordering::Relaxed, guard);
+            if !shared.is_null() {
+                // SAFETY: unlinked above, unreachable by anyone else (see above), and owned
+                // by the slot, which never shares ownership.
+                drop(unsafe { shared.into_owned() });
+            }
+        }
+    }
+}
+
+/// The ring's only writer. Not `Clone`: there is exactly one per ring.
+#[derive(Debug)]
+pub struct RingWriter<T> {
+    ring: Arc<EventRing<T>>,
+    next: u64,
+    last: Revision,
+}
+
+impl<T: Send + Sync + 'static> RingWriter<T> {
+    /// The ring this writer publishes into.
+    pub fn ring(&self) -> &Arc<EventRing<T>> {
+        &self.ring
+    }
+
+    /// Publishes `value` at `revision` and returns its sequence number. Revisions must not
+    /// go back; the ring is unchanged when they do. Never blocks: the oldest entry is
+    /// overwritten and reclaimed once no reader can still see it.
+    pub fn push(&mut self, revision: Revision, value: T) -> Result<u64, PublishError> {
+        if revision < self.last {
+            return Err(PublishError::RevisionNotIncreasing {
+                last: self.last,
+                got: revision,
+            });
+        }
+        let ring = &*self.ring;
+        let seq = self.next;
+        let slot = &ring.slots[(seq & ring.mask) as usize];
+        let guard = epoch::pin();
+        let entry = Owned::new(Entry { seq, revision, value });
+        // Release pairs with the Acquire load in `EventRing::read`: a reader that loads this
+        // pointer sees the entry's fields. Acquire is not needed: the old entry was written
+        // by this thread.
+        let old = slot.swap(entry, Ordering::Release, &guard);
+        if !old.is_null() {
+            // SAFETY: non-null, and only this writer frees entries, after unlinking them;
+            // `old` was unlinked just now under `guard`, so it is still allocated.
+            let evicted = unsafe { old.deref() }.revision;
+            // Release pairs with the Acquire load in `EventRing::floor`. Stored before the
+            // tail below, so a reader that sees the new tail sees this floor too.
+            ring.floor.store(evicted.get(), Ordering::Release);
+            // SAFETY: `old` is unlinked from the only slot that held it, so no new reader can
+            // reach it; readers that loaded it are pinned, and the collector frees it only
+            // after every guard pinned before this call is dropped. `T: Send` lets the drop
+            // run on another thread.
+            unsafe { guard.defer_destroy(old) };
+        }
+        // Release pairs with the Acquire in `EventRing::head_revision`.
+        ring.head.store(revision.get(), Ordering::Release);
+        // Release pairs with the Acquire in `EventRing::tail`: publishes the slot write above.
+        ring.tail.store(seq + 1, Ordering::Release);
+        self.next = seq + 1;
+        self.last = revision;
+        Ok(seq)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    const SIZES: [usize; 3] = [2, 64, 4096];
+
+    fn ring_of(cap: usize) -> (Arc<EventRing<u64>>, RingWriter<u64>) {
+        EventRing::new(cap, Revision::new(0)).unwrap()
+    }
+
+    #[test]
+    fn capacity_must_be_a_power_of_two_of_at_least_two() {
+        for bad in [0, 1, 3, 100] {
+            assert_eq!(
+                EventRing::<u8>::new(bad, Revision::ZERO).unwrap_err(),
+                BuildError::CapacityNotPowerOfTwo(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn a_lapped_reader_gets_lapped_and_never_a_wrong_entry() {
+        for cap in SIZES {
+            let (ring, mut w) = ring_of(cap);
+            let total = cap as u64 * 3 + 1;
+            for i in 0..total {
+                w.push(Revision::new(i + 1), i).unwrap();
+            }
+            let guard = epoch::pin();
+            for seq in 0..total + 2 {
+                match ring.read(seq, &guard) {
+                    Read::Ready(e) => {
+                        assert!(seq >= total - cap as u64, "cap {cap}: seq {seq} should be gone");
+                        assert_eq!((e.seq(), *e.value(), e.revision().get()), (seq, seq, seq + 1));
+                    }
+                    Read::Lapped => assert!(seq < total - cap as u64),
+                    Read::Empty => assert!(seq >= total),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn revisions_may_not_go_back_and_a_refused_push_changes_nothing() {
+        let (ring, mut w) = ring_of(4);
+        w.push(Revision::new(5), 1).unwrap();
+        w.push(Revision::new(5), 2).unwrap();
+        assert_eq!(
+            w.push(Revision::new(4), 3),
+            Err(PublishError::RevisionNotIncreasing {
+                last: Revision::new(5),
+                got: Revision::new(4)
+            })
+        );
+        assert_eq!(ring.tail(), 2);
+        assert_eq!(ring.head_revision(), Revision::new(5));
+    }
+
+    #[test]
+    fn seq_after_finds_the_first_later_revision_or_reports_the_floor() {
+        for cap in SIZES {
+            let (ring, mut w) = EventRing::new(cap, Revision::new(100)).unwrap();
+            let guard = epoch::pin();
+            assert_eq!(ring.seq_after(Revision::new(100), &guard), Ok(0));
+            assert_eq!(ring.seq_after(Revision::new(99), &guard), Err(Revision::new(100)));
+            // Revisions 102, 104, …: gaps, as one resource sees a global revision.
+            let total = cap as u64 + cap as u64 / 2;
+            for i in 0..total {
+                w.push(Revision::new(102 + 2 * i), i).unwrap();
+            }
+            let oldest = total - cap as u64;
+            let floor = ring.floor().get();
+            assert_eq!(floor, 102 + 2 * (oldest - 1));
+            for after in floor..(104 + 2 * total) {
+                let want = (0..total).find(|&i| 102 + 2 * i > after).unwrap_or(total);
+                assert_eq!(
+                    ring.seq_after(Revision::new(after), &guard),
+                    Ok(want),
+                    "cap {cap} after {after}"
+                );
+            }
+            assert_eq!(
+                ring.seq_after(Revision::new(floor - 1), &guard),
+                Err(Revision::new(floor))
+            );
+        }
+    }
+
+    #[test]
+    fn overwritten_entries_are_dropped_exactly_once() {
+        struct Counted(Arc<AtomicUsize>);
+        impl Drop for Counted {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        let drops = Arc::new(AtomicUsize::new(0));
+        let n = if cfg!(miri) { 20 } else { 5000 };
+        {
+            let (_ring, mut w) = EventRing::new(8, Revision::ZERO).unwrap();
+            for i in 0..n {
+                w.push(Revision::new(i as u64 + 1), Counted(drops.clone()))
+                    .unwrap();
+            }
+            // Deferred drops run once the epoch advances; flush until they have.
+            for _ in 0..1000 {
+                if drops.load(std::sync::atomic::Ordering::SeqCst) >= n - 8 {
+                    break;
+                }
+                epoch::pin().flush();
+            }
+            assert!(
+                drops.load(std::sync::atomic::Ordering::SeqCst) <= n - 8,
+                "never more than the evicted"
+            );
+        }
+        // Dropping the ring drops what the slots still hold.
+        for _ in 0..1000 {
+            if drops.load(std::sync::atomic::Ordering::SeqCst) == n {
+                break;
+            }
+            epoch::pin().flush();
+        }
+        assert_eq!(drops.load(std::sync::atomic::Ordering::SeqCst), n);
+    }
+}
