@@ -15,8 +15,8 @@
 //!   means there is nothing yet.
 //!
 //! Readers write nothing shared: a read is a pin (thread-local), two `Acquire` loads and a
-//! comparison. The writer never waits for anybody. The whole protocol, with the loom model
-//! that checks each claim, is written up in `docs/ring.md` of the repository.
+//! comparison. The writer never waits for anybody. How watchers park on top of this, and why
+//! no wake-up is lost, is in the `watcher` and `interest` modules.
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
 

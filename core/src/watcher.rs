@@ -330,8 +330,11 @@ impl Publisher {
 /// touch no shared reference count. A watcher that falls out of the history window yields
 /// one `Err(Expired)` and then ends.
 ///
-/// Idle, a watcher is this struct plus one entry in the interest index and one small shared
-/// cell: 360 bytes in all with an empty filter, as measured by `tests/watcher_memory.rs`.
+/// Idle, a watcher is this struct (144 bytes on x86-64), its filter, one entry in the
+/// interest index and a shared 8-byte wake cell. Measured by `tests/watcher_memory.rs` with a
+/// counting allocator over 20,000 parked watchers: 222 bytes each unfiltered, 216 filtered by
+/// namespace, 516 filtered by a distinct `spec.nodeName` each (its own index bucket). The
+/// cost does not depend on how many events are in flight: there is no per-watcher queue.
 #[derive(Debug)]
 pub struct Watcher {
     shared: Arc<Shared>,

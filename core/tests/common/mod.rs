@@ -1,0 +1,85 @@
+//! Helpers shared by the core integration tests.
+#![allow(dead_code, unreachable_pub)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll, Wake, Waker};
+
+use watchcache_core::{Expired, ObjectKey, ObjectVersion, Revision, WatchEvent, Watcher};
+
+/// Ring sizes every behaviour is checked at: tiny (wrap-around on every other event), mid, large.
+pub const SIZES: [usize; 3] = [2, 64, 4096];
+
+pub fn pod(ns: &str, name: &str, rev: u64, app: &str, node: &str) -> Arc<ObjectVersion> {
+    Arc::new(
+        ObjectVersion::builder(ObjectKey::new(ns, name), Revision::new(rev))
+            .label("app", app)
+            .field("spec.nodeName", node)
+            .build(),
+    )
+}
+
+/// A waker that counts how often it was woken.
+#[derive(Default)]
+pub struct CountingWaker(AtomicUsize);
+
+impl Wake for CountingWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl CountingWaker {
+    pub fn count(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// A watcher polled by hand with its own counting waker.
+pub struct Probe {
+    pub watcher: Watcher,
+    pub waker: Arc<CountingWaker>,
+}
+
+impl Probe {
+    pub fn new(watcher: Watcher) -> Self {
+        Probe {
+            watcher,
+            waker: Arc::new(CountingWaker::default()),
+        }
+    }
+
+    pub fn poll(&mut self) -> Poll<Option<Result<WatchEvent, Expired>>> {
+        let waker = Waker::from(Arc::clone(&self.waker));
+        let mut cx = Context::from_waker(&waker);
+        self.watcher.poll_next_with(&mut cx, |d| d.to_owned())
+    }
+
+    /// Everything ready now, stopping at `Pending` or the end.
+    pub fn drain(&mut self) -> Vec<Result<WatchEvent, Expired>> {
+        let mut out = Vec::new();
+        while let Poll::Ready(Some(item)) = self.poll() {
+            out.push(item);
+        }
+        out
+    }
+
+    pub fn woken(&self) -> usize {
+        self.waker.count()
+    }
+}
+
+/// `(type, stamped revision, object revision, name)` of an event, for compact assertions.
+pub fn summary(e: &WatchEvent) -> (&'static str, u64, u64, String) {
+    (
+        e.kind.as_str(),
+        e.revision.get(),
+        e.object.as_ref().map_or(0, |o| o.revision().get()),
+        e.object
+            .as_ref()
+            .map_or(String::new(), |o| o.key().name().to_owned()),
+    )
+}

@@ -1,0 +1,466 @@
+//! What watchers receive: every event once and in order, Expired when lapped, the apiserver's
+//! selector transitions, bookmarks for those that asked, and wake-ups only for those that may care.
+
+mod common;
+
+use std::sync::Arc;
+use std::task::Poll;
+
+use common::{CountingWaker, Probe, SIZES, pod, summary};
+use watchcache_core::{
+    Event, EventKind, Expired, Filter, PublishError, Revision, SelectorErrorKind, WatchError, WatchHub,
+    WatchSpec,
+};
+
+fn hub(capacity: usize) -> (watchcache_core::Publisher, WatchHub) {
+    WatchHub::builder()
+        .capacity(capacity)
+        .trigger_field("spec.nodeName")
+        .build()
+        .unwrap()
+}
+
+fn everything() -> WatchSpec {
+    WatchSpec::new(Filter::everything())
+}
+
+#[test]
+fn every_watcher_receives_every_event_exactly_once_and_in_order() {
+    for cap in SIZES {
+        let (mut p, hub) = hub(cap);
+        let mut probes: Vec<Probe> = (0..5)
+            .map(|_| Probe::new(hub.watch(everything()).unwrap()))
+            .collect();
+        let mut got: Vec<Vec<u64>> = vec![Vec::new(); probes.len()];
+        // Publish in bursts no longer than the ring, reading between bursts.
+        let burst = cap.min(7) as u64;
+        let mut rev = 0;
+        for _ in 0..50 {
+            for _ in 0..burst {
+                rev += 1;
+                p.publish(Event::Added {
+                    object: pod("ns", &format!("p{rev}"), rev, "a", "n"),
+                })
+                .unwrap();
+            }
+            for (probe, got) in probes.iter_mut().zip(&mut got) {
+                for e in probe.drain() {
+                    got.push(e.expect("never lapped when reading every burst").revision.get());
+                }
+            }
+        }
+        let want: Vec<u64> = (1..=rev).collect();
+        for g in &got {
+            assert_eq!(g, &want, "ring of {cap}");
+        }
+    }
+}
+
+#[test]
+fn a_lapped_watcher_gets_expired_then_ends_and_never_a_wrong_event() {
+    for cap in SIZES {
+        let (mut p, hub) = hub(cap);
+        let mut slow = Probe::new(hub.watch(everything()).unwrap());
+        let mut fast = Probe::new(hub.watch(everything()).unwrap());
+        p.publish(Event::Added {
+            object: pod("ns", "first", 1, "a", "n"),
+        })
+        .unwrap();
+        let first = slow.drain();
+        assert_eq!(first.len(), 1);
+        // capacity + 1 more events: the slow watcher's next entry is overwritten.
+        let mut fast_got = vec![fast.drain().len()];
+        for rev in 2..=(cap as u64 + 2) {
+            p.publish(Event::Added {
+                object: pod("ns", "x", rev, "a", "n"),
+            })
+            .unwrap();
+            fast_got.push(fast.drain().len());
+        }
+        assert!(fast_got.iter().all(|&n| n == 1), "the fast one saw each event");
+        let rest = slow.drain();
+        assert_eq!(
+            rest.len(),
+            1,
+            "ring of {cap}: one Expired and nothing else, got {rest:?}"
+        );
+        let err = rest.into_iter().next().unwrap().unwrap_err();
+        assert_eq!(err.requested, Revision::new(1));
+        assert!(err.oldest > Revision::new(1));
+        assert!(
+            matches!(slow.poll(), Poll::Ready(None)),
+            "an expired watcher ends"
+        );
+        assert!(matches!(slow.poll(), Poll::Ready(None)));
+    }
+}
+
+#[test]
+fn a_watch_after_a_revision_replays_exactly_the_later_events() {
+    let (mut p, hub) = hub(64);
+    for rev in (10..=50).step_by(10) {
+        p.publish(Event::Added {
+            object: pod("ns", &format!("p{rev}"), rev, "a", "n"),
+        })
+        .unwrap();
+    }
+    for (after, want) in [
+        (0, vec![10, 20, 30, 40, 50]),
+        (25, vec![30, 40, 50]),
+        (30, vec![40, 50]),
+        (50, vec![]),
+        (99, vec![]),
+    ] {
+        let mut w = Probe::new(hub.watch(everything().after(Revision::new(after))).unwrap());
+        let got: Vec<u64> = w.drain().into_iter().map(|e| e.unwrap().revision.get()).collect();
+        assert_eq!(got, want, "after {after}");
+    }
+    // A start ahead of the ring skips entries up to it when they come.
+    let mut ahead = Probe::new(hub.watch(everything().after(Revision::new(60))).unwrap());
+    p.publish(Event::Added {
+        object: pod("ns", "q", 55, "a", "n"),
+    })
+    .unwrap();
+    p.publish(Event::Added {
+        object: pod("ns", "r", 61, "a", "n"),
+    })
+    .unwrap();
+    let got: Vec<u64> = ahead
+        .drain()
+        .into_iter()
+        .map(|e| e.unwrap().revision.get())
+        .collect();
+    assert_eq!(got, vec![61]);
+}
+
+#[test]
+fn a_watch_older_than_the_window_is_expired_at_the_start() {
+    let (mut p, hub) = hub(2);
+    for rev in 1..=5 {
+        p.publish(Event::Added {
+            object: pod("ns", "p", rev, "a", "n"),
+        })
+        .unwrap();
+    }
+    // Entries 4 and 5 remain: the floor is 3.
+    let err = hub.watch(everything().after(Revision::new(2))).unwrap_err();
+    assert_eq!(
+        err,
+        WatchError::Expired(Expired {
+            requested: Revision::new(2),
+            oldest: Revision::new(3)
+        })
+    );
+    assert!(hub.watch(everything().after(Revision::new(3))).is_ok());
+}
+
+#[test]
+fn selector_transitions_reach_the_watcher_as_added_modified_deleted() {
+    let (mut p, hub) = hub(64);
+    let f = Filter::parse(Some("ns"), "app=web", "").unwrap();
+    let mut w = Probe::new(hub.watch(WatchSpec::new(f)).unwrap());
+    let v1 = pod("ns", "p", 1, "api", "n");
+    let v2 = pod("ns", "p", 2, "web", "n");
+    let v3 = pod("ns", "p", 3, "web", "n");
+    let v4 = pod("ns", "p", 4, "api", "n");
+    let v5 = pod("ns", "p", 5, "web", "n");
+    p.publish(Event::Added { object: v1.clone() }).unwrap();
+    p.publish(Event::Modified {
+        object: v2.clone(),
+        prev: v1,
+    })
+    .unwrap();
+    p.publish(Event::Modified {
+        object: v3.clone(),
+        prev: v2,
+    })
+    .unwrap();
+    p.publish(Event::Modified {
+        object: v4.clone(),
+        prev: v3,
+    })
+    .unwrap();
+    p.publish(Event::Modified {
+        object: v5.clone(),
+        prev: v4,
+    })
+    .unwrap();
+    p.publish(Event::Deleted {
+        revision: Revision::new(6),
+        prev: v5,
+    })
+    .unwrap();
+    p.publish(Event::Added {
+        object: pod("other", "p", 7, "web", "n"),
+    })
+    .unwrap();
+    let got: Vec<_> = w.drain().into_iter().map(|e| summary(&e.unwrap())).collect();
+    let p_ = |k, r, o| (k, r, o, "p".to_owned());
+    assert_eq!(
+        got,
+        vec![
+            p_("ADDED", 2, 2),
+            p_("MODIFIED", 3, 3),
+            p_("DELETED", 4, 3), // leaving: the previous version at the new revision
+            p_("ADDED", 5, 5),
+            p_("DELETED", 6, 5),
+        ]
+    );
+}
+
+#[test]
+fn bookmarks_reach_only_the_watchers_that_asked() {
+    let (mut p, hub) = hub(64);
+    let mut with = Probe::new(hub.watch(everything().with_bookmarks()).unwrap());
+    let mut without = Probe::new(hub.watch(everything()).unwrap());
+    let mut selective = Probe::new(
+        hub.watch(WatchSpec::new(Filter::parse(None, "app=none", "").unwrap()).with_bookmarks())
+            .unwrap(),
+    );
+    assert!(with.poll().is_pending() && without.poll().is_pending() && selective.poll().is_pending());
+    p.publish(Event::Added {
+        object: pod("ns", "a", 1, "a", "n"),
+    })
+    .unwrap();
+    p.bookmark(Revision::new(1)).unwrap();
+    p.bookmark(Revision::new(9)).unwrap();
+    let kinds = |probe: &mut Probe| -> Vec<(EventKind, u64)> {
+        probe
+            .drain()
+            .into_iter()
+            .map(|e| e.unwrap())
+            .map(|e| (e.kind, e.revision.get()))
+            .collect()
+    };
+    assert_eq!(
+        kinds(&mut with),
+        vec![
+            (EventKind::Added, 1),
+            (EventKind::Bookmark, 1),
+            (EventKind::Bookmark, 9)
+        ]
+    );
+    assert_eq!(kinds(&mut without), vec![(EventKind::Added, 1)]);
+    assert_eq!(
+        kinds(&mut selective),
+        vec![(EventKind::Bookmark, 1), (EventKind::Bookmark, 9)]
+    );
+    assert!(
+        with.woken() >= 1 && selective.woken() >= 1,
+        "a bookmark wakes parked watchers"
+    );
+    assert!(with.watcher.position() == Revision::new(9));
+}
+
+#[test]
+fn the_publisher_refuses_revisions_that_do_not_increase() {
+    let (mut p, hub) = hub(4);
+    let mut w = Probe::new(hub.watch(everything()).unwrap());
+    p.publish(Event::Added {
+        object: pod("ns", "a", 5, "a", "n"),
+    })
+    .unwrap();
+    let again = p.publish(Event::Added {
+        object: pod("ns", "b", 5, "a", "n"),
+    });
+    assert_eq!(
+        again,
+        Err(PublishError::RevisionNotIncreasing {
+            last: Revision::new(5),
+            got: Revision::new(5)
+        })
+    );
+    assert!(
+        p.publish(Event::Bookmark {
+            revision: Revision::new(4)
+        })
+        .is_err()
+    );
+    p.bookmark(Revision::new(5)).unwrap();
+    assert_eq!(hub.ring().tail(), 2, "refused events are not in the ring");
+    assert_eq!(w.drain().len(), 1, "and never reach a watcher");
+}
+
+#[test]
+fn a_watch_on_an_undeclared_field_is_refused() {
+    let (_p, hub) = WatchHub::builder().build().unwrap();
+    let f = Filter::parse(None, "", "status.phase=Running").unwrap();
+    match hub.watch(WatchSpec::new(f)) {
+        Err(WatchError::Selector(e)) => {
+            assert_eq!(e.kind, SelectorErrorKind::UnsupportedField("status.phase".into()))
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn the_interest_index_wakes_only_the_watchers_that_may_care() {
+    let (mut p, hub) = hub(64);
+    let node = |n: usize| Filter::parse(None, "", &format!("spec.nodeName=node-{n}")).unwrap();
+    let mut kubelets: Vec<Probe> = (0..10)
+        .map(|n| Probe::new(hub.watch(WatchSpec::new(node(n))).unwrap()))
+        .collect();
+    let mut ns_a: Vec<Probe> = (0..5)
+        .map(|_| {
+            Probe::new(
+                hub.watch(WatchSpec::new(Filter::everything().in_namespace("a")))
+                    .unwrap(),
+            )
+        })
+        .collect();
+    let mut by_field_ns = Probe::new(
+        hub.watch(WatchSpec::new(
+            Filter::parse(None, "", "metadata.namespace=b").unwrap(),
+        ))
+        .unwrap(),
+    );
+    let mut all = Probe::new(hub.watch(everything()).unwrap());
+    for probe in kubelets
+        .iter_mut()
+        .chain(&mut ns_a)
+        .chain([&mut by_field_ns, &mut all])
+    {
+        assert!(probe.poll().is_pending());
+    }
+    assert_eq!(hub.parked(), 17);
+
+    // A pod on node-3 in namespace b: wakes node-3's kubelet, the ns=b watcher and the unindexed one.
+    p.publish(Event::Added {
+        object: pod("b", "p", 1, "x", "node-3"),
+    })
+    .unwrap();
+    let woken: Vec<usize> = kubelets.iter().map(Probe::woken).collect();
+    assert_eq!(woken, vec![0, 0, 0, 1, 0, 0, 0, 0, 0, 0]);
+    assert!(ns_a.iter().all(|p| p.woken() == 0));
+    assert_eq!((by_field_ns.woken(), all.woken()), (1, 1));
+    assert_eq!(hub.parked(), 14, "woken watchers left the index");
+
+    // Rescheduling from node-3 to node-7 in namespace a: the old and the new node's kubelets,
+    // and namespace a. node-3's kubelet is not parked (not yet polled), so only node-7 of the kubelets.
+    p.publish(Event::Modified {
+        object: pod("a", "q", 3, "x", "node-7"),
+        prev: pod("a", "q", 2, "x", "node-3"),
+    })
+    .unwrap();
+    let woken: Vec<usize> = kubelets.iter().map(Probe::woken).collect();
+    assert_eq!(woken, vec![0, 0, 0, 1, 0, 0, 0, 1, 0, 0]);
+    assert!(ns_a.iter().all(|p| p.woken() == 1));
+
+    // Each woken watcher gets what concerns it; node-3's kubelet sees the pod leave.
+    let got: Vec<_> = kubelets[3]
+        .drain()
+        .into_iter()
+        .map(|e| summary(&e.unwrap()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![("ADDED", 1, 1, "p".into()), ("DELETED", 3, 2, "q".into())]
+    );
+    let got: Vec<_> = kubelets[7]
+        .drain()
+        .into_iter()
+        .map(|e| summary(&e.unwrap()))
+        .collect();
+    assert_eq!(got, vec![("ADDED", 3, 3, "q".into())]);
+    assert!(
+        kubelets[0].drain().is_empty(),
+        "a watcher never woken has nothing either"
+    );
+}
+
+#[test]
+fn an_idle_selective_watcher_is_not_lapped_by_traffic_it_would_filter_out() {
+    for cap in SIZES {
+        let (mut p, hub) = hub(cap);
+        let mut kubelet = Probe::new(
+            hub.watch(WatchSpec::new(
+                Filter::parse(None, "", "spec.nodeName=quiet").unwrap(),
+            ))
+            .unwrap(),
+        );
+        assert!(kubelet.poll().is_pending());
+        for rev in 1..=(cap as u64 * 5) {
+            p.publish(Event::Added {
+                object: pod("ns", "busy", rev, "a", "busy-node"),
+            })
+            .unwrap();
+        }
+        assert_eq!(kubelet.woken(), 0);
+        let rev = cap as u64 * 5 + 1;
+        p.publish(Event::Added {
+            object: pod("ns", "mine", rev, "a", "quiet"),
+        })
+        .unwrap();
+        let got: Vec<_> = kubelet
+            .drain()
+            .into_iter()
+            .map(|e| summary(&e.unwrap()))
+            .collect();
+        assert_eq!(got, vec![("ADDED", rev, rev, "mine".into())], "ring of {cap}");
+    }
+}
+
+#[test]
+fn a_dropped_watcher_leaves_the_index() {
+    let (mut p, hub) = hub(8);
+    let mut probes: Vec<Probe> = (0..3)
+        .map(|_| Probe::new(hub.watch(everything()).unwrap()))
+        .collect();
+    for probe in &mut probes {
+        assert!(probe.poll().is_pending());
+    }
+    assert_eq!(hub.parked(), 3);
+    let waker: Arc<CountingWaker> = Arc::clone(&probes[0].waker);
+    drop(probes.remove(0));
+    assert_eq!(hub.parked(), 2);
+    p.publish(Event::Added {
+        object: pod("ns", "a", 1, "a", "n"),
+    })
+    .unwrap();
+    assert_eq!(waker.count(), 0, "a dropped watcher is never woken");
+    assert!(probes.iter().all(|p| p.woken() == 1));
+}
+
+#[test]
+fn a_spurious_poll_keeps_the_watcher_parked_with_the_newest_waker() {
+    let (mut p, hub) = hub(8);
+    let mut probe = Probe::new(hub.watch(everything()).unwrap());
+    assert!(probe.poll().is_pending());
+    let old = Arc::clone(&probe.waker);
+    probe.waker = Arc::new(CountingWaker::default());
+    assert!(probe.poll().is_pending(), "nothing published: still pending");
+    assert_eq!(hub.parked(), 1);
+    p.publish(Event::Added {
+        object: pod("ns", "a", 1, "a", "n"),
+    })
+    .unwrap();
+    assert_eq!(
+        (old.count(), probe.woken()),
+        (0, 1),
+        "the newest waker is the one woken"
+    );
+    assert_eq!(probe.drain().len(), 1);
+}
+
+#[tokio::test]
+async fn an_async_watcher_waits_for_events_published_from_another_task() {
+    let (mut p, hub) = hub(64);
+    let mut w = hub.watch(everything()).unwrap();
+    let reader = tokio::spawn(async move {
+        let mut revs = Vec::new();
+        while revs.len() < 100 {
+            revs.push(w.next().await.unwrap().unwrap().revision.get());
+        }
+        revs
+    });
+    for rev in 1..=100 {
+        p.publish(Event::Added {
+            object: pod("ns", "a", rev, "a", "n"),
+        })
+        .unwrap();
+        if rev % 10 == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+    assert_eq!(reader.await.unwrap(), (1..=100).collect::<Vec<_>>());
+}
