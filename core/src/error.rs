@@ -140,6 +140,8 @@ impl std::error::Error for PublishError {}
 pub enum BuildError {
     /// Ring capacities are powers of two, at least 2.
     CapacityNotPowerOfTwo(usize),
+    /// A cache was built outside a tokio runtime (its reflector needs one).
+    NoRuntime,
 }
 
 impl fmt::Display for BuildError {
@@ -148,6 +150,7 @@ impl fmt::Display for BuildError {
             BuildError::CapacityNotPowerOfTwo(n) => {
                 write!(f, "ring capacity {n} is not a power of two of at least 2")
             }
+            BuildError::NoRuntime => f.write_str("a cache must be built inside a tokio runtime"),
         }
     }
 }
@@ -229,3 +232,49 @@ impl fmt::Display for CodecError {
 }
 
 impl std::error::Error for CodecError {}
+
+/// Why the cache could not serve a request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CacheError {
+    /// The requested revision is older than the history window (HTTP 410 `Expired`).
+    Expired(Expired),
+    /// The cache did not reach the requested revision in time (HTTP 504 with a
+    /// `ResourceVersionTooLarge` cause and `retryAfterSeconds`).
+    TooLargeResourceVersion {
+        /// The requested revision.
+        requested: Revision,
+        /// The cache's revision.
+        current: Revision,
+    },
+    /// The continue token is malformed, altered, or not for this resource (HTTP 400).
+    InvalidContinue(String),
+    /// The parameters contradict each other (HTTP 400).
+    InvalidRequest(String),
+    /// A selector could not be parsed or names an unsupported field (HTTP 400).
+    Selector(SelectorError),
+    /// The cache has not completed its first list (HTTP 429 with `Retry-After`).
+    NotReady {
+        /// When to try again.
+        retry_after: std::time::Duration,
+    },
+    /// The source failed a request the cache had to make (a consistent read's revision).
+    Source(crate::source::SourceError),
+}
+
+impl fmt::Display for CacheError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CacheError::Expired(e) => e.fmt(f),
+            CacheError::TooLargeResourceVersion { requested, current } => {
+                write!(f, "Too large resource version: {requested}, current: {current}")
+            }
+            CacheError::InvalidContinue(m) => write!(f, "invalid continue token: {m}"),
+            CacheError::InvalidRequest(m) => f.write_str(m),
+            CacheError::Selector(e) => e.fmt(f),
+            CacheError::NotReady { .. } => f.write_str("the watch cache is not initialized yet"),
+            CacheError::Source(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for CacheError {}

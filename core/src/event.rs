@@ -5,9 +5,9 @@
 //! applied with the apiserver's transition rules (see [`Filter::deliver`](crate::Filter::deliver)):
 //! the same event may be ADDED for one watcher, MODIFIED for another and DELETED for a third.
 
-use crate::loom::sync::Arc;
 use crate::object::ObjectVersion;
 use crate::rv::Revision;
+use std::sync::Arc;
 
 /// A change to the store, or a bookmark.
 #[derive(Clone, Debug)]
@@ -113,6 +113,9 @@ pub struct Delivery<'a> {
     pub revision: Revision,
     /// The object, `None` for bookmarks.
     pub object: Option<&'a Arc<ObjectVersion>>,
+    /// Whether this bookmark marks the end of the initial events of a watch that asked for
+    /// them (`k8s.io/initial-events-end: "true"` on the wire).
+    pub initial_events_end: bool,
 }
 
 impl Delivery<'_> {
@@ -122,6 +125,7 @@ impl Delivery<'_> {
             kind: self.kind,
             revision: self.revision,
             object: self.object.cloned(),
+            initial_events_end: self.initial_events_end,
         }
     }
 }
@@ -136,4 +140,6 @@ pub struct WatchEvent {
     pub revision: Revision,
     /// The object, `None` for bookmarks.
     pub object: Option<Arc<ObjectVersion>>,
+    /// Whether this bookmark ends the initial events; see [`Delivery::initial_events_end`].
+    pub initial_events_end: bool,
 }

@@ -116,6 +116,7 @@ impl Filter {
                 kind,
                 revision,
                 object: Some(object),
+                initial_events_end: false,
             })
         };
         match event {
@@ -137,6 +138,7 @@ impl Filter {
                 kind: EventKind::Bookmark,
                 revision,
                 object: None,
+                initial_events_end: false,
             }),
         }
     }
@@ -145,9 +147,9 @@ impl Filter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::loom::sync::Arc;
     use crate::object::ObjectKey;
     use crate::rv::Revision;
+    use std::sync::Arc;
 
     fn pod(ns: &str, rev: u64, app: &str) -> Arc<ObjectVersion> {
         Arc::new(

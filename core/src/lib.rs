@@ -60,20 +60,29 @@
 #![warn(missing_docs)]
 #![doc(test(attr(deny(warnings))))]
 
+mod cache;
+mod continue_token;
 mod error;
 mod event;
 mod filter;
 mod interest;
 mod loom;
 mod object;
+mod reflector;
 mod ring;
 mod rv;
 mod selector;
+mod snapshot;
+pub mod source;
 mod watcher;
 
+pub use cache::{
+    Cache, CacheConfig, CacheStats, CacheWatch, Consistency, ListOptions, ListResult, ResourceVersionMatch,
+    WatchOptions,
+};
 pub use error::{
-    BuildError, CodecError, Expired, PublishError, RevisionError, SelectorError, SelectorErrorKind,
-    WatchError,
+    BuildError, CacheError, CodecError, Expired, PublishError, RevisionError, SelectorError,
+    SelectorErrorKind, WatchError,
 };
 pub use event::{Delivery, Event, EventKind, WatchEvent};
 pub use filter::Filter;
@@ -81,4 +90,7 @@ pub use object::{Codec, Encoding, ObjectKey, ObjectVersion, ObjectVersionBuilder
 pub use ring::{Entry, EventRing, Read, RingWriter};
 pub use rv::Revision;
 pub use selector::{FieldRequirement, FieldSelector, LabelRequirement, LabelSelector};
+pub use snapshot::{ListItems, Snapshot};
+pub use source::memory::MemorySource;
+pub use source::{Source, SourceError, SourceEvent, SourceItem, SourceList};
 pub use watcher::{DEFAULT_CAPACITY, HubBuilder, Publisher, StartAt, WatchHub, WatchSpec, Watcher};

@@ -41,10 +41,15 @@ const SCAN_BUDGET: usize = if cfg!(watchcache_loom) { 2 } else { 512 };
 /// The default history window, in events.
 pub const DEFAULT_CAPACITY: usize = if cfg!(watchcache_loom) { 4 } else { 4096 };
 
+/// `Shared::closed` while the hub is open.
+const OPEN: u64 = u64::MAX;
+
 #[derive(Debug)]
 struct Shared {
     ring: Arc<EventRing<Event>>,
     index: Mutex<Index>,
+    /// `OPEN`, or the oldest revision a watch can start after in whatever replaced this hub.
+    closed: AtomicU64,
     trigger: Option<Box<str>>,
     fields: Box<[Box<str>]>,
     next_id: AtomicU64,
@@ -92,6 +97,7 @@ impl HubBuilder {
         let shared = Arc::new(Shared {
             ring,
             index: Mutex::new(Index::default()),
+            closed: AtomicU64::new(OPEN),
             trigger: self.trigger,
             fields: self.fields.into_boxed_slice(),
             next_id: AtomicU64::new(0),
@@ -192,6 +198,17 @@ pub struct WatchHub {
     shared: Arc<Shared>,
 }
 
+impl Shared {
+    /// `Some(oldest)` once the publisher closed the hub.
+    fn closed_at(&self) -> Option<Revision> {
+        // Acquire pairs with the Release store in `Publisher::close`.
+        match self.closed.load(Ordering::Acquire) {
+            OPEN => None,
+            oldest => Some(Revision::new(oldest)),
+        }
+    }
+}
+
 impl WatchHub {
     /// Configures a hub.
     pub fn builder() -> HubBuilder {
@@ -218,6 +235,9 @@ impl WatchHub {
     pub fn watch(&self, spec: WatchSpec) -> Result<Watcher, WatchError> {
         let shared = &self.shared;
         spec.filter.check_fields(&shared.fields)?;
+        if let (Some(oldest), StartAt::After(requested)) = (shared.closed_at(), spec.start) {
+            return Err(Expired { requested, oldest }.into());
+        }
         let guard = epoch::pin();
         let (cursor, position, skip_through) = match spec.start {
             // The head revision is only reported (as the position); nothing is skipped by
@@ -289,6 +309,21 @@ impl Publisher {
     /// Publishes a bookmark at `revision` (at least the last published revision).
     pub fn bookmark(&mut self, revision: Revision) -> Result<u64, PublishError> {
         self.publish(Event::Bookmark { revision })
+    }
+
+    /// Ends the hub: every watcher, now and later, reads what is left in the ring and then
+    /// ends with [`Expired`] carrying `oldest`, the revision a new watch can start after (in
+    /// whatever replaces this hub, e.g. after a relist). New watches on it fail the same way.
+    pub fn close(self, oldest: Revision) {
+        // Release pairs with the Acquire loads in `Shared::closed_at`. Stored before the index
+        // lock is taken below: a watcher that parks after our drain re-checks it (the lock
+        // orders the two, as for the tail in the module docs).
+        self.shared.closed.store(oldest.get(), Ordering::Release);
+        let mut wakers = Vec::new();
+        lock(&self.shared.index).drain_all(self.writer.ring().tail(), &mut wakers);
+        for waker in wakers {
+            waker.wake();
+        }
     }
 
     /// The revision of the last published event (the start revision before any).
@@ -378,7 +413,7 @@ impl Watcher {
         if self.parked && !self.take_wake() {
             // Polled while filed and not woken: spurious, or the writer is between storing
             // the tail and draining the index.
-            if self.shared.ring.tail() > self.cursor {
+            if self.shared.ring.tail() > self.cursor || self.shared.closed_at().is_some() {
                 self.unpark();
             } else {
                 let refreshed = lock(&self.shared.index).refresh(self.id, &self.interest, cx.waker());
@@ -394,7 +429,13 @@ impl Watcher {
             match ring.read(self.cursor, &guard) {
                 Read::Ready(entry) => {
                     self.cursor += 1;
-                    let delivery = if entry.revision() <= self.skip_through {
+                    // Entries up to the start are skipped; a bookmark at the start itself is
+                    // kept (a quiet resource's periodic bookmark carries the same revision).
+                    let skip = match entry.value() {
+                        Event::Bookmark { .. } => entry.revision() < self.skip_through,
+                        _ => entry.revision() <= self.skip_through,
+                    };
+                    let delivery = if skip {
                         None
                     } else {
                         self.position = entry.revision();
@@ -419,10 +460,17 @@ impl Watcher {
                     })));
                 }
                 Read::Empty => {
+                    if let Some(oldest) = self.shared.closed_at() {
+                        self.done = true;
+                        return Poll::Ready(Some(Err(Expired {
+                            requested: self.position,
+                            oldest,
+                        })));
+                    }
                     lock(&self.shared.index).park(self.id, &self.interest, cx.waker(), &self.wake_at);
-                    // Re-check after filing (see the module docs): an event published before
-                    // the writer could see our entry is visible here.
-                    if ring.tail() > self.cursor {
+                    // Re-check after filing (see the module docs): an event published, or a
+                    // close, before the writer could see our entry is visible here.
+                    if ring.tail() > self.cursor || self.shared.closed_at().is_some() {
                         self.parked = true;
                         self.unpark();
                         continue;

@@ -464,3 +464,36 @@ async fn an_async_watcher_waits_for_events_published_from_another_task() {
     }
     assert_eq!(reader.await.unwrap(), (1..=100).collect::<Vec<_>>());
 }
+
+#[test]
+fn closing_the_hub_ends_every_watcher_with_expired_after_what_was_published() {
+    let (mut p, hub) = hub(8);
+    let mut parked = Probe::new(hub.watch(everything()).unwrap());
+    let mut behind = Probe::new(hub.watch(everything()).unwrap());
+    assert!(parked.poll().is_pending());
+    p.publish(Event::Added {
+        object: pod("ns", "a", 1, "a", "n"),
+    })
+    .unwrap();
+    assert_eq!(parked.drain().len(), 1);
+    assert!(parked.poll().is_pending());
+    p.close(Revision::new(50));
+    assert!(parked.woken() >= 2, "closing wakes parked watchers");
+    let got = parked.drain();
+    assert_eq!(got.len(), 1);
+    assert_eq!(
+        got[0].as_ref().unwrap_err(),
+        &Expired {
+            requested: Revision::new(1),
+            oldest: Revision::new(50)
+        }
+    );
+    // One that had not read yet still gets what was published first.
+    let got = behind.drain();
+    assert_eq!(got.len(), 2);
+    assert!(got[0].is_ok() && got[1].is_err());
+    assert!(matches!(
+        hub.watch(everything().after(Revision::new(1))),
+        Err(WatchError::Expired(_))
+    ));
+}

@@ -83,3 +83,51 @@ pub fn summary(e: &WatchEvent) -> (&'static str, u64, u64, String) {
             .map_or(String::new(), |o| o.key().name().to_owned()),
     )
 }
+
+/// A toy codec for cache tests: the value is `ns/name;k=v,k=v;node` (ns empty for
+/// cluster-scoped objects; labels and node optional).
+pub struct TextCodec;
+
+impl watchcache_core::Codec for TextCodec {
+    fn decode(&self, raw: &[u8], revision: Revision) -> Result<ObjectVersion, watchcache_core::CodecError> {
+        use watchcache_core::CodecError;
+        let text = std::str::from_utf8(raw).map_err(|e| CodecError::Decode(e.to_string()))?;
+        let mut parts = text.split(';');
+        let id = parts.next().unwrap_or_default();
+        let (ns, name) = id
+            .split_once('/')
+            .ok_or_else(|| CodecError::Decode(format!("no key in {text:?}")))?;
+        if name.is_empty() {
+            return Err(CodecError::MissingName);
+        }
+        let mut b = ObjectVersion::builder(ObjectKey::new(ns, name), revision);
+        for label in parts
+            .next()
+            .unwrap_or_default()
+            .split(',')
+            .filter(|l| !l.is_empty())
+        {
+            let (k, v) = label
+                .split_once('=')
+                .ok_or_else(|| CodecError::Decode(format!("bad label {label:?}")))?;
+            b = b.label(k, v);
+        }
+        if let Some(node) = parts.next() {
+            b = b.field("spec.nodeName", node);
+        }
+        Ok(b.build())
+    }
+
+    fn encode(
+        &self,
+        _: &ObjectVersion,
+        format: watchcache_core::WireFormat,
+    ) -> Result<watchcache_core::Encoding, watchcache_core::CodecError> {
+        Err(watchcache_core::CodecError::UnsupportedFormat(format))
+    }
+}
+
+/// The value [`TextCodec`] decodes into a pod `ns/name` with label `app` and node.
+pub fn text_pod(ns: &str, name: &str, app: &str, node: &str) -> bytes::Bytes {
+    bytes::Bytes::from(format!("{ns}/{name};app={app};{node}"))
+}

@@ -1,0 +1,282 @@
+//! The reflector: the cache's own list-watch loop against its source.
+//!
+//! List, then watch from the list's revision + 1. Every change is decoded once into an
+//! [`ObjectVersion`], paired with the previous version the cache already holds, published to
+//! the ring and applied to a new snapshot. Progress notifications advance the cache's
+//! revision without a change (published as a bookmark), so a quiet resource does not make
+//! reads at a newer revision wait. A broken watch is re-opened from where it stopped; a
+//! compacted one means history is lost, so the reflector lists again, installs a new
+//! generation (a new ring and snapshot history) and closes the old hub, ending each of its
+//! watchers with Expired: their cursors can no longer be honoured. Retries back off
+//! exponentially with jitter.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tracing::{debug, warn};
+
+use crate::cache::{Shared, State};
+use crate::event::Event;
+use crate::object::{Codec, ObjectKey, ObjectVersion};
+use crate::rv::Revision;
+use crate::snapshot::Snapshot;
+use crate::source::{Source, SourceError, SourceEvent, SourceList};
+use crate::watcher::{Publisher, WatchHub};
+
+/// Exponential backoff with full jitter between half and the whole delay.
+#[derive(Debug)]
+struct Backoff {
+    initial: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    fn new(initial: Duration, max: Duration) -> Self {
+        Backoff {
+            initial,
+            max,
+            next: initial,
+        }
+    }
+
+    fn reset(&mut self) {
+        self.next = self.initial;
+    }
+
+    fn delay(&mut self) -> Duration {
+        let d = self.next;
+        self.next = (self.next * 2).min(self.max);
+        d.mul_f64(0.5 + fastrand::f64() * 0.5)
+    }
+}
+
+pub(crate) struct Reflector<S> {
+    source: Arc<S>,
+    codec: Arc<dyn Codec>,
+    shared: Arc<Shared>,
+    publisher: Option<Publisher>,
+    backoff: Backoff,
+}
+
+/// Why following the watch stopped.
+enum Stop {
+    /// History was compacted away: list again.
+    Relist,
+}
+
+impl<S: Source> Reflector<S> {
+    pub(crate) fn new(source: Arc<S>, codec: Arc<dyn Codec>, shared: Arc<Shared>) -> Self {
+        let backoff = Backoff::new(shared.config.backoff_initial, shared.config.backoff_max);
+        Reflector {
+            source,
+            codec,
+            shared,
+            publisher: None,
+            backoff,
+        }
+    }
+
+    pub(crate) async fn run(mut self) {
+        loop {
+            match self.source.list(&self.shared.config.prefix, None).await {
+                Ok(list) => {
+                    self.install(list);
+                    self.backoff.reset();
+                    match self.follow().await {
+                        Stop::Relist => continue,
+                    }
+                }
+                Err(e) => {
+                    warn!(resource = %self.shared.config.resource, error = %e, "list failed");
+                    tokio::time::sleep(self.backoff.delay()).await;
+                }
+            }
+        }
+    }
+
+    fn state(&self) -> Arc<State> {
+        self.shared.state.load_full().expect("installed before following")
+    }
+
+    /// Decodes one source value, checking it is the object its key says.
+    fn decode(&self, key: &str, value: &[u8], revision: Revision) -> Option<Arc<ObjectVersion>> {
+        let prefix = &self.shared.config.prefix;
+        let expected = ObjectKey::from_source_key(prefix, key);
+        let decoded = self.codec.decode(value, revision);
+        match (expected, decoded) {
+            (Some(k), Ok(o)) if *o.key() == k => Some(Arc::new(o)),
+            (k, o) => {
+                self.shared.stats.decode_errors.fetch_add(1, Ordering::Relaxed);
+                warn!(
+                    resource = %self.shared.config.resource, key, revision = %revision,
+                    error = ?o.err(), key_ok = k.is_some(),
+                    "skipping a value that does not decode to the object its key names"
+                );
+                None
+            }
+        }
+    }
+
+    /// Installs a new generation from a list: new snapshot history, new ring; the old hub is
+    /// closed so its watchers end with Expired.
+    fn install(&mut self, list: SourceList) {
+        let config = &self.shared.config;
+        let items: Vec<_> = list
+            .items
+            .iter()
+            .filter_map(|i| self.decode(&i.key, &i.value, i.mod_revision))
+            .collect();
+        let snapshot = Arc::new(Snapshot::new(list.revision, items));
+        let mut builder = WatchHub::builder().capacity(config.capacity).start(list.revision);
+        for f in &config.fields {
+            builder = builder.field(f);
+        }
+        if let Some(t) = &config.trigger_field {
+            builder = builder.trigger_field(t);
+        }
+        let (publisher, hub) = match builder.build() {
+            Ok(built) => built,
+            // The capacity was validated when the cache was built.
+            Err(e) => unreachable!("cache config validated at construction: {e}"),
+        };
+        let state = State {
+            hub,
+            snapshots: imbl::vector![snapshot],
+            revision: list.revision,
+        };
+        self.shared.state.store(Some(Arc::new(state)));
+        if let Some(old) = self.publisher.replace(publisher) {
+            old.close(list.revision);
+        }
+        self.shared.stats.lists.fetch_add(1, Ordering::Relaxed);
+        self.shared.revision.send_replace(list.revision);
+        debug!(resource = %config.resource, revision = %list.revision, "listed");
+    }
+
+    /// Publishes one event and the snapshot after it.
+    fn push(&mut self, event: Event) {
+        let state = self.state();
+        let Some(publisher) = self.publisher.as_mut() else {
+            return;
+        };
+        if let Err(e) = publisher.publish(event.clone()) {
+            warn!(resource = %self.shared.config.resource, error = %e, "event out of order, skipped");
+            return;
+        }
+        let revision = event.revision().max(state.revision);
+        let next = Arc::new(
+            state
+                .snapshots
+                .back()
+                .map_or_else(|| Snapshot::new(revision, Vec::new()), |s| s.apply(&event)),
+        );
+        let mut snapshots = state.snapshots.clone();
+        snapshots.push_back(next);
+        // One snapshot per ring entry plus the one the oldest entry applies to: the oldest
+        // snapshot's revision is then the ring's floor, so Exact reads and watches expire
+        // together.
+        while snapshots.len() > self.shared.config.capacity + 1 {
+            snapshots.pop_front();
+        }
+        let new_state = State {
+            hub: state.hub.clone(),
+            snapshots,
+            revision,
+        };
+        self.shared.state.store(Some(Arc::new(new_state)));
+        self.shared.stats.events.fetch_add(1, Ordering::Relaxed);
+        self.shared.revision.send_replace(revision);
+    }
+
+    fn apply(&mut self, event: SourceEvent) {
+        let state = self.state();
+        match event {
+            SourceEvent::Put {
+                key,
+                value,
+                mod_revision,
+                ..
+            } if mod_revision > state.revision => {
+                let Some(object) = self.decode(&key, &value, mod_revision) else {
+                    return self.progress(mod_revision);
+                };
+                let prev = state.snapshots.back().and_then(|s| s.get(object.key()).cloned());
+                self.push(match prev {
+                    Some(prev) => Event::Modified { object, prev },
+                    None => Event::Added { object },
+                });
+            }
+            SourceEvent::Delete {
+                key, mod_revision, ..
+            } if mod_revision > state.revision => {
+                let prev = ObjectKey::from_source_key(&self.shared.config.prefix, &key)
+                    .and_then(|k| state.snapshots.back().and_then(|s| s.get(&k).cloned()));
+                match prev {
+                    Some(prev) => self.push(Event::Deleted {
+                        revision: mod_revision,
+                        prev,
+                    }),
+                    None => self.progress(mod_revision),
+                }
+            }
+            SourceEvent::Progress { revision } => self.progress(revision),
+            // At or below our revision: already applied (a re-watch may replay).
+            SourceEvent::Put { .. } | SourceEvent::Delete { .. } => {}
+        }
+    }
+
+    /// The source is at `revision` with no change for us: publish a bookmark there.
+    fn progress(&mut self, revision: Revision) {
+        if revision > self.state().revision {
+            self.push(Event::Bookmark { revision });
+        }
+    }
+
+    async fn follow(&mut self) -> Stop {
+        let interval = self.shared.config.bookmark_interval;
+        let mut bookmarks = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+        bookmarks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let from = Revision::new(self.state().revision.get() + 1);
+            let mut stream = match self.source.watch(&self.shared.config.prefix, from).await {
+                Ok(s) => s,
+                Err(SourceError::Compacted { .. }) => return Stop::Relist,
+                Err(e) => {
+                    warn!(resource = %self.shared.config.resource, error = %e, "watch failed");
+                    tokio::time::sleep(self.backoff.delay()).await;
+                    continue;
+                }
+            };
+            loop {
+                tokio::select! {
+                    item = stream.next() => match item {
+                        Some(Ok(event)) => {
+                            self.apply(event);
+                            self.backoff.reset();
+                        }
+                        Some(Err(SourceError::Compacted { compact_revision })) => {
+                            debug!(resource = %self.shared.config.resource, %compact_revision, "watch compacted");
+                            return Stop::Relist;
+                        }
+                        Some(Err(e)) => {
+                            warn!(resource = %self.shared.config.resource, error = %e, "watch broke");
+                            tokio::time::sleep(self.backoff.delay()).await;
+                            break;
+                        }
+                        None => {
+                            tokio::time::sleep(self.backoff.delay()).await;
+                            break;
+                        }
+                    },
+                    _ = bookmarks.tick() => {
+                        let revision = self.state().revision;
+                        self.push(Event::Bookmark { revision });
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,366 @@
+//! Snapshots: the state of a resource at one revision, immutable, with structural sharing.
+//!
+//! A snapshot is a persistent sorted sequence of shared object versions (an RRB vector,
+//! `imbl::Vector`): taking one is O(1), applying a change makes a new one in O(log n) that
+//! shares everything else with the old, and an item's position is known in O(log n), so a
+//! page's `remainingItemCount` is a subtraction rather than a count. The cache keeps one per
+//! entry of its history window, as the apiserver's snapshottable watch cache keeps one per
+//! revision, and serves LIST at an exact revision and continue tokens from them.
+
+use std::cmp::Ordering;
+
+use crate::event::Event;
+use crate::filter::Filter;
+use crate::object::{ObjectKey, ObjectVersion};
+use crate::rv::Revision;
+use std::sync::Arc;
+
+/// The state of one resource at one revision: object versions in key order.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    revision: Revision,
+    items: imbl::Vector<Arc<ObjectVersion>>,
+}
+
+impl Snapshot {
+    /// A snapshot of `items` at `revision`; items are sorted by key, and of duplicate keys the
+    /// last one wins.
+    pub fn new(revision: Revision, mut items: Vec<Arc<ObjectVersion>>) -> Self {
+        items.sort_by(|a, b| a.key().cmp(b.key()));
+        items.dedup_by(|later, earlier| {
+            let same = later.key() == earlier.key();
+            if same {
+                std::mem::swap(later, earlier);
+            }
+            same
+        });
+        Snapshot {
+            revision,
+            items: items.into_iter().collect(),
+        }
+    }
+
+    /// The revision this snapshot is the state at.
+    pub fn revision(&self) -> Revision {
+        self.revision
+    }
+
+    /// The number of objects.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether there are no objects.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// The object at `key`.
+    pub fn get(&self, key: &ObjectKey) -> Option<&Arc<ObjectVersion>> {
+        self.position(key).ok().and_then(|i| self.items.get(i))
+    }
+
+    /// The object at position `index` in key order.
+    pub fn at(&self, index: usize) -> Option<&Arc<ObjectVersion>> {
+        self.items.get(index)
+    }
+
+    /// `Ok(index)` of `key`, or `Err(index)` where it would be inserted.
+    pub fn position(&self, key: &ObjectKey) -> Result<usize, usize> {
+        self.items.binary_search_by(|o| o.key().cmp(key))
+    }
+
+    /// The positions of the objects in `namespace` (all positions for `None`).
+    pub fn range_of(&self, namespace: Option<&str>) -> std::ops::Range<usize> {
+        match namespace {
+            None => 0..self.items.len(),
+            Some(ns) => {
+                let lo = partition(&self.items, |o| o.key().namespace() < ns);
+                let hi = partition(&self.items, |o| o.key().namespace() <= ns);
+                lo..hi
+            }
+        }
+    }
+
+    /// Every object, in key order.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<ObjectVersion>> {
+        self.items.iter()
+    }
+
+    /// The snapshot after `event`, at the event's revision. Bookmarks change only the revision.
+    pub fn apply(&self, event: &Event) -> Snapshot {
+        let mut items = self.items.clone();
+        match event {
+            Event::Added { object } | Event::Modified { object, .. } => match self.position(object.key()) {
+                Ok(i) => {
+                    items.set(i, Arc::clone(object));
+                }
+                Err(i) => items.insert(i, Arc::clone(object)),
+            },
+            Event::Deleted { prev, .. } => {
+                if let Ok(i) = self.position(prev.key()) {
+                    items.remove(i);
+                }
+            }
+            Event::Bookmark { .. } => {}
+        }
+        Snapshot {
+            revision: event.revision(),
+            items,
+        }
+    }
+}
+
+/// The first index at which `pred` is false; `pred` must be true, then false, along `items`.
+fn partition(items: &imbl::Vector<Arc<ObjectVersion>>, pred: impl Fn(&ObjectVersion) -> bool) -> usize {
+    // imbl's binary search takes an ordering; map the predicate onto one that never says Equal.
+    match items.binary_search_by(|o| {
+        if pred(o) {
+            Ordering::Less
+        } else {
+            Ordering::Greater
+        }
+    }) {
+        Ok(i) | Err(i) => i,
+    }
+}
+
+/// The items of one LIST page: positions `next..end` of a snapshot that its filter selects.
+/// Holds the snapshot (shared), never a copy of the items.
+#[derive(Clone, Debug)]
+pub struct ListItems {
+    snapshot: Arc<Snapshot>,
+    next: usize,
+    end: usize,
+    filter: Filter,
+    remaining: usize,
+}
+
+impl ListItems {
+    pub(crate) fn new(
+        snapshot: Arc<Snapshot>,
+        range: std::ops::Range<usize>,
+        filter: Filter,
+        count: usize,
+    ) -> Self {
+        ListItems {
+            snapshot,
+            next: range.start,
+            end: range.end,
+            filter,
+            remaining: count,
+        }
+    }
+
+    /// The number of items still to come.
+    pub fn remaining(&self) -> usize {
+        self.remaining
+    }
+
+    /// The next item, lent: touches no shared reference count.
+    pub fn next_item(&mut self) -> Option<&Arc<ObjectVersion>> {
+        while self.next < self.end {
+            let i = self.next;
+            self.next += 1;
+            if self.snapshot.at(i).is_some_and(|o| self.filter.matches(o)) {
+                self.remaining -= 1;
+                return self.snapshot.at(i);
+            }
+        }
+        None
+    }
+}
+
+impl Iterator for ListItems {
+    type Item = Arc<ObjectVersion>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_item().cloned()
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.remaining, Some(self.remaining))
+    }
+}
+
+impl ExactSizeIterator for ListItems {}
+
+/// One page of a snapshot: where it ends, how many items it has, and whether more follow.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Page {
+    pub(crate) range: std::ops::Range<usize>,
+    pub(crate) count: usize,
+    /// The key of the last item when another selected item follows it.
+    pub(crate) more_after: Option<ObjectKey>,
+    /// Positions after the page in the scanned range (all of them count as remaining items
+    /// only when the filter selects everything in the range).
+    pub(crate) rest: usize,
+}
+
+/// Finds the page of at most `limit` selected items starting at position `start` within
+/// `range`. Scans without collecting; an unlimited page is the whole range.
+pub(crate) fn page(
+    snapshot: &Snapshot,
+    range: std::ops::Range<usize>,
+    start: usize,
+    limit: Option<usize>,
+    filter: &Filter,
+    filter_selects_all: bool,
+) -> Page {
+    let start = start.clamp(range.start, range.end);
+    let Some(limit) = limit else {
+        let count = if filter_selects_all {
+            range.end - start
+        } else {
+            (start..range.end)
+                .filter(|&i| snapshot.at(i).is_some_and(|o| filter.matches(o)))
+                .count()
+        };
+        return Page {
+            range: start..range.end,
+            count,
+            more_after: None,
+            rest: 0,
+        };
+    };
+    let mut count = 0;
+    let mut i = start;
+    while i < range.end && count < limit {
+        if filter_selects_all || snapshot.at(i).is_some_and(|o| filter.matches(o)) {
+            count += 1;
+        }
+        i += 1;
+    }
+    let end = i;
+    let more = if filter_selects_all {
+        end < range.end
+    } else {
+        (end..range.end).any(|j| snapshot.at(j).is_some_and(|o| filter.matches(o)))
+    };
+    let more_after = if more && end > start {
+        snapshot.at(end - 1).map(|o| o.key().clone())
+    } else {
+        None
+    };
+    Page {
+        range: start..end,
+        count,
+        more_after,
+        rest: range.end - end,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(ns: &str, name: &str, rev: u64) -> Arc<ObjectVersion> {
+        Arc::new(ObjectVersion::builder(ObjectKey::new(ns, name), Revision::new(rev)).build())
+    }
+
+    fn keys(s: &Snapshot) -> Vec<String> {
+        s.iter().map(|o| o.key().to_string()).collect()
+    }
+
+    #[test]
+    fn a_snapshot_is_sorted_and_applying_events_leaves_the_old_one_unchanged() {
+        let s0 = Snapshot::new(
+            Revision::new(3),
+            vec![obj("b", "x", 1), obj("a", "y", 2), obj("a", "x", 3)],
+        );
+        assert_eq!(keys(&s0), vec!["a/x", "a/y", "b/x"]);
+        let s1 = s0.apply(&Event::Added {
+            object: obj("a", "z", 4),
+        });
+        let s2 = s1.apply(&Event::Modified {
+            object: obj("a", "x", 5),
+            prev: obj("a", "x", 3),
+        });
+        let s3 = s2.apply(&Event::Deleted {
+            revision: Revision::new(6),
+            prev: obj("a", "y", 2),
+        });
+        let s4 = s3.apply(&Event::Bookmark {
+            revision: Revision::new(9),
+        });
+        assert_eq!(keys(&s0), vec!["a/x", "a/y", "b/x"]);
+        assert_eq!(keys(&s3), vec!["a/x", "a/z", "b/x"]);
+        assert_eq!(
+            s2.get(&ObjectKey::new("a", "x")).unwrap().revision(),
+            Revision::new(5)
+        );
+        assert_eq!(
+            s1.get(&ObjectKey::new("a", "x")).unwrap().revision(),
+            Revision::new(3)
+        );
+        assert_eq!(
+            (s3.revision(), s4.revision(), s4.len()),
+            (Revision::new(6), Revision::new(9), 3)
+        );
+    }
+
+    #[test]
+    fn duplicate_keys_keep_the_last_given() {
+        let s = Snapshot::new(Revision::new(1), vec![obj("a", "x", 1), obj("a", "x", 2)]);
+        assert_eq!(s.len(), 1);
+        assert_eq!(s.iter().next().unwrap().revision(), Revision::new(2));
+    }
+
+    #[test]
+    fn namespace_ranges_and_pages() {
+        let s = Snapshot::new(
+            Revision::new(1),
+            vec![
+                obj("a", "1", 1),
+                obj("b", "1", 1),
+                obj("b", "2", 1),
+                obj("b", "3", 1),
+                obj("c", "1", 1),
+            ],
+        );
+        assert_eq!(s.range_of(Some("b")), 1..4);
+        assert_eq!(s.range_of(Some("bb")), 4..4);
+        assert_eq!(s.range_of(None), 0..5);
+        let all = Filter::everything();
+        let p = page(&s, 1..4, 1, Some(2), &all, true);
+        assert_eq!(
+            p,
+            Page {
+                range: 1..3,
+                count: 2,
+                more_after: Some(ObjectKey::new("b", "2")),
+                rest: 1
+            }
+        );
+        let p = page(&s, 1..4, 3, Some(2), &all, true);
+        assert_eq!(
+            p,
+            Page {
+                range: 3..4,
+                count: 1,
+                more_after: None,
+                rest: 0
+            }
+        );
+        // A filter: only "1"s. From the start, one selected item, and another (c/1) after it.
+        let ones = Filter::parse(None, "", "metadata.name=1").unwrap();
+        let p = page(&s, 0..5, 0, Some(1), &ones, false);
+        assert_eq!(
+            (p.range, p.count, p.more_after),
+            (0..1, 1, Some(ObjectKey::new("a", "1")))
+        );
+        let p = page(&s, 0..5, 1, Some(1), &ones, false);
+        assert_eq!(
+            (p.range, p.count, p.more_after),
+            (1..2, 1, Some(ObjectKey::new("b", "1")))
+        );
+        let p = page(&s, 0..5, 2, Some(5), &ones, false);
+        assert_eq!((p.range, p.count, p.more_after), (2..5, 1, None));
+        let mut items = ListItems::new(Arc::new(s), 2..5, ones, 1);
+        assert_eq!(
+            items.next_item().map(|o| o.key().to_string()),
+            Some("c/1".to_string())
+        );
+        assert!(items.next_item().is_none());
+    }
+}

@@ -1,0 +1,672 @@
+//! One test per row of the resourceVersion table and per error, plus readiness, relist after
+//! compaction, the quiet resource, bookmarks, the consistency check and paging under writes.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{TextCodec, text_pod};
+use watchcache_core::{
+    Cache, CacheConfig, CacheError, EventKind, Expired, Filter, ListOptions, MemorySource,
+    ResourceVersionMatch, Revision, SourceError, WatchEvent, WatchOptions,
+};
+
+fn config() -> CacheConfig {
+    let mut c = CacheConfig::new("pods", "pods/");
+    c.capacity = 8;
+    c.fresh_timeout = Duration::from_millis(300);
+    c.ready_timeout = Duration::from_millis(300);
+    c.backoff_initial = Duration::from_millis(5);
+    c.backoff_max = Duration::from_millis(20);
+    c.trigger_field = Some("spec.nodeName".into());
+    c
+}
+
+fn create(s: &MemorySource, ns: &str, name: &str) -> Revision {
+    s.create(&format!("pods/{ns}/{name}"), text_pod(ns, name, "web", "n1"))
+        .unwrap()
+}
+
+/// A cache over an empty store, once its first list has completed (so that history starts
+/// before the test's first write).
+async fn started(config: CacheConfig) -> (MemorySource, Cache<MemorySource>) {
+    let s = MemorySource::new();
+    let cache = Cache::new(s.clone(), Arc::new(TextCodec), config).unwrap();
+    cache
+        .list(&ListOptions {
+            resource_version: rv(0),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    (s, cache)
+}
+
+fn names(list: watchcache_core::ListResult) -> Vec<String> {
+    list.items.map(|o| o.key().to_string()).collect()
+}
+
+fn rv(n: u64) -> Option<Revision> {
+    Some(Revision::new(n))
+}
+
+async fn next(w: &mut watchcache_core::CacheWatch) -> WatchEvent {
+    tokio::time::timeout(Duration::from_secs(10), w.next())
+        .await
+        .expect("an event in time")
+        .unwrap()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_list_without_resource_version_is_a_consistent_read() {
+    let (s, cache) = started(config()).await;
+    for i in 0..20 {
+        create(&s, "ns", &format!("p{i:02}"));
+        // Every write is visible to the very next consistent read.
+        let list = cache.list(&ListOptions::default()).await.unwrap();
+        assert!(list.revision >= s.revision());
+        assert_eq!(list.items.len(), i + 1);
+    }
+}
+
+#[tokio::test]
+async fn resource_version_zero_serves_the_current_snapshot_and_honours_limit() {
+    let (s, cache) = started(config()).await;
+    for i in 0..5 {
+        create(&s, "ns", &format!("p{i}"));
+    }
+    cache.list(&ListOptions::default()).await.unwrap();
+    let opts = ListOptions {
+        resource_version: rv(0),
+        limit: Some(2),
+        ..Default::default()
+    };
+    let first = cache.list(&opts).await.unwrap();
+    assert_eq!(first.remaining_item_count, Some(3));
+    let token = first.continue_token.clone().expect("more pages");
+    assert_eq!(names(first), vec!["ns/p0", "ns/p1"]);
+    let second = cache
+        .list(&ListOptions {
+            continue_token: Some(token),
+            limit: Some(10),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(second.continue_token, None);
+    assert_eq!(second.remaining_item_count, None);
+    assert_eq!(names(second), vec!["ns/p2", "ns/p3", "ns/p4"]);
+}
+
+#[tokio::test]
+async fn not_older_than_waits_for_the_revision_or_reports_too_large() {
+    let (s, cache) = started(config()).await;
+    let r = create(&s, "ns", "a");
+    let list = cache
+        .list(&ListOptions {
+            resource_version: Some(r),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(list.revision >= r);
+    assert_eq!(names(list), vec!["ns/a"]);
+    let future = Revision::new(r.get() + 100);
+    let err = cache
+        .list(&ListOptions {
+            resource_version: Some(future),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err,
+        CacheError::TooLargeResourceVersion {
+            requested: future,
+            current: r
+        }
+    );
+    assert!(err.to_string().contains("Too large resource version"));
+    let err = cache
+        .get(&watchcache_core::ObjectKey::new("ns", "a"), Some(future))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CacheError::TooLargeResourceVersion { .. }));
+}
+
+#[tokio::test]
+async fn exact_serves_the_retained_snapshot_or_expired() {
+    let (s, cache) = started(config()).await;
+    let r1 = create(&s, "ns", "a");
+    let r2 = create(&s, "ns", "b");
+    s.delete("pods/ns/a", None).unwrap();
+    cache.list(&ListOptions::default()).await.unwrap();
+    let exact = |n: Revision| ListOptions {
+        resource_version: Some(n),
+        resource_version_match: Some(ResourceVersionMatch::Exact),
+        ..Default::default()
+    };
+    let at1 = cache.list(&exact(r1)).await.unwrap();
+    assert_eq!(at1.revision, r1);
+    assert_eq!(names(at1), vec!["ns/a"]);
+    assert_eq!(names(cache.list(&exact(r2)).await.unwrap()), vec!["ns/a", "ns/b"]);
+    // Push r1 out of the window of 8.
+    for i in 0..10 {
+        create(&s, "other", &format!("x{i}"));
+    }
+    cache.list(&ListOptions::default()).await.unwrap();
+    match cache.list(&exact(r1)).await {
+        Err(CacheError::Expired(Expired { requested, oldest })) => {
+            assert_eq!(requested, r1);
+            assert_eq!(oldest, cache.oldest_revision());
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn contradictory_parameters_are_invalid_requests() {
+    let (s, cache) = started(config()).await;
+    create(&s, "ns", "a");
+    create(&s, "ns", "b");
+    let token = cache
+        .list(&ListOptions {
+            limit: Some(1),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .continue_token
+        .unwrap();
+    let cases = [
+        ListOptions {
+            resource_version_match: Some(ResourceVersionMatch::Exact),
+            ..Default::default()
+        },
+        ListOptions {
+            resource_version: rv(0),
+            resource_version_match: Some(ResourceVersionMatch::Exact),
+            ..Default::default()
+        },
+        ListOptions {
+            resource_version: rv(5),
+            continue_token: Some(token.clone()),
+            ..Default::default()
+        },
+        ListOptions {
+            continue_token: Some(token.clone()),
+            resource_version_match: Some(ResourceVersionMatch::NotOlderThan),
+            ..Default::default()
+        },
+    ];
+    for opts in cases {
+        assert!(
+            matches!(cache.list(&opts).await, Err(CacheError::InvalidRequest(_))),
+            "{opts:?}"
+        );
+    }
+    // rv "0" with a continue token is allowed, as the apiserver allows it.
+    let ok = ListOptions {
+        resource_version: rv(0),
+        continue_token: Some(token),
+        ..Default::default()
+    };
+    assert_eq!(names(cache.list(&ok).await.unwrap()), vec!["ns/b"]);
+    let bad_field = ListOptions {
+        filter: Filter::parse(None, "", "status.phase=x").unwrap(),
+        ..Default::default()
+    };
+    assert!(matches!(
+        cache.list(&bad_field).await,
+        Err(CacheError::Selector(_))
+    ));
+}
+
+#[tokio::test]
+async fn malformed_tampered_foreign_and_expired_continue_tokens() {
+    let (s, cache) = started(config()).await;
+    for i in 0..3 {
+        create(&s, "ns", &format!("p{i}"));
+    }
+    let page = |token: &str| ListOptions {
+        continue_token: Some(token.to_owned()),
+        ..Default::default()
+    };
+    for bad in [
+        "",
+        "garbage!",
+        "eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6Mywic3RhcnQiOiJucy9hXHUwMDAwIn0",
+    ] {
+        assert!(
+            matches!(cache.list(&page(bad)).await, Err(CacheError::InvalidContinue(_))),
+            "{bad:?}"
+        );
+    }
+    // A token from another resource's cache over the same store.
+    let mut cm_config = config();
+    cm_config.resource = "configmaps".into();
+    cm_config.prefix = "configmaps/".into();
+    let other = Cache::new(s.clone(), Arc::new(TextCodec), cm_config).unwrap();
+    s.create("configmaps/ns/c1", text_pod("ns", "c1", "x", "n"))
+        .unwrap();
+    s.create("configmaps/ns/c2", text_pod("ns", "c2", "x", "n"))
+        .unwrap();
+    let foreign = other
+        .list(&ListOptions {
+            limit: Some(1),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .continue_token
+        .unwrap();
+    assert!(matches!(
+        cache.list(&page(&foreign)).await,
+        Err(CacheError::InvalidContinue(_))
+    ));
+    // A valid token whose snapshot has left the window: 410, as the apiserver answers.
+    let token = cache
+        .list(&ListOptions {
+            limit: Some(1),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .continue_token
+        .unwrap();
+    for i in 0..12 {
+        create(&s, "ns", &format!("q{i:02}"));
+    }
+    cache.list(&ListOptions::default()).await.unwrap();
+    assert!(matches!(
+        cache.list(&page(&token)).await,
+        Err(CacheError::Expired(_))
+    ));
+}
+
+#[tokio::test]
+async fn a_paged_list_returns_exactly_the_snapshot_of_its_first_page_while_writes_go_on() {
+    let mut c = config();
+    c.capacity = 1024;
+    let (s, cache) = started(c).await;
+    for i in 0..100 {
+        create(&s, &format!("ns{}", i % 3), &format!("p{i:03}"));
+    }
+    let first = cache
+        .list(&ListOptions {
+            limit: Some(7),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let revision = first.revision;
+    let mut token = first.continue_token.clone();
+    let mut got = names(first);
+    let mut i = 0;
+    while let Some(t) = token {
+        // Writes between pages: creates, updates and deletes of keys before and after the cursor.
+        i += 1;
+        create(&s, "ns1", &format!("new{i:03}"));
+        s.delete(&format!("pods/ns{}/p{:03}", i % 3, i), None).ok();
+        let page = cache
+            .list(&ListOptions {
+                continue_token: Some(t),
+                limit: Some(7),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(page.revision, revision);
+        token = page.continue_token.clone();
+        got.extend(names(page));
+    }
+    let want: Vec<String> = watchcache_core::Source::list(&s, "pods/", Some(revision))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|i| i.key.trim_start_matches("pods/").to_owned())
+        .collect();
+    assert_eq!(got, want);
+}
+
+#[tokio::test]
+async fn watch_without_resource_version_starts_with_the_current_state_then_live() {
+    let (s, cache) = started(config()).await;
+    create(&s, "ns", "a");
+    for (i, rv) in [None, rv(0)].into_iter().enumerate() {
+        let mut w = cache
+            .watch(WatchOptions {
+                resource_version: rv,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let e = next(&mut w).await;
+        assert_eq!((e.kind, e.object.unwrap().key().name()), (EventKind::Added, "a"));
+        // The second round's initial state also holds the first round's live object.
+        for _ in 0..i {
+            assert_eq!(next(&mut w).await.kind, EventKind::Added);
+        }
+        let r = create(&s, "ns", &format!("live-{i}"));
+        let e = next(&mut w).await;
+        assert_eq!((e.kind, e.revision), (EventKind::Added, r));
+    }
+}
+
+#[tokio::test]
+async fn watch_from_a_revision_replays_what_followed_or_is_expired() {
+    let (s, cache) = started(config()).await;
+    let r1 = create(&s, "ns", "a");
+    let r2 = s
+        .update("pods/ns/a", text_pod("ns", "a", "api", "n2"), None)
+        .unwrap();
+    let (r3, _) = s.delete("pods/ns/a", None).unwrap();
+    cache.list(&ListOptions::default()).await.unwrap();
+    let mut w = cache
+        .watch(WatchOptions {
+            resource_version: Some(r1),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let e = next(&mut w).await;
+    assert_eq!((e.kind, e.revision), (EventKind::Modified, r2));
+    let e = next(&mut w).await;
+    assert_eq!(
+        (e.kind, e.revision, e.object.unwrap().revision()),
+        (EventKind::Deleted, r3, r2)
+    );
+    for i in 0..10 {
+        create(&s, "ns", &format!("x{i}"));
+    }
+    cache.list(&ListOptions::default()).await.unwrap();
+    match cache
+        .watch(WatchOptions {
+            resource_version: Some(r1),
+            ..Default::default()
+        })
+        .await
+    {
+        Err(CacheError::Expired(e)) => assert_eq!(e.requested, r1),
+        other => panic!("{other:?}"),
+    }
+    let future = Revision::new(s.revision().get() + 50);
+    let err = cache
+        .watch(WatchOptions {
+            resource_version: Some(future),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CacheError::TooLargeResourceVersion { .. }));
+}
+
+#[tokio::test]
+async fn send_initial_events_ends_with_an_annotated_bookmark_then_goes_live() {
+    let (s, cache) = started(config()).await;
+    create(&s, "a", "1");
+    create(&s, "b", "1");
+    create(&s, "b", "2");
+    // rv unset: the initial state comes from a consistent read, so it holds the writes above.
+    let opts = WatchOptions {
+        resource_version: None,
+        send_initial_events: true,
+        allow_bookmarks: true,
+        filter: Filter::everything().in_namespace("b"),
+    };
+    let mut w = cache.watch(opts).await.unwrap();
+    let mut initial = Vec::new();
+    let end = loop {
+        let e = next(&mut w).await;
+        if e.kind == EventKind::Bookmark {
+            break e;
+        }
+        assert_eq!(e.kind, EventKind::Added);
+        initial.push(e.object.unwrap().key().to_string());
+    };
+    assert_eq!(initial, vec!["b/1", "b/2"]);
+    assert!(end.initial_events_end);
+    assert_eq!(end.revision, cache.revision());
+    let r = create(&s, "b", "3");
+    create(&s, "a", "2");
+    let e = next(&mut w).await;
+    assert_eq!(
+        (e.kind, e.revision, e.initial_events_end),
+        (EventKind::Added, r, false)
+    );
+}
+
+#[tokio::test]
+async fn bookmarks_arrive_periodically_even_when_the_resource_is_quiet() {
+    let mut c = config();
+    c.bookmark_interval = Duration::from_millis(30);
+    let (s, cache) = started(c).await;
+    let r = create(&s, "ns", "a");
+    cache.list(&ListOptions::default()).await.unwrap();
+    let mut w = cache
+        .watch(WatchOptions {
+            resource_version: Some(r),
+            allow_bookmarks: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        let e = next(&mut w).await;
+        assert_eq!(
+            (e.kind, e.revision, e.initial_events_end),
+            (EventKind::Bookmark, r, false)
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_progress_notification_lets_a_quiet_resource_answer_at_once() {
+    let mut c = config();
+    c.fresh_timeout = Duration::from_secs(30);
+    let (s, cache) = started(c).await;
+    create(&s, "ns", "a");
+    cache.list(&ListOptions::default()).await.unwrap();
+    // Writes elsewhere in the store move its revision; pods stay quiet.
+    for i in 0..5 {
+        s.create(&format!("configmaps/ns/c{i}"), text_pod("ns", "c", "x", "n"))
+            .unwrap();
+    }
+    let target = s.revision();
+    let before = tokio::time::Instant::now();
+    let mut w = cache
+        .watch(WatchOptions {
+            resource_version: rv(0),
+            allow_bookmarks: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let list = cache
+        .list(&ListOptions {
+            resource_version: Some(target),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(list.revision, target);
+    let consistent = cache.list(&ListOptions::default()).await.unwrap();
+    assert_eq!(consistent.revision, target);
+    // The clock is paused: it only moves if something waited on a timer.
+    assert!(
+        before.elapsed() < Duration::from_secs(30),
+        "answered without waiting for the bound"
+    );
+    // Watchers that asked for bookmarks learn the new revision too.
+    let added = next(&mut w).await;
+    assert_eq!(added.kind, EventKind::Added);
+    let bookmark = next(&mut w).await;
+    assert_eq!((bookmark.kind, bookmark.revision), (EventKind::Bookmark, target));
+}
+
+#[tokio::test]
+async fn requests_wait_for_the_first_list_then_get_not_ready() {
+    let s = MemorySource::new();
+    s.set_available(false);
+    let cache = Cache::new(s.clone(), Arc::new(TextCodec), config()).unwrap();
+    assert!(!cache.is_ready());
+    let err = cache
+        .list(&ListOptions {
+            resource_version: rv(0),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err,
+        CacheError::NotReady {
+            retry_after: Duration::from_secs(1)
+        }
+    );
+    assert!(matches!(
+        cache.watch(WatchOptions::default()).await,
+        Err(CacheError::NotReady { .. })
+    ));
+    s.set_available(true);
+    let list = cache
+        .list(&ListOptions {
+            resource_version: rv(0),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(list.items.len(), 0);
+    assert!(cache.is_ready());
+}
+
+#[tokio::test]
+async fn after_compaction_the_cache_relists_expires_old_watchers_and_serves_new_ones() {
+    let (s, cache) = started(config()).await;
+    create(&s, "ns", "a");
+    let list = cache.list(&ListOptions::default()).await.unwrap();
+    let mut old = cache
+        .watch(WatchOptions {
+            resource_version: Some(list.revision),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(cache.stats().lists.load(std::sync::atomic::Ordering::Relaxed), 1);
+    // Partition the cache's watch, write and compact past it, heal.
+    s.pause_watches(true);
+    let b = create(&s, "ns", "b");
+    s.delete("pods/ns/a", None).unwrap();
+    s.compact(s.revision());
+    s.pause_watches(false);
+    // The cache recovers: the consistent read sees the new state.
+    let list = cache.list(&ListOptions::default()).await.unwrap();
+    assert_eq!(names(list), vec!["ns/b"]);
+    assert!(cache.stats().lists.load(std::sync::atomic::Ordering::Relaxed) >= 2);
+    // The old watcher's cursor cannot be honoured: Expired, then the end.
+    let end = tokio::time::timeout(Duration::from_secs(10), old.next())
+        .await
+        .unwrap();
+    match end {
+        Some(Err(Expired { requested, oldest })) => assert!(requested < b && oldest >= b),
+        other => panic!("{other:?}"),
+    }
+    assert!(old.next().await.is_none());
+    // A new watcher from the new state misses nothing and repeats nothing.
+    let now = cache.revision();
+    let mut fresh = cache
+        .watch(WatchOptions {
+            resource_version: Some(now),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let c = create(&s, "ns", "c");
+    let d = create(&s, "ns", "d");
+    assert_eq!(next(&mut fresh).await.revision, c);
+    assert_eq!(next(&mut fresh).await.revision, d);
+    assert!(cache.check_consistency().await.unwrap().is_consistent());
+}
+
+#[tokio::test]
+async fn a_broken_watch_is_reopened_without_a_relist_and_without_losing_events() {
+    let (s, cache) = started(config()).await;
+    let r = create(&s, "ns", "a");
+    cache.list(&ListOptions::default()).await.unwrap();
+    let mut w = cache
+        .watch(WatchOptions {
+            resource_version: Some(r),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    s.pause_watches(true);
+    let b = create(&s, "ns", "b");
+    s.pause_watches(false);
+    let c = create(&s, "ns", "c");
+    assert_eq!(next(&mut w).await.revision, b);
+    assert_eq!(next(&mut w).await.revision, c);
+    assert_eq!(cache.stats().lists.load(std::sync::atomic::Ordering::Relaxed), 1);
+}
+
+#[tokio::test]
+async fn the_consistency_check_compares_cache_and_source_at_one_revision() {
+    let (s, cache) = started(config()).await;
+    for i in 0..6 {
+        create(&s, "ns", &format!("p{i}"));
+    }
+    s.update("pods/ns/p1", text_pod("ns", "p1", "x", "n"), None)
+        .unwrap();
+    s.delete("pods/ns/p2", None).unwrap();
+    cache.list(&ListOptions::default()).await.unwrap();
+    let c = cache.check_consistency().await.unwrap();
+    assert!(c.is_consistent(), "{c:?}");
+    assert_eq!(c.revision, s.revision());
+}
+
+#[tokio::test]
+async fn undecodable_values_are_skipped_and_counted_never_fatal() {
+    let (s, cache) = started(config()).await;
+    s.create("pods/ns/bad", bytes::Bytes::from_static(b"\xff\xfe"))
+        .unwrap();
+    s.create("pods/ns/liar", text_pod("other", "liar", "x", "n"))
+        .unwrap();
+    let r = create(&s, "ns", "good");
+    let list = cache.list(&ListOptions::default()).await.unwrap();
+    assert!(list.revision >= r);
+    assert_eq!(names(list), vec!["ns/good"]);
+    assert_eq!(
+        cache
+            .stats()
+            .decode_errors
+            .load(std::sync::atomic::Ordering::Relaxed),
+        2
+    );
+}
+
+#[tokio::test]
+async fn a_consistent_read_fails_cleanly_when_the_source_is_down() {
+    let (s, cache) = started(config()).await;
+    create(&s, "ns", "a");
+    cache.list(&ListOptions::default()).await.unwrap();
+    s.set_available(false);
+    assert!(matches!(
+        cache.list(&ListOptions::default()).await,
+        Err(CacheError::Source(SourceError::Unavailable(_)))
+    ));
+    // Reads that need no consistent revision are still served from the cache.
+    assert_eq!(
+        cache
+            .list(&ListOptions {
+                resource_version: rv(0),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .items
+            .len(),
+        1
+    );
+}
