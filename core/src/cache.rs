@@ -104,7 +104,7 @@ pub struct CacheConfig {
     pub ready_timeout: Duration,
     /// How often opted-in watchers get a bookmark. Default 60 s.
     pub bookmark_interval: Duration,
-    /// The field parked watchers are indexed by (`spec.nodeName` for pods).
+    /// The field parked watchers are indexed by (`spec.nodeName` for pods); selectable too.
     pub trigger_field: Option<String>,
     /// Selectable fields beyond `metadata.name` and `metadata.namespace`.
     pub fields: Vec<String>,
@@ -256,7 +256,13 @@ impl<S> Clone for Cache<S> {
 impl<S: Source> Cache<S> {
     /// Starts a cache of `config.prefix` in `source`: spawns its reflector on the current
     /// tokio runtime, which lists, then watches.
-    pub fn new(source: S, codec: Arc<dyn Codec>, config: CacheConfig) -> Result<Self, BuildError> {
+    pub fn new(source: S, codec: Arc<dyn Codec>, mut config: CacheConfig) -> Result<Self, BuildError> {
+        // The trigger field is selectable too.
+        if let Some(t) = &config.trigger_field {
+            if !config.fields.contains(t) {
+                config.fields.push(t.clone());
+            }
+        }
         if config.capacity < 2 || !config.capacity.is_power_of_two() {
             return Err(BuildError::CapacityNotPowerOfTwo(config.capacity));
         }

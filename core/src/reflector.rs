@@ -131,7 +131,11 @@ impl<S: Source> Reflector<S> {
             .collect();
         let snapshot = Arc::new(Snapshot::new(list.revision, items));
         let mut builder = WatchHub::builder().capacity(config.capacity).start(list.revision);
-        for f in &config.fields {
+        for f in config
+            .fields
+            .iter()
+            .filter(|f| Some(*f) != config.trigger_field.as_ref())
+        {
             builder = builder.field(f);
         }
         if let Some(t) = &config.trigger_field {
