@@ -258,10 +258,10 @@ impl<S: Source> Cache<S> {
     /// tokio runtime, which lists, then watches.
     pub fn new(source: S, codec: Arc<dyn Codec>, mut config: CacheConfig) -> Result<Self, BuildError> {
         // The trigger field is selectable too.
-        if let Some(t) = &config.trigger_field {
-            if !config.fields.contains(t) {
-                config.fields.push(t.clone());
-            }
+        if let Some(t) = &config.trigger_field
+            && !config.fields.contains(t)
+        {
+            config.fields.push(t.clone());
         }
         if config.capacity < 2 || !config.capacity.is_power_of_two() {
             return Err(BuildError::CapacityNotPowerOfTwo(config.capacity));
