@@ -111,11 +111,11 @@ impl Sel {
     fn random(rng: &mut Rng) -> Sel {
         match rng.below(6) {
             0 => Sel::All,
-            1 => Sel::Ns(*rng.pick(&NAMESPACES)),
-            2 => Sel::App(*rng.pick(&APPS)),
-            3 => Sel::NotApp(*rng.pick(&APPS)),
-            4 => Sel::Node(*rng.pick(&NODES)),
-            _ => Sel::NsNode(*rng.pick(&NAMESPACES), *rng.pick(&NODES)),
+            1 => Sel::Ns(rng.pick(&NAMESPACES)),
+            2 => Sel::App(rng.pick(&APPS)),
+            3 => Sel::NotApp(rng.pick(&APPS)),
+            4 => Sel::Node(rng.pick(&NODES)),
+            _ => Sel::NsNode(rng.pick(&NAMESPACES), rng.pick(&NODES)),
         }
     }
     fn filter(self) -> Filter {
