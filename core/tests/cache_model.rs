@@ -35,8 +35,8 @@ impl Rng {
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len() as u64) as usize]
+    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[self.below(items.len() as u64) as usize]
     }
     fn chance(&mut self, percent: u64) -> bool {
         self.below(100) < percent
@@ -350,7 +350,7 @@ async fn check_list(seed: u64, rng: &mut Rng, cache: &Cache<MemorySource>, model
 
 async fn run_case(seed: u64) {
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-    let capacity = *rng.pick(&[2usize, 4, 8, 16, 64]);
+    let capacity = rng.pick(&[2usize, 4, 8, 16, 64]);
     let store = MemorySource::new();
     let mut config = CacheConfig::new("pods", "pods/");
     config.capacity = capacity;
