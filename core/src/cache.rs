@@ -96,8 +96,14 @@ pub struct CacheConfig {
     pub resource: String,
     /// The source key prefix listed and watched (`pods/`).
     pub prefix: String,
-    /// The history window in events: a power of two. Default 4096.
+    /// The history window's upper bound in events: a power of two. Default 4096.
     pub capacity: usize,
+    /// The window's lower bound: this many newest events are kept whatever their age.
+    /// Default 100, the apiserver's lower bound.
+    pub retain_min_events: usize,
+    /// Events older than this, beyond the lower bound, are released so their memory returns
+    /// (the apiserver's `eventFreshDuration`). Default 75 s.
+    pub fresh_window: Duration,
     /// How long reads wait for the cache to reach a revision. Default 3 s.
     pub fresh_timeout: Duration,
     /// How long requests wait for the first list before `NotReady`. Default 3 s.
@@ -121,6 +127,8 @@ impl CacheConfig {
             resource: resource.to_owned(),
             prefix: prefix.to_owned(),
             capacity: crate::watcher::DEFAULT_CAPACITY,
+            retain_min_events: 100,
+            fresh_window: Duration::from_secs(75),
             fresh_timeout: Duration::from_secs(3),
             ready_timeout: Duration::from_secs(3),
             bookmark_interval: Duration::from_secs(60),

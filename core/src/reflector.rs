@@ -10,9 +10,12 @@
 //! watchers with Expired: their cursors can no longer be honoured. Retries back off
 //! exponentially with jitter.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use futures_util::StreamExt;
 use tracing::{debug, warn};
@@ -59,6 +62,8 @@ pub(crate) struct Reflector<S> {
     shared: Arc<Shared>,
     publisher: Option<Publisher>,
     backoff: Backoff,
+    /// When each entry still in the ring was published, oldest first, with its sequence number.
+    published: VecDeque<(Instant, u64)>,
 }
 
 /// Why following the watch stopped.
@@ -76,6 +81,7 @@ impl<S: Source> Reflector<S> {
             shared,
             publisher: None,
             backoff,
+            published: VecDeque::new(),
         }
     }
 
@@ -155,6 +161,7 @@ impl<S: Source> Reflector<S> {
         if let Some(old) = self.publisher.replace(publisher) {
             old.close(list.revision);
         }
+        self.published.clear();
         self.shared.stats.lists.fetch_add(1, Ordering::Relaxed);
         self.shared.revision.send_replace(list.revision);
         debug!(resource = %config.resource, revision = %list.revision, "listed");
@@ -166,9 +173,17 @@ impl<S: Source> Reflector<S> {
         let Some(publisher) = self.publisher.as_mut() else {
             return;
         };
-        if let Err(e) = publisher.publish(event.clone()) {
-            warn!(resource = %self.shared.config.resource, error = %e, "event out of order, skipped");
-            return;
+        match publisher.publish(event.clone()) {
+            Ok(seq) => {
+                self.published.push_back((Instant::now(), seq));
+                if self.published.len() > self.shared.config.capacity {
+                    self.published.pop_front();
+                }
+            }
+            Err(e) => {
+                warn!(resource = %self.shared.config.resource, error = %e, "event out of order, skipped");
+                return;
+            }
         }
         let revision = event.revision().max(state.revision);
         let next = Arc::new(
@@ -232,6 +247,38 @@ impl<S: Source> Reflector<S> {
         }
     }
 
+    /// Releases entries older than the freshness window beyond the lower bound, with the
+    /// snapshots they lead to, so that their memory returns; the window's floor moves up.
+    fn retain(&mut self) {
+        let config = &self.shared.config;
+        let Some(deadline) = Instant::now().checked_sub(config.fresh_window) else {
+            return;
+        };
+        let mut keep_from = None;
+        while self.published.len() > config.retain_min_events
+            && self.published.front().is_some_and(|(at, _)| *at < deadline)
+        {
+            keep_from = self.published.pop_front().map(|(_, seq)| seq + 1);
+        }
+        let (Some(keep_from), Some(publisher)) = (keep_from, self.publisher.as_mut()) else {
+            return;
+        };
+        let floor = publisher.trim(keep_from);
+        let state = self.state();
+        let mut snapshots = state.snapshots.clone();
+        // The oldest snapshot kept is the state at the new floor.
+        while snapshots.len() > 1 && snapshots.get(1).is_some_and(|s| s.revision() <= floor) {
+            snapshots.pop_front();
+        }
+        let new_state = State {
+            hub: state.hub.clone(),
+            snapshots,
+            revision: state.revision,
+        };
+        self.shared.state.store(Some(Arc::new(new_state)));
+        debug!(resource = %config.resource, %floor, "released events older than the freshness window");
+    }
+
     /// The source is at `revision` with no change for us: publish a bookmark there.
     fn progress(&mut self, revision: Revision) {
         if revision > self.state().revision {
@@ -241,8 +288,11 @@ impl<S: Source> Reflector<S> {
 
     async fn follow(&mut self) -> Stop {
         let interval = self.shared.config.bookmark_interval;
-        let mut bookmarks = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+        let mut bookmarks = tokio::time::interval_at(Instant::now() + interval, interval);
         bookmarks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let every = (self.shared.config.fresh_window / 8).max(Duration::from_millis(10));
+        let mut retention = tokio::time::interval_at(Instant::now() + every, every);
+        retention.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let from = Revision::new(self.state().revision.get() + 1);
             let mut stream = match self.source.watch(&self.shared.config.prefix, from).await {
@@ -279,6 +329,7 @@ impl<S: Source> Reflector<S> {
                         let revision = self.state().revision;
                         self.push(Event::Bookmark { revision });
                     }
+                    _ = retention.tick() => self.retain(),
                 }
             }
         }

@@ -93,6 +93,8 @@ pub struct EventRing<T> {
     floor: AtomicU64,
     /// The revision of the newest entry, or the start revision.
     head: AtomicU64,
+    /// Entries below this sequence number were released early by [`RingWriter::trim`].
+    trimmed: AtomicU64,
 }
 
 /// How many times [`EventRing::seq_after`] retries a search that the writer overtook before
@@ -113,6 +115,7 @@ impl<T: Send + Sync + 'static> EventRing<T> {
             tail: AtomicU64::new(0),
             floor: AtomicU64::new(start.get()),
             head: AtomicU64::new(start.get()),
+            trimmed: AtomicU64::new(0),
         });
         let writer = RingWriter {
             ring: Arc::clone(&ring),
@@ -138,7 +141,14 @@ impl<T> EventRing<T> {
 
     /// The oldest sequence number still held.
     pub fn oldest_seq(&self) -> u64 {
-        self.tail().saturating_sub(self.slots.len() as u64)
+        let tail = self.tail();
+        tail.saturating_sub(self.slots.len() as u64).max(self.trimmed())
+    }
+
+    fn trimmed(&self) -> u64 {
+        // Acquire pairs with the Release store in `RingWriter::trim`: a reader that sees the
+        // new bound also sees the floor stored before it.
+        self.trimmed.load(Ordering::Acquire)
     }
 
     /// The revision of the newest entry (the start revision before any).
@@ -160,19 +170,21 @@ impl<T> EventRing<T> {
         if seq >= tail {
             return Read::Empty;
         }
-        if tail - seq > self.slots.len() as u64 {
+        if tail - seq > self.slots.len() as u64 || seq < self.trimmed() {
             return Read::Lapped;
         }
         let slot = &self.slots[(seq & self.mask) as usize];
         // Acquire pairs with the Release `swap` in `RingWriter::push`: the entry's fields
         // were written before it was linked.
         let shared = slot.load(Ordering::Acquire, guard);
-        // SAFETY: (1) `seq < tail`, and the writer links the entry for `seq` into this slot
-        // before its Release store of a tail above `seq`, which our Acquire load of `tail`
-        // observed; so the slot holds that entry or a later one and is not null. (2) Entries
-        // are only freed through `defer_destroy` after being unlinked, and we are pinned by
-        // `guard`, so the entry stays allocated for `'g`.
-        let entry = unsafe { shared.deref() };
+        // SAFETY: the pointer is null or points to an entry: entries are only freed through
+        // `defer_destroy` after being unlinked, and we are pinned by `guard`, so one we loaded
+        // stays allocated for `'g`.
+        let Some(entry) = (unsafe { shared.as_ref() }) else {
+            // `seq < tail`, so the entry for `seq` was linked here before the tail we saw was
+            // stored; a null now means `trim` released it since.
+            return Read::Lapped;
+        };
         debug_assert!(entry.seq >= seq, "a slot never goes back in time");
         if entry.seq == seq {
             Read::Ready(entry)
@@ -188,15 +200,16 @@ impl<T> EventRing<T> {
     pub fn seq_after(&self, after: Revision, guard: &Guard) -> Result<u64, Revision> {
         'retry: for _ in 0..SEARCH_RETRIES {
             let tail = self.tail();
-            // Read after `tail`: the writer stores `floor` before the Release store of the
-            // tail that makes the overwrite visible, so this floor covers every entry below
-            // `tail - capacity`.
+            let trimmed = self.trimmed();
+            // Read after `tail` and `trimmed`: the writer stores `floor` before the Release
+            // stores of the tail that makes an overwrite visible and of the trim bound, so
+            // this floor covers every entry below `tail - capacity` and below `trimmed`.
             let floor = self.floor();
             if after < floor {
                 return Err(floor);
             }
             // Entries below `lo` have revisions at most `floor <= after`.
-            let (mut lo, mut hi) = (tail.saturating_sub(self.slots.len() as u64), tail);
+            let (mut lo, mut hi) = (tail.saturating_sub(self.slots.len() as u64).max(trimmed), tail);
             while lo < hi {
                 let mid = lo + (hi - lo) / 2;
                 match self.read(mid, guard) {
@@ -280,6 +293,44 @@ impl<T: Send + Sync + 'static> RingWriter<T> {
         self.next = seq + 1;
         self.last = revision;
         Ok(seq)
+    }
+
+    /// Releases every entry below sequence number `keep_from` before the ring would overwrite
+    /// it (age-based retention): readers there are lapped, starts at revisions below the new
+    /// floor are refused, and the entries are reclaimed like overwritten ones. Returns the
+    /// new floor. `keep_from` past the tail is clamped to the tail; trimming never goes back.
+    pub fn trim(&mut self, keep_from: u64) -> Revision {
+        let ring = &*self.ring;
+        let held_from = self
+            .next
+            .saturating_sub(ring.slots.len() as u64)
+            .max(ring.trimmed.load(Ordering::Relaxed));
+        let keep_from = keep_from.min(self.next);
+        if keep_from <= held_from {
+            return ring.floor();
+        }
+        let guard = epoch::pin();
+        let last = &ring.slots[((keep_from - 1) & ring.mask) as usize];
+        // SAFETY: only this writer links and unlinks entries, so the entry for `keep_from - 1`
+        // (held: `held_from <= keep_from - 1 < next`) is still linked and allocated.
+        let floor = unsafe { last.load(Ordering::Relaxed, &guard).deref() }.revision;
+        // Release pairs with the Acquire in `EventRing::floor`; stored before the bound below.
+        ring.floor.store(floor.get(), Ordering::Release);
+        // Release pairs with the Acquire in `EventRing::trimmed`: a reader that sees the new
+        // bound sees the floor that covers the entries below it.
+        ring.trimmed.store(keep_from, Ordering::Release);
+        for seq in held_from..keep_from {
+            let slot = &ring.slots[(seq & ring.mask) as usize];
+            // Relaxed: a null publishes no data; readers that still find the old pointer read
+            // a valid entry (see below) and the bound above makes them treat it as lapped.
+            let old = slot.swap(epoch::Shared::null(), Ordering::Relaxed, &guard);
+            if !old.is_null() {
+                // SAFETY: unlinked from its only slot just now; pinned readers keep it alive
+                // until their guards drop, as for an overwritten entry in `push`.
+                unsafe { guard.defer_destroy(old) };
+            }
+        }
+        floor
     }
 }
 
@@ -369,6 +420,43 @@ mod tests {
                 ring.seq_after(Revision::new(floor - 1), &guard),
                 Err(Revision::new(floor))
             );
+        }
+    }
+
+    #[test]
+    fn trimming_releases_old_entries_early_and_moves_the_floor() {
+        for cap in SIZES {
+            let (ring, mut w) = ring_of(cap);
+            let n = cap as u64;
+            for i in 0..n {
+                w.push(Revision::new(10 * (i + 1)), i).unwrap();
+            }
+            let keep = n / 2;
+            let floor = w.trim(keep);
+            assert_eq!(floor, Revision::new(10 * keep));
+            assert_eq!(ring.floor(), floor);
+            assert_eq!(ring.oldest_seq(), keep);
+            let guard = epoch::pin();
+            for seq in 0..n {
+                match ring.read(seq, &guard) {
+                    Read::Ready(e) => assert!(seq >= keep && *e.value() == seq),
+                    Read::Lapped => assert!(seq < keep),
+                    Read::Empty => panic!("{seq} was published"),
+                }
+            }
+            assert_eq!(ring.seq_after(floor, &guard), Ok(keep));
+            assert_eq!(ring.seq_after(Revision::new(floor.get() - 1), &guard), Err(floor));
+            // Trimming backwards, or to where it already is, changes nothing.
+            assert_eq!(w.trim(keep / 2), floor);
+            // The ring keeps working: pushes overwrite trimmed (null) slots.
+            for i in n..3 * n {
+                w.push(Revision::new(10 * (i + 1)), i).unwrap();
+            }
+            assert!(matches!(ring.read(3 * n - 1, &guard), Read::Ready(e) if *e.value() == 3 * n - 1));
+            assert_eq!(ring.floor(), Revision::new(10 * (2 * n)));
+            assert_eq!(w.trim(u64::MAX), Revision::new(10 * 3 * n), "clamped to the tail");
+            assert!(matches!(ring.read(3 * n - 1, &guard), Read::Lapped));
+            assert_eq!(ring.seq_after(Revision::new(10 * 3 * n), &guard), Ok(3 * n));
         }
     }
 

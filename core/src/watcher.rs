@@ -326,6 +326,12 @@ impl Publisher {
         }
     }
 
+    /// Releases the history below sequence number `keep_from` early (age-based retention);
+    /// see [`RingWriter::trim`]. Returns the new floor: watches can start after it, not before.
+    pub fn trim(&mut self, keep_from: u64) -> Revision {
+        self.writer.trim(keep_from)
+    }
+
     /// The revision of the last published event (the start revision before any).
     pub fn last_revision(&self) -> Revision {
         self.last

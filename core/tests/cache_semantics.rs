@@ -670,3 +670,80 @@ async fn a_consistent_read_fails_cleanly_when_the_source_is_down() {
         1
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn events_older_than_the_freshness_window_are_released_beyond_the_lower_bound() {
+    let mut c = config();
+    c.capacity = 64;
+    c.retain_min_events = 4;
+    c.fresh_window = Duration::from_secs(75);
+    c.bookmark_interval = Duration::from_secs(3600);
+    let (s, cache) = started(c).await;
+    // An old version that only history holds: created, then replaced at once.
+    let mut revs = vec![create(&s, "ns", "p00")];
+    let (old, _) = cache
+        .get(&watchcache_core::ObjectKey::new("ns", "p00"), None)
+        .await
+        .unwrap();
+    let old = old.unwrap();
+    revs.push(
+        s.update("pods/ns/p00", text_pod("ns", "p00", "api", "n2"), None)
+            .unwrap(),
+    );
+    for i in 1..20 {
+        revs.push(create(&s, "ns", &format!("p{i:02}")));
+    }
+    let list = cache.list(&ListOptions::default()).await.unwrap();
+    assert_eq!(
+        cache.oldest_revision(),
+        Revision::new(1),
+        "all 21 events are young"
+    );
+    assert!(Arc::strong_count(&old) > 1, "history holds the old version");
+    drop(list);
+
+    tokio::time::sleep(Duration::from_secs(90)).await;
+    // The newest 4 events are kept whatever their age: the floor is the 17th event's revision.
+    let floor = revs[16];
+    assert_eq!(cache.oldest_revision(), floor);
+    let exact = |n: Revision| ListOptions {
+        resource_version: Some(n),
+        resource_version_match: Some(ResourceVersionMatch::Exact),
+        ..Default::default()
+    };
+    assert!(matches!(
+        cache.list(&exact(revs[10])).await,
+        Err(CacheError::Expired(_))
+    ));
+    assert_eq!(cache.list(&exact(floor)).await.unwrap().items.len(), 16);
+    assert!(matches!(
+        cache
+            .watch(WatchOptions {
+                resource_version: Some(revs[10]),
+                ..Default::default()
+            })
+            .await,
+        Err(CacheError::Expired(_))
+    ));
+    let mut w = cache
+        .watch(WatchOptions {
+            resource_version: Some(floor),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(next(&mut w).await.revision, revs[17]);
+    // The released entries' memory returns once the epoch moves on.
+    for _ in 0..10_000 {
+        if Arc::strong_count(&old) == 1 {
+            break;
+        }
+        crossbeam_epoch::pin().flush();
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        Arc::strong_count(&old),
+        1,
+        "nothing but this test holds the released version"
+    );
+}
