@@ -152,6 +152,12 @@ impl ListItems {
         }
     }
 
+    /// Every item of `snapshot`, in key order.
+    pub fn all(snapshot: Arc<Snapshot>) -> Self {
+        let len = snapshot.len();
+        ListItems::new(snapshot, 0..len, Filter::everything(), len)
+    }
+
     /// The number of items still to come.
     pub fn remaining(&self) -> usize {
         self.remaining

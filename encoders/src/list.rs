@@ -1,0 +1,226 @@
+//! LIST bodies: a header, the shared items joined by commas, and a footer.
+//!
+//! [`StreamingList`] hands the body out in chunks of at most `chunk_size` bytes as a
+//! `Stream<Item = Result<Bytes, CodecError>>` that hyper can send as a body: it copies the
+//! next pieces into a fresh chunk each time it is polled, so the consumer's pace is the
+//! backpressure and the extra memory of a LIST in flight is the chunk being filled plus the
+//! chunks the consumer still holds, whatever the number and size of the items. Items are read
+//! from the snapshot one at a time ([`ListItems`] lends them); the only per-item work is a
+//! memcpy. [`encode_list`] writes the same bytes into one buffer: the baseline.
+//!
+//! The header is the apiserver's: `{"kind":"PodList","apiVersion":"v1","metadata":
+//! {"resourceVersion":"…","continue":"…","remainingItemCount":N},"items":[` with the optional
+//! ListMeta fields omitted when empty; an empty list is `"items":[]`.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use futures_core::Stream;
+use watchcache_core::{Codec, CodecError, ListItems, ListResult, Revision, WireFormat};
+
+use crate::resource::ResourceInfo;
+
+/// The default chunk size: 64 KiB.
+pub const DEFAULT_CHUNK_SIZE: usize = 64 * 1024;
+
+const FOOTER: &[u8] = b"]}";
+
+/// The ListMeta of a body.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ListHeader {
+    /// `metadata.resourceVersion`.
+    pub revision: Revision,
+    /// `metadata.continue`, omitted when `None`.
+    pub continue_token: Option<String>,
+    /// `metadata.remainingItemCount`, omitted when `None`.
+    pub remaining_item_count: Option<u64>,
+}
+
+impl ListHeader {
+    /// The header of `result`.
+    pub fn of(result: &ListResult) -> Self {
+        ListHeader {
+            revision: result.revision,
+            continue_token: result.continue_token.clone(),
+            remaining_item_count: result.remaining_item_count,
+        }
+    }
+
+    /// Everything up to and including `"items":[`.
+    pub fn encode(&self, info: &ResourceInfo) -> Bytes {
+        let mut out = Vec::with_capacity(128);
+        let s = |out: &mut Vec<u8>, v: &str| {
+            // Serialising a &str into a Vec cannot fail.
+            let _ = serde_json::to_writer(out, v);
+        };
+        out.extend_from_slice(br#"{"kind":"#);
+        s(&mut out, &info.list_kind);
+        out.extend_from_slice(br#","apiVersion":"#);
+        s(&mut out, &info.api_version);
+        out.extend_from_slice(br#","metadata":{"resourceVersion":""#);
+        out.extend_from_slice(itoa::Buffer::new().format(self.revision.get()).as_bytes());
+        out.push(b'"');
+        if let Some(token) = &self.continue_token {
+            out.extend_from_slice(br#","continue":"#);
+            s(&mut out, token);
+        }
+        if let Some(n) = self.remaining_item_count {
+            out.extend_from_slice(br#","remainingItemCount":"#);
+            out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+        }
+        out.extend_from_slice(br#"},"items":["#);
+        Bytes::from(out)
+    }
+}
+
+/// Builds the whole body in one buffer: the baseline the streaming encoder is compared with.
+pub fn encode_list(
+    info: &ResourceInfo,
+    header: &ListHeader,
+    mut items: ListItems,
+    codec: &dyn Codec,
+) -> Result<Vec<u8>, CodecError> {
+    let mut out = header.encode(info).to_vec();
+    let mut first = true;
+    while let Some(item) = items.next_item() {
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        out.extend_from_slice(item.encoding(WireFormat::Json, codec)?.bytes());
+    }
+    out.extend_from_slice(FOOTER);
+    Ok(out)
+}
+
+#[derive(Debug)]
+enum Next {
+    Header,
+    Items { first: bool },
+    Footer,
+    Done,
+}
+
+/// A LIST body as a stream of bounded chunks; see the module docs.
+pub struct StreamingList {
+    header: Bytes,
+    items: ListItems,
+    codec: Arc<dyn Codec>,
+    chunk_size: usize,
+    next: Next,
+    /// The piece being copied out, and how much of it has been.
+    pending: Option<(Bytes, usize)>,
+    /// The separator still owed before `pending`.
+    comma: bool,
+}
+
+impl std::fmt::Debug for StreamingList {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamingList")
+            .field("chunk_size", &self.chunk_size)
+            .field("next", &self.next)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StreamingList {
+    /// The body of `header` and `items`, in chunks of at most `chunk_size` bytes (at least 1).
+    pub fn new(
+        info: &ResourceInfo,
+        header: &ListHeader,
+        items: ListItems,
+        codec: Arc<dyn Codec>,
+        chunk_size: usize,
+    ) -> Self {
+        StreamingList {
+            header: header.encode(info),
+            items,
+            codec,
+            chunk_size: chunk_size.max(1),
+            next: Next::Header,
+            pending: None,
+            comma: false,
+        }
+    }
+
+    /// The body of a LIST result in chunks of [`DEFAULT_CHUNK_SIZE`].
+    pub fn of(info: &ResourceInfo, result: ListResult, codec: Arc<dyn Codec>) -> Self {
+        let header = ListHeader::of(&result);
+        StreamingList::new(info, &header, result.items, codec, DEFAULT_CHUNK_SIZE)
+    }
+
+    /// Moves to the next piece; false when the body is complete.
+    fn advance(&mut self) -> Result<bool, CodecError> {
+        match self.next {
+            Next::Header => {
+                self.pending = Some((self.header.clone(), 0));
+                self.next = Next::Items { first: true };
+            }
+            Next::Items { first } => match self.items.next_item() {
+                Some(item) => {
+                    let bytes = item.encoding(WireFormat::Json, &*self.codec)?.bytes().clone();
+                    self.comma = !first;
+                    self.pending = Some((bytes, 0));
+                    self.next = Next::Items { first: false };
+                }
+                None => self.next = Next::Footer,
+            },
+            Next::Footer => {
+                self.pending = Some((Bytes::from_static(FOOTER), 0));
+                self.next = Next::Done;
+            }
+            Next::Done => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// The next chunk, or `None` once the body is complete.
+    pub fn next_chunk(&mut self) -> Option<Result<Bytes, CodecError>> {
+        let mut chunk = BytesMut::with_capacity(self.chunk_size);
+        loop {
+            let room = self.chunk_size - chunk.len();
+            if room == 0 {
+                return Some(Ok(chunk.freeze()));
+            }
+            if self.comma {
+                chunk.put_u8(b',');
+                self.comma = false;
+                continue;
+            }
+            if let Some((bytes, done)) = &mut self.pending {
+                let n = room.min(bytes.len() - *done);
+                chunk.put_slice(&bytes[*done..*done + n]);
+                *done += n;
+                if *done == bytes.len() {
+                    self.pending = None;
+                }
+                continue;
+            }
+            match self.advance() {
+                Ok(true) => {}
+                Ok(false) if chunk.is_empty() => return None,
+                Ok(false) => return Some(Ok(chunk.freeze())),
+                Err(e) => {
+                    self.next = Next::Done;
+                    return Some(Err(e));
+                }
+            }
+        }
+    }
+}
+
+impl Stream for StreamingList {
+    type Item = Result<Bytes, CodecError>;
+
+    fn poll_next(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        // Pure copying: always ready. Backpressure is the consumer polling only when it can
+        // take another chunk.
+        Poll::Ready(self.get_mut().next_chunk())
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (0, None)
+    }
+}
