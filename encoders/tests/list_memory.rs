@@ -35,6 +35,9 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
+/// The counters are process-wide: the tests of this binary take turns.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 const ITEMS: usize = if cfg!(miri) { 100 } else { 50_000 };
 const ITEM_BYTES: usize = 4096;
 
@@ -68,6 +71,7 @@ fn peak_extra(f: impl FnOnce() -> usize) -> (usize, usize) {
 
 #[test]
 fn streaming_a_large_list_keeps_extra_heap_flat_while_buffering_needs_the_body() {
+    let _turn = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let snapshot = snapshot();
     let info = ResourceInfo::new("pods", "Pod", "v1");
     let codec: Arc<JsonCodec> = Arc::new(JsonCodec::new(true, &[]));
@@ -107,4 +111,68 @@ fn streaming_a_large_list_keeps_extra_heap_flat_while_buffering_needs_the_body()
         buffered_peak >= buffered,
         "buffered peak {buffered_peak} B below its body of {buffered} B"
     );
+}
+
+/// A realistic pod of about 4 KiB: labels, annotations, two containers with env and probes.
+fn realistic_pod(i: usize) -> Vec<u8> {
+    use serde_json::json;
+    let env: Vec<_> = (0..12)
+        .map(|e| json!({"name": format!("ENV_VAR_{e}"), "value": format!("value-{i}-{e}")}))
+        .collect();
+    let container = |name: &str| {
+        json!({
+            "name": name, "image": format!("registry.example.com/team/{name}:1.2.{i}"),
+            "ports": [{"containerPort": 8080, "protocol": "TCP"}],
+            "env": env,
+            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "500m", "memory": "512Mi"}},
+            "livenessProbe": {"httpGet": {"path": "/healthz", "port": 8080}, "periodSeconds": 10},
+            "volumeMounts": [{"name": "config", "mountPath": "/etc/config"}],
+        })
+    };
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": format!("web-{i:06}"), "namespace": format!("ns-{}", i % 20),
+            "uid": format!("0b5c2f8e-{i:04}-4d2a-9a44-6f6c1d2e3f40"),
+            "creationTimestamp": "2026-11-29T07:00:00Z",
+            "labels": {"app": "web", "tier": "frontend", "pod-template-hash": "5d8f7c9b6"},
+            "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "x".repeat(1600)},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-5d8f7c9b6", "uid": "a1", "controller": true}],
+        },
+        "spec": {"nodeName": format!("node-{}", i % 100), "containers": [container("app"), container("sidecar")],
+                 "volumes": [{"name": "config", "configMap": {"name": "web-config"}}]},
+        "status": {"phase": "Running", "podIP": "10.0.0.1", "hostIP": "192.0.2.1"},
+    })
+    .to_string()
+    .into_bytes()
+}
+
+#[test]
+fn a_stored_object_version_costs_at_most_1_3_times_its_encoded_size() {
+    let _turn = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    use watchcache_core::Codec;
+    let codec = JsonCodec::new(true, &["spec.nodeName", "status.phase"]);
+    let raws: Vec<Vec<u8>> = (0..2_000).map(realistic_pod).collect();
+    let base = LIVE.load(Ordering::SeqCst);
+    let versions: Vec<Arc<ObjectVersion>> = raws
+        .iter()
+        .enumerate()
+        .map(|(i, raw)| Arc::new(codec.decode(raw, Revision::new(i as u64 + 1)).unwrap()))
+        .collect();
+    let stored = LIVE.load(Ordering::SeqCst) - base;
+    let encoded: usize = versions
+        .iter()
+        .map(|v| v.encoded(WireFormat::Json).unwrap().bytes().len())
+        .sum();
+    let ratio = stored as f64 / encoded as f64;
+    eprintln!(
+        "stored object versions: {} B each for {} B of JSON ({ratio:.3}x)",
+        stored / versions.len(),
+        encoded / versions.len()
+    );
+    assert!(
+        encoded / versions.len() >= 3_500,
+        "the pods are realistic in size"
+    );
+    assert!(ratio <= 1.3, "{ratio:.3}x the encoded size");
 }
