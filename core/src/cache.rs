@@ -322,6 +322,28 @@ impl<S: Source> Cache<S> {
             .map_or(Revision::ZERO, |s| s.revision)
     }
 
+    /// How many events the history window holds now (at most the capacity).
+    pub fn history_len(&self) -> usize {
+        self.shared().state.load().as_ref().map_or(0, |s| {
+            let ring = s.hub.ring();
+            (ring.tail() - ring.oldest_seq()) as usize
+        })
+    }
+
+    /// The number of objects in the current state.
+    pub fn len(&self) -> usize {
+        self.shared()
+            .state
+            .load()
+            .as_ref()
+            .map_or(0, |s| s.current().len())
+    }
+
+    /// Whether the current state holds no object.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// The oldest revision a watch can start after, or a LIST match exactly.
     pub fn oldest_revision(&self) -> Revision {
         self.shared().state.load().as_ref().map_or(Revision::ZERO, |s| {
@@ -336,14 +358,10 @@ impl<S: Source> Cache<S> {
         }
         let mut rx = self.shared().revision.subscribe();
         let wait = rx.wait_for(|_| self.shared().state.load().is_some());
-        match tokio::time::timeout(self.config().ready_timeout, wait).await {
-            Ok(Ok(_)) => self.shared().state.load_full().ok_or(CacheError::NotReady {
-                retry_after: Duration::from_secs(1),
-            }),
-            _ => Err(CacheError::NotReady {
-                retry_after: Duration::from_secs(1),
-            }),
-        }
+        let _ = tokio::time::timeout(self.config().ready_timeout, wait).await;
+        self.shared().state.load_full().ok_or(CacheError::NotReady {
+            retry_after: Duration::from_secs(1),
+        })
     }
 
     /// The state once the cache has reached `revision`; asks the source for a progress
@@ -357,15 +375,21 @@ impl<S: Source> Cache<S> {
         // A failed request only means we wait for the periodic notification or a write.
         let _ = self.inner.source.request_progress().await;
         let wait = rx.wait_for(|r| *r >= revision);
-        let reached = tokio::time::timeout(self.config().fresh_timeout, wait).await;
+        // Reduced to a bool at once: the `Ref` a wait returns holds a lock and must not live
+        // across the await below (it would also make this future !Send).
+        let reached = matches!(
+            tokio::time::timeout(self.config().fresh_timeout, wait).await,
+            Ok(Ok(_))
+        );
         let state = self.ready_state().await?;
-        match reached {
+        if reached && state.revision >= revision {
             // The state is stored before the revision is announced, so it is at least as new.
-            Ok(Ok(_)) if state.revision >= revision => Ok(state),
-            _ => Err(CacheError::TooLargeResourceVersion {
+            Ok(state)
+        } else {
+            Err(CacheError::TooLargeResourceVersion {
                 requested: revision,
                 current: state.revision,
-            }),
+            })
         }
     }
 

@@ -747,3 +747,18 @@ async fn events_older_than_the_freshness_window_are_released_beyond_the_lower_bo
         "nothing but this test holds the released version"
     );
 }
+
+#[test]
+fn cache_futures_are_send_so_multi_threaded_servers_can_hold_them() {
+    fn is_send<T: Send>(_: &T) {}
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let _guard = rt.enter();
+    let cache = Cache::new(MemorySource::new(), Arc::new(TextCodec), config()).unwrap();
+    is_send(&cache.list(&ListOptions::default()));
+    is_send(&cache.watch(WatchOptions::default()));
+    is_send(&cache.get(&watchcache_core::ObjectKey::new("a", "b"), None));
+    is_send(&cache.check_consistency());
+}

@@ -1,0 +1,37 @@
+//! What `watchcache serve` can be told.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// The server's configuration; [`Default`] is what `watchcache serve` runs with.
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    /// Where to listen. Default 127.0.0.1:8080.
+    pub addr: SocketAddr,
+    /// History window capacity per resource, in events (a power of two). Default 4096.
+    pub history: usize,
+    /// How often watchers that asked for bookmarks get one. Default 60 s.
+    pub bookmark_interval: Duration,
+    /// How long consistent and not-older-than reads wait for the cache. Default 3 s.
+    pub fresh_timeout: Duration,
+    /// The most watches open at once; more get 429. Default 100,000.
+    pub max_watchers: usize,
+    /// Pods to create at start (about 4 KiB each), with their namespaces and nodes.
+    pub seed_pods: usize,
+    /// Pod updates per second after seeding.
+    pub churn: f64,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        ServeConfig {
+            addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            history: 4096,
+            bookmark_interval: Duration::from_secs(60),
+            fresh_timeout: Duration::from_secs(3),
+            max_watchers: 100_000,
+            seed_pods: 0,
+            churn: 0.0,
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! `/metrics` in the Prometheus text format (prometheus-client).
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+type Labels = Vec<(&'static str, String)>;
+
+/// The server's metrics.
+pub struct Metrics {
+    registry: Registry,
+    /// Open watches, per resource.
+    pub watchers: Family<Labels, Gauge>,
+    /// Watch events written to clients, per resource.
+    pub events_dispatched: Family<Labels, Counter>,
+    /// Bookmarks written to clients, per resource.
+    pub bookmarks_sent: Family<Labels, Counter>,
+    /// Watches ended because the history window lapped them, per resource.
+    pub watchers_lapped: Family<Labels, Counter>,
+    /// LIST requests, per resource.
+    pub list_requests: Family<Labels, Counter>,
+    /// LIST body bytes written, per resource.
+    pub list_bytes: Family<Labels, Counter>,
+    /// History window capacity, per resource.
+    pub ring_capacity: Family<Labels, Gauge>,
+    /// Events in the history window, per resource.
+    pub ring_occupancy: Family<Labels, Gauge>,
+    /// Request latency to the response head, per verb.
+    pub request_duration: Family<Labels, Histogram>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("watchcache");
+        let request_duration = Family::<Labels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.0001, 2.0, 18))
+        });
+        let m = Metrics {
+            watchers: Family::default(),
+            events_dispatched: Family::default(),
+            bookmarks_sent: Family::default(),
+            watchers_lapped: Family::default(),
+            list_requests: Family::default(),
+            list_bytes: Family::default(),
+            ring_capacity: Family::default(),
+            ring_occupancy: Family::default(),
+            request_duration,
+            registry: Registry::default(),
+        };
+        registry.register("watchers", "Open watches", m.watchers.clone());
+        registry.register(
+            "events_dispatched",
+            "Watch events written to clients",
+            m.events_dispatched.clone(),
+        );
+        registry.register(
+            "bookmarks_sent",
+            "Bookmarks written to clients",
+            m.bookmarks_sent.clone(),
+        );
+        registry.register(
+            "watchers_lapped",
+            "Watches ended because the history window lapped them",
+            m.watchers_lapped.clone(),
+        );
+        registry.register("list_requests", "LIST requests", m.list_requests.clone());
+        registry.register("list_bytes", "LIST body bytes written", m.list_bytes.clone());
+        registry.register(
+            "ring_capacity",
+            "History window capacity in events",
+            m.ring_capacity.clone(),
+        );
+        registry.register(
+            "ring_occupancy",
+            "Events in the history window",
+            m.ring_occupancy.clone(),
+        );
+        registry.register(
+            "request_duration_seconds",
+            "Request latency to the response head",
+            m.request_duration.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+}
+
+/// Labels for one resource.
+pub fn resource(name: &str) -> Labels {
+    vec![("resource", name.to_owned())]
+}
+
+impl Metrics {
+    /// The text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+}

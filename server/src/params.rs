@@ -1,0 +1,207 @@
+//! Query parameters, parsed into typed values; anything malformed is a 400 Status whose
+//! message names the parameter, as the apiserver's messages do.
+
+use std::time::Duration;
+
+use watchcache_core::{Filter, ListOptions, ResourceVersionMatch, Revision, WatchOptions};
+use watchcache_encoders::Status;
+
+/// A request's parameters.
+#[derive(Debug, Default)]
+pub(crate) struct Params {
+    pub(crate) watch: bool,
+    pub(crate) resource_version: Option<Revision>,
+    pub(crate) resource_version_match: Option<ResourceVersionMatch>,
+    pub(crate) limit: Option<usize>,
+    pub(crate) continue_token: Option<String>,
+    pub(crate) label_selector: String,
+    pub(crate) field_selector: String,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) allow_bookmarks: bool,
+    pub(crate) send_initial_events: Option<bool>,
+}
+
+fn parse_bool(name: &str, v: &str) -> Result<bool, Status> {
+    match v {
+        "true" | "1" => Ok(true),
+        "false" | "0" | "" => Ok(false),
+        _ => Err(Status::bad_request(format!(
+            "invalid value for {name}: {v:?} is not a boolean"
+        ))),
+    }
+}
+
+impl Params {
+    pub(crate) fn parse(query: Option<&str>) -> Result<Params, Status> {
+        let mut p = Params::default();
+        for (k, v) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+            match &*k {
+                "watch" => p.watch = parse_bool("watch", &v)?,
+                "resourceVersion" if v.is_empty() => {}
+                "resourceVersion" => {
+                    p.resource_version =
+                        Some(Revision::parse(&v).map_err(|e| {
+                            Status::bad_request(format!("invalid resourceVersion {v:?}: {e}"))
+                        })?);
+                }
+                "resourceVersionMatch" => {
+                    p.resource_version_match = match &*v {
+                        "" => None,
+                        "NotOlderThan" => Some(ResourceVersionMatch::NotOlderThan),
+                        "Exact" => Some(ResourceVersionMatch::Exact),
+                        other => {
+                            return Err(Status::bad_request(format!(
+                                "invalid resourceVersionMatch {other:?}: must be NotOlderThan or Exact"
+                            )));
+                        }
+                    };
+                }
+                "limit" if v.is_empty() => {}
+                "limit" => {
+                    let n: i64 = v
+                        .parse()
+                        .map_err(|_| Status::bad_request(format!("invalid limit {v:?}: not an integer")))?;
+                    if n < 0 {
+                        return Err(Status::bad_request(format!(
+                            "invalid limit {n}: must be non-negative"
+                        )));
+                    }
+                    p.limit = usize::try_from(n).ok().filter(|&n| n > 0);
+                }
+                "continue" if v.is_empty() => {}
+                "continue" => p.continue_token = Some(v.into_owned()),
+                "labelSelector" => p.label_selector = v.into_owned(),
+                "fieldSelector" => p.field_selector = v.into_owned(),
+                "timeoutSeconds" if v.is_empty() => {}
+                "timeoutSeconds" => {
+                    let n: u64 = v.parse().map_err(|_| {
+                        Status::bad_request(format!(
+                            "invalid timeoutSeconds {v:?}: not a non-negative integer"
+                        ))
+                    })?;
+                    p.timeout = Some(Duration::from_secs(n));
+                }
+                "timeout" => {} // a client-side deadline (kubectl's ?timeout=32s); nothing to do here
+                "allowWatchBookmarks" => p.allow_bookmarks = parse_bool("allowWatchBookmarks", &v)?,
+                "sendInitialEvents" => p.send_initial_events = Some(parse_bool("sendInitialEvents", &v)?),
+                _ => {} // unknown parameters are ignored, as the apiserver does
+            }
+        }
+        Ok(p)
+    }
+
+    /// The filter of a request in `namespace`.
+    pub(crate) fn filter(&self, namespace: Option<&str>) -> Result<Filter, Status> {
+        let labels = watchcache_core::LabelSelector::parse(&self.label_selector)
+            .map_err(|e| Status::bad_request(format!("labelSelector: {e}")))?;
+        let fields = watchcache_core::FieldSelector::parse(&self.field_selector)
+            .map_err(|e| Status::bad_request(format!("fieldSelector: {e}")))?;
+        Ok(Filter::new(namespace, labels, fields))
+    }
+
+    pub(crate) fn list_options(&self, namespace: Option<&str>) -> Result<ListOptions, Status> {
+        if self.send_initial_events.is_some() {
+            return Err(Status::bad_request(
+                "sendInitialEvents is only supported for watch requests",
+            ));
+        }
+        Ok(ListOptions {
+            resource_version: self.resource_version,
+            resource_version_match: self.resource_version_match,
+            limit: self.limit,
+            continue_token: self.continue_token.clone(),
+            filter: self.filter(namespace)?,
+        })
+    }
+
+    pub(crate) fn watch_options(&self, namespace: Option<&str>) -> Result<WatchOptions, Status> {
+        let send_initial_events = self.send_initial_events.unwrap_or(false);
+        if self.send_initial_events.is_some() {
+            if self.resource_version_match != Some(ResourceVersionMatch::NotOlderThan) {
+                return Err(Status::bad_request(
+                    "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                ));
+            }
+            if send_initial_events && !self.allow_bookmarks {
+                return Err(Status::bad_request(
+                    "sendInitialEvents requires setting allowWatchBookmarks to true",
+                ));
+            }
+        } else if self.resource_version_match.is_some() {
+            return Err(Status::bad_request(
+                "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+            ));
+        }
+        if self.continue_token.is_some() {
+            return Err(Status::bad_request(
+                "continue is not supported for watch requests",
+            ));
+        }
+        Ok(WatchOptions {
+            resource_version: self.resource_version,
+            send_initial_events,
+            allow_bookmarks: self.allow_bookmarks,
+            filter: self.filter(namespace)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bad(q: &str) -> String {
+        let e = Params::parse(Some(q)).and_then(|p| {
+            if p.watch {
+                p.watch_options(None).map(|_| ())
+            } else {
+                p.list_options(None).map(|_| ())
+            }
+        });
+        let s = e.expect_err(q);
+        assert_eq!(s.code, 400, "{q}");
+        s.message
+    }
+
+    #[test]
+    fn malformed_parameters_are_400s_that_name_the_parameter() {
+        for (q, name) in [
+            ("resourceVersion=abc", "resourceVersion"),
+            ("resourceVersion=-1", "resourceVersion"),
+            ("limit=-5", "limit"),
+            ("limit=ten", "limit"),
+            ("resourceVersionMatch=Newest", "resourceVersionMatch"),
+            ("labelSelector=app%20in%20web", "labelSelector"),
+            ("fieldSelector=spec.nodeName", "fieldSelector"),
+            ("watch=maybe", "watch"),
+            ("watch=1&timeoutSeconds=-3", "timeoutSeconds"),
+            ("watch=1&allowWatchBookmarks=yes", "allowWatchBookmarks"),
+            ("watch=1&sendInitialEvents=true", "resourceVersionMatch"),
+            (
+                "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan",
+                "allowWatchBookmarks",
+            ),
+            (
+                "watch=1&resourceVersionMatch=NotOlderThan",
+                "resourceVersionMatch",
+            ),
+            ("sendInitialEvents=true", "sendInitialEvents"),
+        ] {
+            let m = bad(q);
+            assert!(m.contains(name), "{q}: {m}");
+        }
+    }
+
+    #[test]
+    fn kubectl_and_kube_rs_queries_parse() {
+        let p = Params::parse(Some("limit=500")).unwrap();
+        assert_eq!(p.limit, Some(500));
+        let p = Params::parse(Some("&watch=true&timeoutSeconds=290&allowWatchBookmarks=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion=0")).unwrap();
+        let w = p.watch_options(None).unwrap();
+        assert!(p.watch && w.send_initial_events && w.allow_bookmarks);
+        assert_eq!(w.resource_version, Some(Revision::ZERO));
+        assert_eq!(p.timeout, Some(Duration::from_secs(290)));
+        let p = Params::parse(Some("limit=0&resourceVersion=&timeout=32s")).unwrap();
+        assert_eq!((p.limit, p.resource_version), (None, None));
+    }
+}

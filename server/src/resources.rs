@@ -1,0 +1,131 @@
+//! The resources `watchcache serve` offers, each with its own cache and upstream watch.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use watchcache_core::{BuildError, Cache, CacheConfig, MemorySource};
+use watchcache_encoders::{FrameEncoder, JsonCodec, ResourceInfo};
+
+use crate::config::ServeConfig;
+
+/// How one resource is described and served.
+pub struct Resource {
+    /// Kinds and version.
+    pub info: ResourceInfo,
+    /// `pod`.
+    pub singular: &'static str,
+    /// `po`.
+    pub short_names: &'static [&'static str],
+    /// Whether objects live in namespaces.
+    pub namespaced: bool,
+    /// The source key prefix, `pods/`.
+    pub prefix: String,
+    /// Decodes source values.
+    pub codec: Arc<JsonCodec>,
+    /// Writes watch frames.
+    pub frames: FrameEncoder,
+    /// The watch cache.
+    pub cache: Cache<MemorySource>,
+}
+
+struct Spec {
+    name: &'static str,
+    singular: &'static str,
+    kind: &'static str,
+    short_names: &'static [&'static str],
+    namespaced: bool,
+    fields: &'static [&'static str],
+    trigger: Option<&'static str>,
+}
+
+const SPECS: &[Spec] = &[
+    Spec {
+        name: "pods",
+        singular: "pod",
+        kind: "Pod",
+        short_names: &["po"],
+        namespaced: true,
+        fields: &[
+            "spec.nodeName",
+            "status.phase",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "status.podIP",
+            "status.nominatedNodeName",
+        ],
+        trigger: Some("spec.nodeName"),
+    },
+    Spec {
+        name: "configmaps",
+        singular: "configmap",
+        kind: "ConfigMap",
+        short_names: &["cm"],
+        namespaced: true,
+        fields: &[],
+        trigger: None,
+    },
+    Spec {
+        name: "secrets",
+        singular: "secret",
+        kind: "Secret",
+        short_names: &[],
+        namespaced: true,
+        fields: &["type"],
+        trigger: None,
+    },
+    Spec {
+        name: "namespaces",
+        singular: "namespace",
+        kind: "Namespace",
+        short_names: &["ns"],
+        namespaced: false,
+        fields: &["status.phase"],
+        trigger: None,
+    },
+    Spec {
+        name: "nodes",
+        singular: "node",
+        kind: "Node",
+        short_names: &["no"],
+        namespaced: false,
+        fields: &["spec.unschedulable"],
+        trigger: None,
+    },
+];
+
+/// Starts one cache per resource over `store`.
+pub fn build(
+    store: &MemorySource,
+    config: &ServeConfig,
+) -> Result<BTreeMap<&'static str, Arc<Resource>>, BuildError> {
+    let mut out = BTreeMap::new();
+    for spec in SPECS {
+        let codec = Arc::new(JsonCodec::new(spec.namespaced, spec.fields));
+        let prefix = format!("{}/", spec.name);
+        let mut cache_config = CacheConfig::new(spec.name, &prefix);
+        cache_config.capacity = config.history;
+        cache_config.fresh_timeout = config.fresh_timeout;
+        cache_config.ready_timeout = config.fresh_timeout;
+        cache_config.bookmark_interval = config.bookmark_interval;
+        cache_config.fields = spec.fields.iter().map(|f| (*f).to_owned()).collect();
+        cache_config.trigger_field = spec.trigger.map(str::to_owned);
+        let cache = Cache::new(store.clone(), codec.clone(), cache_config)?;
+        let info = ResourceInfo::new(spec.name, spec.kind, "v1");
+        let frames = FrameEncoder::new(info.clone(), codec.clone());
+        out.insert(
+            spec.name,
+            Arc::new(Resource {
+                info,
+                singular: spec.singular,
+                short_names: spec.short_names,
+                namespaced: spec.namespaced,
+                prefix,
+                codec,
+                frames,
+                cache,
+            }),
+        );
+    }
+    Ok(out)
+}

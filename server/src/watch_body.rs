@@ -1,0 +1,134 @@
+//! A watch response body: frames written as events arrive, bounded per connection.
+//!
+//! The body is a `Stream` that hyper polls only when the connection can take more. Each poll
+//! copies every frame that is ready (up to `FLUSH_BYTES`) into this connection's own buffer,
+//! so a client that stops reading stops this watcher's cursor and nothing else: the writer
+//! laps it, it ends with an ERROR frame carrying a 410 Expired Status, and the memory it held
+//! was only its buffer. The watcher parks with the connection task's waker, so an idle watch
+//! costs no polling.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::{Bytes, BytesMut};
+use futures_core::Stream;
+use tokio_util::sync::WaitForCancellationFutureOwned;
+use watchcache_core::{CacheWatch, EventKind};
+use watchcache_encoders::{FrameEncoder, Status};
+
+use crate::metrics::{self, Metrics};
+
+/// How much one poll copies before handing the chunk to hyper.
+const FLUSH_BYTES: usize = 64 * 1024;
+
+pub(crate) struct WatchBody {
+    pub(crate) watch: Option<CacheWatch>,
+    pub(crate) frames: FrameEncoder,
+    pub(crate) deadline: Pin<Box<tokio::time::Sleep>>,
+    pub(crate) shutdown: Pin<Box<WaitForCancellationFutureOwned>>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) resource: &'static str,
+    /// Frames written before the stream starts (an in-stream error at the start).
+    pub(crate) pending: Option<Bytes>,
+    pub(crate) guard: Option<WatcherGuard>,
+}
+
+/// Counts an open watch while it lives.
+pub(crate) struct WatcherGuard {
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) resource: &'static str,
+    pub(crate) open: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Drop for WatcherGuard {
+    fn drop(&mut self) {
+        self.metrics
+            .watchers
+            .get_or_create(&metrics::resource(self.resource))
+            .dec();
+        self.open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl WatchBody {
+    fn finish(&mut self) {
+        self.watch = None;
+        self.guard = None;
+    }
+}
+
+impl Stream for WatchBody {
+    type Item = Result<Bytes, std::io::Error>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if let Some(first) = this.pending.take() {
+            return Poll::Ready(Some(Ok(first)));
+        }
+        if this.shutdown.as_mut().poll(cx).is_ready() || this.deadline.as_mut().poll(cx).is_ready() {
+            // A clean end: the client re-watches from its last resourceVersion.
+            this.finish();
+            return Poll::Ready(None);
+        }
+        let Some(watch) = this.watch.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let labels = metrics::resource(this.resource);
+        let mut buf = BytesMut::new();
+        let mut ended = false;
+        let (mut events, mut bookmarks) = (0u64, 0u64);
+        while buf.len() < FLUSH_BYTES {
+            let frames = &this.frames;
+            let polled = watch.poll_next_with(cx, |d| {
+                let is_bookmark = d.kind == EventKind::Bookmark;
+                frames.write(&d, &mut buf).map(|()| is_bookmark)
+            });
+            match polled {
+                Poll::Ready(Some(Ok(Ok(bookmark)))) => {
+                    if bookmark {
+                        bookmarks += 1;
+                    } else {
+                        events += 1;
+                    }
+                }
+                Poll::Ready(Some(Ok(Err(e)))) => {
+                    this.frames
+                        .write_error(&Status::internal(e.to_string()), &mut buf);
+                    ended = true;
+                    break;
+                }
+                Poll::Ready(Some(Err(expired))) => {
+                    this.metrics.watchers_lapped.get_or_create(&labels).inc();
+                    this.frames
+                        .write_error(&Status::gone(expired.to_string()), &mut buf);
+                    ended = true;
+                    break;
+                }
+                Poll::Ready(None) => {
+                    ended = true;
+                    break;
+                }
+                Poll::Pending => break,
+            }
+        }
+        this.metrics
+            .events_dispatched
+            .get_or_create(&labels)
+            .inc_by(events);
+        this.metrics
+            .bookmarks_sent
+            .get_or_create(&labels)
+            .inc_by(bookmarks);
+        if ended {
+            this.finish();
+        }
+        if !buf.is_empty() {
+            Poll::Ready(Some(Ok(buf.freeze())))
+        } else if ended {
+            Poll::Ready(None)
+        } else {
+            Poll::Pending
+        }
+    }
+}

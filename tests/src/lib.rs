@@ -1,0 +1,119 @@
+//! Helpers for the end-to-end tests: a server on a free loopback port, an HTTP client, and
+//! the external clients (kubectl builds) with the loud-when-missing policy.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+pub use watchcache_server::{ServeConfig, Server};
+
+/// A config for tests: a free loopback port, short timeouts.
+pub fn config(seed_pods: usize) -> ServeConfig {
+    ServeConfig {
+        addr: "127.0.0.1:0".parse().expect("a loopback address"),
+        seed_pods,
+        fresh_timeout: Duration::from_secs(2),
+        bookmark_interval: Duration::from_secs(1),
+        ..ServeConfig::default()
+    }
+}
+
+/// Starts a server and waits until every cache is ready.
+pub async fn start(config: ServeConfig) -> Server {
+    let server = Server::start(config).await.expect("the server starts");
+    let client = http();
+    for _ in 0..200 {
+        let (code, _) = request(&client, &server, "GET", "/readyz", None).await;
+        if code == 200 {
+            return server;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the server did not become ready");
+}
+
+/// A plain HTTP/1.1 client.
+pub fn http() -> Client<HttpConnector, Full<Bytes>> {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    Client::builder(TokioExecutor::new()).build(connector)
+}
+
+/// Sends a request and returns the status code and the whole body.
+pub async fn request(
+    client: &Client<HttpConnector, Full<Bytes>>,
+    server: &Server,
+    method: &str,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> (u16, Bytes) {
+    let (code, _, body) = request_full(client, server, method, path, body).await;
+    (code, body)
+}
+
+/// As [`request`], with the response headers.
+pub async fn request_full(
+    client: &Client<HttpConnector, Full<Bytes>>,
+    server: &Server,
+    method: &str,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> (u16, http::HeaderMap, Bytes) {
+    let uri = format!("http://{}{path}", server.addr());
+    let body = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
+    let req = http::Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("content-type", "application/json")
+        .body(Full::new(body))
+        .expect("a valid request");
+    let resp = tokio::time::timeout(Duration::from_secs(30), client.request(req))
+        .await
+        .expect("an answer in time")
+        .expect("the request is sent");
+    let code = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let body = resp.into_body().collect().await.expect("the body").to_bytes();
+    (code, headers, body)
+}
+
+/// Whether tests that need external binaries must fail when those are missing (CI).
+pub fn external_required() -> bool {
+    std::env::var("WATCHCACHE_REQUIRE_EXTERNAL").is_ok_and(|v| v == "1")
+}
+
+/// Says loudly that `what` is missing; fails the test when externals are required.
+pub fn missing(what: &str) {
+    let line = "!".repeat(78);
+    eprintln!("{line}\n!! SKIPPED: {what} is not installed on this machine\n{line}");
+    assert!(
+        !external_required(),
+        "{what} is required (WATCHCACHE_REQUIRE_EXTERNAL=1) but missing"
+    );
+}
+
+/// The kubectl builds to test: /usr/bin/kubectl and, where present, the 1.27 and 1.33 builds.
+pub fn kubectl_builds() -> Vec<PathBuf> {
+    let main = PathBuf::from("/usr/bin/kubectl");
+    if !main.exists() {
+        missing("kubectl (/usr/bin/kubectl)");
+        return Vec::new();
+    }
+    let mut out = vec![main];
+    for v in ["1.27", "1.33"] {
+        let p = PathBuf::from(format!("/usr/lib/google-cloud-sdk/bin/kubectl.{v}"));
+        if p.exists() {
+            out.push(p);
+        } else {
+            eprintln!(
+                "note: kubectl {v} is not on this image ({}); testing the others",
+                p.display()
+            );
+        }
+    }
+    out
+}

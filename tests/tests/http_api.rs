@@ -1,0 +1,465 @@
+//! The HTTP facade: every error is a metav1.Status with the apiserver's code, bad parameters
+//! name themselves, watches that start too old or are lapped end in-stream with 410, and a
+//! client that stops reading hurts nobody else.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use watchcache_core::MemorySource;
+use watchcache_tests::{Server, config, http, request, request_full, start};
+
+fn status(body: &Bytes) -> Value {
+    let s: Value = serde_json::from_slice(body)
+        .unwrap_or_else(|_| panic!("a JSON Status: {}", String::from_utf8_lossy(body)));
+    assert_eq!(
+        (s["kind"].as_str(), s["apiVersion"].as_str(), s["status"].as_str()),
+        (Some("Status"), Some("v1"), Some("Failure")),
+        "{s}"
+    );
+    s
+}
+
+async fn expect_status(
+    server: &Server,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+    code: u16,
+    reason: &str,
+) -> Value {
+    let (got, bytes) = request(&http(), server, method, path, body).await;
+    assert_eq!(got, code, "{method} {path}: {}", String::from_utf8_lossy(&bytes));
+    let s = status(&bytes);
+    assert_eq!(
+        (s["code"].as_u64(), s["reason"].as_str()),
+        (Some(code as u64), Some(reason)),
+        "{method} {path}: {s}"
+    );
+    s
+}
+
+fn pod(ns: &str, name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns}, "spec": {"containers": []}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_parameters_are_400s_that_name_the_parameter() {
+    let server = start(config(10)).await;
+    for (query, name) in [
+        ("resourceVersion=abc", "resourceVersion"),
+        ("limit=-1", "limit"),
+        ("limit=x", "limit"),
+        (
+            "resourceVersionMatch=Exact&resourceVersion=0",
+            "resourceVersionMatch=Exact",
+        ),
+        ("resourceVersionMatch=Exact", "resourceVersionMatch=Exact"),
+        ("continue=abc&resourceVersion=5", "continue"),
+        ("labelSelector=a%20in%20b", "labelSelector"),
+        ("fieldSelector=nope", "fieldSelector"),
+        ("fieldSelector=status.hostIP%3Dx", "status.hostIP"),
+        ("watch=1&timeoutSeconds=x", "timeoutSeconds"),
+        ("continue=not-a-token", "continue"),
+    ] {
+        let s = expect_status(
+            &server,
+            "GET",
+            &format!("/api/v1/pods?{query}"),
+            None,
+            400,
+            "BadRequest",
+        )
+        .await;
+        assert!(
+            s["message"].as_str().unwrap_or_default().contains(name),
+            "{query}: {s}"
+        );
+    }
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn not_found_conflict_and_already_exists_are_statuses() {
+    let server = start(config(0)).await;
+    expect_status(&server, "GET", "/api/v1/widgets", None, 404, "NotFound").await;
+    expect_status(
+        &server,
+        "GET",
+        "/api/v1/namespaces/a/nodes",
+        None,
+        404,
+        "NotFound",
+    )
+    .await;
+    expect_status(&server, "GET", "/nope", None, 404, "NotFound").await;
+    let s = expect_status(
+        &server,
+        "GET",
+        "/api/v1/namespaces/a/pods/missing",
+        None,
+        404,
+        "NotFound",
+    )
+    .await;
+    assert_eq!(s["details"]["name"], "missing");
+    expect_status(
+        &server,
+        "DELETE",
+        "/api/v1/namespaces/a/pods/missing",
+        None,
+        404,
+        "NotFound",
+    )
+    .await;
+    expect_status(
+        &server,
+        "PUT",
+        "/api/v1/namespaces/a/pods/missing",
+        Some(pod("a", "missing")),
+        404,
+        "NotFound",
+    )
+    .await;
+
+    let (code, body) = request(
+        &http(),
+        &server,
+        "POST",
+        "/api/v1/namespaces/a/pods",
+        Some(pod("a", "p")),
+    )
+    .await;
+    assert_eq!(code, 201, "{}", String::from_utf8_lossy(&body));
+    let created: Value = serde_json::from_slice(&body).unwrap();
+    assert!(created["metadata"]["uid"].is_string() && created["metadata"]["creationTimestamp"].is_string());
+    let rv = created["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    expect_status(
+        &server,
+        "POST",
+        "/api/v1/namespaces/a/pods",
+        Some(pod("a", "p")),
+        409,
+        "AlreadyExists",
+    )
+    .await;
+
+    // Optimistic concurrency: the right resourceVersion wins once, a stale one is a Conflict.
+    let mut update = pod("a", "p");
+    update["metadata"]["resourceVersion"] = json!(rv);
+    update["metadata"]["labels"] = json!({"v": "2"});
+    let (code, body) = request(
+        &http(),
+        &server,
+        "PUT",
+        "/api/v1/namespaces/a/pods/p",
+        Some(update.clone()),
+    )
+    .await;
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    let updated: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        updated["metadata"]["uid"], created["metadata"]["uid"],
+        "the server keeps the uid"
+    );
+    expect_status(
+        &server,
+        "PUT",
+        "/api/v1/namespaces/a/pods/p",
+        Some(update),
+        409,
+        "Conflict",
+    )
+    .await;
+
+    // Malformed writes.
+    expect_status(
+        &server,
+        "POST",
+        "/api/v1/namespaces/a/pods",
+        Some(json!([1])),
+        400,
+        "BadRequest",
+    )
+    .await;
+    expect_status(
+        &server,
+        "POST",
+        "/api/v1/namespaces/a/pods",
+        Some(pod("b", "q")),
+        400,
+        "BadRequest",
+    )
+    .await;
+    expect_status(
+        &server,
+        "POST",
+        "/api/v1/namespaces/a/pods",
+        Some(json!({"metadata": {}})),
+        422,
+        "Invalid",
+    )
+    .await;
+    expect_status(
+        &server,
+        "POST",
+        "/api/v1/namespaces/a/pods",
+        Some(pod("a", "Bad_Name")),
+        422,
+        "Invalid",
+    )
+    .await;
+    let mut wrong_kind = pod("a", "r");
+    wrong_kind["kind"] = json!("ConfigMap");
+    expect_status(
+        &server,
+        "POST",
+        "/api/v1/namespaces/a/pods",
+        Some(wrong_kind),
+        400,
+        "BadRequest",
+    )
+    .await;
+    let (code, _) = request(
+        &http(),
+        &server,
+        "PATCH",
+        "/api/v1/namespaces/a/pods/p",
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(code, 405);
+
+    // DELETE answers with the object; GET afterwards is 404.
+    let (code, body) = request(&http(), &server, "DELETE", "/api/v1/namespaces/a/pods/p", None).await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        serde_json::from_slice::<Value>(&body).unwrap()["metadata"]["name"],
+        "p"
+    );
+    expect_status(
+        &server,
+        "GET",
+        "/api/v1/namespaces/a/pods/p",
+        None,
+        404,
+        "NotFound",
+    )
+    .await;
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_large_resource_versions_are_504_with_a_cause_and_not_ready_is_429() {
+    let server = start(config(3)).await;
+    let s = expect_status(
+        &server,
+        "GET",
+        "/api/v1/pods?resourceVersion=999999",
+        None,
+        504,
+        "Timeout",
+    )
+    .await;
+    assert_eq!(s["details"]["causes"][0]["reason"], "ResourceVersionTooLarge");
+    assert_eq!(s["details"]["retryAfterSeconds"], 1);
+    server.shutdown().await.unwrap();
+
+    let store = MemorySource::new();
+    store.set_available(false);
+    let server = Server::start_with(config(0), store).await.unwrap();
+    let (code, headers, body) =
+        request_full(&http(), &server, "GET", "/api/v1/pods?resourceVersion=0", None).await;
+    assert_eq!(code, 429);
+    assert_eq!(
+        headers.get("retry-after").and_then(|v| v.to_str().ok()),
+        Some("1")
+    );
+    assert_eq!(status(&body)["reason"], "TooManyRequests");
+    let (code, _) = request(&http(), &server, "GET", "/readyz", None).await;
+    assert_eq!(code, 503, "not ready until the first list");
+    server.shutdown().await.unwrap();
+}
+
+/// Reads a watch body frame by frame.
+struct Frames {
+    body: hyper::body::Incoming,
+    buf: Vec<u8>,
+}
+
+impl Frames {
+    async fn open(server: &Server, path: &str) -> Frames {
+        let uri = format!("http://{}{path}", server.addr());
+        let req = http::Request::get(uri)
+            .body(http_body_util::Full::new(Bytes::new()))
+            .unwrap();
+        let resp = http().request(req).await.expect("watch opens");
+        assert_eq!(resp.status(), 200, "a watch always answers 200");
+        Frames {
+            body: resp.into_body(),
+            buf: Vec::new(),
+        }
+    }
+
+    /// The next frame, or None at the end of the stream.
+    async fn next(&mut self) -> Option<Value> {
+        let line = self.next_line().await?;
+        Some(serde_json::from_slice(&line).expect("a JSON frame"))
+    }
+
+    /// The next frame's type, read from its prefix (frames are `{"type":"…","object":…}`).
+    async fn next_type(&mut self) -> Option<String> {
+        let line = self.next_line().await?;
+        let rest = line.strip_prefix(br#"{"type":""#).expect("a watch frame");
+        let end = rest.iter().position(|b| *b == b'"').expect("a quoted type");
+        Some(String::from_utf8_lossy(&rest[..end]).into_owned())
+    }
+
+    async fn next_line(&mut self) -> Option<Vec<u8>> {
+        loop {
+            if let Some(i) = self.buf.iter().position(|b| *b == b'\n') {
+                return Some(self.buf.drain(..=i).collect());
+            }
+            let frame = tokio::time::timeout(Duration::from_secs(30), self.body.frame())
+                .await
+                .expect("a frame in time")?;
+            if let Ok(data) = frame.expect("body").into_data() {
+                self.buf.extend_from_slice(&data);
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_that_starts_too_old_or_is_lapped_ends_with_an_in_stream_410() {
+    let mut cfg = config(5);
+    cfg.history = 8;
+    let server = start(cfg).await;
+    let store = server.store().clone();
+    let (_, body) = request(&http(), &server, "GET", "/api/v1/pods", None).await;
+    let start_rv: u64 = serde_json::from_slice::<Value>(&body).unwrap()["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    for g in 0..20 {
+        let value = watchcache_server::workload::pod(0, 1, g + 1).to_string();
+        store
+            .update("pods/ns-0/web-000000", Bytes::from(value), None)
+            .unwrap();
+    }
+    request(&http(), &server, "GET", "/api/v1/pods", None).await; // caught up
+    let mut old = Frames::open(
+        &server,
+        &format!("/api/v1/pods?watch=1&resourceVersion={start_rv}"),
+    )
+    .await;
+    let err = old.next().await.expect("an ERROR frame");
+    assert_eq!(err["type"], "ERROR");
+    assert_eq!(
+        (err["object"]["code"].as_u64(), err["object"]["reason"].as_str()),
+        (Some(410), Some("Expired"))
+    );
+    assert!(old.next().await.is_none(), "the stream ends after the error");
+
+    // Timeouts end a watch cleanly, without an error.
+    let mut short = Frames::open(&server, "/api/v1/pods?watch=1&timeoutSeconds=1&resourceVersion=0").await;
+    let mut n = 0;
+    while let Some(f) = short.next().await {
+        assert_ne!(f["type"], "ERROR");
+        n += 1;
+    }
+    assert_eq!(n, 5, "the initial state, then a clean end");
+    server.shutdown().await.unwrap();
+}
+
+fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    pages * 4096
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_is_lapped_alone_and_memory_stays_bounded() {
+    let mut cfg = config(20);
+    cfg.history = 64;
+    let server = start(cfg).await;
+    let store = server.store().clone();
+    // A raw connection that asks for a watch and never reads a byte.
+    let mut stalled = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+    stalled
+        .write_all(
+            format!(
+                "GET /api/v1/pods?watch=1 HTTP/1.1\r\nHost: {}\r\n\r\n",
+                server.addr()
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    // A healthy watcher that reads everything.
+    let mut healthy = Frames::open(&server, "/api/v1/pods?watch=1&resourceVersion=0").await;
+    for _ in 0..20 {
+        assert_eq!(healthy.next().await.unwrap()["type"], "ADDED");
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let rss_before = rss_bytes();
+    // 12,000 updates of about 4 KiB: 48 MB through the cache, far beyond the loopback socket
+    // buffers (about 10 MB), so whatever the server kept for the stalled client would show.
+    // The writer is paced against the healthy reader only (test pacing: the server never
+    // waits for anyone); the stalled client falls behind without bound.
+    const UPDATES: u64 = 12_000;
+    let values: Vec<Bytes> = (0..20)
+        .map(|i| Bytes::from(watchcache_server::workload::pod(i, 1, 7).to_string()))
+        .collect();
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let progress = seen.clone();
+    let writer = tokio::task::spawn_blocking(move || {
+        for g in 0..UPDATES {
+            while g >= progress.load(std::sync::atomic::Ordering::Acquire) + 48 {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            let i = (g % 20) as usize;
+            store
+                .update(&format!("pods/ns-{}/web-{i:06}", i % 10), values[i].clone(), None)
+                .unwrap();
+        }
+    });
+    for n in 1..=UPDATES {
+        let kind = healthy
+            .next_type()
+            .await
+            .expect("the healthy watcher keeps receiving");
+        assert_eq!(kind, "MODIFIED", "the healthy watcher is never lapped");
+        seen.store(n, std::sync::atomic::Ordering::Release);
+    }
+    writer.await.unwrap();
+    let rss_after = rss_bytes();
+    let grown = rss_after.saturating_sub(rss_before);
+    eprintln!(
+        "RSS grew by {} MiB while 48 MB passed a stalled client",
+        grown >> 20
+    );
+    assert!(
+        grown < 32 << 20,
+        "memory grew by {grown} bytes: something buffers for the stalled client"
+    );
+    // The stalled connection: reading now yields what its buffers held, then an ERROR 410.
+    let mut raw = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(20), stalled.read_to_end(&mut raw)).await;
+    let text = String::from_utf8_lossy(&raw);
+    assert!(
+        text.contains("\"type\":\"ERROR\"") && text.contains("\"code\":410"),
+        "the stalled watcher ended with 410"
+    );
+    server.shutdown().await.unwrap();
+}

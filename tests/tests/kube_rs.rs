@@ -1,0 +1,198 @@
+//! kube-rs against `watchcache serve`: its watcher and reflector, as controllers use them.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client, Config, ResourceExt};
+use serde_json::Value;
+use watchcache_tests::{Server, config, http, request, start};
+
+fn client(server: &Server) -> Client {
+    let url = format!("http://{}", server.addr()).parse().expect("a URL");
+    Client::try_from(Config::new(url)).expect("a client")
+}
+
+/// name -> resourceVersion of every pod, read from the server (a consistent list).
+async fn server_state(server: &Server) -> BTreeMap<String, String> {
+    let (code, body) = request(&http(), server, "GET", "/api/v1/pods", None).await;
+    assert_eq!(code, 200);
+    let list: Value = serde_json::from_slice(&body).expect("json");
+    list["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|p| {
+            let m = &p["metadata"];
+            (
+                format!(
+                    "{}/{}",
+                    m["namespace"].as_str().unwrap_or(""),
+                    m["name"].as_str().unwrap_or("")
+                ),
+                m["resourceVersion"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn store_state(store: &Store<Pod>) -> BTreeMap<String, String> {
+    store
+        .state()
+        .iter()
+        .map(|p| {
+            (
+                format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()),
+                p.resource_version().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+async fn update(server: &Server, ns: &str, name: &str, generation: usize) {
+    let c = http();
+    let path = format!("/api/v1/namespaces/{ns}/pods/{name}");
+    let (code, body) = request(&c, server, "GET", &path, None).await;
+    assert_eq!(code, 200);
+    let mut pod: Value = serde_json::from_slice(&body).expect("json");
+    pod["metadata"]["labels"]["generation"] = Value::String(generation.to_string());
+    let (code, body) = request(&c, server, "PUT", &path, Some(pod)).await;
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+}
+
+/// Drives a reflector until its store equals the server's state (bounded), counting the
+/// initial syncs (one per list, so more than one means kube-rs re-listed) and the errors it
+/// yielded (kube-rs yields a 410 as an error item before re-listing). The states are compared
+/// whenever the stream has been idle for a moment.
+async fn sync_until_equal(
+    stream: &mut (impl futures_util::Stream<Item = Result<Event<Pod>, watcher::Error>> + Unpin),
+    store: &Store<Pod>,
+    server: &Server,
+    inits: &mut usize,
+) -> Vec<String> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    let mut errors = Vec::new();
+    loop {
+        match tokio::time::timeout(Duration::from_millis(150), stream.next()).await {
+            Ok(Some(Ok(Event::InitDone))) => {
+                *inits += 1;
+                continue;
+            }
+            Ok(Some(Ok(_))) => continue,
+            Ok(Some(Err(e))) => {
+                errors.push(e.to_string());
+                assert!(errors.len() < 100, "kube-rs keeps failing: {errors:?}");
+                continue;
+            }
+            Ok(None) => panic!("the watcher ended"),
+            Err(_) => {}
+        }
+        if *inits > 0 && store_state(store) == server_state(server).await {
+            return errors;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the reflector never matched the server: {errors:?}"
+        );
+    }
+}
+
+async fn reflector_follows_the_server(cfg: watcher::Config) {
+    let server = start(config(50)).await;
+    let api: Api<Pod> = Api::all(client(&server));
+    let (store, writer) = reflector::store();
+    let mut stream = watcher::watcher(api, cfg).reflect(writer).boxed();
+    let mut inits = 0;
+    let errors = sync_until_equal(&mut stream, &store, &server, &mut inits).await;
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(store.state().len(), 50);
+    // Changes through the API reach kube-rs through the cache.
+    for i in 0..10 {
+        update(&server, &format!("ns-{i}"), &format!("web-{i:06}"), i).await;
+    }
+    let (code, _) = request(
+        &http(),
+        &server,
+        "DELETE",
+        "/api/v1/namespaces/ns-1/pods/web-000011",
+        None,
+    )
+    .await;
+    assert_eq!(code, 200);
+    let errors = sync_until_equal(&mut stream, &store, &server, &mut inits).await;
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(store.state().len(), 49);
+    assert_eq!(inits, 1, "no re-list was needed");
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_rs_default_watcher_with_paged_list_watch_and_bookmarks() {
+    reflector_follows_the_server(watcher::Config::default().page_size(7)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_rs_streaming_lists_end_their_initial_sync_at_the_annotated_bookmark() {
+    reflector_follows_the_server(watcher::Config::default().streaming_lists()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_rs_relists_after_an_in_stream_410_and_converges() {
+    let mut cfg = config(20);
+    cfg.history = 16;
+    let server = start(cfg).await;
+    let api: Api<Pod> = Api::all(client(&server));
+    let (store, writer) = reflector::store();
+    let mut stream = watcher::watcher(api, watcher::Config::default())
+        .reflect(writer)
+        .boxed();
+    let mut inits = 0;
+    sync_until_equal(&mut stream, &store, &server, &mut inits).await;
+    // Let its watch connect, then stop reading it: TCP backpressure stalls its server-side
+    // watcher while far more events than the window (16) pass, about 4 KiB each.
+    for _ in 0..5 {
+        let _ = tokio::time::timeout(Duration::from_millis(100), stream.next()).await;
+    }
+    let lapped_before = lapped(&server).await;
+    let store_handle = server.store().clone();
+    tokio::task::spawn_blocking(move || {
+        for g in 0..6000 {
+            let i = g % 20;
+            let key = format!("pods/ns-{}/web-{i:06}", i % 10);
+            let value = watchcache_server::workload::pod(i, 1, g as u64 + 1).to_string();
+            store_handle
+                .update(&key, bytes::Bytes::from(value), None)
+                .expect("update");
+        }
+    })
+    .await
+    .unwrap();
+    // Reading again: the buffered frames, then an ERROR 410, then kube-rs re-lists.
+    let errors = sync_until_equal(&mut stream, &store, &server, &mut inits).await;
+    assert!(
+        inits >= 2,
+        "kube-rs re-listed after the 410 ({inits} initial syncs)"
+    );
+    assert!(
+        errors.iter().any(|e| e.contains("410") || e.contains("too old")),
+        "{errors:?}"
+    );
+    assert!(
+        lapped(&server).await > lapped_before,
+        "the server ended a lapped watcher"
+    );
+    server.shutdown().await.unwrap();
+}
+
+async fn lapped(server: &Server) -> u64 {
+    let (_, body) = request(&http(), server, "GET", "/metrics", None).await;
+    String::from_utf8_lossy(&body)
+        .lines()
+        .filter(|l| l.starts_with("watchcache_watchers_lapped_total{resource=\"pods\"}"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}

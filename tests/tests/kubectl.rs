@@ -1,0 +1,277 @@
+//! kubectl, the real binaries, against `watchcache serve`: every build on the image.
+//! Needs kubectl; says so loudly when it is missing and fails under WATCHCACHE_REQUIRE_EXTERNAL=1.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use watchcache_tests::{Server, config, http, kubectl_builds, request, start};
+
+struct Kubectl<'a> {
+    bin: &'a Path,
+    server: String,
+    cache: std::path::PathBuf,
+}
+
+impl<'a> Kubectl<'a> {
+    fn new(bin: &'a Path, server: &Server) -> Self {
+        let cache = std::env::temp_dir().join(format!(
+            "watchcache-kubectl-{}-{}",
+            std::process::id(),
+            fastrand_suffix()
+        ));
+        Kubectl {
+            bin,
+            server: format!("http://{}", server.addr()),
+            cache,
+        }
+    }
+
+    fn command(&self, args: &[&str]) -> tokio::process::Command {
+        let mut c = tokio::process::Command::new(self.bin);
+        c.env("KUBECONFIG", "/dev/null")
+            .arg(format!("--server={}", self.server))
+            .arg(format!("--cache-dir={}", self.cache.display()))
+            .args(args)
+            .kill_on_drop(true);
+        c
+    }
+
+    /// Runs kubectl to completion (bounded) and returns stdout; fails on a non-zero exit.
+    async fn run(&self, args: &[&str]) -> String {
+        let out = tokio::time::timeout(Duration::from_secs(60), self.command(args).output())
+            .await
+            .unwrap_or_else(|_| panic!("kubectl {args:?} timed out"))
+            .expect("kubectl runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "{} {args:?} failed: {stderr}",
+            self.bin.display()
+        );
+        String::from_utf8(out.stdout).expect("utf-8 output")
+    }
+}
+
+fn fastrand_suffix() -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    RandomState::new().hash_one(std::time::SystemTime::now())
+}
+
+fn lines(s: &str) -> Vec<&str> {
+    s.lines().filter(|l| !l.trim().is_empty()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_lists_gets_filters_and_pages_like_against_an_apiserver() {
+    let builds = kubectl_builds();
+    if builds.is_empty() {
+        return;
+    }
+    let server = start(config(1000)).await;
+    // Paged by 7 over 1,000 pods: every pod exactly once. kubectl throttles itself to 5
+    // requests a second after a burst of 10 (client-go's default, against any server), so the
+    // 143 pages take about 27 s; the builds page concurrently.
+    let paged = futures_util::future::join_all(builds.iter().map(|bin| {
+        let k = Kubectl::new(bin, &server);
+        async move {
+            (
+                bin,
+                k.run(&["get", "pods", "-A", "--chunk-size=7", "-o", "name"])
+                    .await,
+            )
+        }
+    }))
+    .await;
+    for (bin, names) in paged {
+        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+        for n in lines(&names) {
+            *counts.entry(n).or_default() += 1;
+        }
+        assert_eq!(counts.len(), 1000, "{}: every pod", bin.display());
+        assert!(
+            counts.values().all(|&c| c == 1),
+            "{}: exactly once",
+            bin.display()
+        );
+    }
+    for bin in &builds {
+        let k = Kubectl::new(bin, &server);
+        let who = bin.display();
+
+        let all = k.run(&["get", "pods", "-A"]).await;
+        assert_eq!(lines(&all).len(), 1001, "{who}: a header and 1,000 pods");
+        assert!(
+            all.starts_with("NAMESPACE"),
+            "{who}: {}",
+            &all[..80.min(all.len())]
+        );
+
+        let ns = k.run(&["get", "pods", "-n", "ns-3", "-o", "name"]).await;
+        assert_eq!(lines(&ns).len(), 100, "{who}: one namespace");
+        assert!(
+            lines(&ns)
+                .iter()
+                .all(|l| l.starts_with("pod/web-") && l.ends_with('3')),
+            "{who}"
+        );
+
+        let one = k
+            .run(&["get", "pod", "web-000013", "-n", "ns-3", "-o", "json"])
+            .await;
+        let pod: Value = serde_json::from_str(&one).expect("json");
+        assert_eq!(pod["metadata"]["name"], "web-000013");
+        assert_eq!(pod["kind"], "Pod");
+
+        let list: Value =
+            serde_json::from_str(&k.run(&["get", "pods", "-n", "ns-0", "-o", "json"]).await).expect("json");
+        assert_eq!(
+            list["items"].as_array().map(Vec::len),
+            Some(100),
+            "{who}: -o json"
+        );
+
+        let api = k.run(&["get", "pods", "-A", "-l", "app=api", "-o", "name"]).await;
+        assert_eq!(lines(&api).len(), 334, "{who}: -l app=api (every third pod)");
+
+        let node = k
+            .run(&[
+                "get",
+                "pods",
+                "-A",
+                "--field-selector",
+                "spec.nodeName=node-5",
+                "-o",
+                "name",
+            ])
+            .await;
+        assert_eq!(
+            lines(&node).len(),
+            30,
+            "{who}: --field-selector spec.nodeName=node-5"
+        );
+
+        let nodes = k.run(&["get", "nodes", "-o", "name"]).await;
+        assert_eq!(lines(&nodes).len(), 34, "{who}: cluster-scoped nodes");
+    }
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_watches_changes_and_creates_and_deletes_without_openapi() {
+    let builds = kubectl_builds();
+    if builds.is_empty() {
+        return;
+    }
+    let server = start(config(20)).await;
+    let manifest = std::env::temp_dir().join(format!("watchcache-pod-{}.json", std::process::id()));
+    for (i, bin) in builds.iter().enumerate() {
+        let k = Kubectl::new(bin, &server);
+        let who = bin.display();
+        // `get pods -w` in the background, reading its output line by line.
+        let mut child = k
+            .command(&[
+                "get",
+                "pods",
+                "-n",
+                "ns-1",
+                "-w",
+                "--output-watch-events",
+                "-o",
+                "name",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("kubectl starts");
+        let mut out = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        // The initial list comes first: two pods in ns-1.
+        for _ in 0..2 {
+            let line = tokio::time::timeout(Duration::from_secs(30), out.next_line())
+                .await
+                .expect("listed")
+                .unwrap();
+            assert!(line.is_some_and(|l| l.starts_with("pod/web-")), "{who}");
+        }
+        let name = format!("hello-{i}");
+        let pod = serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "ns-1", "labels": {"app": "hello"}},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+        });
+        std::fs::write(&manifest, pod.to_string()).expect("manifest written");
+        let created = k
+            .run(&[
+                "create",
+                "-f",
+                manifest.to_str().expect("utf-8 path"),
+                "--validate=false",
+            ])
+            .await;
+        assert!(
+            created.contains(&format!("pod/{name} created")),
+            "{who}: {created}"
+        );
+        let line = tokio::time::timeout(Duration::from_secs(30), out.next_line())
+            .await
+            .expect("watched")
+            .unwrap();
+        assert_eq!(
+            line.as_deref(),
+            Some(format!("pod/{name}").as_str()),
+            "{who}: the watch saw the create"
+        );
+        let deleted = k
+            .run(&["delete", "pod", &name, "-n", "ns-1", "--wait=false"])
+            .await;
+        assert!(
+            deleted.contains(&format!("\"{name}\" deleted")),
+            "{who}: {deleted}"
+        );
+        let line = tokio::time::timeout(Duration::from_secs(30), out.next_line())
+            .await
+            .expect("watched")
+            .unwrap();
+        assert_eq!(
+            line.as_deref(),
+            Some(format!("pod/{name}").as_str()),
+            "{who}: the watch saw the delete"
+        );
+        child.kill().await.ok();
+
+        // A raw watch from rv 0 with bookmarks: ADDED frames for the state, newline-delimited.
+        let mut raw = k
+            .command(&[
+                "get",
+                "--raw",
+                "/api/v1/namespaces/ns-2/pods?watch=1&resourceVersion=0&allowWatchBookmarks=true",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("kubectl starts");
+        let mut frames = BufReader::new(raw.stdout.take().expect("stdout")).lines();
+        let mut kinds = Vec::new();
+        while kinds.len() < 3 {
+            let line = tokio::time::timeout(Duration::from_secs(30), frames.next_line())
+                .await
+                .expect("a frame")
+                .unwrap();
+            let frame: Value = serde_json::from_str(&line.expect("a line")).expect("a JSON frame");
+            kinds.push(frame["type"].as_str().unwrap_or_default().to_owned());
+        }
+        // Two pods in ns-2, then (the bookmark interval is 1 s in tests) a bookmark.
+        assert_eq!(kinds, vec!["ADDED", "ADDED", "BOOKMARK"], "{who}");
+        raw.kill().await.ok();
+    }
+    let _ = std::fs::remove_file(&manifest);
+    // Everything kubectl did went through the source and back through the cache.
+    let (code, body) = request(&http(), &server, "GET", "/api/v1/namespaces/ns-1/pods", None).await;
+    assert_eq!(code, 200);
+    let list: Value = serde_json::from_slice(&body).expect("json");
+    assert_eq!(list["items"].as_array().map(Vec::len), Some(2));
+    server.shutdown().await.unwrap();
+}
