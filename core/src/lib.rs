@@ -68,6 +68,7 @@ mod filter;
 mod interest;
 mod loom;
 mod object;
+pub mod protocol;
 mod reflector;
 mod ring;
 mod rv;

@@ -31,3 +31,30 @@ pub(crate) fn lock<T>(mutex: &sync::Mutex<T>) -> sync::MutexGuard<'_, T> {
         Err(poisoned) => poisoned.into_inner(),
     }
 }
+
+/// Orderings the loom models weaken on purpose (see the `loom-weaken-*` features), so that a
+/// model can show it catches the bug the real ordering prevents. Outside loom builds with
+/// those features they are the real orderings.
+pub(crate) mod weaken {
+    use super::sync::atomic::Ordering;
+
+    /// The ring's tail store in `RingWriter::push`.
+    pub(crate) const TAIL_STORE: Ordering =
+        if cfg!(all(watchcache_loom, feature = "loom-weaken-tail-relaxed")) {
+            Ordering::Relaxed
+        } else {
+            Ordering::Release
+        };
+
+    /// The trim bound's store in `RingWriter::trim`.
+    pub(crate) const TRIM_STORE: Ordering =
+        if cfg!(all(watchcache_loom, feature = "loom-weaken-trim-relaxed")) {
+            Ordering::Relaxed
+        } else {
+            Ordering::Release
+        };
+
+    /// Whether a parking watcher re-checks the tail after filing itself.
+    pub(crate) const RECHECK_AFTER_PARK: bool =
+        !cfg!(all(watchcache_loom, feature = "loom-weaken-no-recheck"));
+}

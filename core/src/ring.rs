@@ -15,14 +15,15 @@
 //!   means there is nothing yet.
 //!
 //! Readers write nothing shared: a read is a pin (thread-local), two `Acquire` loads and a
-//! comparison. The writer never waits for anybody. How watchers park on top of this, and why
-//! no wake-up is lost, is in the `watcher` and `interest` modules.
+//! comparison. The writer never waits for anybody. The protocol, with the loom model that
+//! checks each claim, is stated in [`protocol`](crate::protocol).
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
 
 use crate::error::{BuildError, PublishError};
 use crate::loom::sync::Arc;
 use crate::loom::sync::atomic::{AtomicU64, Ordering};
+use crate::loom::weaken;
 use crate::rv::Revision;
 
 /// One published item: its sequence stamp, its revision and the payload. Immutable.
@@ -30,6 +31,10 @@ use crate::rv::Revision;
 pub struct Entry<T> {
     seq: u64,
     revision: Revision,
+    /// The ring's floor once this entry was published: every entry with a sequence number at
+    /// or below `seq - capacity` has a revision at most this. A reader lapped by this entry
+    /// learns from it, with no further load, how far the window moved.
+    floor: Revision,
     value: T,
 }
 
@@ -97,11 +102,6 @@ pub struct EventRing<T> {
     trimmed: AtomicU64,
 }
 
-/// How many times [`EventRing::seq_after`] retries a search that the writer overtook before
-/// it reports the window as moved on. Each retry starts from a fresh tail; with a ring of at
-/// least a few slots one retry is already rare.
-const SEARCH_RETRIES: usize = 8;
-
 impl<T: Send + Sync + 'static> EventRing<T> {
     /// A ring of `capacity` slots (a power of two, at least 2) whose history starts after
     /// `start`: a reader may ask for every entry after any revision from `start` on.
@@ -121,6 +121,7 @@ impl<T: Send + Sync + 'static> EventRing<T> {
             ring: Arc::clone(&ring),
             next: 0,
             last: start,
+            floor: start,
         };
         Ok((ring, writer))
     }
@@ -197,30 +198,59 @@ impl<T> EventRing<T> {
     /// that has seen everything up to `after` starts. A binary search over the stamps of the
     /// retained entries, not a scan. If entries above `after` have already been overwritten,
     /// returns `Err(floor)`, the oldest revision that can still be asked for.
+    ///
+    /// A search the writer overtakes restarts from what it learned: a lapping entry carries
+    /// the floor that covers everything it overwrote, and a trimmed (null) slot makes the trim
+    /// bound visible. Each restart raises the lower bound, so the search ends once the writer
+    /// lets it (checked by the loom models `start_search` and `trim`).
     pub fn seq_after(&self, after: Revision, guard: &Guard) -> Result<u64, Revision> {
-        'retry: for _ in 0..SEARCH_RETRIES {
-            let tail = self.tail();
-            let trimmed = self.trimmed();
-            // Read after `tail` and `trimmed`: the writer stores `floor` before the Release
-            // stores of the tail that makes an overwrite visible and of the trim bound, so
-            // this floor covers every entry below `tail - capacity` and below `trimmed`.
-            let floor = self.floor();
+        let cap = self.slots.len() as u64;
+        let mut tail = self.tail();
+        // Loaded after `tail` and then `trimmed`: the writer stores the floor before the
+        // Release stores of the tail that makes an overwrite visible and of the trim bound,
+        // so this floor covers every entry below `lo`.
+        let mut lo = tail.saturating_sub(cap).max(self.trimmed());
+        let mut floor = self.floor();
+        'restart: loop {
             if after < floor {
                 return Err(floor);
             }
-            // Entries below `lo` have revisions at most `floor <= after`.
-            let (mut lo, mut hi) = (tail.saturating_sub(self.slots.len() as u64).max(trimmed), tail);
-            while lo < hi {
-                let mid = lo + (hi - lo) / 2;
-                match self.read(mid, guard) {
-                    Read::Ready(e) if e.revision > after => hi = mid,
-                    Read::Ready(_) => lo = mid + 1,
-                    Read::Lapped | Read::Empty => continue 'retry,
+            // Invariant: every entry below `lo` has a revision at most `after`.
+            let (mut l, mut h) = (lo, tail);
+            while l < h {
+                let mid = l + (h - l) / 2;
+                // Acquire pairs with the Release swaps in `RingWriter::push` and `trim`.
+                let shared = self.slots[(mid & self.mask) as usize].load(Ordering::Acquire, guard);
+                // SAFETY: null or an entry kept alive by `guard`, as in `read`.
+                match unsafe { shared.as_ref() } {
+                    Some(e) if e.seq == mid => {
+                        if e.revision > after {
+                            h = mid;
+                        } else {
+                            l = mid + 1;
+                        }
+                    }
+                    Some(e) => {
+                        // Lapped by `e`: everything at or below `e.seq - cap` is gone and had
+                        // revisions at most `e.floor`; `e.seq` itself is published.
+                        debug_assert!(e.seq > mid, "a slot never goes back in time");
+                        floor = floor.max(e.floor);
+                        lo = lo.max(e.seq + 1 - cap);
+                        tail = tail.max(e.seq + 1);
+                        continue 'restart;
+                    }
+                    None => {
+                        // Trimmed since we loaded `lo`: the null was stored with Release after
+                        // the floor and the trim bound, so both are visible now, and the bound
+                        // is above `mid`.
+                        lo = lo.max(self.trimmed()).max(mid + 1);
+                        floor = floor.max(self.floor());
+                        continue 'restart;
+                    }
                 }
             }
-            return Ok(lo);
+            return Ok(l);
         }
-        Err(self.floor())
     }
 }
 
@@ -246,6 +276,8 @@ pub struct RingWriter<T> {
     ring: Arc<EventRing<T>>,
     next: u64,
     last: Revision,
+    /// The ring's floor, as this writer last set it.
+    floor: Revision,
 }
 
 impl<T: Send + Sync + 'static> RingWriter<T> {
@@ -268,18 +300,29 @@ impl<T: Send + Sync + 'static> RingWriter<T> {
         let seq = self.next;
         let slot = &ring.slots[(seq & ring.mask) as usize];
         let guard = epoch::pin();
-        let entry = Owned::new(Entry { seq, revision, value });
-        // Release pairs with the Acquire load in `EventRing::read`: a reader that loads this
-        // pointer sees the entry's fields. Acquire is not needed: the old entry was written
-        // by this thread.
+        // Relaxed: only this writer stores into slots, so it reads its own latest store.
+        let current = slot.load(Ordering::Relaxed, &guard);
+        // SAFETY: null or an entry this writer linked and has not unlinked yet (only it
+        // unlinks), so still allocated.
+        let floor = match unsafe { current.as_ref() } {
+            Some(evicted) => evicted.revision.max(self.floor),
+            None => self.floor,
+        };
+        let entry = Owned::new(Entry {
+            seq,
+            revision,
+            floor,
+            value,
+        });
+        // Release pairs with the Acquire loads in `EventRing::read` and `seq_after`: a reader
+        // that loads this pointer sees the entry's fields. Acquire is not needed: the old
+        // entry was written by this thread.
         let old = slot.swap(entry, Ordering::Release, &guard);
+        self.floor = floor;
         if !old.is_null() {
-            // SAFETY: non-null, and only this writer frees entries, after unlinking them;
-            // `old` was unlinked just now under `guard`, so it is still allocated.
-            let evicted = unsafe { old.deref() }.revision;
             // Release pairs with the Acquire load in `EventRing::floor`. Stored before the
             // tail below, so a reader that sees the new tail sees this floor too.
-            ring.floor.store(evicted.get(), Ordering::Release);
+            ring.floor.store(floor.get(), Ordering::Release);
             // SAFETY: `old` is unlinked from the only slot that held it, so no new reader can
             // reach it; readers that loaded it are pinned, and the collector frees it only
             // after every guard pinned before this call is dropped. `T: Send` lets the drop
@@ -289,7 +332,8 @@ impl<T: Send + Sync + 'static> RingWriter<T> {
         // Release pairs with the Acquire in `EventRing::head_revision`.
         ring.head.store(revision.get(), Ordering::Release);
         // Release pairs with the Acquire in `EventRing::tail`: publishes the slot write above.
-        ring.tail.store(seq + 1, Ordering::Release);
+        // (`weaken::TAIL_STORE` is Release except in the loom model that shows why.)
+        ring.tail.store(seq + 1, weaken::TAIL_STORE);
         self.next = seq + 1;
         self.last = revision;
         Ok(seq)
@@ -313,17 +357,22 @@ impl<T: Send + Sync + 'static> RingWriter<T> {
         let last = &ring.slots[((keep_from - 1) & ring.mask) as usize];
         // SAFETY: only this writer links and unlinks entries, so the entry for `keep_from - 1`
         // (held: `held_from <= keep_from - 1 < next`) is still linked and allocated.
-        let floor = unsafe { last.load(Ordering::Relaxed, &guard).deref() }.revision;
+        let floor = unsafe { last.load(Ordering::Relaxed, &guard).deref() }
+            .revision
+            .max(self.floor);
+        self.floor = floor;
         // Release pairs with the Acquire in `EventRing::floor`; stored before the bound below.
         ring.floor.store(floor.get(), Ordering::Release);
         // Release pairs with the Acquire in `EventRing::trimmed`: a reader that sees the new
         // bound sees the floor that covers the entries below it.
-        ring.trimmed.store(keep_from, Ordering::Release);
+        // (`weaken::TRIM_STORE` is Release except in the loom model that shows why.)
+        ring.trimmed.store(keep_from, weaken::TRIM_STORE);
         for seq in held_from..keep_from {
             let slot = &ring.slots[(seq & ring.mask) as usize];
-            // Relaxed: a null publishes no data; readers that still find the old pointer read
-            // a valid entry (see below) and the bound above makes them treat it as lapped.
-            let old = slot.swap(epoch::Shared::null(), Ordering::Relaxed, &guard);
+            // Release pairs with the Acquire slot loads in `seq_after`: a reader that finds the
+            // null also sees the floor and the bound stored above. Readers that still find the
+            // old pointer read a valid entry (reclamation below waits for them).
+            let old = slot.swap(epoch::Shared::null(), Ordering::Release, &guard);
             if !old.is_null() {
                 // SAFETY: unlinked from its only slot just now; pinned readers keep it alive
                 // until their guards drop, as for an overwritten entry in `push`.
@@ -339,7 +388,7 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
 
-    const SIZES: [usize; 3] = [2, 64, 4096];
+    const SIZES: [usize; 3] = if cfg!(miri) { [2, 8, 16] } else { [2, 64, 4096] };
 
     fn ring_of(cap: usize) -> (Arc<EventRing<u64>>, RingWriter<u64>) {
         EventRing::new(cap, Revision::new(0)).unwrap()
