@@ -428,7 +428,9 @@ impl Watcher {
                 }
             }
         }
-        let ring = Arc::clone(&self.shared.ring);
+        // Borrowed, not cloned: a clone would write the reference count that every watcher
+        // shares on every poll.
+        let ring = &*self.shared.ring;
         let guard = epoch::pin();
         let mut budget = SCAN_BUDGET;
         loop {
@@ -480,8 +482,7 @@ impl Watcher {
                     if crate::loom::weaken::RECHECK_AFTER_PARK
                         && (ring.tail() > self.cursor || self.shared.closed_at().is_some())
                     {
-                        self.parked = true;
-                        self.unpark();
+                        unpark(&self.shared, self.id, &self.interest, &self.wake_at);
                         continue;
                     }
                     self.parked = true;
@@ -521,12 +522,17 @@ impl Watcher {
     /// Leaves the index by ourselves; reads on from our own cursor (a stamp the writer may
     /// have set meanwhile is discarded: our cursor is never ahead of what we must read).
     fn unpark(&mut self) {
-        lock(&self.shared.index).unpark(self.id, &self.interest);
-        // Under the lock the writer can no longer stamp us; the Relaxed store is ordered
-        // before any later stamp by the lock taken in the next `park`.
-        self.wake_at.store(NOT_WOKEN, Ordering::Relaxed);
+        unpark(&self.shared, self.id, &self.interest, &self.wake_at);
         self.parked = false;
     }
+}
+
+/// [`Watcher::unpark`] on borrowed fields, for use while the ring is borrowed from `shared`.
+fn unpark(shared: &Shared, id: u64, interest: &Interest, wake_at: &AtomicU64) {
+    lock(&shared.index).unpark(id, interest);
+    // Under the lock the writer can no longer stamp us; the Relaxed store is ordered before
+    // any later stamp by the lock taken in the next `park`.
+    wake_at.store(NOT_WOKEN, Ordering::Relaxed);
 }
 
 impl Stream for Watcher {

@@ -47,6 +47,15 @@ fn names(list: watchcache_core::ListResult) -> Vec<String> {
     list.items.map(|o| o.key().to_string()).collect()
 }
 
+/// LIST at exactly revision `n`.
+fn exact(n: Revision) -> ListOptions {
+    ListOptions {
+        resource_version: Some(n),
+        resource_version_match: Some(ResourceVersionMatch::Exact),
+        ..Default::default()
+    }
+}
+
 fn rv(n: u64) -> Option<Revision> {
     Some(Revision::new(n))
 }
@@ -143,11 +152,6 @@ async fn exact_serves_the_retained_snapshot_or_expired() {
     let r2 = create(&s, "ns", "b");
     s.delete("pods/ns/a", None).unwrap();
     cache.list(&ListOptions::default()).await.unwrap();
-    let exact = |n: Revision| ListOptions {
-        resource_version: Some(n),
-        resource_version_match: Some(ResourceVersionMatch::Exact),
-        ..Default::default()
-    };
     let at1 = cache.list(&exact(r1)).await.unwrap();
     assert_eq!(at1.revision, r1);
     assert_eq!(names(at1), vec!["ns/a"]);
@@ -706,11 +710,6 @@ async fn events_older_than_the_freshness_window_are_released_beyond_the_lower_bo
     // The newest 4 events are kept whatever their age: the floor is the 17th event's revision.
     let floor = revs[16];
     assert_eq!(cache.oldest_revision(), floor);
-    let exact = |n: Revision| ListOptions {
-        resource_version: Some(n),
-        resource_version_match: Some(ResourceVersionMatch::Exact),
-        ..Default::default()
-    };
     assert!(matches!(
         cache.list(&exact(revs[10])).await,
         Err(CacheError::Expired(_))

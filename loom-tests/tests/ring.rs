@@ -46,59 +46,46 @@ fn read_all(ring: &EventRing<Payload>, upto: u64) -> Vec<Result<u64, &'static st
     out
 }
 
+/// A writer publishes `pushes` entries into a ring of 2 while this thread reads them all.
+fn publish_while_reading(pushes: u64) -> Vec<Result<u64, &'static str>> {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let (ring, mut writer) = EventRing::new(2, Revision::ZERO).unwrap();
+    let w = thread::spawn(move || {
+        for seq in 0..pushes {
+            writer
+                .push(
+                    Revision::new(10 * (seq + 1)),
+                    Payload {
+                        seq,
+                        drops: drops.clone(),
+                    },
+                )
+                .unwrap();
+        }
+    });
+    let got = read_all(&ring, pushes);
+    w.join().unwrap();
+    got
+}
+
 #[test]
 fn publish_against_read_sees_each_entry_once_in_order() {
     model("publish_against_read", || {
-        let drops = Arc::new(AtomicUsize::new(0));
-        let (ring, mut writer) = EventRing::new(2, Revision::ZERO).unwrap();
-        let d = drops.clone();
-        let w = thread::spawn(move || {
-            for seq in 0..2u64 {
-                writer
-                    .push(
-                        Revision::new(10 * (seq + 1)),
-                        Payload {
-                            seq,
-                            drops: d.clone(),
-                        },
-                    )
-                    .unwrap();
-            }
-        });
         // Nothing is overwritten here, so a reader is never lapped: it sees a prefix, in order.
-        let got = read_all(&ring, 2);
+        let got = publish_while_reading(2);
         for (i, r) in got.iter().enumerate() {
             match r {
                 Ok(seq) => assert_eq!(*seq, i as u64),
                 Err(e) => assert_eq!(*e, "empty", "at {i}: {got:?}"),
             }
         }
-        w.join().unwrap();
-        drop(ring);
     });
 }
 
 #[test]
 fn a_reader_at_the_lap_boundary_is_lapped_never_misled() {
     model("lap_boundary", || {
-        let drops = Arc::new(AtomicUsize::new(0));
-        let (ring, mut writer) = EventRing::new(2, Revision::ZERO).unwrap();
-        let d = drops.clone();
-        let w = thread::spawn(move || {
-            for seq in 0..3u64 {
-                writer
-                    .push(
-                        Revision::new(10 * (seq + 1)),
-                        Payload {
-                            seq,
-                            drops: d.clone(),
-                        },
-                    )
-                    .unwrap();
-            }
-        });
-        let got = read_all(&ring, 3);
-        w.join().unwrap();
+        let got = publish_while_reading(3);
         for (i, r) in got.iter().enumerate() {
             match r {
                 Ok(seq) => assert_eq!(*seq, i as u64),
@@ -106,7 +93,6 @@ fn a_reader_at_the_lap_boundary_is_lapped_never_misled() {
                 Err(_) => {}
             }
         }
-        drop(ring);
     });
 }
 

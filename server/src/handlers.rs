@@ -18,7 +18,7 @@ use crate::AppState;
 use crate::metrics;
 use crate::params::Params;
 use crate::resources::Resource;
-use crate::watch_body::{WatchBody, WatcherGuard};
+use crate::watch_body::{WatchBody, WatchCounters, WatcherGuard};
 
 /// A Status as an HTTP response.
 pub(crate) fn status_response(s: &Status) -> Response {
@@ -171,8 +171,7 @@ async fn watch(state: &Arc<AppState>, t: &Target, p: &Params) -> Result<Response
         frames: r.frames.clone(),
         deadline: Box::pin(tokio::time::sleep(timeout)),
         shutdown: Box::pin(state.shutdown.clone().cancelled_owned()),
-        metrics: state.metrics.clone(),
-        resource,
+        counters: WatchCounters::new(&state.metrics, resource),
         pending,
         guard: Some(guard),
     };

@@ -9,6 +9,8 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
+
+use prometheus_client::metrics::counter::Counter;
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
@@ -27,11 +29,29 @@ pub(crate) struct WatchBody {
     pub(crate) frames: FrameEncoder,
     pub(crate) deadline: Pin<Box<tokio::time::Sleep>>,
     pub(crate) shutdown: Pin<Box<WaitForCancellationFutureOwned>>,
-    pub(crate) metrics: Arc<Metrics>,
-    pub(crate) resource: &'static str,
+    /// This resource's counters, looked up once: a poll allocates and locks nothing for them.
+    pub(crate) counters: WatchCounters,
     /// Frames written before the stream starts (an in-stream error at the start).
     pub(crate) pending: Option<Bytes>,
     pub(crate) guard: Option<WatcherGuard>,
+}
+
+/// The counters a watch body bumps.
+pub(crate) struct WatchCounters {
+    pub(crate) events: Counter,
+    pub(crate) bookmarks: Counter,
+    pub(crate) lapped: Counter,
+}
+
+impl WatchCounters {
+    pub(crate) fn new(metrics: &Metrics, resource: &str) -> Self {
+        let labels = metrics::resource(resource);
+        WatchCounters {
+            events: metrics.events_dispatched.get_or_create(&labels).clone(),
+            bookmarks: metrics.bookmarks_sent.get_or_create(&labels).clone(),
+            lapped: metrics.watchers_lapped.get_or_create(&labels).clone(),
+        }
+    }
 }
 
 /// Counts an open watch while it lives.
@@ -74,7 +94,6 @@ impl Stream for WatchBody {
         let Some(watch) = this.watch.as_mut() else {
             return Poll::Ready(None);
         };
-        let labels = metrics::resource(this.resource);
         let mut buf = BytesMut::new();
         let mut ended = false;
         let (mut events, mut bookmarks) = (0u64, 0u64);
@@ -99,7 +118,7 @@ impl Stream for WatchBody {
                     break;
                 }
                 Poll::Ready(Some(Err(expired))) => {
-                    this.metrics.watchers_lapped.get_or_create(&labels).inc();
+                    this.counters.lapped.inc();
                     this.frames
                         .write_error(&Status::gone(expired.to_string()), &mut buf);
                     ended = true;
@@ -112,14 +131,12 @@ impl Stream for WatchBody {
                 Poll::Pending => break,
             }
         }
-        this.metrics
-            .events_dispatched
-            .get_or_create(&labels)
-            .inc_by(events);
-        this.metrics
-            .bookmarks_sent
-            .get_or_create(&labels)
-            .inc_by(bookmarks);
+        if events > 0 {
+            this.counters.events.inc_by(events);
+        }
+        if bookmarks > 0 {
+            this.counters.bookmarks.inc_by(bookmarks);
+        }
         if ended {
             this.finish();
         }
