@@ -6,7 +6,7 @@
 //! **State.** `capacity` slots (a power of two), each an epoch-managed pointer to an immutable
 //! entry `{seq, revision, floor, value}`; `tail`, the number of entries published; `floor`, the
 //! revision every retained-or-later entry exceeds; `head`, the newest revision; `trimmed`, a
-//! lower bound below which entries were released early. Only the single [`RingWriter`]
+//! lower bound below which entries were released early. Only the single [`RingWriter`](crate::RingWriter)
 //! (not `Clone`) stores into any of these.
 //!
 //! **Slot states.** A slot is *empty* (null, never written), *holding* the entry for some

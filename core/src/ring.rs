@@ -166,6 +166,37 @@ impl<T> EventRing<T> {
     }
 
     /// Reads the entry at sequence number `seq`. Takes no lock and writes nothing shared.
+    ///
+    /// The entry is borrowed from the guard: it is valid while the guard pins the epoch, and
+    /// the compiler enforces it. This compiles:
+    ///
+    /// ```
+    /// use watchcache_core::{EventRing, Read, Revision};
+    ///
+    /// let (ring, mut writer) = EventRing::new(2, Revision::ZERO).unwrap();
+    /// writer.push(Revision::new(1), String::from("a")).unwrap();
+    /// let guard = crossbeam_epoch::pin();
+    /// if let Read::Ready(entry) = ring.read(0, &guard) {
+    ///     assert_eq!(entry.value(), "a");
+    /// }
+    /// ```
+    ///
+    /// and this does not, since the entry would outlive its guard (and could be reclaimed):
+    ///
+    /// ```compile_fail
+    /// use watchcache_core::{EventRing, Read, Revision};
+    ///
+    /// let (ring, mut writer) = EventRing::new(2, Revision::ZERO).unwrap();
+    /// writer.push(Revision::new(1), String::from("a")).unwrap();
+    /// let entry = {
+    ///     let guard = crossbeam_epoch::pin();
+    ///     match ring.read(0, &guard) {
+    ///         Read::Ready(entry) => entry,
+    ///         _ => return,
+    ///     }
+    /// };
+    /// assert_eq!(entry.value(), "a");
+    /// ```
     pub fn read<'g>(&self, seq: u64, guard: &'g Guard) -> Read<'g, T> {
         let tail = self.tail();
         if seq >= tail {

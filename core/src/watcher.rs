@@ -493,6 +493,40 @@ impl Watcher {
     }
 
     /// Waits for the next delivery and lends it to `f`; `None` once the watcher ended.
+    ///
+    /// The delivery is lent for the duration of `f` (the ring's epoch is pinned meanwhile), so
+    /// `f` copies what it needs, as a socket writer copies bytes into its buffer. It cannot
+    /// keep the borrowed object:
+    ///
+    /// ```compile_fail
+    /// # use std::sync::Arc;
+    /// # use watchcache_core::*;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// # let (mut publisher, hub) = WatchHub::builder().build().unwrap();
+    /// let mut watcher = hub.watch(WatchSpec::new(Filter::everything())).unwrap();
+    /// # let pod = ObjectVersion::builder(ObjectKey::new("ns", "a"), Revision::new(1)).build();
+    /// # publisher.publish(Event::Added { object: Arc::new(pod) }).unwrap();
+    /// let leaked = watcher.next_with(|d| d.object).await; // the borrow would escape
+    /// drop(leaked);
+    /// # }
+    /// ```
+    ///
+    /// while cloning the shared reference (or copying its bytes) is fine:
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use watchcache_core::*;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// # let (mut publisher, hub) = WatchHub::builder().build().unwrap();
+    /// let mut watcher = hub.watch(WatchSpec::new(Filter::everything())).unwrap();
+    /// # let pod = ObjectVersion::builder(ObjectKey::new("ns", "a"), Revision::new(1)).build();
+    /// # publisher.publish(Event::Added { object: Arc::new(pod) }).unwrap();
+    /// let kept = watcher.next_with(|d| d.object.cloned()).await;
+    /// assert_eq!(kept.unwrap().unwrap().unwrap().key().name(), "a");
+    /// # }
+    /// ```
     pub async fn next_with<R>(&mut self, mut f: impl FnMut(Delivery<'_>) -> R) -> Option<Result<R, Expired>> {
         std::future::poll_fn(|cx| self.poll_next_with(cx, &mut f)).await
     }
