@@ -306,6 +306,22 @@ impl Frames {
         }
     }
 
+    /// Opens a watch whatever the status, returning it with the frames.
+    async fn open_any(server: &Server, path: &str) -> (u16, Frames) {
+        let uri = format!("http://{}{path}", server.addr());
+        let req = http::Request::get(uri)
+            .body(http_body_util::Full::new(Bytes::new()))
+            .unwrap();
+        let resp = http().request(req).await.expect("watch opens");
+        (
+            resp.status().as_u16(),
+            Frames {
+                body: resp.into_body(),
+                buf: Vec::new(),
+            },
+        )
+    }
+
     /// The next frame, or None at the end of the stream.
     async fn next(&mut self) -> Option<Value> {
         let line = self.next_line().await?;
@@ -461,5 +477,38 @@ async fn a_client_that_stops_reading_is_lapped_alone_and_memory_stays_bounded() 
         text.contains("\"type\":\"ERROR\"") && text.contains("\"code\":410"),
         "the stalled watcher ended with 410"
     );
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_beyond_max_watchers_get_429_and_the_slot_frees_when_one_ends() {
+    let mut cfg = config(1);
+    cfg.max_watchers = 1;
+    let server = start(cfg).await;
+    let mut first = Frames::open(&server, "/api/v1/pods?watch=1&resourceVersion=0").await;
+    assert_eq!(first.next().await.unwrap()["type"], "ADDED");
+    let (code, headers, body) = request_full(&http(), &server, "GET", "/api/v1/pods?watch=1", None).await;
+    assert_eq!(code, 429);
+    assert!(headers.contains_key("retry-after"));
+    assert_eq!(status(&body)["reason"], "TooManyRequests");
+    drop(first);
+    // The server notices the closed connection on its next write or poll; a bookmark or a
+    // change prompts one. Retry briefly until the slot is free.
+    let store = server.store().clone();
+    let mut freed = false;
+    for g in 0..100 {
+        let value = watchcache_server::workload::pod(0, 1, g + 1).to_string();
+        store
+            .update("pods/ns-0/web-000000", Bytes::from(value), None)
+            .unwrap();
+        let mut again = Frames::open_any(&server, "/api/v1/pods?watch=1&resourceVersion=0").await;
+        if again.0 == 200 {
+            assert_eq!(again.1.next().await.unwrap()["type"], "ADDED");
+            freed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(freed, "the slot of a closed watch is released");
     server.shutdown().await.unwrap();
 }
