@@ -294,16 +294,9 @@ struct Frames {
 
 impl Frames {
     async fn open(server: &Server, path: &str) -> Frames {
-        let uri = format!("http://{}{path}", server.addr());
-        let req = http::Request::get(uri)
-            .body(http_body_util::Full::new(Bytes::new()))
-            .unwrap();
-        let resp = http().request(req).await.expect("watch opens");
-        assert_eq!(resp.status(), 200, "a watch always answers 200");
-        Frames {
-            body: resp.into_body(),
-            buf: Vec::new(),
-        }
+        let (code, frames) = Frames::open_any(server, path).await;
+        assert_eq!(code, 200, "a watch always answers 200");
+        frames
     }
 
     /// Opens a watch whatever the status, returning it with the frames.
