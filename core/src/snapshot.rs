@@ -134,6 +134,8 @@ pub struct ListItems {
     end: usize,
     filter: Filter,
     remaining: usize,
+    /// The position of the item `next_item` returned last.
+    current: Option<usize>,
 }
 
 impl ListItems {
@@ -149,6 +151,7 @@ impl ListItems {
             end: range.end,
             filter,
             remaining: count,
+            current: None,
         }
     }
 
@@ -165,15 +168,24 @@ impl ListItems {
 
     /// The next item, lent: touches no shared reference count.
     pub fn next_item(&mut self) -> Option<&Arc<ObjectVersion>> {
+        self.current = None;
         while self.next < self.end {
             let i = self.next;
             self.next += 1;
             if self.snapshot.at(i).is_some_and(|o| self.filter.matches(o)) {
                 self.remaining -= 1;
-                return self.snapshot.at(i);
+                self.current = Some(i);
+                break;
             }
         }
-        None
+        self.current()
+    }
+
+    /// The item [`next_item`](Self::next_item) returned last, lent again (`None` before the
+    /// first item and after the last). An encoder that stops inside an item picks it up here
+    /// rather than holding a reference count on it.
+    pub fn current(&self) -> Option<&Arc<ObjectVersion>> {
+        self.current.and_then(|i| self.snapshot.at(i))
     }
 }
 
@@ -368,5 +380,23 @@ mod tests {
             Some("c/1".to_string())
         );
         assert!(items.next_item().is_none());
+    }
+
+    #[test]
+    fn current_lends_the_last_item_again_and_nothing_outside_the_items() {
+        let s = Arc::new(Snapshot::new(
+            Revision::new(3),
+            vec![obj("a", "1", 1), obj("b", "2", 2), obj("a", "3", 3)],
+        ));
+        let key = |o: Option<&Arc<ObjectVersion>>| o.map(|o| o.key().to_string());
+        let mut items = ListItems::new(s.clone(), 0..3, Filter::everything().in_namespace("a"), 2);
+        assert_eq!(key(items.current()), None);
+        assert_eq!(key(items.next_item()), Some("a/1".into()));
+        assert_eq!(key(items.current()), Some("a/1".into()));
+        // The filtered-out item in between is never current.
+        assert_eq!(key(items.next_item()), Some("a/3".into()));
+        assert_eq!(key(items.current()), Some("a/3".into()));
+        assert_eq!(key(items.next_item()), None);
+        assert_eq!(key(items.current()), None);
     }
 }

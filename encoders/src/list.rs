@@ -103,6 +103,14 @@ enum Next {
     Done,
 }
 
+/// A piece of the body.
+#[derive(Clone, Copy, Debug)]
+enum Piece {
+    Header,
+    Item,
+    Footer,
+}
+
 /// A LIST body as a stream of bounded chunks; see the module docs.
 pub struct StreamingList {
     header: Bytes,
@@ -110,10 +118,11 @@ pub struct StreamingList {
     codec: Arc<dyn Codec>,
     chunk_size: usize,
     next: Next,
-    /// The piece being copied out, and how much of it has been.
-    pending: Option<(Bytes, usize)>,
-    /// The separator still owed before `pending`.
-    comma: bool,
+    /// A piece that did not fit in the last chunk, and how much of it has been copied. An
+    /// item is lent again by `items` to finish it: cloning its bytes instead would write the
+    /// reference count that every concurrent LIST of the same object shares (and promote a
+    /// `Vec`-backed `Bytes`, an allocation kept for the object's life).
+    pending: Option<(Piece, usize)>,
 }
 
 impl std::fmt::Debug for StreamingList {
@@ -123,6 +132,13 @@ impl std::fmt::Debug for StreamingList {
             .field("next", &self.next)
             .finish_non_exhaustive()
     }
+}
+
+/// Copies what fits of `bytes[done..]` into `chunk`; the new `done` if something is left.
+fn copy_some(chunk: &mut BytesMut, limit: usize, bytes: &[u8], done: usize) -> Option<usize> {
+    let n = (limit - chunk.len()).min(bytes.len() - done);
+    chunk.put_slice(&bytes[done..done + n]);
+    (done + n < bytes.len()).then_some(done + n)
 }
 
 impl StreamingList {
@@ -141,7 +157,6 @@ impl StreamingList {
             chunk_size: chunk_size.max(1),
             next: Next::Header,
             pending: None,
-            comma: false,
         }
     }
 
@@ -151,24 +166,45 @@ impl StreamingList {
         StreamingList::new(info, &header, result.items, codec, DEFAULT_CHUNK_SIZE)
     }
 
-    /// Moves to the next piece; false when the body is complete.
-    fn advance(&mut self) -> Result<bool, CodecError> {
+    /// Copies the rest of the pending piece into `chunk`, as much as fits.
+    fn finish_pending(&mut self, chunk: &mut BytesMut, piece: Piece, done: usize) {
+        let bytes: &[u8] = match piece {
+            Piece::Header => &self.header,
+            Piece::Footer => FOOTER,
+            // The item was encoded when it was started.
+            Piece::Item => self
+                .items
+                .current()
+                .and_then(|item| item.encoded(WireFormat::Json))
+                .map_or(&[], |e| e.bytes()),
+        };
+        self.pending = copy_some(chunk, self.chunk_size, bytes, done).map(|d| (piece, d));
+    }
+
+    /// Starts the next piece, copying as much as fits into `chunk` (which has room); false
+    /// when the body is complete.
+    fn advance(&mut self, chunk: &mut BytesMut) -> Result<bool, CodecError> {
+        let limit = self.chunk_size;
         match self.next {
             Next::Header => {
-                self.pending = Some((self.header.clone(), 0));
+                self.pending = copy_some(chunk, limit, &self.header, 0).map(|d| (Piece::Header, d));
                 self.next = Next::Items { first: true };
             }
             Next::Items { first } => match self.items.next_item() {
                 Some(item) => {
-                    let bytes = item.encoding(WireFormat::Json, &*self.codec)?.bytes().clone();
-                    self.comma = !first;
-                    self.pending = Some((bytes, 0));
+                    // The common case, an item started and finished in one chunk, lends the
+                    // item once and copies it straight from the snapshot.
+                    let bytes = item.encoding(WireFormat::Json, &*self.codec)?.bytes();
                     self.next = Next::Items { first: false };
+                    if !first {
+                        chunk.put_u8(b',');
+                    }
+                    self.pending = copy_some(chunk, limit, bytes, 0).map(|d| (Piece::Item, d));
                 }
                 None => self.next = Next::Footer,
             },
             Next::Footer => {
-                self.pending = Some((Bytes::from_static(FOOTER), 0));
+                self.pending = copy_some(chunk, limit, FOOTER, 0).map(|d| (Piece::Footer, d));
                 self.next = Next::Done;
             }
             Next::Done => return Ok(false),
@@ -180,25 +216,14 @@ impl StreamingList {
     pub fn next_chunk(&mut self) -> Option<Result<Bytes, CodecError>> {
         let mut chunk = BytesMut::with_capacity(self.chunk_size);
         loop {
-            let room = self.chunk_size - chunk.len();
-            if room == 0 {
+            if chunk.len() == self.chunk_size {
                 return Some(Ok(chunk.freeze()));
             }
-            if self.comma {
-                chunk.put_u8(b',');
-                self.comma = false;
+            if let Some((piece, done)) = self.pending {
+                self.finish_pending(&mut chunk, piece, done);
                 continue;
             }
-            if let Some((bytes, done)) = &mut self.pending {
-                let n = room.min(bytes.len() - *done);
-                chunk.put_slice(&bytes[*done..*done + n]);
-                *done += n;
-                if *done == bytes.len() {
-                    self.pending = None;
-                }
-                continue;
-            }
-            match self.advance() {
+            match self.advance(&mut chunk) {
                 Ok(true) => {}
                 Ok(false) if chunk.is_empty() => return None,
                 Ok(false) => return Some(Ok(chunk.freeze())),
