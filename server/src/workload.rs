@@ -12,6 +12,18 @@ fn now() -> String {
     humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
 }
 
+/// The annotation carrying when a pod version was written, in microseconds since the Unix
+/// epoch: a watcher on the same machine subtracts it from its clock to get the end-to-end
+/// latency (the benchmark runner's `http` scenario does).
+pub const WRITTEN_AT_ANNOTATION: &str = "watchcache.dev/written-at-us";
+
+fn micros_since_epoch() -> String {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros())
+        .to_string()
+}
+
 /// Namespaces the seeded pods are spread over.
 pub const NAMESPACES: usize = 10;
 
@@ -45,7 +57,7 @@ pub fn pod(i: usize, nodes: usize, generation: u64) -> Value {
             "uid": uuid::Uuid::new_v4().to_string(),
             "creationTimestamp": now(),
             "labels": {"app": if i.is_multiple_of(3) { "api" } else { "web" }, "tier": "frontend", "shard": format!("s{}", i % 16)},
-            "annotations": {"watchcache.dev/generation": generation.to_string(), "note": "x".repeat(1500)},
+            "annotations": {"watchcache.dev/generation": generation.to_string(), WRITTEN_AT_ANNOTATION: micros_since_epoch(), "note": "x".repeat(1500)},
         },
         "spec": {
             "nodeName": format!("node-{}", i % nodes),
