@@ -1,6 +1,6 @@
-//! Quick figures for the core engine: publish cost per event (with and without parked
-//! watchers that the event does not concern), a cursor read, the start search, and a pin.
-//! The side-by-side comparison against naive designs is the bench crate's job.
+//! The ring's hot paths: publish cost per event (with and without parked watchers that the
+//! event does not concern, including the epoch reclamation of the evicted event), a pinned
+//! cursor read, the lap check, the start search, and an epoch pin.
 
 use std::cell::Cell;
 use std::hint::black_box;
@@ -108,6 +108,9 @@ fn ring_ops(c: &mut Criterion) {
     });
     group.finish();
 }
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 criterion_group!(benches, publish, ring_ops);
 criterion_main!(benches);

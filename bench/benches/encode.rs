@@ -1,0 +1,70 @@
+//! Writing one watch frame: assembled from the shared encoded bytes (what every watcher of
+//! the ring does), assembled with the resourceVersion restamped (DELETED events, selector
+//! exits), and re-encoded from a decoded object (what a design without encode-once does per
+//! watcher). Throughput in frame bytes.
+
+use std::hint::black_box;
+
+use bytes::BytesMut;
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use watchcache_bench::objects;
+use watchcache_core::{Delivery, EventKind, Revision};
+use watchcache_encoders::{FrameEncoder, ResourceInfo};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn frames(c: &mut Criterion) {
+    let mut group = c.benchmark_group("encode_frame");
+    let codec = objects::codec();
+    let frames = FrameEncoder::new(ResourceInfo::new("pods", "Pod", "v1"), codec.clone());
+    for kib in [1usize, 4, 16] {
+        let bytes = kib * 1024;
+        let object = objects::object_version(&codec, 7, bytes, 1_000);
+        let value: serde_json::Value = serde_json::from_slice(&objects::pod_json(7, bytes)).unwrap();
+        group.throughput(Throughput::Bytes(bytes as u64));
+        let mut out = BytesMut::with_capacity(4 * bytes);
+        let frame = |revision: u64, out: &mut BytesMut| {
+            out.clear();
+            let d = Delivery {
+                kind: EventKind::Modified,
+                revision: Revision::new(revision),
+                object: Some(&object),
+                initial_events_end: false,
+            };
+            frames.write(&d, out).unwrap();
+            black_box(&out[..]);
+        };
+        group.bench_function(BenchmarkId::new("shared_bytes", kib * 1024), |b| {
+            b.iter(|| frame(1_000, &mut out))
+        });
+        group.bench_function(BenchmarkId::new("restamped", kib * 1024), |b| {
+            b.iter(|| frame(1_234_567, &mut out))
+        });
+        group.bench_function(BenchmarkId::new("re_encode_value", kib * 1024), |b| {
+            b.iter(|| {
+                use bytes::BufMut;
+                out.clear();
+                out.put_slice(br#"{"type":"MODIFIED","object":"#);
+                serde_json::to_writer((&mut out).writer(), &value).unwrap();
+                out.put_slice(b"}\n");
+                black_box(&out[..]);
+            })
+        });
+        group.bench_function(BenchmarkId::new("deep_copy_and_re_encode", kib * 1024), |b| {
+            b.iter(|| {
+                use bytes::BufMut;
+                let copy = value.clone();
+                out.clear();
+                out.put_slice(br#"{"type":"MODIFIED","object":"#);
+                serde_json::to_writer((&mut out).writer(), &copy).unwrap();
+                out.put_slice(b"}\n");
+                black_box(&out[..]);
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, frames);
+criterion_main!(benches);

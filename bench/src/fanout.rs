@@ -1,0 +1,523 @@
+//! Fan-out of one event stream to many watchers, four ways.
+//!
+//! Every design does the same work per delivery: receive the event and copy its frame
+//! (`{"type":"ADDED","object":…}\n`) into the watcher's own bounded output buffer, as a socket
+//! writer would, clearing the buffer when the next frame might not fit. They differ in how
+//! the event gets to the watcher:
+//!
+//! - [`Design::Ring`] (ours): one `WatchHub`; the event is published once into the ring and
+//!   each watcher, a cursor, copies the shared pre-encoded bytes.
+//! - [`Design::NaiveCopy`]: a bounded channel per watcher; the writer sends each watcher its
+//!   own deep copy of the decoded object, which the watcher encodes itself (an apiserver
+//!   without encode-once).
+//! - [`Design::NaiveShared`]: a bounded channel per watcher carrying the shared encoded bytes
+//!   (encode once, but a queue per watcher, as kube-apiserver's cacheWatcher).
+//! - [`Design::TokioBroadcast`]: `tokio::sync::broadcast` of the shared encoded bytes.
+//!
+//! Watchers are tokio tasks on a two-worker runtime; the writer is its own thread. The ring
+//! and broadcast never make the writer wait, so the writer holds back by itself when the
+//! slowest watcher is half a history window behind (it reads the watchers' progress
+//! counters and sleeps); the per-watcher channels push back through their bounded queues. No design
+//! loses an event in a run, and a run that did would say so in [`Outcome::lapped`].
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use serde_json::Value;
+use tokio::sync::{broadcast, mpsc};
+use watchcache_core::{
+    Encoding, Event, Filter, ObjectKey, ObjectVersion, Revision, WatchHub, WatchSpec, WireFormat,
+};
+use watchcache_encoders::{FrameEncoder, ResourceInfo};
+
+use crate::objects;
+
+/// A fan-out design.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Design {
+    /// Ours: the shared ring.
+    Ring,
+    /// A channel per watcher, a deep copy per watcher, encoded by each watcher.
+    NaiveCopy,
+    /// A channel per watcher carrying shared encoded bytes.
+    NaiveShared,
+    /// `tokio::sync::broadcast` of shared encoded bytes.
+    TokioBroadcast,
+}
+
+impl Design {
+    /// Every design, ours first.
+    pub const ALL: [Design; 4] = [
+        Design::Ring,
+        Design::NaiveCopy,
+        Design::NaiveShared,
+        Design::TokioBroadcast,
+    ];
+
+    /// The design's name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Design::Ring => "ring",
+            Design::NaiveCopy => "naive_copy",
+            Design::NaiveShared => "naive_shared",
+            Design::TokioBroadcast => "tokio_broadcast",
+        }
+    }
+
+    /// The design called `name`.
+    pub fn from_name(name: &str) -> Option<Design> {
+        Design::ALL.into_iter().find(|d| d.name() == name)
+    }
+}
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Params {
+    /// Watchers, each receiving every event.
+    pub watchers: usize,
+    /// Events published.
+    pub events: usize,
+    /// Encoded size of each object.
+    pub object_bytes: usize,
+    /// Ring capacity and broadcast capacity, in events (a power of two).
+    pub history: usize,
+    /// Queue depth of each per-watcher channel.
+    pub queue: usize,
+    /// How many watchers, evenly spread, record the latency of every event they receive.
+    pub probes: usize,
+}
+
+impl Params {
+    /// Default history, queue and probes for `watchers`, `events` and `object_bytes`.
+    pub fn new(watchers: usize, events: usize, object_bytes: usize) -> Self {
+        Params {
+            watchers,
+            events,
+            object_bytes,
+            history: 1024,
+            queue: 16,
+            probes: 64,
+        }
+    }
+
+    /// The most a frame can take.
+    pub fn max_frame(&self) -> usize {
+        self.object_bytes + 64
+    }
+
+    /// Capacity of each watcher's output buffer: two frames, at least 16 KiB.
+    pub fn out_buffer(&self) -> usize {
+        (2 * self.max_frame()).max(16 * 1024)
+    }
+}
+
+/// What a run measured.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// From the first publish to the last watcher receiving the last event.
+    pub elapsed: Duration,
+    /// Events received, summed over watchers.
+    pub deliveries: u64,
+    /// Time the writer spent publishing (for per-watcher channels this includes waiting on
+    /// full queues; it excludes the writer's own hold-back for the ring and broadcast).
+    pub publish_busy: Duration,
+    /// Publish-to-receipt latencies seen by the probe watchers, in nanoseconds.
+    pub latencies_ns: Vec<u64>,
+    /// Frame bytes copied into output buffers, summed over watchers.
+    pub bytes_copied: u64,
+    /// Watchers that lost events (lapped, lagged); zero in a valid run.
+    pub lapped: usize,
+    /// Heap (bytes, when counting is on) after the watchers were set up, above the start.
+    pub setup_heap: isize,
+}
+
+struct Shared {
+    clock: Instant,
+    /// Publish time of each event, nanoseconds since `clock`.
+    stamps: Box<[AtomicU64]>,
+    /// Events each watcher has received.
+    progress: Box<[AtomicU64]>,
+    started: AtomicUsize,
+}
+
+impl Shared {
+    fn now(&self) -> u64 {
+        self.clock.elapsed().as_nanos() as u64
+    }
+
+    /// Latency of event `seq` now. The stamp was stored before the event was published, and
+    /// the receiver got the event through a channel or the ring, whose release/acquire pair
+    /// orders the stamp before this read; the stamp itself needs only Relaxed.
+    fn latency(&self, seq: u64) -> u64 {
+        self.now()
+            .saturating_sub(self.stamps[seq as usize].load(Ordering::Relaxed))
+    }
+}
+
+struct Receipt {
+    latencies: Vec<u64>,
+    bytes: u64,
+    received: u64,
+    lapped: bool,
+    finished_ns: u64,
+}
+
+/// Per-watcher state every design shares: the output buffer and the counters.
+struct Sink {
+    shared: Arc<Shared>,
+    index: usize,
+    out: BytesMut,
+    max_frame: usize,
+    probe: bool,
+    receipt: Receipt,
+}
+
+impl Sink {
+    fn new(shared: Arc<Shared>, index: usize, p: &Params) -> Sink {
+        let probe_every = p.watchers.div_ceil(p.probes.max(1)).max(1);
+        let probe = index % probe_every == probe_every - 1 || index + 1 == p.watchers;
+        Sink {
+            shared,
+            index,
+            out: BytesMut::with_capacity(p.out_buffer()),
+            max_frame: p.max_frame(),
+            probe,
+            receipt: Receipt {
+                latencies: if probe {
+                    Vec::with_capacity(p.events)
+                } else {
+                    Vec::new()
+                },
+                bytes: 0,
+                received: 0,
+                lapped: false,
+                finished_ns: 0,
+            },
+        }
+    }
+
+    fn start(&self) {
+        self.shared.started.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Room for one more frame: a full buffer is "written to the socket", i.e. cleared.
+    fn room(&mut self) -> &mut BytesMut {
+        if self.out.capacity() - self.out.len() < self.max_frame {
+            self.receipt.bytes += self.out.len() as u64;
+            std::hint::black_box(&self.out[..]);
+            self.out.clear();
+        }
+        &mut self.out
+    }
+
+    fn received(&mut self, seq: u64) {
+        if self.probe {
+            let l = self.shared.latency(seq);
+            self.receipt.latencies.push(l);
+        }
+        self.receipt.received += 1;
+        // Relaxed: the writer reads progress only to pace itself, never to access data.
+        self.shared.progress[self.index].store(self.receipt.received, Ordering::Relaxed);
+    }
+
+    fn finish(mut self) -> Receipt {
+        self.receipt.bytes += self.out.len() as u64;
+        self.receipt.finished_ns = self.shared.now();
+        self.receipt
+    }
+}
+
+const PREFIX: &[u8] = br#"{"type":"ADDED","object":"#;
+const SUFFIX: &[u8] = b"}\n";
+
+/// Distinct objects the writer cycles through.
+const POOL: usize = 64;
+
+/// Runs `design` with `p`, calling `progress(published)` now and then from the writer.
+pub fn run(design: Design, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Outcome {
+    assert!(
+        p.watchers > 0 && p.events > 0,
+        "at least one watcher and one event"
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let shared = Arc::new(Shared {
+        clock: Instant::now(),
+        stamps: (0..p.events).map(|_| AtomicU64::new(0)).collect(),
+        progress: (0..p.watchers).map(|_| AtomicU64::new(0)).collect(),
+        started: AtomicUsize::new(0),
+    });
+    let encoded: Vec<Bytes> = (0..POOL).map(|i| objects::pod_bytes(i, p.object_bytes)).collect();
+    let heap_start = crate::alloc::Counting::live();
+    let events = p.events as u64;
+
+    // Set up the watchers and a writer that publishes event `seq` (and may block).
+    let (mut publish, gated, handles): (Box<dyn FnMut(u64) + Send>, bool, Vec<_>) = match design {
+        Design::Ring => {
+            let (mut publisher, hub) = WatchHub::builder()
+                .capacity(p.history)
+                .build()
+                .expect("a power-of-two history");
+            let frames = FrameEncoder::new(ResourceInfo::new("pods", "Pod", "v1"), objects::codec());
+            let handles = (0..p.watchers)
+                .map(|i| {
+                    let mut watcher = hub
+                        .watch(WatchSpec::new(Filter::everything()))
+                        .expect("a watcher");
+                    let mut sink = Sink::new(shared.clone(), i, p);
+                    let frames = frames.clone();
+                    rt.spawn(async move {
+                        sink.start();
+                        while sink.receipt.received < events {
+                            let got = watcher
+                                .next_with(|d| {
+                                    let _ = frames.write(&d, sink.room());
+                                    d.revision.get() - 1
+                                })
+                                .await;
+                            match got {
+                                Some(Ok(seq)) => sink.received(seq),
+                                Some(Err(_)) => {
+                                    sink.receipt.lapped = true;
+                                    break;
+                                }
+                                None => break,
+                            }
+                        }
+                        sink.finish()
+                    })
+                })
+                .collect();
+            let publish = move |seq: u64| {
+                let body = encoded[seq as usize % POOL].clone();
+                let object = ObjectVersion::builder(
+                    ObjectKey::new("ns-0", format!("web-{:06}", seq % 1000)),
+                    Revision::new(seq + 1),
+                )
+                .encoding(WireFormat::Json, Encoding::new(body))
+                .build();
+                publisher
+                    .publish(Event::Added {
+                        object: Arc::new(object),
+                    })
+                    .expect("revisions increase");
+            };
+            (Box::new(publish), true, handles)
+        }
+        Design::NaiveCopy => {
+            let values: Vec<Value> = encoded
+                .iter()
+                .map(|b| serde_json::from_slice(b).expect("valid JSON"))
+                .collect();
+            drop(encoded);
+            let mut senders = Vec::with_capacity(p.watchers);
+            let handles = (0..p.watchers)
+                .map(|i| {
+                    let (tx, mut rx) = mpsc::channel::<(u64, Value)>(p.queue);
+                    senders.push(tx);
+                    let mut sink = Sink::new(shared.clone(), i, p);
+                    rt.spawn(async move {
+                        sink.start();
+                        while let Some((seq, object)) = rx.recv().await {
+                            let out = sink.room();
+                            out.put_slice(PREFIX);
+                            let _ = serde_json::to_writer(out.writer(), &object);
+                            sink.out.put_slice(SUFFIX);
+                            drop(object);
+                            sink.received(seq);
+                        }
+                        sink.finish()
+                    })
+                })
+                .collect();
+            let publish = move |seq: u64| {
+                let object = &values[seq as usize % POOL];
+                for tx in &senders {
+                    let _ = tx.blocking_send((seq, object.clone()));
+                }
+                if seq + 1 == events {
+                    senders.clear();
+                }
+            };
+            (Box::new(publish), false, handles)
+        }
+        Design::NaiveShared => {
+            let mut senders = Vec::with_capacity(p.watchers);
+            let handles = (0..p.watchers)
+                .map(|i| {
+                    let (tx, mut rx) = mpsc::channel::<(u64, Bytes)>(p.queue);
+                    senders.push(tx);
+                    let mut sink = Sink::new(shared.clone(), i, p);
+                    rt.spawn(async move {
+                        sink.start();
+                        while let Some((seq, object)) = rx.recv().await {
+                            let out = sink.room();
+                            out.put_slice(PREFIX);
+                            out.put_slice(&object);
+                            out.put_slice(SUFFIX);
+                            drop(object);
+                            sink.received(seq);
+                        }
+                        sink.finish()
+                    })
+                })
+                .collect();
+            let publish = move |seq: u64| {
+                let object = &encoded[seq as usize % POOL];
+                for tx in &senders {
+                    let _ = tx.blocking_send((seq, object.clone()));
+                }
+                if seq + 1 == events {
+                    senders.clear();
+                }
+            };
+            (Box::new(publish), false, handles)
+        }
+        Design::TokioBroadcast => {
+            let (tx, _) = broadcast::channel::<(u64, Bytes)>(p.history);
+            let handles = (0..p.watchers)
+                .map(|i| {
+                    let mut rx = tx.subscribe();
+                    let mut sink = Sink::new(shared.clone(), i, p);
+                    rt.spawn(async move {
+                        sink.start();
+                        while sink.receipt.received < events {
+                            match rx.recv().await {
+                                Ok((seq, object)) => {
+                                    let out = sink.room();
+                                    out.put_slice(PREFIX);
+                                    out.put_slice(&object);
+                                    out.put_slice(SUFFIX);
+                                    drop(object);
+                                    sink.received(seq);
+                                }
+                                Err(broadcast::error::RecvError::Lagged(_)) => {
+                                    sink.receipt.lapped = true;
+                                    break;
+                                }
+                                Err(broadcast::error::RecvError::Closed) => break,
+                            }
+                        }
+                        sink.finish()
+                    })
+                })
+                .collect();
+            let publish = move |seq: u64| {
+                let _ = tx.send((seq, encoded[seq as usize % POOL].clone()));
+            };
+            (Box::new(publish), true, handles)
+        }
+    };
+
+    // Every watcher task has started (and parked) before the first event.
+    while shared.started.load(Ordering::Relaxed) < p.watchers {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let setup_heap = crate::alloc::Counting::live() - heap_start;
+
+    let window = (p.history / 2) as u64;
+    let writer_shared = shared.clone();
+    let (start_ns, publish_busy) = std::thread::scope(|s| {
+        s.spawn(|| {
+            let shared = writer_shared;
+            let start = shared.now();
+            let mut busy = Duration::ZERO;
+            let mut slowest = 0u64;
+            let tick = (events / 100).max(1);
+            for seq in 0..events {
+                if gated {
+                    // Hold back while the slowest watcher is half a window behind.
+                    while seq >= slowest + window {
+                        slowest = shared
+                            .progress
+                            .iter()
+                            .map(|c| c.load(Ordering::Relaxed))
+                            .min()
+                            .unwrap_or(events);
+                        if seq >= slowest + window {
+                            // Sleep rather than spin: the writer must not take a core from
+                            // the watchers it waits for (the channel designs' writer parks
+                            // in `blocking_send` too).
+                            std::thread::sleep(Duration::from_micros(50));
+                        }
+                    }
+                }
+                let t = Instant::now();
+                shared.stamps[seq as usize].store(shared.now(), Ordering::Relaxed);
+                publish(seq);
+                busy += t.elapsed();
+                if seq % tick == 0 {
+                    progress(seq);
+                }
+            }
+            progress(events);
+            (start, busy)
+        })
+        .join()
+        .expect("the writer")
+    });
+
+    let receipts: Vec<Receipt> = rt.block_on(async {
+        let mut out = Vec::with_capacity(handles.len());
+        for h in handles {
+            out.push(h.await.expect("a watcher task"));
+        }
+        out
+    });
+    drop(publish);
+    let mut outcome = Outcome {
+        publish_busy,
+        setup_heap,
+        ..Outcome::default()
+    };
+    let mut last = start_ns;
+    for r in receipts {
+        outcome.deliveries += r.received;
+        outcome.bytes_copied += r.bytes;
+        outcome.lapped += usize::from(r.lapped);
+        outcome.latencies_ns.extend(r.latencies);
+        last = last.max(r.finished_ns);
+    }
+    outcome.elapsed = Duration::from_nanos(last - start_ns);
+    outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_design_delivers_every_event_to_every_watcher() {
+        for design in Design::ALL {
+            let mut p = Params::new(37, 300, 1024);
+            p.history = 64;
+            p.queue = 4;
+            p.probes = 5;
+            let out = run(design, &p, &|_| ());
+            assert_eq!(out.lapped, 0, "{design:?}");
+            assert_eq!(out.deliveries, 37 * 300, "{design:?}");
+            let frame = PREFIX.len() + 1024 + SUFFIX.len();
+            assert!(
+                out.bytes_copied as usize >= 37 * 300 * (frame - 8),
+                "{design:?}: {} bytes copied",
+                out.bytes_copied
+            );
+            // Probes: every 8th watcher (7, 15, 23, 31) and the last one.
+            assert_eq!(out.latencies_ns.len(), 5 * 300, "{design:?}");
+            assert!(out.elapsed > Duration::ZERO);
+        }
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for d in Design::ALL {
+            assert_eq!(Design::from_name(d.name()), Some(d));
+        }
+        assert_eq!(Design::from_name("nope"), None);
+    }
+}

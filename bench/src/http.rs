@@ -1,0 +1,236 @@
+//! End to end: `watchcache serve` in its own process, `W` streaming HTTP watch clients over
+//! loopback, the server's own churn writing pods, for a bounded time.
+//!
+//! Each churned pod carries the time it was written (annotation
+//! `watchcache.dev/written-at-us`, set by the server's workload generator); a client
+//! subtracts it from its clock on receipt, so latency covers store, cache, encoding, HTTP and
+//! the client's own scheduling. Client and server share the machine's two cores.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+use memchr::memmem;
+use tokio::net::TcpStream;
+
+use crate::alloc::{peak_rss_of, rss_bytes};
+
+/// The annotation the server's churn stamps (see `watchcache_server::workload`).
+const WRITTEN_AT: &[u8] = br#""watchcache.dev/written-at-us":""#;
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Params {
+    /// Streaming watch clients.
+    pub watchers: usize,
+    /// Pod updates per second (the server's `--churn`).
+    pub churn: f64,
+    /// How long the clients watch.
+    pub seconds: f64,
+    /// Pods seeded before the run (the server's `--seed-pods`).
+    pub seed_pods: usize,
+    /// `GLIBC_TUNABLES` for the server process.
+    pub glibc_tunables: String,
+}
+
+/// What a run measured.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// Events received, summed over clients.
+    pub deliveries: u64,
+    /// Time the clients watched.
+    pub elapsed: Duration,
+    /// Write-to-receipt latencies, microseconds.
+    pub latencies_us: Vec<u64>,
+    /// Clients whose watch ended early (an error or a closed stream).
+    pub failed: usize,
+    /// The server's peak resident set.
+    pub server_peak_rss: u64,
+    /// The server's resident set once every client was connected.
+    pub server_rss_connected: u64,
+}
+
+/// Kills the server when dropped, whatever happens.
+struct ServerProcess(Child);
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+async fn get(addr: SocketAddr, path: &str) -> Result<(u16, Bytes), String> {
+    let stream = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+    let (mut sender, conn) = http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    let req = http::Request::get(path)
+        .header("host", addr.to_string())
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| e.to_string())?;
+    let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+    let code = resp.status().as_u16();
+    let body = resp.into_body().collect().await.map_err(|e| e.to_string())?;
+    Ok((code, body.to_bytes()))
+}
+
+struct ClientResult {
+    deliveries: u64,
+    latencies: Vec<u64>,
+    failed: bool,
+}
+
+/// One watch client: reads frames until `deadline`, recording each churned pod's latency.
+async fn watch(addr: SocketAddr, path: String, deadline: tokio::time::Instant) -> ClientResult {
+    let mut out = ClientResult {
+        deliveries: 0,
+        latencies: Vec::new(),
+        failed: true,
+    };
+    let Ok(stream) = TcpStream::connect(addr).await else {
+        return out;
+    };
+    let _ = stream.set_nodelay(true);
+    let Ok((mut sender, conn)) = http1::handshake(TokioIo::new(stream)).await else {
+        return out;
+    };
+    tokio::spawn(conn);
+    let Ok(req) = http::Request::get(path)
+        .header("host", addr.to_string())
+        .body(Empty::<Bytes>::new())
+    else {
+        return out;
+    };
+    let Ok(resp) = sender.send_request(req).await else {
+        return out;
+    };
+    if resp.status() != 200 {
+        return out;
+    }
+    let mut body = resp.into_body();
+    let finder = memmem::Finder::new(WRITTEN_AT);
+    let mut partial: Vec<u8> = Vec::new();
+    loop {
+        match tokio::time::timeout_at(deadline, body.frame()).await {
+            Err(_) => {
+                out.failed = false;
+                return out;
+            }
+            Ok(Some(Ok(frame))) => {
+                let Ok(data) = frame.into_data() else { continue };
+                let received = now_us();
+                partial.extend_from_slice(&data);
+                let mut start = 0;
+                while let Some(nl) = memchr::memchr(b'\n', &partial[start..]) {
+                    let line = &partial[start..start + nl];
+                    start += nl + 1;
+                    if line.starts_with(br#"{"type":"ERROR""#) {
+                        return out;
+                    }
+                    out.deliveries += 1;
+                    if let Some(at) = finder.find(line) {
+                        let digits = &line[at + WRITTEN_AT.len()..];
+                        let end = digits.iter().position(|b| !b.is_ascii_digit()).unwrap_or(0);
+                        if let Some(written) = std::str::from_utf8(&digits[..end])
+                            .ok()
+                            .and_then(|s| s.parse::<u64>().ok())
+                        {
+                            out.latencies.push(received.saturating_sub(written));
+                        }
+                    }
+                }
+                partial.drain(..start);
+            }
+            Ok(_) => return out,
+        }
+    }
+}
+
+/// Starts `binary serve`, connects `p.watchers` clients, watches for `p.seconds`, calling
+/// `progress(elapsed seconds)`.
+pub fn run(binary: &Path, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Result<Outcome, String> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| format!("no free loopback port: {e}"))?
+        .port();
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let child = Command::new(binary)
+        .args(["serve", "--addr", &addr.to_string()])
+        .args(["--seed-pods", &p.seed_pods.to_string()])
+        .args(["--churn", &p.churn.to_string()])
+        .args(["--max-watchers", &(p.watchers + 16).to_string()])
+        .env("RUST_LOG", "warn")
+        .env("GLIBC_TUNABLES", &p.glibc_tunables)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
+    let server = ServerProcess(child);
+    let pid = server.0.id();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        let ready_by = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok((200, _)) = get(addr, "/readyz").await {
+                break;
+            }
+            if Instant::now() > ready_by {
+                return Err("the server did not become ready in 60 s".to_string());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let (code, list) = get(addr, "/api/v1/pods?limit=1").await?;
+        if code != 200 {
+            return Err(format!("LIST answered {code}"));
+        }
+        let list: serde_json::Value = serde_json::from_slice(&list).map_err(|e| e.to_string())?;
+        let rv = list["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or("0")
+            .to_owned();
+        let path = format!("/api/v1/pods?watch=1&resourceVersion={rv}");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs_f64(p.seconds);
+        let started = Instant::now();
+        let clients: Vec<_> = (0..p.watchers)
+            .map(|_| tokio::spawn(watch(addr, path.clone(), deadline)))
+            .collect();
+        // Once connected, sample the server's resident set.
+        tokio::time::sleep(Duration::from_millis(500).min(Duration::from_secs_f64(p.seconds / 4.0))).await;
+        let rss_connected = rss_bytes(pid).unwrap_or(0);
+        let mut ticker = tokio::time::interval(Duration::from_secs(1));
+        while tokio::time::Instant::now() < deadline {
+            ticker.tick().await;
+            progress(started.elapsed().as_secs());
+        }
+        let mut out = Outcome {
+            server_rss_connected: rss_connected,
+            ..Outcome::default()
+        };
+        for c in clients {
+            let r = c.await.map_err(|e| e.to_string())?;
+            out.deliveries += r.deliveries;
+            out.failed += usize::from(r.failed);
+            out.latencies_us.extend(r.latencies);
+        }
+        out.elapsed = started.elapsed().min(Duration::from_secs_f64(p.seconds));
+        out.server_peak_rss = peak_rss_of(pid).unwrap_or(0);
+        Ok(out)
+    })
+}

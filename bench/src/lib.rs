@@ -1,0 +1,16 @@
+//! watchcache against naive designs, side by side.
+//!
+//! The designs live here, in the bench crate only: [`fanout`] (the shared ring against a
+//! channel per watcher with deep copies, a channel per watcher with shared bytes, and
+//! `tokio::sync::broadcast`), [`list`] (streaming against buffered and a materialised
+//! `Value` list, with a memcpy reference), [`idle`] (a parked cursor against a task and a
+//! channel per watcher) and [`http`] (the whole server over loopback). The criterion benches
+//! in `benches/` and the scenario runner (`src/main.rs`) both drive them.
+
+pub mod alloc;
+pub mod fanout;
+pub mod http;
+pub mod idle;
+pub mod list;
+pub mod objects;
+pub mod report;

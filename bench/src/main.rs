@@ -1,0 +1,727 @@
+//! The scenario runner: `cargo run --release -p watchcache-bench -- SCENARIO [--json]`.
+//!
+//! Every design of a scenario runs in the same invocation, each in a fresh child process (this
+//! binary, re-run with a hidden `__child` command), so one design's memory peak never shows in
+//! another's figures. Timing runs and memory runs are separate children: a memory run counts
+//! every allocation, which would slow an allocation-heavy design in a timing run. The runner
+//! shows a progress bar per child, then a summary table and the ratios between designs.
+//! `--json` prints one JSON object on stdout instead (the table goes to stderr).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{Map, Value, json};
+use watchcache_bench::alloc::{self, Counting};
+use watchcache_bench::report::{self, Column, human, human_bytes, quantile, round3};
+use watchcache_bench::{fanout, http, idle, list};
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+#[derive(Parser)]
+#[command(
+    name = "watchcache-bench",
+    about = "watchcache against naive designs, side by side, each design in its own process"
+)]
+struct Cli {
+    #[command(subcommand)]
+    scenario: Scenario,
+}
+
+#[derive(Subcommand)]
+enum Scenario {
+    /// One writer, W watchers copying every event into their own output buffer.
+    Fanout(FanoutArgs),
+    /// C concurrent LISTs of a whole collection.
+    List(ListArgs),
+    /// Memory per idle watcher.
+    Watchers(WatchersArgs),
+    /// End to end through `watchcache serve` over loopback.
+    Http(HttpArgs),
+    /// Runs one design in this process and prints its figures (used by the runner).
+    #[command(name = "__child", hide = true)]
+    Child { spec: String },
+}
+
+#[derive(Args)]
+struct Output {
+    /// Print one JSON object on stdout (the table goes to stderr).
+    #[arg(long)]
+    json: bool,
+    /// Only these designs (comma-separated names).
+    #[arg(long, value_delimiter = ',')]
+    designs: Vec<String>,
+}
+
+#[derive(Args)]
+struct FanoutArgs {
+    /// Watchers; a comma-separated list sweeps.
+    #[arg(long, value_delimiter = ',', default_value = "10000")]
+    watchers: Vec<usize>,
+    /// Events published [default: 5,000,000 deliveries' worth, between 500 and 200,000].
+    #[arg(long)]
+    events: Option<usize>,
+    /// Encoded size of each object.
+    #[arg(long, default_value_t = 4096)]
+    object_bytes: usize,
+    /// Ring and broadcast capacity in events (a power of two).
+    #[arg(long, default_value_t = 1024)]
+    history: usize,
+    /// Queue depth of each per-watcher channel.
+    #[arg(long, default_value_t = 16)]
+    queue: usize,
+    /// Write an SVG plot of deliveries per second against watchers here.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    #[command(flatten)]
+    out: Output,
+}
+
+#[derive(Args)]
+struct ListArgs {
+    /// Items in the collection; a comma-separated list sweeps.
+    #[arg(long, value_delimiter = ',', default_value = "50000")]
+    items: Vec<usize>,
+    /// Encoded size of each item.
+    #[arg(long, default_value_t = 4096)]
+    item_bytes: usize,
+    /// LISTs served at once.
+    #[arg(long, default_value_t = 10)]
+    concurrent: usize,
+    /// Rounds (the fastest is reported).
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+    /// Write an SVG plot of peak extra heap against items here.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    #[command(flatten)]
+    out: Output,
+}
+
+#[derive(Args)]
+struct WatchersArgs {
+    /// Idle watchers; a comma-separated list sweeps (up to 1,000,000).
+    #[arg(long, value_delimiter = ',', default_value = "100000")]
+    count: Vec<usize>,
+    #[command(flatten)]
+    out: Output,
+}
+
+#[derive(Args)]
+struct HttpArgs {
+    /// Streaming watch clients.
+    #[arg(long, default_value_t = 1000)]
+    watchers: usize,
+    /// Pod updates per second.
+    #[arg(long, default_value_t = 100.0)]
+    churn: f64,
+    /// Seconds to watch.
+    #[arg(long, default_value_t = 10.0)]
+    seconds: f64,
+    /// Pods seeded before the run.
+    #[arg(long, default_value_t = 1000)]
+    seed_pods: usize,
+    /// The `watchcache` binary [default: next to this one, built if missing].
+    #[arg(long)]
+    binary: Option<PathBuf>,
+    /// Print one JSON object on stdout (the table goes to stderr).
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.scenario {
+        Scenario::Child { spec } => child(&spec),
+        Scenario::Fanout(a) => run_fanout(a),
+        Scenario::List(a) => run_list(a),
+        Scenario::Watchers(a) => run_watchers(a),
+        Scenario::Http(a) => run_http(a),
+    };
+    if let Err(e) = result {
+        eprintln!("watchcache-bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The parent side.
+
+fn pick<T: Copy>(all: &[T], name: fn(T) -> &'static str, wanted: &[String]) -> Result<Vec<T>, String> {
+    for w in wanted {
+        if !all.iter().any(|d| name(*d) == w) {
+            let names: Vec<_> = all.iter().map(|d| name(*d)).collect();
+            return Err(format!(
+                "unknown design {w:?}; the designs are {}",
+                names.join(", ")
+            ));
+        }
+    }
+    Ok(all
+        .iter()
+        .copied()
+        .filter(|d| wanted.is_empty() || wanted.iter().any(|w| w == name(*d)))
+        .collect())
+}
+
+/// The glibc tunables every child runs with: the caller's `GLIBC_TUNABLES` if set, else
+/// copies of any size through glibc's vector loop rather than `rep movsb`.
+///
+/// glibc (2.36 here) switches `memcpy` to `rep movsb` above a few KiB; on this machine's AMD
+/// EPYC that runs at under a third of the vector loop's speed for the unaligned copies a
+/// socket writer makes (a 4 KiB frame into a buffer at an odd offset), which would make every
+/// design's figures mostly a measure of that quirk. All designs and the memcpy reference run
+/// with the same setting; `GLIBC_TUNABLES= watchcache-bench …` (empty) runs with glibc's
+/// default. BENCHMARKS.md shows both.
+fn glibc_tunables() -> String {
+    std::env::var("GLIBC_TUNABLES").unwrap_or_else(|_| TUNED_MEMCPY.to_string())
+}
+
+const TUNED_MEMCPY: &str = "glibc.cpu.x86_rep_movsb_threshold=1000000000";
+
+/// Runs `spec` in a fresh child process with a progress bar of `total` steps.
+fn run_child(spec: &Value, total: u64, label: &str) -> Result<Value, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut child = Command::new(exe)
+        .args(["__child", &spec.to_string()])
+        .env("GLIBC_TUNABLES", glibc_tunables())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start a child: {e}"))?;
+    let bar = ProgressBar::new(total.max(1));
+    bar.set_style(
+        ProgressStyle::with_template("{prefix:>32} [{elapsed_precise}] {wide_bar} {pos}/{len}")
+            .expect("a valid template"),
+    );
+    bar.set_prefix(label.to_string());
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let stderr = child.stderr.take().expect("piped");
+    let progress = {
+        let bar = bar.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                match line.strip_prefix("@progress ").and_then(|n| n.parse().ok()) {
+                    Some(n) => bar.set_position(n),
+                    None => bar.println(line),
+                }
+            }
+        })
+    };
+    let output = child.wait_with_output().map_err(|e| e.to_string())?;
+    let _ = progress.join();
+    bar.finish_and_clear();
+    if !output.status.success() {
+        return Err(format!("{label}: the child failed ({})", output.status));
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let last = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(last).map_err(|e| format!("{label}: unreadable result {last:?}: {e}"))
+}
+
+fn merge(into: &mut Value, from: &Value) {
+    if let (Some(a), Some(b)) = (into.as_object_mut(), from.as_object()) {
+        for (k, v) in b {
+            a.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+    }
+}
+
+fn finish(
+    scenario: &str,
+    mut params: Value,
+    rows: Vec<Value>,
+    ratios: Map<String, Value>,
+    columns: &[Column],
+    json: bool,
+) {
+    params["glibc_tunables"] = json!(glibc_tunables());
+    let table = report::table(&rows, columns);
+    let mut ratio_lines = String::new();
+    for (k, v) in &ratios {
+        ratio_lines.push_str(&format!("  {k}: {v}\n"));
+    }
+    let text = format!("\n{scenario} {params}\n\n{table}\nratios:\n{ratio_lines}");
+    if json {
+        eprint!("{text}");
+        let out = json!({"scenario": scenario, "params": params, "results": rows, "ratios": ratios});
+        println!("{out}");
+    } else {
+        print!("{text}");
+    }
+}
+
+fn us(x: f64) -> String {
+    if x >= 1000.0 {
+        format!("{:.2} ms", x / 1000.0)
+    } else {
+        format!("{x:.1} µs")
+    }
+}
+
+fn ns(x: f64) -> String {
+    if x >= 1e6 {
+        format!("{:.2} ms", x / 1e6)
+    } else if x >= 1e3 {
+        format!("{:.1} µs", x / 1e3)
+    } else {
+        format!("{x:.0} ns")
+    }
+}
+
+fn ms(x: f64) -> String {
+    format!("{x:.1} ms")
+}
+
+/// Events for a fanout point: about five million deliveries, at least 500, at most 200,000.
+fn auto_events(watchers: usize) -> usize {
+    (5_000_000 / watchers.max(1)).clamp(500, 200_000)
+}
+
+fn run_fanout(a: FanoutArgs) -> Result<(), String> {
+    let designs = pick(&fanout::Design::ALL, fanout::Design::name, &a.out.designs)?;
+    if !a.history.is_power_of_two() || a.history < 2 {
+        return Err("--history must be a power of two".into());
+    }
+    if a.watchers.contains(&0) || a.events == Some(0) || a.queue == 0 {
+        return Err("--watchers, --events and --queue must be positive".into());
+    }
+    let mut rows = Vec::new();
+    for &watchers in &a.watchers {
+        let events = a.events.unwrap_or_else(|| auto_events(watchers));
+        for &design in &designs {
+            let spec = |mode: &str, events: usize| {
+                json!({"scenario": "fanout", "design": design.name(), "mode": mode, "watchers": watchers,
+                       "events": events, "object_bytes": a.object_bytes, "history": a.history, "queue": a.queue})
+            };
+            let label = format!("{} W={watchers}", design.name());
+            let mut row = run_child(&spec("time", events), events as u64, &format!("{label} time"))?;
+            // The memory peak is reached once the history (or the queues) is full.
+            let mem_events = events.min(2 * a.history);
+            let memory = run_child(
+                &spec("memory", mem_events),
+                mem_events as u64,
+                &format!("{label} memory"),
+            )?;
+            merge(&mut row, &memory);
+            rows.push(row);
+        }
+    }
+    let mut ratios = Map::new();
+    report::ratios(
+        &rows,
+        "watchers",
+        &[
+            ("ring", "naive_copy", "deliveries_per_sec", "deliveries"),
+            ("ring", "naive_shared", "deliveries_per_sec", "deliveries"),
+            ("ring", "tokio_broadcast", "deliveries_per_sec", "deliveries"),
+            ("naive_copy", "ring", "bytes_per_watcher", "bytes_per_watcher"),
+            ("naive_shared", "ring", "bytes_per_watcher", "bytes_per_watcher"),
+        ],
+        &mut ratios,
+    );
+    if let Some(path) = &a.plot {
+        report::plot(
+            path,
+            &format!("fan-out of {} B objects: deliveries per second", a.object_bytes),
+            &rows,
+            ("watchers", "watchers"),
+            ("deliveries_per_sec", "deliveries per second"),
+        )?;
+        eprintln!("plot written to {}", path.display());
+    }
+    let params = json!({"watchers": a.watchers, "events": a.events.map_or(json!("auto"), |e| json!(e)),
+                        "object_bytes": a.object_bytes, "history": a.history, "queue": a.queue});
+    finish(
+        "fanout",
+        params,
+        rows,
+        ratios,
+        &[
+            ("design", "design", human),
+            ("watchers", "watchers", human),
+            ("events", "events", human),
+            ("deliveries/s", "deliveries_per_sec", human),
+            ("publish/event", "publish_ns_per_event", ns),
+            ("p50", "p50_latency_us", us),
+            ("p99", "p99_latency_us", us),
+            ("p99.9", "p999_latency_us", us),
+            ("peak heap", "peak_heap_bytes", human_bytes),
+            ("peak RSS", "peak_rss_bytes", human_bytes),
+            ("bytes/watcher", "bytes_per_watcher", human_bytes),
+        ],
+        a.out.json,
+    );
+    Ok(())
+}
+
+fn run_list(a: ListArgs) -> Result<(), String> {
+    let designs = pick(&list::Design::ALL, list::Design::name, &a.out.designs)?;
+    if a.items.contains(&0) || a.concurrent == 0 || a.rounds == 0 {
+        return Err("--items, --concurrent and --rounds must be positive".into());
+    }
+    let mut rows = Vec::new();
+    for &items in &a.items {
+        for &design in &designs {
+            let spec = |mode: &str| {
+                json!({"scenario": "list", "design": design.name(), "mode": mode, "items": items,
+                       "item_bytes": a.item_bytes, "concurrent": a.concurrent, "rounds": a.rounds})
+            };
+            let label = format!("{} N={items}", design.name());
+            // Memory first: it also says whether this machine can afford the design at all.
+            let memory = run_child(&spec("memory"), a.rounds as u64, &format!("{label} memory"))?;
+            let mut row = if memory.get("skipped").is_some() {
+                memory.clone()
+            } else {
+                run_child(&spec("time"), a.rounds as u64, &format!("{label} time"))?
+            };
+            merge(&mut row, &memory);
+            rows.push(row);
+        }
+    }
+    let mut ratios = Map::new();
+    report::ratios(
+        &rows,
+        "items",
+        &[
+            ("buffered", "streaming", "peak_heap_bytes", "peak_heap"),
+            ("naive_value", "streaming", "peak_heap_bytes", "peak_heap"),
+            ("streaming", "memcpy", "mb_per_sec", "throughput"),
+            ("streaming", "buffered", "mb_per_sec", "throughput"),
+            ("streaming", "naive_value", "mb_per_sec", "throughput"),
+        ],
+        &mut ratios,
+    );
+    for row in &rows {
+        if let (Some(s), Some(e)) = (
+            report::num(row, "store_bytes_per_object"),
+            report::num(row, "encoded_bytes_per_object"),
+        ) {
+            let mut key = format!("{}_store_vs_encoded", row["design"].as_str().unwrap_or("?"));
+            if a.items.len() > 1 {
+                key.push_str(&format!("@items={}", row["items"]));
+            }
+            ratios.insert(key, json!(round3(s / e)));
+        }
+    }
+    if let Some(path) = &a.plot {
+        report::plot(
+            path,
+            &format!(
+                "LIST of {} B items, {} concurrent: peak extra heap",
+                a.item_bytes, a.concurrent
+            ),
+            &rows,
+            ("items", "items"),
+            ("peak_heap_bytes", "peak extra heap (bytes)"),
+        )?;
+        eprintln!("plot written to {}", path.display());
+    }
+    let params =
+        json!({"items": a.items, "item_bytes": a.item_bytes, "concurrent": a.concurrent, "rounds": a.rounds});
+    finish(
+        "list",
+        params,
+        rows,
+        ratios,
+        &[
+            ("design", "design", human),
+            ("items", "items", human),
+            ("wall", "wall_ms", ms),
+            ("MB/s", "mb_per_sec", human),
+            ("peak extra heap", "peak_heap_bytes", human_bytes),
+            ("peak RSS", "peak_rss_bytes", human_bytes),
+            ("store/object", "store_bytes_per_object", human_bytes),
+            ("encoded/object", "encoded_bytes_per_object", human_bytes),
+            ("skipped", "skipped", human),
+        ],
+        a.out.json,
+    );
+    Ok(())
+}
+
+fn run_watchers(a: WatchersArgs) -> Result<(), String> {
+    let designs = pick(&idle::Design::ALL, idle::Design::name, &a.out.designs)?;
+    if a.count.contains(&0) {
+        return Err("--count must be positive".into());
+    }
+    let mut rows = Vec::new();
+    for &count in &a.count {
+        for &design in &designs {
+            let spec =
+                json!({"scenario": "watchers", "design": design.name(), "mode": "memory", "count": count});
+            rows.push(run_child(
+                &spec,
+                count as u64,
+                &format!("{} N={count}", design.name()),
+            )?);
+        }
+    }
+    let mut ratios = Map::new();
+    report::ratios(
+        &rows,
+        "count",
+        &[
+            ("task_channel", "ring", "bytes_per_watcher", "bytes_per_watcher"),
+            ("task_channel", "ring", "rss_bytes_per_watcher", "rss_per_watcher"),
+        ],
+        &mut ratios,
+    );
+    finish(
+        "watchers",
+        json!({"count": a.count}),
+        rows,
+        ratios,
+        &[
+            ("design", "design", human),
+            ("count", "count", human),
+            ("heap/watcher", "bytes_per_watcher", human_bytes),
+            ("RSS/watcher", "rss_bytes_per_watcher", human_bytes),
+            ("peak heap", "peak_heap_bytes", human_bytes),
+            ("peak RSS", "peak_rss_bytes", human_bytes),
+        ],
+        a.out.json,
+    );
+    Ok(())
+}
+
+/// The `watchcache` binary: `--binary`, else next to this one (built first if missing).
+fn server_binary(given: Option<PathBuf>) -> Result<PathBuf, String> {
+    if let Some(b) = given {
+        return Ok(b);
+    }
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let sibling = exe.with_file_name("watchcache");
+    if sibling.exists() {
+        return Ok(sibling);
+    }
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    eprintln!("building the server: {cargo} build --release -p watchcache-server");
+    let status = Command::new(cargo)
+        .args(["build", "--release", "-p", "watchcache-server", "--manifest-path"])
+        .arg(&manifest)
+        .status()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !status.success() || !sibling.exists() {
+        return Err(format!(
+            "no server binary at {}; pass --binary",
+            sibling.display()
+        ));
+    }
+    Ok(sibling)
+}
+
+fn run_http(a: HttpArgs) -> Result<(), String> {
+    if a.watchers == 0 || !(0.0 < a.seconds && a.seconds <= 3600.0) || a.churn.is_nan() || a.churn <= 0.0 {
+        return Err("--watchers and --churn must be positive, --seconds between 0 and 3600".into());
+    }
+    let binary = server_binary(a.binary)?;
+    let p = http::Params {
+        watchers: a.watchers,
+        churn: a.churn,
+        seconds: a.seconds,
+        seed_pods: a.seed_pods,
+        glibc_tunables: glibc_tunables(),
+    };
+    let bar = ProgressBar::new(a.seconds.ceil() as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{prefix:>32} [{elapsed_precise}] {wide_bar} {pos}/{len} s")
+            .expect("a valid template"),
+    );
+    bar.set_prefix(format!("ring W={} churn={}/s", a.watchers, a.churn));
+    let b = bar.clone();
+    let mut out = http::run(&binary, &p, &move |s| b.set_position(s))?;
+    bar.finish_and_clear();
+    let secs = out.elapsed.as_secs_f64().max(1e-9);
+    let mut row = json!({
+        "design": "ring",
+        "watchers": a.watchers,
+        "deliveries": out.deliveries,
+        "deliveries_per_sec": round3(out.deliveries as f64 / secs),
+        "expected_deliveries_per_sec": round3(a.churn * a.watchers as f64),
+        "failed_watchers": out.failed,
+        "peak_rss_bytes": out.server_peak_rss,
+        "server_rss_bytes": out.server_rss_connected,
+        "latency_samples": out.latencies_us.len(),
+    });
+    for (field, q) in [
+        ("p50_latency_us", 0.5),
+        ("p99_latency_us", 0.99),
+        ("p999_latency_us", 0.999),
+    ] {
+        if let Some(v) = quantile(&mut out.latencies_us, q) {
+            row[field] = json!(v);
+        }
+    }
+    let mut ratios = Map::new();
+    if let (Some(d), Some(e)) = (
+        report::num(&row, "deliveries_per_sec"),
+        report::num(&row, "expected_deliveries_per_sec"),
+    ) {
+        ratios.insert("delivered_vs_expected".into(), json!(round3(d / e)));
+    }
+    finish(
+        "http",
+        json!({"watchers": a.watchers, "churn": a.churn, "seconds": a.seconds, "seed_pods": a.seed_pods}),
+        vec![row],
+        ratios,
+        &[
+            ("design", "design", human),
+            ("watchers", "watchers", human),
+            ("deliveries/s", "deliveries_per_sec", human),
+            ("expected/s", "expected_deliveries_per_sec", human),
+            ("p50", "p50_latency_us", us),
+            ("p99", "p99_latency_us", us),
+            ("p99.9", "p999_latency_us", us),
+            ("server RSS", "server_rss_bytes", human_bytes),
+            ("server peak RSS", "peak_rss_bytes", human_bytes),
+            ("failed", "failed_watchers", human),
+        ],
+        a.json,
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// The child side: one design, one mode; figures as one JSON line on stdout.
+
+fn field(spec: &Value, name: &str) -> Result<usize, String> {
+    spec[name]
+        .as_u64()
+        .map(|v| v as usize)
+        .ok_or_else(|| format!("the spec lacks {name}"))
+}
+
+fn progress(n: u64) {
+    eprintln!("@progress {n}");
+}
+
+fn child(spec: &str) -> Result<(), String> {
+    let spec: Value = serde_json::from_str(spec).map_err(|e| e.to_string())?;
+    let memory = spec["mode"] == "memory";
+    if memory {
+        Counting::enable();
+    }
+    let design = spec["design"].as_str().unwrap_or_default();
+    let mut row = match spec["scenario"].as_str() {
+        Some("fanout") => child_fanout(&spec, design, memory)?,
+        Some("list") => child_list(&spec, design, memory)?,
+        Some("watchers") => child_watchers(&spec, design)?,
+        other => return Err(format!("unknown scenario {other:?}")),
+    };
+    if !memory || spec["scenario"] == "watchers" {
+        row["peak_rss_bytes"] = json!(alloc::peak_rss_bytes());
+    }
+    println!("{row}");
+    Ok(())
+}
+
+fn child_fanout(spec: &Value, design: &str, memory: bool) -> Result<Value, String> {
+    let design = fanout::Design::from_name(design).ok_or("unknown fanout design")?;
+    let mut p = fanout::Params::new(
+        field(spec, "watchers")?,
+        field(spec, "events")?,
+        field(spec, "object_bytes")?,
+    );
+    p.history = field(spec, "history")?;
+    p.queue = field(spec, "queue")?;
+    let base = Counting::reset_peak();
+    let mut out = fanout::run(design, &p, &progress);
+    if out.lapped > 0 {
+        return Err(format!("{} of {} watchers lost events", out.lapped, p.watchers));
+    }
+    if memory {
+        let peak = Counting::peak() - base;
+        let buffers = (p.watchers * p.out_buffer()) as isize;
+        return Ok(json!({
+            "peak_heap_bytes": peak,
+            "bytes_per_watcher": round3((peak - buffers) as f64 / p.watchers as f64),
+            "out_buffer_bytes": p.out_buffer(),
+            "setup_bytes_per_watcher": round3((out.setup_heap - buffers) as f64 / p.watchers as f64),
+        }));
+    }
+    let secs = out.elapsed.as_secs_f64().max(1e-9);
+    let mut row = json!({
+        "design": design.name(),
+        "watchers": p.watchers,
+        "events": p.events,
+        "object_bytes": p.object_bytes,
+        "elapsed_s": round3(secs),
+        "deliveries": out.deliveries,
+        "deliveries_per_sec": round3(out.deliveries as f64 / secs),
+        "publish_ns_per_event": round3(out.publish_busy.as_nanos() as f64 / p.events as f64),
+        "copied_bytes_per_sec": round3(out.bytes_copied as f64 / secs),
+    });
+    for (name, q) in [
+        ("p50_latency_us", 0.5),
+        ("p99_latency_us", 0.99),
+        ("p999_latency_us", 0.999),
+    ] {
+        if let Some(v) = quantile(&mut out.latencies_ns, q) {
+            row[name] = json!(round3(v as f64 / 1000.0));
+        }
+    }
+    Ok(row)
+}
+
+fn child_list(spec: &Value, design: &str, memory: bool) -> Result<Value, String> {
+    let design = list::Design::from_name(design).ok_or("unknown list design")?;
+    let p = list::Params {
+        items: field(spec, "items")?,
+        item_bytes: field(spec, "item_bytes")?,
+        concurrent: field(spec, "concurrent")?,
+        rounds: field(spec, "rounds")?,
+    };
+    let (store, stored, encoded) = list::build_store(design, &p);
+    let mut row = json!({"design": design.name(), "items": p.items, "item_bytes": p.item_bytes,
+                         "concurrent": p.concurrent});
+    if memory {
+        if matches!(design, list::Design::Streaming | list::Design::NaiveValue) {
+            row["store_bytes_per_object"] = json!(round3(stored));
+            row["encoded_bytes_per_object"] = json!(round3(encoded));
+        }
+        // A materialised list holds a copy of the store and a body per request.
+        if design == list::Design::NaiveValue {
+            let need = p.concurrent as f64 * p.items as f64 * (stored + 2.0 * encoded);
+            let available = alloc::available_bytes().unwrap_or(u64::MAX) as f64;
+            if need > 0.8 * available {
+                row["skipped"] = json!(format!(
+                    "needs about {} with {} available",
+                    human_bytes(need),
+                    human_bytes(available)
+                ));
+                return Ok(row);
+            }
+        }
+        let out = list::run(design, &store, &p, &progress);
+        row["peak_heap_bytes"] = json!(out.peak_extra_heap);
+        return Ok(row);
+    }
+    let out = list::run(design, &store, &p, &progress);
+    let secs = out.wall.as_secs_f64().max(1e-9);
+    row["wall_ms"] = json!(round3(secs * 1000.0));
+    row["bytes_per_list"] = json!(out.bytes_per_list);
+    row["mb_per_sec"] = json!(round3(
+        (out.bytes_per_list * p.concurrent as u64) as f64 / secs / 1e6
+    ));
+    Ok(row)
+}
+
+fn child_watchers(spec: &Value, design: &str) -> Result<Value, String> {
+    let design = idle::Design::from_name(design).ok_or("unknown watchers design")?;
+    let count = field(spec, "count")?;
+    let base = Counting::reset_peak();
+    let out = idle::run(design, count, &progress);
+    Ok(json!({
+        "design": design.name(),
+        "count": count,
+        "bytes_per_watcher": round3(out.heap_per_watcher),
+        "rss_bytes_per_watcher": round3(out.rss_per_watcher),
+        "peak_heap_bytes": Counting::peak() - base,
+    }))
+}
