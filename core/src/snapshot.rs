@@ -181,8 +181,38 @@ impl ListItems {
         self.current()
     }
 
-    /// The item [`next_item`](Self::next_item) returned last, lent again (`None` before the
-    /// first item and after the last). An encoder that stops inside an item picks it up here
+    /// Lends the next items to `f` in order while it returns true; true when the items ran
+    /// out, false when `f` stopped (the item it stopped at has been consumed and stays
+    /// [`current`](Self::current)).
+    ///
+    /// The same as calling [`next_item`](Self::next_item) in a loop, but walking the
+    /// snapshot leaf by leaf rather than looking each position up from the root: what an
+    /// encoder that copies many items in a row wants.
+    pub fn lend_while(&mut self, mut f: impl FnMut(&Arc<ObjectVersion>) -> bool) -> bool {
+        self.current = None;
+        let mut focus = self.snapshot.items.focus();
+        while self.next < self.end {
+            let (leaf_range, leaf) = focus.chunk_at(self.next);
+            let upto = leaf_range.end.min(self.end);
+            for object in &leaf[self.next - leaf_range.start..upto - leaf_range.start] {
+                let i = self.next;
+                self.next += 1;
+                if !self.filter.matches(object) {
+                    continue;
+                }
+                self.remaining -= 1;
+                self.current = Some(i);
+                if !f(object) {
+                    return false;
+                }
+            }
+        }
+        self.current = None;
+        true
+    }
+
+    /// The item [`next_item`](Self::next_item) (or [`lend_while`](Self::lend_while)) lent
+    /// last, lent again (`None` before the first item and after the last). An encoder that stops inside an item picks it up here
     /// rather than holding a reference count on it.
     pub fn current(&self) -> Option<&Arc<ObjectVersion>> {
         self.current.and_then(|i| self.snapshot.at(i))
@@ -398,5 +428,41 @@ mod tests {
         assert_eq!(key(items.current()), Some("a/3".into()));
         assert_eq!(key(items.next_item()), None);
         assert_eq!(key(items.current()), None);
+    }
+
+    #[test]
+    fn lend_while_lends_what_next_item_would_across_leaves() {
+        // Enough items for several imbl leaves (64 each), a filter, and a sub-range.
+        let objects: Vec<_> = (0..500u64)
+            .map(|i| obj(if i % 3 == 0 { "a" } else { "b" }, &format!("{i:04}"), i + 1))
+            .collect();
+        let s = Arc::new(Snapshot::new(Revision::new(500), objects));
+        let range = s.range_of(Some("b"));
+        let filter = Filter::everything().in_namespace("b");
+        let count = range.len();
+        let mut one_by_one = ListItems::new(s.clone(), range.start + 5..range.end - 7, filter.clone(), count);
+        let mut expected = Vec::new();
+        while let Some(o) = one_by_one.next_item() {
+            expected.push(o.key().to_string());
+        }
+        for stop_every in [1usize, 2, 63, 64, 1000] {
+            let mut items = ListItems::new(s.clone(), range.start + 5..range.end - 7, filter.clone(), count);
+            let mut lent = Vec::new();
+            loop {
+                let mut n = 0;
+                let done = items.lend_while(|o| {
+                    lent.push(o.key().to_string());
+                    n += 1;
+                    n < stop_every
+                });
+                if done {
+                    assert!(items.current().is_none());
+                    break;
+                }
+                assert_eq!(items.current().map(|o| o.key().to_string()).as_ref(), lent.last());
+            }
+            assert_eq!(lent, expected, "stopping every {stop_every}");
+            assert!(items.next_item().is_none());
+        }
     }
 }

@@ -190,19 +190,33 @@ impl StreamingList {
                 self.pending = copy_some(chunk, limit, &self.header, 0).map(|d| (Piece::Header, d));
                 self.next = Next::Items { first: true };
             }
-            Next::Items { first } => match self.items.next_item() {
-                Some(item) => {
-                    // The common case, an item started and finished in one chunk, lends the
-                    // item once and copies it straight from the snapshot.
-                    let bytes = item.encoding(WireFormat::Json, &*self.codec)?.bytes();
-                    self.next = Next::Items { first: false };
+            Next::Items { mut first } => {
+                // Items are copied straight from the snapshot, as many as fit; only one cut
+                // by the chunk's end is lent again, by `finish_pending`.
+                let codec = &*self.codec;
+                let mut cut = None;
+                let mut error = None;
+                let done = self.items.lend_while(|item| {
+                    let bytes = match item.encoding(WireFormat::Json, codec) {
+                        Ok(encoding) => encoding.bytes(),
+                        Err(e) => {
+                            error = Some(e);
+                            return false;
+                        }
+                    };
                     if !first {
                         chunk.put_u8(b',');
                     }
-                    self.pending = copy_some(chunk, limit, bytes, 0).map(|d| (Piece::Item, d));
+                    first = false;
+                    cut = copy_some(chunk, limit, bytes, 0);
+                    cut.is_none() && chunk.len() < limit
+                });
+                if let Some(e) = error {
+                    return Err(e);
                 }
-                None => self.next = Next::Footer,
-            },
+                self.pending = cut.map(|d| (Piece::Item, d));
+                self.next = if done { Next::Footer } else { Next::Items { first } };
+            }
             Next::Footer => {
                 self.pending = copy_some(chunk, limit, FOOTER, 0).map(|d| (Piece::Footer, d));
                 self.next = Next::Done;
