@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use watchcache_bench::list::{self, Design, Params};
 
 #[global_allocator]
@@ -13,7 +13,10 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn lists(c: &mut Criterion) {
     let mut group = c.benchmark_group("list");
-    group.sample_size(10).measurement_time(Duration::from_secs(5));
+    group
+        .sampling_mode(SamplingMode::Flat)
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(5));
     for items in [1_000usize, 50_000] {
         let p = Params {
             items,

@@ -4,11 +4,15 @@
 //! Each churned pod carries the time it was written (annotation
 //! `watchcache.dev/written-at-us`, set by the server's workload generator); a client
 //! subtracts it from its clock on receipt, so latency covers store, cache, encoding, HTTP and
-//! the client's own scheduling. Client and server share the machine's two cores.
+//! the client's own scheduling. The measurement window opens once every client's watch has
+//! answered: only events written inside it count. Client and server share the machine's two
+//! cores.
 
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -93,8 +97,20 @@ struct ClientResult {
     failed: bool,
 }
 
-/// One watch client: reads frames until `deadline`, recording each churned pod's latency.
-async fn watch(addr: SocketAddr, path: String, deadline: tokio::time::Instant) -> ClientResult {
+/// When the measurement runs, shared by the runner and the clients.
+struct Window {
+    /// Clients whose watch has answered.
+    connected: AtomicUsize,
+    /// Events written from this time on (µs since the epoch) are counted; `u64::MAX` until
+    /// every client is connected.
+    from_us: AtomicU64,
+    /// When the clients stop.
+    deadline: tokio::sync::watch::Receiver<Option<tokio::time::Instant>>,
+}
+
+/// One watch client: reads frames until the deadline, counting the events written inside the
+/// window and recording their latency.
+async fn watch(addr: SocketAddr, path: String, window: Arc<Window>) -> ClientResult {
     let mut out = ClientResult {
         deliveries: 0,
         latencies: Vec::new(),
@@ -120,6 +136,16 @@ async fn watch(addr: SocketAddr, path: String, deadline: tokio::time::Instant) -
     if resp.status() != 200 {
         return out;
     }
+    window.connected.fetch_add(1, Ordering::Relaxed);
+    let mut deadline = window.deadline.clone();
+    let Ok(deadline) = deadline
+        .wait_for(Option::is_some)
+        .await
+        .map(|d| d.unwrap_or_else(tokio::time::Instant::now))
+    else {
+        return out;
+    };
+    let from = window.from_us.load(Ordering::Relaxed);
     let mut body = resp.into_body();
     let finder = memmem::Finder::new(WRITTEN_AT);
     let mut partial: Vec<u8> = Vec::new();
@@ -140,16 +166,16 @@ async fn watch(addr: SocketAddr, path: String, deadline: tokio::time::Instant) -
                     if line.starts_with(br#"{"type":"ERROR""#) {
                         return out;
                     }
-                    out.deliveries += 1;
-                    if let Some(at) = finder.find(line) {
+                    let written = finder.find(line).and_then(|at| {
                         let digits = &line[at + WRITTEN_AT.len()..];
                         let end = digits.iter().position(|b| !b.is_ascii_digit()).unwrap_or(0);
-                        if let Some(written) = std::str::from_utf8(&digits[..end])
-                            .ok()
-                            .and_then(|s| s.parse::<u64>().ok())
-                        {
-                            out.latencies.push(received.saturating_sub(written));
-                        }
+                        std::str::from_utf8(&digits[..end]).ok()?.parse::<u64>().ok()
+                    });
+                    // Events written before the window (while clients were still
+                    // connecting, replayed from the list's revision) are not counted.
+                    if let Some(written) = written.filter(|w| *w >= from) {
+                        out.deliveries += 1;
+                        out.latencies.push(received.saturating_sub(written));
                     }
                 }
                 partial.drain(..start);
@@ -175,7 +201,7 @@ pub fn run(binary: &Path, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Result
         .env("RUST_LOG", "warn")
         .env("GLIBC_TUNABLES", &p.glibc_tunables)
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::null())
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
     let server = ServerProcess(child);
@@ -192,7 +218,10 @@ pub fn run(binary: &Path, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Result
                 break;
             }
             if Instant::now() > ready_by {
-                return Err("the server did not become ready in 60 s".to_string());
+                return Err(format!(
+                    "the server did not become ready in 60 s (run {} serve by hand to see why)",
+                    binary.display()
+                ));
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -206,14 +235,27 @@ pub fn run(binary: &Path, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Result
             .unwrap_or("0")
             .to_owned();
         let path = format!("/api/v1/pods?watch=1&resourceVersion={rv}");
-        let deadline = tokio::time::Instant::now() + Duration::from_secs_f64(p.seconds);
-        let started = Instant::now();
+        let (set_deadline, deadline) = tokio::sync::watch::channel(None);
+        let window = Arc::new(Window {
+            connected: AtomicUsize::new(0),
+            from_us: AtomicU64::new(u64::MAX),
+            deadline,
+        });
         let clients: Vec<_> = (0..p.watchers)
-            .map(|_| tokio::spawn(watch(addr, path.clone(), deadline)))
+            .map(|_| tokio::spawn(watch(addr, path.clone(), window.clone())))
             .collect();
-        // Once connected, sample the server's resident set.
-        tokio::time::sleep(Duration::from_millis(500).min(Duration::from_secs_f64(p.seconds / 4.0))).await;
+        // The window opens once every client's watch has answered (or after 60 s, with
+        // whoever made it; the others count as failed).
+        let connect_by = Instant::now() + Duration::from_secs(60);
+        while window.connected.load(Ordering::Relaxed) < p.watchers && Instant::now() < connect_by {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let rss_connected = rss_bytes(pid).unwrap_or(0);
+        // Relaxed: the deadline's watch channel publishes it to the clients.
+        window.from_us.store(now_us(), Ordering::Relaxed);
+        let started = Instant::now();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs_f64(p.seconds);
+        let _ = set_deadline.send(Some(deadline));
         let mut ticker = tokio::time::interval(Duration::from_secs(1));
         while tokio::time::Instant::now() < deadline {
             ticker.tick().await;
