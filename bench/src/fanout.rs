@@ -14,6 +14,12 @@
 //!   (encode once, but a queue per watcher, as kube-apiserver's cacheWatcher).
 //! - [`Design::TokioBroadcast`]: `tokio::sync::broadcast` of the shared encoded bytes.
 //!
+//! With [`Params::selective`], each event is for one watcher only (a pod for the kubelet of its
+//! node): the ring's watchers filter on `spec.nodeName`, which its interest index is keyed on,
+//! so an event wakes one watcher; the per-watcher channels are sent to through a trigger index
+//! too (as kube-apiserver's cacher does); broadcast receivers see every event and skip those
+//! not theirs.
+//!
 //! Watchers are tokio tasks on a two-worker runtime; the writer is its own thread. The ring
 //! and broadcast never make the writer wait, so the writer holds back by itself when the
 //! slowest watcher is half a history window behind (it reads the watchers' progress
@@ -87,6 +93,9 @@ pub struct Params {
     pub queue: usize,
     /// How many watchers, evenly spread, record the latency of every event they receive.
     pub probes: usize,
+    /// Each event concerns one watcher only (event `seq` is for watcher `seq % watchers`,
+    /// as a pod is for the kubelet of its node), instead of every watcher.
+    pub selective: bool,
 }
 
 impl Params {
@@ -99,12 +108,29 @@ impl Params {
             history: 1024,
             queue: 16,
             probes: 64,
+            selective: false,
         }
     }
 
     /// The most a frame can take.
     pub fn max_frame(&self) -> usize {
         self.object_bytes + 64
+    }
+
+    /// Events watcher `i` receives.
+    pub fn expected(&self, i: usize) -> u64 {
+        if !self.selective {
+            self.events as u64
+        } else if i < self.events {
+            ((self.events - i).div_ceil(self.watchers)) as u64
+        } else {
+            0
+        }
+    }
+
+    /// The watcher event `seq` is for, when selective.
+    fn target(&self, seq: u64) -> usize {
+        (seq % self.watchers as u64) as usize
     }
 
     /// Capacity of each watcher's output buffer: two frames, at least 16 KiB.
@@ -168,6 +194,9 @@ struct Receipt {
 struct Sink {
     shared: Arc<Shared>,
     index: usize,
+    /// Watchers, when events are selective (a watcher's next event is `watchers` later).
+    stride: Option<u64>,
+    expected: u64,
     out: BytesMut,
     max_frame: usize,
     probe: bool,
@@ -181,12 +210,14 @@ impl Sink {
         Sink {
             shared,
             index,
+            stride: p.selective.then_some(p.watchers as u64),
+            expected: p.expected(index),
             out: BytesMut::with_capacity(p.out_buffer()),
             max_frame: p.max_frame(),
             probe,
             receipt: Receipt {
                 latencies: if probe {
-                    Vec::with_capacity(p.events)
+                    Vec::with_capacity(p.expected(index) as usize)
                 } else {
                     Vec::new()
                 },
@@ -212,22 +243,41 @@ impl Sink {
         &mut self.out
     }
 
+    fn done(&self) -> bool {
+        self.receipt.received >= self.expected
+    }
+
     fn received(&mut self, seq: u64) {
         if self.probe {
             let l = self.shared.latency(seq);
             self.receipt.latencies.push(l);
         }
         self.receipt.received += 1;
-        // Every 16th event only: neighbouring watchers' counters share cache lines, and the
-        // writer's hold-back works in half windows of hundreds of events. Relaxed: the writer
-        // reads progress only to pace itself, never to access data.
-        if self.receipt.received.is_multiple_of(16) {
-            self.shared.progress[self.index].store(self.receipt.received, Ordering::Relaxed);
+        match self.stride {
+            // Progress is the first event this watcher may still lack: every 16th event only
+            // when each watcher gets every event (neighbouring counters share cache lines, and
+            // the writer's hold-back works in half windows of hundreds of events).
+            None if self.receipt.received.is_multiple_of(16) => self.progress(seq + 1),
+            None => {}
+            Some(stride) => self.progress(seq + stride),
         }
     }
 
+    /// Event `seq`, not for this watcher, was seen and skipped (broadcast, selective).
+    fn skipped(&mut self, seq: u64) {
+        if (seq + 1).is_multiple_of(16) {
+            self.progress(seq + 1);
+        }
+    }
+
+    fn progress(&self, next: u64) {
+        // Relaxed: the writer reads progress only to pace itself, never to access data.
+        self.shared.progress[self.index].store(next, Ordering::Relaxed);
+    }
+
     fn finish(mut self) -> Receipt {
-        self.shared.progress[self.index].store(self.receipt.received, Ordering::Relaxed);
+        // A finished watcher never holds the writer back.
+        self.progress(u64::MAX);
         self.receipt.bytes += self.out.len() as u64;
         self.receipt.finished_ns = self.shared.now();
         self.receipt
@@ -254,31 +304,41 @@ pub fn run(design: Design, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Outco
     let shared = Arc::new(Shared {
         clock: Instant::now(),
         stamps: (0..p.events).map(|_| AtomicU64::new(0)).collect(),
-        progress: (0..p.watchers).map(|_| AtomicU64::new(0)).collect(),
+        // Selective, watcher `i` lacks nothing before its first event, `i`.
+        progress: (0..p.watchers)
+            .map(|i| AtomicU64::new(if p.selective { i as u64 } else { 0 }))
+            .collect(),
         started: AtomicUsize::new(0),
     });
     let encoded: Vec<Bytes> = (0..POOL).map(|i| objects::pod_bytes(i, p.object_bytes)).collect();
     let heap_start = crate::alloc::Counting::live();
     let events = p.events as u64;
+    let params = p.clone();
 
     // Set up the watchers and a writer that publishes event `seq` (and may block).
     let (mut publish, gated, handles): (Box<dyn FnMut(u64) + Send>, bool, Vec<_>) = match design {
         Design::Ring => {
+            // Selective watchers filter on spec.nodeName, the trigger field of the interest
+            // index: an event wakes the one watcher it is for.
             let (mut publisher, hub) = WatchHub::builder()
                 .capacity(p.history)
+                .trigger_field("spec.nodeName")
                 .build()
                 .expect("a power-of-two history");
             let frames = FrameEncoder::new(ResourceInfo::new("pods", "Pod", "v1"), objects::codec());
             let handles = (0..p.watchers)
                 .map(|i| {
-                    let mut watcher = hub
-                        .watch(WatchSpec::new(Filter::everything()))
-                        .expect("a watcher");
+                    let filter = if p.selective {
+                        Filter::parse(None, "", &format!("spec.nodeName=n{i}")).expect("a field selector")
+                    } else {
+                        Filter::everything()
+                    };
+                    let mut watcher = hub.watch(WatchSpec::new(filter)).expect("a watcher");
                     let mut sink = Sink::new(shared.clone(), i, p);
                     let frames = frames.clone();
                     rt.spawn(async move {
                         sink.start();
-                        while sink.receipt.received < events {
+                        while !sink.done() {
                             let got = watcher
                                 .next_with(|d| {
                                     let _ = frames.write(&d, sink.room());
@@ -304,6 +364,7 @@ pub fn run(design: Design, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Outco
                     ObjectKey::new("ns-0", format!("web-{:06}", seq % 1000)),
                     Revision::new(seq + 1),
                 )
+                .field("spec.nodeName", format!("n{}", params.target(seq)))
                 .encoding(WireFormat::Json, Encoding::new(body))
                 .build();
                 publisher
@@ -342,8 +403,13 @@ pub fn run(design: Design, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Outco
                 .collect();
             let publish = move |seq: u64| {
                 let object = &values[seq as usize % POOL];
-                for tx in &senders {
-                    let _ = tx.blocking_send((seq, object.clone()));
+                if params.selective {
+                    // Straight to the one watcher, as the apiserver's trigger index does.
+                    let _ = senders[params.target(seq)].blocking_send((seq, object.clone()));
+                } else {
+                    for tx in &senders {
+                        let _ = tx.blocking_send((seq, object.clone()));
+                    }
                 }
                 if seq + 1 == events {
                     senders.clear();
@@ -374,8 +440,12 @@ pub fn run(design: Design, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Outco
                 .collect();
             let publish = move |seq: u64| {
                 let object = &encoded[seq as usize % POOL];
-                for tx in &senders {
-                    let _ = tx.blocking_send((seq, object.clone()));
+                if params.selective {
+                    let _ = senders[params.target(seq)].blocking_send((seq, object.clone()));
+                } else {
+                    for tx in &senders {
+                        let _ = tx.blocking_send((seq, object.clone()));
+                    }
                 }
                 if seq + 1 == events {
                     senders.clear();
@@ -389,10 +459,15 @@ pub fn run(design: Design, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Outco
                 .map(|i| {
                     let mut rx = tx.subscribe();
                     let mut sink = Sink::new(shared.clone(), i, p);
+                    let params = params.clone();
                     rt.spawn(async move {
                         sink.start();
-                        while sink.receipt.received < events {
+                        while !sink.done() {
                             match rx.recv().await {
+                                // Every receiver sees every event and filters it itself.
+                                Ok((seq, _)) if params.selective && params.target(seq) != i => {
+                                    sink.skipped(seq)
+                                }
                                 Ok((seq, object)) => {
                                     let out = sink.room();
                                     out.put_slice(PREFIX);
@@ -515,6 +590,22 @@ mod tests {
             // Probes: every 8th watcher (7, 15, 23, 31) and the last one.
             assert_eq!(out.latencies_ns.len(), 5 * 300, "{design:?}");
             assert!(out.elapsed > Duration::ZERO);
+        }
+    }
+
+    #[test]
+    fn selective_events_reach_only_their_watcher() {
+        for design in Design::ALL {
+            let mut p = Params::new(13, 400, 1024);
+            p.history = 64;
+            p.queue = 4;
+            p.probes = 13;
+            p.selective = true;
+            let out = run(design, &p, &|_| ());
+            assert_eq!(out.lapped, 0, "{design:?}");
+            assert_eq!(out.deliveries, 400, "{design:?}: each event once");
+            assert_eq!(out.latencies_ns.len(), 400, "{design:?}: every watcher probes");
+            assert_eq!((0..13).map(|i| p.expected(i)).sum::<u64>(), 400);
         }
     }
 

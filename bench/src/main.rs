@@ -63,7 +63,7 @@ struct FanoutArgs {
     #[arg(long, value_delimiter = ',', default_value = "10000")]
     watchers: Vec<usize>,
     /// Events published [default: 5,000,000 deliveries' worth, between 500 and 200,000;
-    /// naive_copy 500,000 deliveries' worth, at least 50].
+    /// naive_copy 500,000 deliveries' worth, at least 50; see `auto_events` for --selective].
     #[arg(long)]
     events: Option<usize>,
     /// Encoded size of each object.
@@ -75,6 +75,9 @@ struct FanoutArgs {
     /// Queue depth of each per-watcher channel.
     #[arg(long, default_value_t = 16)]
     queue: usize,
+    /// Each event is for one watcher only (as pods are for the kubelet of their node).
+    #[arg(long)]
+    selective: bool,
     /// Write an SVG plot of deliveries per second against watchers here.
     #[arg(long)]
     plot: Option<PathBuf>,
@@ -286,10 +289,16 @@ fn ms(x: f64) -> String {
 /// least 500 events, at most 200,000), except for naive_copy, which is two orders of
 /// magnitude slower: half a million deliveries (at least 50 events), so that a sweep ends in
 /// minutes. Rates are per second, so the designs stay comparable.
-fn auto_events(design: fanout::Design, watchers: usize) -> usize {
-    match design {
-        fanout::Design::NaiveCopy => (500_000 / watchers.max(1)).clamp(50, 200_000),
-        _ => (5_000_000 / watchers.max(1)).clamp(500, 200_000),
+///
+/// Selective (each event for one watcher), it is 200,000 events, except for broadcast, where
+/// every receiver pulls every event: 20 million pulls' worth (at least 1,000 events).
+fn auto_events(design: fanout::Design, watchers: usize, selective: bool) -> usize {
+    let w = watchers.max(1);
+    match (design, selective) {
+        (fanout::Design::TokioBroadcast, true) => (20_000_000 / w).clamp(1_000, 200_000),
+        (_, true) => 200_000,
+        (fanout::Design::NaiveCopy, false) => (500_000 / w).clamp(50, 200_000),
+        (_, false) => (5_000_000 / w).clamp(500, 200_000),
     }
 }
 
@@ -303,16 +312,28 @@ fn run_fanout(a: FanoutArgs) -> Result<(), String> {
     }
     let mut rows = Vec::new();
     for &watchers in &a.watchers {
+        // Selective, an awake ring watcher reads past other watchers' events one by one; the
+        // interest index spares only parked watchers that. A watcher descheduled mid-scan
+        // must not fall out of the window while the writer runs ahead of it by up to the
+        // number of watchers, so the window is at least twice that (BENCHMARKS.md).
+        let history = if a.selective {
+            a.history.max((2 * watchers).next_power_of_two())
+        } else {
+            a.history
+        };
         for &design in &designs {
-            let events = a.events.unwrap_or_else(|| auto_events(design, watchers));
+            let events = a
+                .events
+                .unwrap_or_else(|| auto_events(design, watchers, a.selective));
             let spec = |mode: &str, events: usize| {
                 json!({"scenario": "fanout", "design": design.name(), "mode": mode, "watchers": watchers,
-                       "events": events, "object_bytes": a.object_bytes, "history": a.history, "queue": a.queue})
+                       "events": events, "object_bytes": a.object_bytes, "history": history, "queue": a.queue,
+                       "selective": a.selective})
             };
             let label = format!("{} W={watchers}", design.name());
             let mut row = run_child(&spec("time", events), events as u64, &format!("{label} time"))?;
             // The memory peak is reached once the history (or the queues) is full.
-            let mem_events = events.min(2 * a.history);
+            let mem_events = events.min(2 * history);
             let memory = run_child(
                 &spec("memory", mem_events),
                 mem_events as u64,
@@ -346,7 +367,8 @@ fn run_fanout(a: FanoutArgs) -> Result<(), String> {
         eprintln!("plot written to {}", path.display());
     }
     let params = json!({"watchers": a.watchers, "events": a.events.map_or(json!("auto"), |e| json!(e)),
-                        "object_bytes": a.object_bytes, "history": a.history, "queue": a.queue});
+                        "object_bytes": a.object_bytes, "history": a.history, "queue": a.queue,
+                        "selective": a.selective});
     finish(
         "fanout",
         params,
@@ -661,6 +683,7 @@ fn child_fanout(spec: &Value, design: &str, memory: bool) -> Result<Value, Strin
     );
     p.history = field(spec, "history")?;
     p.queue = field(spec, "queue")?;
+    p.selective = spec["selective"].as_bool().unwrap_or(false);
     let base = Counting::reset_peak();
     let mut out = fanout::run(design, &p, &progress);
     if out.lapped > 0 {
