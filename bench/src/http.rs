@@ -22,7 +22,7 @@ use hyper_util::rt::TokioIo;
 use memchr::memmem;
 use tokio::net::TcpStream;
 
-use crate::alloc::{peak_rss_of, rss_bytes};
+use crate::alloc::{cpu_seconds, peak_rss_of, rss_bytes};
 
 /// The annotation the server's churn stamps (see `watchcache_server::workload`).
 const WRITTEN_AT: &[u8] = br#""watchcache.dev/written-at-us":""#;
@@ -57,6 +57,10 @@ pub struct Outcome {
     pub server_peak_rss: u64,
     /// The server's resident set once every client was connected.
     pub server_rss_connected: u64,
+    /// CPU the server used during the window, in cores (1.0 = one core busy throughout).
+    pub server_cores: f64,
+    /// CPU this process (the clients) used during the window, in cores.
+    pub client_cores: f64,
 }
 
 /// Kills the server when dropped, whatever happens.
@@ -254,6 +258,7 @@ pub fn run(binary: &Path, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Result
         // Relaxed: the deadline's watch channel publishes it to the clients.
         window.from_us.store(now_us(), Ordering::Relaxed);
         let started = Instant::now();
+        let cpu_at_start = (cpu_seconds(pid), cpu_seconds(std::process::id()));
         let deadline = tokio::time::Instant::now() + Duration::from_secs_f64(p.seconds);
         let _ = set_deadline.send(Some(deadline));
         let mut ticker = tokio::time::interval(Duration::from_secs(1));
@@ -261,8 +266,15 @@ pub fn run(binary: &Path, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Result
             ticker.tick().await;
             progress(started.elapsed().as_secs());
         }
+        let window_secs = started.elapsed().as_secs_f64();
+        let cores = |before: Option<f64>, pid: u32| match (before, cpu_seconds(pid)) {
+            (Some(b), Some(a)) => (a - b) / window_secs,
+            _ => 0.0,
+        };
         let mut out = Outcome {
             server_rss_connected: rss_connected,
+            server_cores: cores(cpu_at_start.0, pid),
+            client_cores: cores(cpu_at_start.1, std::process::id()),
             ..Outcome::default()
         };
         for c in clients {

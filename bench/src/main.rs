@@ -281,6 +281,10 @@ fn ns(x: f64) -> String {
     }
 }
 
+fn cores(x: f64) -> String {
+    format!("{x:.2} cores")
+}
+
 fn ms(x: f64) -> String {
     format!("{x:.1} ms")
 }
@@ -600,6 +604,8 @@ fn run_http(a: HttpArgs) -> Result<(), String> {
         "failed_watchers": out.failed,
         "peak_rss_bytes": out.server_peak_rss,
         "server_rss_bytes": out.server_rss_connected,
+        "server_cores": round3(out.server_cores),
+        "client_cores": round3(out.client_cores),
         "latency_samples": out.latencies_us.len(),
     });
     for (field, q) in [
@@ -633,6 +639,8 @@ fn run_http(a: HttpArgs) -> Result<(), String> {
             ("p99.9", "p999_latency_us", us),
             ("server RSS", "server_rss_bytes", human_bytes),
             ("server peak RSS", "peak_rss_bytes", human_bytes),
+            ("server CPU", "server_cores", cores),
+            ("client CPU", "client_cores", cores),
             ("failed", "failed_watchers", human),
         ],
         a.json,
