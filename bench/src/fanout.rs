@@ -320,7 +320,7 @@ pub fn run(design: Design, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Outco
         Design::Ring => {
             // Selective watchers filter on spec.nodeName, the trigger field of the interest
             // index: an event wakes the one watcher it is for.
-            let (mut publisher, hub) = WatchHub::builder()
+            let (publisher, hub) = WatchHub::builder()
                 .capacity(p.history)
                 .trigger_field("spec.nodeName")
                 .build()
@@ -338,7 +338,8 @@ pub fn run(design: Design, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Outco
                     let frames = frames.clone();
                     rt.spawn(async move {
                         sink.start();
-                        while !sink.done() {
+                        // Until the writer closes the hub, as a real watcher waits for more.
+                        loop {
                             let got = watcher
                                 .next_with(|d| {
                                     let _ = frames.write(&d, sink.room());
@@ -347,8 +348,9 @@ pub fn run(design: Design, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Outco
                                 .await;
                             match got {
                                 Some(Ok(seq)) => sink.received(seq),
+                                // The close, once everything was read; else a lap.
                                 Some(Err(_)) => {
-                                    sink.receipt.lapped = true;
+                                    sink.receipt.lapped = !sink.done();
                                     break;
                                 }
                                 None => break,
@@ -358,7 +360,9 @@ pub fn run(design: Design, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Outco
                     })
                 })
                 .collect();
+            let mut publisher = Some(publisher);
             let publish = move |seq: u64| {
+                let Some(writer) = publisher.as_mut() else { return };
                 let body = encoded[seq as usize % POOL].clone();
                 let object = ObjectVersion::builder(
                     ObjectKey::new("ns-0", format!("web-{:06}", seq % 1000)),
@@ -367,11 +371,16 @@ pub fn run(design: Design, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Outco
                 .field("spec.nodeName", format!("n{}", params.target(seq)))
                 .encoding(WireFormat::Json, Encoding::new(body))
                 .build();
-                publisher
+                writer
                     .publish(Event::Added {
                         object: Arc::new(object),
                     })
                     .expect("revisions increase");
+                if seq + 1 == events
+                    && let Some(writer) = publisher.take()
+                {
+                    writer.close(Revision::new(events));
+                }
             };
             (Box::new(publish), true, handles)
         }
@@ -462,7 +471,8 @@ pub fn run(design: Design, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Outco
                     let params = params.clone();
                     rt.spawn(async move {
                         sink.start();
-                        while !sink.done() {
+                        // Until the writer drops the sender, as a real receiver waits for more.
+                        loop {
                             match rx.recv().await {
                                 // Every receiver sees every event and filters it itself.
                                 Ok((seq, _)) if params.selective && params.target(seq) != i => {
@@ -487,8 +497,14 @@ pub fn run(design: Design, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Outco
                     })
                 })
                 .collect();
+            let mut tx = Some(tx);
             let publish = move |seq: u64| {
-                let _ = tx.send((seq, encoded[seq as usize % POOL].clone()));
+                if let Some(sender) = &tx {
+                    let _ = sender.send((seq, encoded[seq as usize % POOL].clone()));
+                }
+                if seq + 1 == events {
+                    tx = None;
+                }
             };
             (Box::new(publish), true, handles)
         }

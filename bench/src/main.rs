@@ -479,7 +479,7 @@ fn run_list(a: ListArgs) -> Result<(), String> {
         eprintln!("plot written to {}", path.display());
     }
     let params =
-        json!({"items": a.items, "item_bytes": a.item_bytes, "concurrent": a.concurrent, "rounds": a.rounds});
+        json!({"items": a.items, "item_bytes": a.item_bytes, "concurrent": a.concurrent, "rounds": a.rounds, "repeat": a.repeat});
     finish(
         "list",
         params,
