@@ -70,7 +70,7 @@ impl Counting {
         LIVE.load(Ordering::Relaxed)
     }
 
-    /// Resets the peak to the current live bytes; [`Counting::peak_since_reset`] then reads
+    /// Resets the peak to the current live bytes; [`Counting::peak`] then reads
     /// the highest the heap went above it.
     pub fn reset_peak() -> isize {
         let now = LIVE.load(Ordering::Relaxed);

@@ -478,8 +478,7 @@ fn run_list(a: ListArgs) -> Result<(), String> {
         )?;
         eprintln!("plot written to {}", path.display());
     }
-    let params =
-        json!({"items": a.items, "item_bytes": a.item_bytes, "concurrent": a.concurrent, "rounds": a.rounds, "repeat": a.repeat});
+    let params = json!({"items": a.items, "item_bytes": a.item_bytes, "concurrent": a.concurrent, "rounds": a.rounds, "repeat": a.repeat});
     finish(
         "list",
         params,
@@ -713,6 +712,7 @@ fn child_fanout(spec: &Value, design: &str, memory: bool) -> Result<Value, Strin
         "watchers": p.watchers,
         "events": p.events,
         "object_bytes": p.object_bytes,
+        "history": p.history,
         "elapsed_s": round3(secs),
         "deliveries": out.deliveries,
         "deliveries_per_sec": round3(out.deliveries as f64 / secs),
