@@ -290,6 +290,58 @@ const SUFFIX: &[u8] = b"}\n";
 /// Distinct objects the writer cycles through.
 const POOL: usize = 64;
 
+/// The writer of a channel-per-watcher design and its watchers' tasks.
+type ChannelDesign = (Box<dyn FnMut(u64) + Send>, Vec<tokio::task::JoinHandle<Receipt>>);
+
+/// A bounded channel per watcher, carrying clones of `pool`'s objects (a deep copy for a
+/// `Value`, a reference count for `Bytes`); `write` puts one object's JSON into a buffer.
+/// Selective, the writer sends straight to the one watcher an event is for, as the
+/// apiserver's trigger index does; else to every watcher in turn, waiting on full queues.
+fn channel_per_watcher<T: Clone + Send + Sync + 'static>(
+    rt: &tokio::runtime::Runtime,
+    shared: &Arc<Shared>,
+    p: &Params,
+    pool: Vec<T>,
+    write: fn(&mut BytesMut, &T),
+) -> ChannelDesign {
+    let mut senders = Vec::with_capacity(p.watchers);
+    let handles = (0..p.watchers)
+        .map(|i| {
+            let (tx, mut rx) = mpsc::channel::<(u64, T)>(p.queue);
+            senders.push(tx);
+            let mut sink = Sink::new(shared.clone(), i, p);
+            rt.spawn(async move {
+                sink.start();
+                // Until the writer drops the senders.
+                while let Some((seq, object)) = rx.recv().await {
+                    let out = sink.room();
+                    out.put_slice(PREFIX);
+                    write(out, &object);
+                    out.put_slice(SUFFIX);
+                    drop(object);
+                    sink.received(seq);
+                }
+                sink.finish()
+            })
+        })
+        .collect();
+    let params = p.clone();
+    let publish = move |seq: u64| {
+        let object = &pool[seq as usize % POOL];
+        if params.selective {
+            let _ = senders[params.target(seq)].blocking_send((seq, object.clone()));
+        } else {
+            for tx in &senders {
+                let _ = tx.blocking_send((seq, object.clone()));
+            }
+        }
+        if seq + 1 == params.events as u64 {
+            senders.clear();
+        }
+    };
+    (Box::new(publish), handles)
+}
+
 /// Runs `design` with `p`, calling `progress(published)` now and then from the writer.
 pub fn run(design: Design, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Outcome {
     assert!(
@@ -385,82 +437,21 @@ pub fn run(design: Design, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Outco
             (Box::new(publish), true, handles)
         }
         Design::NaiveCopy => {
+            // Decoded objects: each send is a deep copy, each watcher encodes its own.
             let values: Vec<Value> = encoded
                 .iter()
                 .map(|b| serde_json::from_slice(b).expect("valid JSON"))
                 .collect();
             drop(encoded);
-            let mut senders = Vec::with_capacity(p.watchers);
-            let handles = (0..p.watchers)
-                .map(|i| {
-                    let (tx, mut rx) = mpsc::channel::<(u64, Value)>(p.queue);
-                    senders.push(tx);
-                    let mut sink = Sink::new(shared.clone(), i, p);
-                    rt.spawn(async move {
-                        sink.start();
-                        while let Some((seq, object)) = rx.recv().await {
-                            let out = sink.room();
-                            out.put_slice(PREFIX);
-                            let _ = serde_json::to_writer(out.writer(), &object);
-                            sink.out.put_slice(SUFFIX);
-                            drop(object);
-                            sink.received(seq);
-                        }
-                        sink.finish()
-                    })
-                })
-                .collect();
-            let publish = move |seq: u64| {
-                let object = &values[seq as usize % POOL];
-                if params.selective {
-                    // Straight to the one watcher, as the apiserver's trigger index does.
-                    let _ = senders[params.target(seq)].blocking_send((seq, object.clone()));
-                } else {
-                    for tx in &senders {
-                        let _ = tx.blocking_send((seq, object.clone()));
-                    }
-                }
-                if seq + 1 == events {
-                    senders.clear();
-                }
-            };
-            (Box::new(publish), false, handles)
+            let (publish, handles) = channel_per_watcher(&rt, &shared, p, values, |out, object| {
+                let _ = serde_json::to_writer(out.writer(), object);
+            });
+            (publish, false, handles)
         }
         Design::NaiveShared => {
-            let mut senders = Vec::with_capacity(p.watchers);
-            let handles = (0..p.watchers)
-                .map(|i| {
-                    let (tx, mut rx) = mpsc::channel::<(u64, Bytes)>(p.queue);
-                    senders.push(tx);
-                    let mut sink = Sink::new(shared.clone(), i, p);
-                    rt.spawn(async move {
-                        sink.start();
-                        while let Some((seq, object)) = rx.recv().await {
-                            let out = sink.room();
-                            out.put_slice(PREFIX);
-                            out.put_slice(&object);
-                            out.put_slice(SUFFIX);
-                            drop(object);
-                            sink.received(seq);
-                        }
-                        sink.finish()
-                    })
-                })
-                .collect();
-            let publish = move |seq: u64| {
-                let object = &encoded[seq as usize % POOL];
-                if params.selective {
-                    let _ = senders[params.target(seq)].blocking_send((seq, object.clone()));
-                } else {
-                    for tx in &senders {
-                        let _ = tx.blocking_send((seq, object.clone()));
-                    }
-                }
-                if seq + 1 == events {
-                    senders.clear();
-                }
-            };
-            (Box::new(publish), false, handles)
+            let (publish, handles) =
+                channel_per_watcher(&rt, &shared, p, encoded, |out, object| out.put_slice(object));
+            (publish, false, handles)
         }
         Design::TokioBroadcast => {
             let (tx, _) = broadcast::channel::<(u64, Bytes)>(p.history);
