@@ -82,11 +82,6 @@ impl Counting {
     pub fn peak() -> isize {
         PEAK.load(Ordering::Relaxed)
     }
-
-    /// Whether counting is on.
-    pub fn enabled() -> bool {
-        ENABLED.load(Ordering::Relaxed)
-    }
 }
 
 /// This process's peak resident set (VmHWM) in bytes, if the kernel says.
