@@ -9,7 +9,7 @@ use std::task::{Context, Waker};
 
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use watchcache_core::{
-    Event, EventRing, Filter, ObjectKey, ObjectVersion, Read, Revision, WatchHub, WatchSpec, Watcher,
+    Event, EventRing, Filter, ObjectKey, ObjectVersion, Read, Revision, Seq, WatchHub, WatchSpec, Watcher,
 };
 
 fn pod(rev: u64, node: &str) -> Arc<ObjectVersion> {
@@ -83,11 +83,11 @@ fn ring_ops(c: &mut Criterion) {
     group.bench_function("pin", |b| b.iter(|| black_box(crossbeam_epoch::pin())));
     group.bench_function("read_pinned", |b| {
         let guard = crossbeam_epoch::pin();
-        let tail = ring.tail();
+        let tail = ring.tail().get();
         let mut seq = tail - 1000;
         b.iter(|| {
             seq = if seq + 1 >= tail { tail - 1000 } else { seq + 1 };
-            match ring.read(seq, &guard) {
+            match ring.read(Seq::new(seq), &guard) {
                 Read::Ready(e) => *e.value(),
                 _ => 0,
             }
@@ -95,7 +95,7 @@ fn ring_ops(c: &mut Criterion) {
     });
     group.bench_function("lap_check", |b| {
         let guard = crossbeam_epoch::pin();
-        b.iter(|| matches!(ring.read(black_box(0), &guard), Read::Lapped))
+        b.iter(|| matches!(ring.read(black_box(Seq::ZERO), &guard), Read::Lapped))
     });
     group.bench_function("seq_after", |b| {
         let guard = crossbeam_epoch::pin();

@@ -14,6 +14,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
 use crate::object::ObjectKey;
 use crate::rv::Revision;
+use crate::source::{parse_storage_key, storage_key};
 
 const VERSION: &str = "meta.k8s.io/v1";
 
@@ -31,8 +32,9 @@ pub(crate) struct Continue {
     pub(crate) after: ObjectKey,
 }
 
+/// The key relative to the resource's prefix, as the apiserver writes it into `start`.
 fn relative(key: &ObjectKey) -> String {
-    key.to_source_key("")
+    storage_key("", key)
 }
 
 impl Tokens {
@@ -83,7 +85,7 @@ impl Tokens {
             return Err("the token was not issued by this server or has been altered".to_owned());
         }
         let last = start.strip_suffix('\u{0}').ok_or("malformed start key")?;
-        let after = ObjectKey::from_source_key("", last).ok_or("malformed start key")?;
+        let after = parse_storage_key("", last).ok_or("malformed start key")?;
         Ok(Continue {
             revision: Revision::new(revision),
             after,

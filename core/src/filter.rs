@@ -6,10 +6,9 @@
 //! it is DELETED (the previous version, at the new revision), staying is MODIFIED, and
 //! staying out is nothing.
 
-use crate::error::{SelectorError, SelectorErrorKind};
 use crate::event::{Delivery, Event, EventKind};
 use crate::object::ObjectVersion;
-use crate::selector::{FieldSelector, LabelSelector};
+use crate::selector::{FieldSelector, LabelSelector, SelectorError, SelectorErrorKind};
 
 /// What a watcher selects: a namespace (or all), a label selector and a field selector.
 ///
@@ -105,6 +104,12 @@ impl Filter {
         self.namespace
             .as_deref()
             .or_else(|| self.fields.equality("metadata.namespace"))
+    }
+
+    /// Whether every object in [`required_namespace`](Self::required_namespace) is selected:
+    /// no label or field term beyond the namespace scope.
+    pub(crate) fn selects_all_in_namespace(&self) -> bool {
+        self.labels.is_everything() && self.fields.is_everything()
     }
 
     /// What this filter's watcher receives for `event`, or `None` when it receives nothing.

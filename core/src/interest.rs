@@ -19,8 +19,10 @@ use std::task::Waker;
 
 use crate::loom::sync::Arc;
 use crate::loom::sync::atomic::{AtomicU64, Ordering};
+use crate::ring::Seq;
 
-/// The wake cell value of a watcher that has not been woken since it parked.
+/// The wake cell value of a watcher that has not been woken since it parked. A wake cell
+/// otherwise holds a [`Seq`], raw.
 pub(crate) const NOT_WOKEN: u64 = u64::MAX;
 
 /// Where a watcher is filed while parked.
@@ -113,13 +115,13 @@ impl Index {
         self.parked
     }
 
-    fn drain(parked: &mut usize, bucket: Bucket, seq: u64, wakers: &mut Vec<Waker>) {
+    fn drain(parked: &mut usize, bucket: Bucket, seq: Seq, wakers: &mut Vec<Waker>) {
         *parked -= bucket.len();
         for (_, p) in bucket {
             // Release pairs with the Acquire load in `Watcher::take_wake`: the watcher that
             // sees the stamp sees everything the writer did before waking it (the stamp is
             // stored under the index lock, which orders it after the event's publication).
-            p.wake_at.store(seq, Ordering::Release);
+            p.wake_at.store(seq.get(), Ordering::Release);
             wakers.push(p.waker);
         }
     }
@@ -128,7 +130,7 @@ impl Index {
     /// `namespace`, under one of `triggers`, or under "all". Their wakers go to `wakers`.
     pub(crate) fn drain_for(
         &mut self,
-        seq: u64,
+        seq: Seq,
         namespace: &str,
         triggers: [Option<&str>; 2],
         wakers: &mut Vec<Waker>,
@@ -149,7 +151,7 @@ impl Index {
     }
 
     /// Drains every parked watcher (for a bookmark at `seq`).
-    pub(crate) fn drain_all(&mut self, seq: u64, wakers: &mut Vec<Waker>) {
+    pub(crate) fn drain_all(&mut self, seq: Seq, wakers: &mut Vec<Waker>) {
         if self.parked == 0 {
             return;
         }

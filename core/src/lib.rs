@@ -15,11 +15,20 @@
 //! * [`Revision`]: resourceVersions, parsed and printed.
 //! * [`ObjectVersion`], [`ObjectKey`], [`Codec`], [`Encoding`]: shared, immutable object versions.
 //! * [`Event`], [`Delivery`], [`WatchEvent`]: what is published and what one watcher receives.
-//! * [`EventRing`]: the lock-free, epoch-reclaimed history window.
+//! * [`EventRing`], [`Seq`]: the lock-free, epoch-reclaimed history window and positions in it.
 //! * [`WatchHub`], [`Publisher`], [`Watcher`]: fan-out with an interest index, so an event
 //!   wakes only the watchers that may care.
 //! * [`LabelSelector`], [`FieldSelector`], [`Filter`]: selectors with the apiserver's
 //!   transition rules (entering the selection is ADDED, leaving it DELETED).
+//! * [`Snapshot`], [`ListItems`]: immutable states of a resource, and a filtered range of one
+//!   lent item by item.
+//! * [`Cache`]: one resource's state and history behind the apiserver's resourceVersion rules
+//!   for GET, LIST and WATCH, kept current by its reflector from a [`Source`];
+//!   [`MemorySource`] is the embedded one.
+//!
+//! Each module's errors live beside what produces them ([`RevisionError`] in `rv`,
+//! [`PublishError`] in `ring`, [`Expired`] in `watcher`, [`CacheError`] in `cache`, …) and are
+//! re-exported here.
 //!
 //! # Before you use it
 //!
@@ -61,37 +70,47 @@
 #![doc(test(attr(deny(warnings))))]
 
 mod cache;
+mod config;
+mod consistency;
 mod continue_token;
-mod error;
 mod event;
 mod filter;
 mod interest;
 mod loom;
+mod names;
 mod object;
+mod page;
 pub mod protocol;
+mod read;
 mod reflector;
 mod ring;
 mod rv;
 mod selector;
 mod snapshot;
 pub mod source;
+mod stats;
+mod store;
+mod watch;
 mod watcher;
 
-pub use cache::{
-    Cache, CacheConfig, CacheStats, CacheWatch, Consistency, ListOptions, ListResult, ResourceVersionMatch,
-    WatchOptions,
-};
-pub use error::{
-    BuildError, CacheError, CodecError, Expired, PublishError, RevisionError, SelectorError,
-    SelectorErrorKind, WatchError,
-};
+pub use cache::{Cache, CacheError};
+pub use config::{BuildError, CacheConfig};
+pub use consistency::Consistency;
 pub use event::{Delivery, Event, EventKind, WatchEvent};
 pub use filter::Filter;
-pub use object::{Codec, Encoding, ObjectKey, ObjectVersion, ObjectVersionBuilder, WireFormat};
-pub use ring::{Entry, EventRing, Read, RingWriter};
-pub use rv::Revision;
-pub use selector::{FieldRequirement, FieldSelector, LabelRequirement, LabelSelector};
+pub use names::is_dns1123_subdomain;
+pub use object::{Codec, CodecError, Encoding, ObjectKey, ObjectVersion, ObjectVersionBuilder, WireFormat};
+pub use read::{ListOptions, ListResult, ResourceVersionMatch};
+pub use ring::{CapacityError, Entry, EventRing, PublishError, Read, RingWriter, Seq};
+pub use rv::{Revision, RevisionError};
+pub use selector::{
+    FieldRequirement, FieldSelector, LabelRequirement, LabelSelector, SelectorError, SelectorErrorKind,
+};
 pub use snapshot::{ListItems, Snapshot};
 pub use source::memory::MemorySource;
 pub use source::{Source, SourceError, SourceEvent, SourceItem, SourceList};
-pub use watcher::{DEFAULT_CAPACITY, HubBuilder, Publisher, StartAt, WatchHub, WatchSpec, Watcher};
+pub use stats::CacheStats;
+pub use watch::{CacheWatch, WatchOptions};
+pub use watcher::{
+    DEFAULT_CAPACITY, Expired, HubBuilder, Publisher, StartAt, WatchError, WatchHub, WatchSpec, Watcher,
+};

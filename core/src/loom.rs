@@ -23,13 +23,18 @@ pub(crate) mod sync {
     }
 }
 
-/// Locks a facade mutex. Poisoning is ignored: every critical section in core leaves the
-/// protected data consistent before it can panic (they only insert into or drain maps).
+/// Locks a facade mutex, ignoring poison (see [`unpoisoned`]).
 pub(crate) fn lock<T>(mutex: &sync::Mutex<T>) -> sync::MutexGuard<'_, T> {
-    match mutex.lock() {
-        Ok(guard) => guard,
-        Err(poisoned) => poisoned.into_inner(),
-    }
+    unpoisoned(mutex.lock())
+}
+
+/// The guard of a lock result, poisoned or not: core's one policy on poisoning, for the facade
+/// mutexes and std's alike (loom's `lock` returns std's `LockResult` too). Every critical
+/// section in core leaves the protected data consistent before anything in it can panic (they
+/// insert into, remove from or drain collections), so a panic elsewhere in the holding thread
+/// leaves nothing half-done to hide.
+pub(crate) fn unpoisoned<G>(result: std::sync::LockResult<G>) -> G {
+    result.unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Orderings the loom models weaken on purpose (see the `loom-weaken-*` features), so that a

@@ -14,7 +14,6 @@ use std::sync::OnceLock;
 
 use bytes::Bytes;
 
-use crate::error::CodecError;
 use crate::rv::Revision;
 
 /// The wire formats an object version can be encoded in.
@@ -39,8 +38,9 @@ impl WireFormat {
 
 /// An object's identity: namespace ("" for cluster-scoped objects) and name.
 ///
-/// Keys order by namespace, then name: the order of etcd keys `/registry/<resource>/<ns>/<name>`,
-/// and so the order of LIST results.
+/// Keys order by namespace, then name, and LIST results come in that order. This is not
+/// quite etcd's order, which compares the bytes of `<ns>/<name>`: there namespace `a-b` sorts
+/// before `a/…` (`-` is below `/`), here `a` comes first.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ObjectKey {
     namespace: Box<str>,
@@ -140,6 +140,43 @@ pub trait Codec: Send + Sync {
     /// Encodes `object` in `format`.
     fn encode(&self, object: &ObjectVersion, format: WireFormat) -> Result<Encoding, CodecError>;
 }
+
+/// A codec could not decode or encode an object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CodecError {
+    /// The source bytes are not a valid object.
+    Decode(String),
+    /// The object has no `metadata.name`.
+    MissingName,
+    /// The object's namespace is not the one its key or resource requires.
+    WrongNamespace {
+        /// The namespace that was expected ("" for cluster-scoped resources).
+        expected: String,
+        /// The namespace the object carries.
+        found: String,
+    },
+    /// The codec does not produce this wire format.
+    UnsupportedFormat(WireFormat),
+    /// Encoding failed.
+    Encode(String),
+}
+
+impl fmt::Display for CodecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CodecError::Decode(m) => write!(f, "cannot decode object: {m}"),
+            CodecError::MissingName => f.write_str("object has no metadata.name"),
+            CodecError::WrongNamespace { expected, found } => write!(
+                f,
+                "object namespace {found:?} does not match the expected namespace {expected:?}"
+            ),
+            CodecError::UnsupportedFormat(w) => write!(f, "wire format {w:?} is not supported"),
+            CodecError::Encode(m) => write!(f, "cannot encode object: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for CodecError {}
 
 /// One version of one object: key, revision, labels, selectable fields and its encodings.
 ///

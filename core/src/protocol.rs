@@ -4,7 +4,8 @@
 //! # The ring ([`EventRing`](crate::EventRing))
 //!
 //! **State.** `capacity` slots (a power of two), each an epoch-managed pointer to an immutable
-//! entry `{seq, revision, floor, value}`; `tail`, the number of entries published; `floor`, the
+//! entry `{seq, revision, floor, value}` (`seq` a [`Seq`](crate::Seq), a position in the
+//! history, never a revision); `tail`, the number of entries published; `floor`, the
 //! revision every retained-or-later entry exceeds; `head`, the newest revision; `trimmed`, a
 //! lower bound below which entries were released early. Only the single [`RingWriter`](crate::RingWriter)
 //! (not `Clone`) stores into any of these.
@@ -30,8 +31,11 @@
 //!    swap, then handed to crossbeam-epoch (`defer_destroy`); it is dropped only after every
 //!    thread pinned before the swap has unpinned. Readers hold a guard only for the duration
 //!    of a read or a poll, never across an await or I/O, so reclamation is never blocked for
-//!    long, and a reference obtained under a guard stays valid until the guard drops. Each
-//!    entry is dropped exactly once. *Model: `reclamation` (loom's `Arc` payloads report
+//!    long, and a reference obtained under a guard stays valid until the guard drops, even if
+//!    the ring is dropped meanwhile: its drop hands the entries it still holds to the
+//!    collector the same way. Reads accept only guards of that collector (crossbeam-epoch's
+//!    default one), since a guard of another would hold nothing back. Each entry is dropped
+//!    exactly once. *Model: `reclamation` (loom's `Arc` payloads report
 //!    leaks and double drops).*
 //! 4. **Where a watch starts.** `seq_after(r)` binary-searches the retained stamps for the
 //!    first revision above `r`, with the invariant "every entry below `lo` has a revision at
@@ -67,8 +71,9 @@
 //! # Snapshot and revision publication ([`Cache`](crate::Cache))
 //!
 //! 8. The reflector publishes the hub, the snapshots and the cache's revision as one
-//!    immutable `State` (ArcSwap), and only then announces the revision (a tokio watch
-//!    channel). A reader that waited for revision `N` and then loads the state sees a state at
+//!    immutable `View` (ArcSwap), and only then announces the revision (a tokio watch
+//!    channel); both steps are `Store::publish` in `store.rs`, the only place views are
+//!    stored. A reader that waited for revision `N` and then loads the state sees a state at
 //!    `N` or later, never a half-applied write. *Model: `snapshot_publication`, with loom
 //!    stand-ins for ArcSwap and the channel (neither runs under loom); announcing first makes
 //!    it fail (`weaken-announce-early`).*

@@ -20,12 +20,14 @@ use tokio::time::Instant;
 use futures_util::StreamExt;
 use tracing::{debug, warn};
 
-use crate::cache::{Shared, State};
+use crate::config::CacheConfig;
 use crate::event::Event;
-use crate::object::{Codec, ObjectKey, ObjectVersion};
+use crate::object::{Codec, ObjectVersion};
+use crate::ring::Seq;
 use crate::rv::Revision;
 use crate::snapshot::Snapshot;
-use crate::source::{Source, SourceError, SourceEvent, SourceList};
+use crate::source::{Source, SourceError, SourceEvent, SourceList, parse_storage_key};
+use crate::store::{Store, View};
 use crate::watcher::{Publisher, WatchHub};
 
 /// Exponential backoff with full jitter between half and the whole delay.
@@ -59,11 +61,12 @@ impl Backoff {
 pub(crate) struct Reflector<S> {
     source: Arc<S>,
     codec: Arc<dyn Codec>,
-    shared: Arc<Shared>,
+    config: Arc<CacheConfig>,
+    store: Arc<Store>,
     publisher: Option<Publisher>,
     backoff: Backoff,
     /// When each entry still in the ring was published, oldest first, with its sequence number.
-    published: VecDeque<(Instant, u64)>,
+    published: VecDeque<(Instant, Seq)>,
 }
 
 /// Why following the watch stopped.
@@ -73,12 +76,18 @@ enum Stop {
 }
 
 impl<S: Source> Reflector<S> {
-    pub(crate) fn new(source: Arc<S>, codec: Arc<dyn Codec>, shared: Arc<Shared>) -> Self {
-        let backoff = Backoff::new(shared.config.backoff_initial, shared.config.backoff_max);
+    pub(crate) fn new(
+        source: Arc<S>,
+        codec: Arc<dyn Codec>,
+        config: Arc<CacheConfig>,
+        store: Arc<Store>,
+    ) -> Self {
+        let backoff = Backoff::new(config.backoff_initial, config.backoff_max);
         Reflector {
             source,
             codec,
-            shared,
+            config,
+            store,
             publisher: None,
             backoff,
             published: VecDeque::new(),
@@ -87,7 +96,7 @@ impl<S: Source> Reflector<S> {
 
     pub(crate) async fn run(mut self) {
         loop {
-            match self.source.list(&self.shared.config.prefix, None).await {
+            match self.source.list(&self.config.prefix, None).await {
                 Ok(list) => {
                     self.install(list);
                     self.backoff.reset();
@@ -96,28 +105,27 @@ impl<S: Source> Reflector<S> {
                     }
                 }
                 Err(e) => {
-                    warn!(resource = %self.shared.config.resource, error = %e, "list failed");
+                    warn!(resource = %self.config.resource, error = %e, "list failed");
                     tokio::time::sleep(self.backoff.delay()).await;
                 }
             }
         }
     }
 
-    fn state(&self) -> Arc<State> {
-        self.shared.state.load_full().expect("installed before following")
+    fn view(&self) -> Arc<View> {
+        self.store.load().expect("installed before following")
     }
 
     /// Decodes one source value, checking it is the object its key says.
     fn decode(&self, key: &str, value: &[u8], revision: Revision) -> Option<Arc<ObjectVersion>> {
-        let prefix = &self.shared.config.prefix;
-        let expected = ObjectKey::from_source_key(prefix, key);
+        let expected = parse_storage_key(&self.config.prefix, key);
         let decoded = self.codec.decode(value, revision);
         match (expected, decoded) {
             (Some(k), Ok(o)) if *o.key() == k => Some(Arc::new(o)),
             (k, o) => {
-                self.shared.stats.decode_errors.fetch_add(1, Ordering::Relaxed);
+                self.store.stats.decode_errors.fetch_add(1, Ordering::Relaxed);
                 warn!(
-                    resource = %self.shared.config.resource, key, revision = %revision,
+                    resource = %self.config.resource, key, revision = %revision,
                     error = ?o.err(), key_ok = k.is_some(),
                     "skipping a value that does not decode to the object its key names"
                 );
@@ -129,7 +137,7 @@ impl<S: Source> Reflector<S> {
     /// Installs a new generation from a list: new snapshot history, new ring; the old hub is
     /// closed so its watchers end with Expired.
     fn install(&mut self, list: SourceList) {
-        let config = &self.shared.config;
+        let config = &self.config;
         let items: Vec<_> = list
             .items
             .iter()
@@ -152,77 +160,74 @@ impl<S: Source> Reflector<S> {
             // The capacity was validated when the cache was built.
             Err(e) => unreachable!("cache config validated at construction: {e}"),
         };
-        let state = State {
+        // Published before the old hub is closed: a watcher the close ends and that retries
+        // finds the new generation.
+        self.store.publish(View {
             hub,
             snapshots: imbl::vector![snapshot],
             revision: list.revision,
-        };
-        self.shared.state.store(Some(Arc::new(state)));
+        });
         if let Some(old) = self.publisher.replace(publisher) {
             old.close(list.revision);
         }
         self.published.clear();
-        self.shared.stats.lists.fetch_add(1, Ordering::Relaxed);
-        self.shared.revision.send_replace(list.revision);
+        self.store.stats.lists.fetch_add(1, Ordering::Relaxed);
         debug!(resource = %config.resource, revision = %list.revision, "listed");
     }
 
     /// Publishes one event and the snapshot after it.
     fn push(&mut self, event: Event) {
-        let state = self.state();
+        let view = self.view();
         let Some(publisher) = self.publisher.as_mut() else {
             return;
         };
         match publisher.publish(event.clone()) {
             Ok(seq) => {
                 self.published.push_back((Instant::now(), seq));
-                if self.published.len() > self.shared.config.capacity {
+                if self.published.len() > self.config.capacity {
                     self.published.pop_front();
                 }
             }
             Err(e) => {
-                warn!(resource = %self.shared.config.resource, error = %e, "event out of order, skipped");
+                warn!(resource = %self.config.resource, error = %e, "event out of order, skipped");
                 return;
             }
         }
-        let revision = event.revision().max(state.revision);
+        let revision = event.revision().max(view.revision);
         let next = Arc::new(
-            state
-                .snapshots
+            view.snapshots
                 .back()
                 .map_or_else(|| Snapshot::new(revision, Vec::new()), |s| s.apply(&event)),
         );
-        let mut snapshots = state.snapshots.clone();
+        let mut snapshots = view.snapshots.clone();
         snapshots.push_back(next);
         // One snapshot per ring entry plus the one the oldest entry applies to: the oldest
         // snapshot's revision is then the ring's floor, so Exact reads and watches expire
         // together.
-        while snapshots.len() > self.shared.config.capacity + 1 {
+        while snapshots.len() > self.config.capacity + 1 {
             snapshots.pop_front();
         }
-        let new_state = State {
-            hub: state.hub.clone(),
+        self.store.publish(View {
+            hub: view.hub.clone(),
             snapshots,
             revision,
-        };
-        self.shared.state.store(Some(Arc::new(new_state)));
-        self.shared.stats.events.fetch_add(1, Ordering::Relaxed);
-        self.shared.revision.send_replace(revision);
+        });
+        self.store.stats.events.fetch_add(1, Ordering::Relaxed);
     }
 
     fn apply(&mut self, event: SourceEvent) {
-        let state = self.state();
+        let view = self.view();
         match event {
             SourceEvent::Put {
                 key,
                 value,
                 mod_revision,
                 ..
-            } if mod_revision > state.revision => {
+            } if mod_revision > view.revision => {
                 let Some(object) = self.decode(&key, &value, mod_revision) else {
                     return self.progress(mod_revision);
                 };
-                let prev = state.snapshots.back().and_then(|s| s.get(object.key()).cloned());
+                let prev = view.current().get(object.key()).cloned();
                 self.push(match prev {
                     Some(prev) => Event::Modified { object, prev },
                     None => Event::Added { object },
@@ -230,9 +235,9 @@ impl<S: Source> Reflector<S> {
             }
             SourceEvent::Delete {
                 key, mod_revision, ..
-            } if mod_revision > state.revision => {
-                let prev = ObjectKey::from_source_key(&self.shared.config.prefix, &key)
-                    .and_then(|k| state.snapshots.back().and_then(|s| s.get(&k).cloned()));
+            } if mod_revision > view.revision => {
+                let prev = parse_storage_key(&self.config.prefix, &key)
+                    .and_then(|k| view.current().get(&k).cloned());
                 match prev {
                     Some(prev) => self.push(Event::Deleted {
                         revision: mod_revision,
@@ -250,7 +255,7 @@ impl<S: Source> Reflector<S> {
     /// Releases entries older than the freshness window beyond the lower bound, with the
     /// snapshots they lead to, so that their memory returns; the window's floor moves up.
     fn retain(&mut self) {
-        let config = &self.shared.config;
+        let config = &self.config;
         let Some(deadline) = Instant::now().checked_sub(config.fresh_window) else {
             return;
         };
@@ -258,48 +263,47 @@ impl<S: Source> Reflector<S> {
         while self.published.len() > config.retain_min_events
             && self.published.front().is_some_and(|(at, _)| *at < deadline)
         {
-            keep_from = self.published.pop_front().map(|(_, seq)| seq + 1);
+            keep_from = self.published.pop_front().map(|(_, seq)| seq.next());
         }
         let (Some(keep_from), Some(publisher)) = (keep_from, self.publisher.as_mut()) else {
             return;
         };
         let floor = publisher.trim(keep_from);
-        let state = self.state();
-        let mut snapshots = state.snapshots.clone();
+        let view = self.view();
+        let mut snapshots = view.snapshots.clone();
         // The oldest snapshot kept is the state at the new floor.
         while snapshots.len() > 1 && snapshots.get(1).is_some_and(|s| s.revision() <= floor) {
             snapshots.pop_front();
         }
-        let new_state = State {
-            hub: state.hub.clone(),
+        self.store.publish(View {
+            hub: view.hub.clone(),
             snapshots,
-            revision: state.revision,
-        };
-        self.shared.state.store(Some(Arc::new(new_state)));
+            revision: view.revision,
+        });
         debug!(resource = %config.resource, %floor, "released events older than the freshness window");
     }
 
     /// The source is at `revision` with no change for us: publish a bookmark there.
     fn progress(&mut self, revision: Revision) {
-        if revision > self.state().revision {
+        if revision > self.view().revision {
             self.push(Event::Bookmark { revision });
         }
     }
 
     async fn follow(&mut self) -> Stop {
-        let interval = self.shared.config.bookmark_interval;
+        let interval = self.config.bookmark_interval;
         let mut bookmarks = tokio::time::interval_at(Instant::now() + interval, interval);
         bookmarks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let every = (self.shared.config.fresh_window / 8).max(Duration::from_millis(10));
+        let every = (self.config.fresh_window / 8).max(Duration::from_millis(10));
         let mut retention = tokio::time::interval_at(Instant::now() + every, every);
         retention.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let from = Revision::new(self.state().revision.get() + 1);
-            let mut stream = match self.source.watch(&self.shared.config.prefix, from).await {
+            let from = Revision::new(self.view().revision.get() + 1);
+            let mut stream = match self.source.watch(&self.config.prefix, from).await {
                 Ok(s) => s,
                 Err(SourceError::Compacted { .. }) => return Stop::Relist,
                 Err(e) => {
-                    warn!(resource = %self.shared.config.resource, error = %e, "watch failed");
+                    warn!(resource = %self.config.resource, error = %e, "watch failed");
                     tokio::time::sleep(self.backoff.delay()).await;
                     continue;
                 }
@@ -312,11 +316,11 @@ impl<S: Source> Reflector<S> {
                             self.backoff.reset();
                         }
                         Some(Err(SourceError::Compacted { compact_revision })) => {
-                            debug!(resource = %self.shared.config.resource, %compact_revision, "watch compacted");
+                            debug!(resource = %self.config.resource, %compact_revision, "watch compacted");
                             return Stop::Relist;
                         }
                         Some(Err(e)) => {
-                            warn!(resource = %self.shared.config.resource, error = %e, "watch broke");
+                            warn!(resource = %self.config.resource, error = %e, "watch broke");
                             tokio::time::sleep(self.backoff.delay()).await;
                             break;
                         }
@@ -326,7 +330,7 @@ impl<S: Source> Reflector<S> {
                         }
                     },
                     _ = bookmarks.tick() => {
-                        let revision = self.state().revision;
+                        let revision = self.view().revision;
                         self.push(Event::Bookmark { revision });
                     }
                     _ = retention.tick() => self.retain(),

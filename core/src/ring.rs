@@ -14,17 +14,91 @@
 //!   cursor (the reader is [`Read::Lapped`], never handed a wrong event), and `seq >= tail`
 //!   means there is nothing yet.
 //!
-//! Readers write nothing shared: a read is a pin (thread-local), two `Acquire` loads and a
-//! comparison. The writer never waits for anybody. The protocol, with the loom model that
+//! Positions in the history are [`Seq`]s, never bare integers, so a sequence number cannot be
+//! passed where a [`Revision`] is meant.
+//!
+//! Readers write nothing shared: a read is a pin (thread-local), three `Acquire` loads (the
+//! tail, the trim bound and the slot) and a comparison. The writer never waits for anybody. The protocol, with the loom model that
 //! checks each claim, is stated in [`protocol`](crate::protocol).
+
+use std::fmt;
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
 
-use crate::error::{BuildError, PublishError};
 use crate::loom::sync::Arc;
 use crate::loom::sync::atomic::{AtomicU64, Ordering};
 use crate::loom::weaken;
 use crate::rv::Revision;
+
+/// A position in a ring's history: the number of entries published before it, from 0.
+///
+/// A newtype rather than a bare `u64` so that a sequence number is never taken for a
+/// [`Revision`] (both count upwards; only revisions mean anything outside the ring).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Seq(u64);
+
+impl Seq {
+    /// The first position.
+    pub const ZERO: Seq = Seq(0);
+
+    /// Wraps a raw position.
+    pub const fn new(value: u64) -> Self {
+        Seq(value)
+    }
+
+    /// The raw position.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+
+    /// The position after this one.
+    pub const fn next(self) -> Seq {
+        Seq(self.0 + 1)
+    }
+}
+
+impl fmt::Display for Seq {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+/// A ring capacity that is not a power of two of at least 2.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct CapacityError(pub usize);
+
+impl fmt::Display for CapacityError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ring capacity {} is not a power of two of at least 2", self.0)
+    }
+}
+
+impl std::error::Error for CapacityError {}
+
+/// An event the publisher refused; the ring is unchanged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PublishError {
+    /// Object events need a revision above the last published one; bookmarks one not below it.
+    RevisionNotIncreasing {
+        /// The last published revision.
+        last: Revision,
+        /// The revision of the refused event.
+        got: Revision,
+    },
+}
+
+impl fmt::Display for PublishError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PublishError::RevisionNotIncreasing { last, got } => write!(
+                f,
+                "event revision {got} does not follow the last published revision {last}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for PublishError {}
 
 /// One published item: its sequence stamp, its revision and the payload. Immutable.
 #[derive(Debug)]
@@ -39,9 +113,9 @@ pub struct Entry<T> {
 }
 
 impl<T> Entry<T> {
-    /// The sequence number: the entry's position in the ring's history, from 0.
-    pub fn seq(&self) -> u64 {
-        self.seq
+    /// The entry's position in the ring's history.
+    pub fn seq(&self) -> Seq {
+        Seq(self.seq)
     }
 
     /// The revision the entry was published at.
@@ -71,7 +145,7 @@ pub enum Read<'g, T> {
 /// Created with its unique [`RingWriter`] by [`EventRing::new`]; readers share it as an `Arc`.
 ///
 /// ```
-/// use watchcache_core::{EventRing, Read, Revision};
+/// use watchcache_core::{EventRing, Read, Revision, Seq};
 ///
 /// let (ring, mut writer) = EventRing::new(2, Revision::new(10))?;
 /// for (rev, v) in [(11, "a"), (12, "b"), (13, "c")] {
@@ -79,11 +153,11 @@ pub enum Read<'g, T> {
 /// }
 /// let guard = crossbeam_epoch::pin();
 /// // Sequence 0 ("a") was overwritten by "c": a reader there is lapped, not misled.
-/// assert!(matches!(ring.read(0, &guard), Read::Lapped));
-/// assert!(matches!(ring.read(2, &guard), Read::Ready(e) if *e.value() == "c"));
-/// assert!(matches!(ring.read(3, &guard), Read::Empty));
+/// assert!(matches!(ring.read(Seq::ZERO, &guard), Read::Lapped));
+/// assert!(matches!(ring.read(Seq::new(2), &guard), Read::Ready(e) if *e.value() == "c"));
+/// assert!(matches!(ring.read(Seq::new(3), &guard), Read::Empty));
 /// // Every event after revision 11 is still here, starting at sequence 1; after 10 is not.
-/// assert_eq!(ring.seq_after(Revision::new(11), &guard), Ok(1));
+/// assert_eq!(ring.seq_after(Revision::new(11), &guard), Ok(Seq::new(1)));
 /// assert_eq!(ring.seq_after(Revision::new(10), &guard), Err(Revision::new(11)));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -105,9 +179,9 @@ pub struct EventRing<T> {
 impl<T: Send + Sync + 'static> EventRing<T> {
     /// A ring of `capacity` slots (a power of two, at least 2) whose history starts after
     /// `start`: a reader may ask for every entry after any revision from `start` on.
-    pub fn new(capacity: usize, start: Revision) -> Result<(Arc<Self>, RingWriter<T>), BuildError> {
+    pub fn new(capacity: usize, start: Revision) -> Result<(Arc<Self>, RingWriter<T>), CapacityError> {
         if capacity < 2 || !capacity.is_power_of_two() {
-            return Err(BuildError::CapacityNotPowerOfTwo(capacity));
+            return Err(CapacityError(capacity));
         }
         let ring = Arc::new(EventRing {
             slots: (0..capacity).map(|_| Atomic::null()).collect(),
@@ -133,17 +207,40 @@ impl<T> EventRing<T> {
         self.slots.len()
     }
 
-    /// The sequence number the next entry will get; entries `0..tail()` have been published.
-    pub fn tail(&self) -> u64 {
+    /// The sequence number the next entry will get; entries below `tail()` have been published.
+    pub fn tail(&self) -> Seq {
+        Seq(self.load_tail())
+    }
+
+    fn load_tail(&self) -> u64 {
         // Acquire pairs with the Release store in `RingWriter::push`: a reader that sees tail
         // `t` sees every slot write of the entries below `t`.
         self.tail.load(Ordering::Acquire)
     }
 
     /// The oldest sequence number still held.
-    pub fn oldest_seq(&self) -> u64 {
-        let tail = self.tail();
-        tail.saturating_sub(self.slots.len() as u64).max(self.trimmed())
+    pub fn oldest_seq(&self) -> Seq {
+        Seq(self.oldest_below(self.load_tail()))
+    }
+
+    /// The oldest sequence number held while the tail is `tail`: never above it.
+    fn oldest_below(&self, tail: u64) -> u64 {
+        // The trim bound is clamped to the tail when it is set, and `tail` was loaded before
+        // it, so the bound may have passed `tail` since: clamp again.
+        tail.saturating_sub(self.slots.len() as u64)
+            .max(self.trimmed())
+            .min(tail)
+    }
+
+    /// How many entries the ring holds now (at most the capacity), from one load of the tail.
+    pub fn len(&self) -> usize {
+        let tail = self.load_tail();
+        (tail - self.oldest_below(tail)) as usize
+    }
+
+    /// Whether the ring holds no entry.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     fn trimmed(&self) -> u64 {
@@ -171,12 +268,12 @@ impl<T> EventRing<T> {
     /// the compiler enforces it. This compiles:
     ///
     /// ```
-    /// use watchcache_core::{EventRing, Read, Revision};
+    /// use watchcache_core::{EventRing, Read, Revision, Seq};
     ///
     /// let (ring, mut writer) = EventRing::new(2, Revision::ZERO).unwrap();
     /// writer.push(Revision::new(1), String::from("a")).unwrap();
     /// let guard = crossbeam_epoch::pin();
-    /// if let Read::Ready(entry) = ring.read(0, &guard) {
+    /// if let Read::Ready(entry) = ring.read(Seq::ZERO, &guard) {
     ///     assert_eq!(entry.value(), "a");
     /// }
     /// ```
@@ -184,21 +281,31 @@ impl<T> EventRing<T> {
     /// and this does not, since the entry would outlive its guard (and could be reclaimed):
     ///
     /// ```compile_fail
-    /// use watchcache_core::{EventRing, Read, Revision};
+    /// use watchcache_core::{EventRing, Read, Revision, Seq};
     ///
     /// let (ring, mut writer) = EventRing::new(2, Revision::ZERO).unwrap();
     /// writer.push(Revision::new(1), String::from("a")).unwrap();
     /// let entry = {
     ///     let guard = crossbeam_epoch::pin();
-    ///     match ring.read(0, &guard) {
+    ///     match ring.read(Seq::ZERO, &guard) {
     ///         Read::Ready(entry) => entry,
     ///         _ => return,
     ///     }
     /// };
     /// assert_eq!(entry.value(), "a");
     /// ```
-    pub fn read<'g>(&self, seq: u64, guard: &'g Guard) -> Read<'g, T> {
-        let tail = self.tail();
+    ///
+    /// An entry stays valid while its guard pins, even if the ring itself is dropped meanwhile
+    /// (its entries are reclaimed through the collector, never freed at once).
+    ///
+    /// # Panics
+    ///
+    /// If `guard` is not a guard of crossbeam-epoch's default collector (`crossbeam_epoch::pin()`):
+    /// reclamation goes through that collector, so only its guards keep an entry alive.
+    pub fn read<'g>(&self, seq: Seq, guard: &'g Guard) -> Read<'g, T> {
+        check_collector(guard);
+        let seq = seq.0;
+        let tail = self.load_tail();
         if seq >= tail {
             return Read::Empty;
         }
@@ -234,9 +341,14 @@ impl<T> EventRing<T> {
     /// the floor that covers everything it overwrote, and a trimmed (null) slot makes the trim
     /// bound visible. Each restart raises the lower bound, so the search ends once the writer
     /// lets it (checked by the loom models `start_search` and `trim`).
-    pub fn seq_after(&self, after: Revision, guard: &Guard) -> Result<u64, Revision> {
+    ///
+    /// # Panics
+    ///
+    /// If `guard` is not a guard of crossbeam-epoch's default collector, as for [`read`](Self::read).
+    pub fn seq_after(&self, after: Revision, guard: &Guard) -> Result<Seq, Revision> {
+        check_collector(guard);
         let cap = self.slots.len() as u64;
-        let mut tail = self.tail();
+        let mut tail = self.load_tail();
         // Loaded after `tail` and then `trimmed`: the writer stores the floor before the
         // Release stores of the tail that makes an overwrite visible and of the trim bound,
         // so this floor covers every entry below `lo`.
@@ -280,25 +392,46 @@ impl<T> EventRing<T> {
                     }
                 }
             }
-            return Ok(l);
+            return Ok(Seq(l));
         }
     }
 }
 
 impl<T> Drop for EventRing<T> {
     fn drop(&mut self) {
-        // SAFETY: `&mut self` means no reader or writer can reach the ring any more (the
-        // writer holds an `Arc` to it), so no other thread holds a reference to an entry.
-        let guard = unsafe { epoch::unprotected() };
+        // Pinned readers may still hold entries: `read` ties an entry to the reader's guard,
+        // not to the ring, so a reader can outlive the last `Arc` of the ring while pinned.
+        // The entries are therefore handed to the collector like overwritten ones, never freed
+        // here.
+        let guard = epoch::pin();
         for slot in self.slots.iter() {
-            let shared = slot.swap(epoch::Shared::null(), Ordering::Relaxed, guard);
+            // Relaxed: `&mut self` means no other thread stores into the slots any more.
+            let shared = slot.swap(epoch::Shared::null(), Ordering::Relaxed, &guard);
             if !shared.is_null() {
-                // SAFETY: unlinked above, unreachable by anyone else (see above), and owned
-                // by the slot, which never shares ownership.
-                drop(unsafe { shared.into_owned() });
+                // SAFETY: (1) unlinked from its only slot just now, so no new reader can reach
+                // it; (2) every reader that loaded it did so through `read` or `seq_after`,
+                // which accept only guards of the default collector (`check_collector`), the
+                // collector this guard pins, so it is freed only after those readers unpin;
+                // (3) rings are only built by `EventRing::new`, which requires
+                // `T: Send + 'static`, so the drop may run later on another thread.
+                unsafe { guard.defer_destroy(shared) };
             }
         }
     }
+}
+
+/// Readers must pin the collector the writer defers its reclamation to: an entry freed through
+/// one collector is not protected by a guard of another.
+///
+/// # Panics
+///
+/// If `guard` is not a guard of crossbeam-epoch's default collector (one from `epoch::pin()`),
+/// e.g. `epoch::unprotected()` or a guard of a `Collector` of the caller's own.
+fn check_collector(guard: &Guard) {
+    assert!(
+        guard.collector() == Some(epoch::default_collector()),
+        "EventRing readers must pin crossbeam-epoch's default collector (crossbeam_epoch::pin())"
+    );
 }
 
 /// The ring's only writer. Not `Clone`: there is exactly one per ring.
@@ -320,7 +453,7 @@ impl<T: Send + Sync + 'static> RingWriter<T> {
     /// Publishes `value` at `revision` and returns its sequence number. Revisions must not
     /// go back; the ring is unchanged when they do. Never blocks: the oldest entry is
     /// overwritten and reclaimed once no reader can still see it.
-    pub fn push(&mut self, revision: Revision, value: T) -> Result<u64, PublishError> {
+    pub fn push(&mut self, revision: Revision, value: T) -> Result<Seq, PublishError> {
         if revision < self.last {
             return Err(PublishError::RevisionNotIncreasing {
                 last: self.last,
@@ -367,14 +500,15 @@ impl<T: Send + Sync + 'static> RingWriter<T> {
         ring.tail.store(seq + 1, weaken::TAIL_STORE);
         self.next = seq + 1;
         self.last = revision;
-        Ok(seq)
+        Ok(Seq(seq))
     }
 
     /// Releases every entry below sequence number `keep_from` before the ring would overwrite
     /// it (age-based retention): readers there are lapped, starts at revisions below the new
     /// floor are refused, and the entries are reclaimed like overwritten ones. Returns the
     /// new floor. `keep_from` past the tail is clamped to the tail; trimming never goes back.
-    pub fn trim(&mut self, keep_from: u64) -> Revision {
+    pub fn trim(&mut self, keep_from: Seq) -> Revision {
+        let keep_from = keep_from.0;
         let ring = &*self.ring;
         let held_from = self
             .next
@@ -430,7 +564,7 @@ mod tests {
         for bad in [0, 1, 3, 100] {
             assert_eq!(
                 EventRing::<u8>::new(bad, Revision::ZERO).unwrap_err(),
-                BuildError::CapacityNotPowerOfTwo(bad)
+                CapacityError(bad)
             );
         }
     }
@@ -445,10 +579,13 @@ mod tests {
             }
             let guard = epoch::pin();
             for seq in 0..total + 2 {
-                match ring.read(seq, &guard) {
+                match ring.read(Seq::new(seq), &guard) {
                     Read::Ready(e) => {
                         assert!(seq >= total - cap as u64, "cap {cap}: seq {seq} should be gone");
-                        assert_eq!((e.seq(), *e.value(), e.revision().get()), (seq, seq, seq + 1));
+                        assert_eq!(
+                            (e.seq().get(), *e.value(), e.revision().get()),
+                            (seq, seq, seq + 1)
+                        );
                     }
                     Read::Lapped => assert!(seq < total - cap as u64),
                     Read::Empty => assert!(seq >= total),
@@ -469,7 +606,7 @@ mod tests {
                 got: Revision::new(4)
             })
         );
-        assert_eq!(ring.tail(), 2);
+        assert_eq!(ring.tail(), Seq::new(2));
         assert_eq!(ring.head_revision(), Revision::new(5));
     }
 
@@ -478,7 +615,7 @@ mod tests {
         for cap in SIZES {
             let (ring, mut w) = EventRing::new(cap, Revision::new(100)).unwrap();
             let guard = epoch::pin();
-            assert_eq!(ring.seq_after(Revision::new(100), &guard), Ok(0));
+            assert_eq!(ring.seq_after(Revision::new(100), &guard), Ok(Seq::ZERO));
             assert_eq!(ring.seq_after(Revision::new(99), &guard), Err(Revision::new(100)));
             // Revisions 102, 104, …: gaps, as one resource sees a global revision.
             let total = cap as u64 + cap as u64 / 2;
@@ -492,7 +629,7 @@ mod tests {
                 let want = (0..total).find(|&i| 102 + 2 * i > after).unwrap_or(total);
                 assert_eq!(
                     ring.seq_after(Revision::new(after), &guard),
-                    Ok(want),
+                    Ok(Seq::new(want)),
                     "cap {cap} after {after}"
                 );
             }
@@ -512,31 +649,42 @@ mod tests {
                 w.push(Revision::new(10 * (i + 1)), i).unwrap();
             }
             let keep = n / 2;
-            let floor = w.trim(keep);
+            let floor = w.trim(Seq::new(keep));
             assert_eq!(floor, Revision::new(10 * keep));
             assert_eq!(ring.floor(), floor);
-            assert_eq!(ring.oldest_seq(), keep);
+            assert_eq!(ring.oldest_seq(), Seq::new(keep));
+            assert_eq!(ring.len(), (n - keep) as usize);
             let guard = epoch::pin();
             for seq in 0..n {
-                match ring.read(seq, &guard) {
+                match ring.read(Seq::new(seq), &guard) {
                     Read::Ready(e) => assert!(seq >= keep && *e.value() == seq),
                     Read::Lapped => assert!(seq < keep),
                     Read::Empty => panic!("{seq} was published"),
                 }
             }
-            assert_eq!(ring.seq_after(floor, &guard), Ok(keep));
+            assert_eq!(ring.seq_after(floor, &guard), Ok(Seq::new(keep)));
             assert_eq!(ring.seq_after(Revision::new(floor.get() - 1), &guard), Err(floor));
             // Trimming backwards, or to where it already is, changes nothing.
-            assert_eq!(w.trim(keep / 2), floor);
+            assert_eq!(w.trim(Seq::new(keep / 2)), floor);
             // The ring keeps working: pushes overwrite trimmed (null) slots.
             for i in n..3 * n {
                 w.push(Revision::new(10 * (i + 1)), i).unwrap();
             }
-            assert!(matches!(ring.read(3 * n - 1, &guard), Read::Ready(e) if *e.value() == 3 * n - 1));
+            assert!(
+                matches!(ring.read(Seq::new(3 * n - 1), &guard), Read::Ready(e) if *e.value() == 3 * n - 1)
+            );
             assert_eq!(ring.floor(), Revision::new(10 * (2 * n)));
-            assert_eq!(w.trim(u64::MAX), Revision::new(10 * 3 * n), "clamped to the tail");
-            assert!(matches!(ring.read(3 * n - 1, &guard), Read::Lapped));
-            assert_eq!(ring.seq_after(Revision::new(10 * 3 * n), &guard), Ok(3 * n));
+            assert_eq!(
+                w.trim(Seq::new(u64::MAX)),
+                Revision::new(10 * 3 * n),
+                "clamped to the tail"
+            );
+            assert!(matches!(ring.read(Seq::new(3 * n - 1), &guard), Read::Lapped));
+            assert_eq!(
+                ring.seq_after(Revision::new(10 * 3 * n), &guard),
+                Ok(Seq::new(3 * n))
+            );
+            assert!(ring.is_empty(), "everything trimmed");
         }
     }
 
@@ -576,5 +724,41 @@ mod tests {
             epoch::pin().flush();
         }
         assert_eq!(drops.load(std::sync::atomic::Ordering::SeqCst), n);
+    }
+
+    #[test]
+    fn an_entry_stays_valid_while_pinned_after_the_ring_is_dropped() {
+        // Run under Miri (`.ci/run`), this is the use-after-free check: the ring's drop must
+        // defer its entries to the collector rather than free them under a pinned reader.
+        let (ring, mut w) = EventRing::new(2, Revision::ZERO).unwrap();
+        w.push(Revision::new(1), String::from("kept")).unwrap();
+        let guard = epoch::pin();
+        let Read::Ready(entry) = ring.read(Seq::ZERO, &guard) else {
+            panic!("entry 0 was just published");
+        };
+        drop(w);
+        drop(ring);
+        assert_eq!(entry.value(), "kept");
+        assert_eq!(entry.seq(), Seq::ZERO);
+    }
+
+    #[test]
+    #[should_panic(expected = "default collector")]
+    fn a_guard_of_another_collector_is_refused() {
+        let (ring, mut w) = EventRing::new(2, Revision::ZERO).unwrap();
+        w.push(Revision::new(1), 1u64).unwrap();
+        let collector = epoch::Collector::new();
+        let handle = collector.register();
+        let foreign = handle.pin();
+        let _ = ring.read(Seq::ZERO, &foreign);
+    }
+
+    #[test]
+    #[should_panic(expected = "default collector")]
+    fn an_unprotected_guard_is_refused() {
+        let (ring, _w) = EventRing::<u64>::new(2, Revision::ZERO).unwrap();
+        // SAFETY: the guard is only handed to `seq_after`, which must refuse it before any load.
+        let guard = unsafe { epoch::unprotected() };
+        let _ = ring.seq_after(Revision::ZERO, guard);
     }
 }

@@ -1,4 +1,5 @@
-//! `Revision`: the numeric form of a Kubernetes `resourceVersion`.
+//! `Revision`: the numeric form of a Kubernetes `resourceVersion`, and `RevisionError`, why a
+//! string is not one.
 //!
 //! Kubernetes treats resourceVersion as opaque on the wire, but every apiserver backed by
 //! etcd encodes the store's global revision as a decimal `u64`, and the cache relies on
@@ -7,8 +8,6 @@
 
 use std::fmt;
 use std::str::FromStr;
-
-use crate::error::RevisionError;
 
 /// A resourceVersion: the revision of the write that produced an object version or event.
 ///
@@ -69,6 +68,33 @@ impl FromStr for Revision {
             .map_err(|_| RevisionError::OutOfRange(s.to_owned()))
     }
 }
+
+/// A resourceVersion string that is not a revision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RevisionError {
+    /// The string was empty.
+    Empty,
+    /// The string held something other than decimal digits.
+    NotANumber(String),
+    /// The digits do not fit in 64 bits.
+    OutOfRange(String),
+}
+
+impl fmt::Display for RevisionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RevisionError::Empty => f.write_str("resourceVersion is empty"),
+            RevisionError::NotANumber(s) => {
+                write!(f, "invalid resourceVersion {s:?}: not a decimal number")
+            }
+            RevisionError::OutOfRange(s) => {
+                write!(f, "invalid resourceVersion {s:?}: out of range")
+            }
+        }
+    }
+}
+
+impl std::error::Error for RevisionError {}
 
 impl fmt::Display for Revision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

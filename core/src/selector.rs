@@ -7,8 +7,66 @@
 //! backslash in values. A missing field reads as "". Malformed input is a typed
 //! [`SelectorError`], never a panic.
 
-use crate::error::{SelectorError, SelectorErrorKind};
+use std::fmt;
+
+use crate::names::is_dns1123_subdomain;
 use crate::object::ObjectVersion;
+
+/// What was wrong with a label or field selector.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SelectorErrorKind {
+    /// A token stood where it cannot (`a in b`, `=x`, `a,,b`).
+    Unexpected {
+        /// What the parser found.
+        found: String,
+        /// What it expected there.
+        expected: &'static str,
+    },
+    /// A label key that is not a qualified name (`[prefix/]name`).
+    InvalidKey(String),
+    /// A label value that is not a valid label value.
+    InvalidValue(String),
+    /// `>` or `<` with a value that is not an integer.
+    NotAnInteger(String),
+    /// A field selector term without an operator.
+    MissingOperator(String),
+    /// A backslash followed by something other than `\`, `,` or `=`.
+    InvalidEscape(String),
+    /// A field that this resource cannot be selected by.
+    UnsupportedField(String),
+}
+
+/// A label or field selector that could not be parsed or is not supported.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SelectorError {
+    /// The selector as given.
+    pub selector: String,
+    /// What was wrong.
+    pub kind: SelectorErrorKind,
+}
+
+impl fmt::Display for SelectorError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid selector {:?}: ", self.selector)?;
+        match &self.kind {
+            SelectorErrorKind::Unexpected { found, expected } => {
+                write!(f, "found {found}, expected {expected}")
+            }
+            SelectorErrorKind::InvalidKey(k) => write!(f, "invalid label key {k:?}"),
+            SelectorErrorKind::InvalidValue(v) => write!(f, "invalid label value {v:?}"),
+            SelectorErrorKind::NotAnInteger(v) => write!(f, "{v:?} is not an integer"),
+            SelectorErrorKind::MissingOperator(t) => {
+                write!(f, "term {t:?} has no operator (=, ==, !=)")
+            }
+            SelectorErrorKind::InvalidEscape(t) => write!(f, "invalid escape sequence in {t:?}"),
+            SelectorErrorKind::UnsupportedField(n) => {
+                write!(f, "field label not supported: {n}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for SelectorError {}
 
 /// One requirement of a label selector.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -326,17 +384,8 @@ fn validate_label_key(key: &str) -> Result<(), SelectorErrorKind> {
     if name.is_empty() || !is_label_value(name) {
         return Err(invalid());
     }
-    if let Some(prefix) = prefix {
-        let segments_ok = prefix.split('.').all(|s| {
-            !s.is_empty()
-                && s.bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !s.starts_with('-')
-                && !s.ends_with('-')
-        });
-        if prefix.is_empty() || prefix.len() > 253 || !segments_ok {
-            return Err(invalid());
-        }
+    if prefix.is_some_and(|p| !is_dns1123_subdomain(p)) {
+        return Err(invalid());
     }
     Ok(())
 }

@@ -6,6 +6,10 @@
 //! page's `remainingItemCount` is a subtraction rather than a count. The cache keeps one per
 //! entry of its history window, as the apiserver's snapshottable watch cache keeps one per
 //! revision, and serves LIST at an exact revision and continue tokens from them.
+//!
+//! [`ListItems`] reads a range of one snapshot through a filter, lending one item at a time:
+//! what a LIST page or a watch's initial events hand to an encoder. Which range a page covers
+//! is decided in [`page`](crate::page).
 
 use std::cmp::Ordering;
 
@@ -75,8 +79,8 @@ impl Snapshot {
         match namespace {
             None => 0..self.items.len(),
             Some(ns) => {
-                let lo = partition(&self.items, |o| o.key().namespace() < ns);
-                let hi = partition(&self.items, |o| o.key().namespace() <= ns);
+                let lo = partition_point(&self.items, |o| o.key().namespace() < ns);
+                let hi = partition_point(&self.items, |o| o.key().namespace() <= ns);
                 lo..hi
             }
         }
@@ -111,8 +115,9 @@ impl Snapshot {
     }
 }
 
-/// The first index at which `pred` is false; `pred` must be true, then false, along `items`.
-fn partition(items: &imbl::Vector<Arc<ObjectVersion>>, pred: impl Fn(&ObjectVersion) -> bool) -> usize {
+/// The first index at which `pred` is false; `pred` must be true, then false, along `items`
+/// (`slice::partition_point`, which `imbl::Vector` lacks).
+pub(crate) fn partition_point<T: Clone>(items: &imbl::Vector<T>, pred: impl Fn(&T) -> bool) -> usize {
     // imbl's binary search takes an ordering; map the predicate onto one that never says Equal.
     match items.binary_search_by(|o| {
         if pred(o) {
@@ -233,71 +238,6 @@ impl Iterator for ListItems {
 
 impl ExactSizeIterator for ListItems {}
 
-/// One page of a snapshot: where it ends, how many items it has, and whether more follow.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Page {
-    pub(crate) range: std::ops::Range<usize>,
-    pub(crate) count: usize,
-    /// The key of the last item when another selected item follows it.
-    pub(crate) more_after: Option<ObjectKey>,
-    /// Positions after the page in the scanned range (all of them count as remaining items
-    /// only when the filter selects everything in the range).
-    pub(crate) rest: usize,
-}
-
-/// Finds the page of at most `limit` selected items starting at position `start` within
-/// `range`. Scans without collecting; an unlimited page is the whole range.
-pub(crate) fn page(
-    snapshot: &Snapshot,
-    range: std::ops::Range<usize>,
-    start: usize,
-    limit: Option<usize>,
-    filter: &Filter,
-    filter_selects_all: bool,
-) -> Page {
-    let start = start.clamp(range.start, range.end);
-    let Some(limit) = limit else {
-        let count = if filter_selects_all {
-            range.end - start
-        } else {
-            (start..range.end)
-                .filter(|&i| snapshot.at(i).is_some_and(|o| filter.matches(o)))
-                .count()
-        };
-        return Page {
-            range: start..range.end,
-            count,
-            more_after: None,
-            rest: 0,
-        };
-    };
-    let mut count = 0;
-    let mut i = start;
-    while i < range.end && count < limit {
-        if filter_selects_all || snapshot.at(i).is_some_and(|o| filter.matches(o)) {
-            count += 1;
-        }
-        i += 1;
-    }
-    let end = i;
-    let more = if filter_selects_all {
-        end < range.end
-    } else {
-        (end..range.end).any(|j| snapshot.at(j).is_some_and(|o| filter.matches(o)))
-    };
-    let more_after = if more && end > start {
-        snapshot.at(end - 1).map(|o| o.key().clone())
-    } else {
-        None
-    };
-    Page {
-        range: start..end,
-        count,
-        more_after,
-        rest: range.end - end,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -355,7 +295,7 @@ mod tests {
     }
 
     #[test]
-    fn namespace_ranges_and_pages() {
+    fn namespace_ranges() {
         let s = Snapshot::new(
             Revision::new(1),
             vec![
@@ -369,47 +309,6 @@ mod tests {
         assert_eq!(s.range_of(Some("b")), 1..4);
         assert_eq!(s.range_of(Some("bb")), 4..4);
         assert_eq!(s.range_of(None), 0..5);
-        let all = Filter::everything();
-        let p = page(&s, 1..4, 1, Some(2), &all, true);
-        assert_eq!(
-            p,
-            Page {
-                range: 1..3,
-                count: 2,
-                more_after: Some(ObjectKey::new("b", "2")),
-                rest: 1
-            }
-        );
-        let p = page(&s, 1..4, 3, Some(2), &all, true);
-        assert_eq!(
-            p,
-            Page {
-                range: 3..4,
-                count: 1,
-                more_after: None,
-                rest: 0
-            }
-        );
-        // A filter: only "1"s. From the start, one selected item, and another (c/1) after it.
-        let ones = Filter::parse(None, "", "metadata.name=1").unwrap();
-        let p = page(&s, 0..5, 0, Some(1), &ones, false);
-        assert_eq!(
-            (p.range, p.count, p.more_after),
-            (0..1, 1, Some(ObjectKey::new("a", "1")))
-        );
-        let p = page(&s, 0..5, 1, Some(1), &ones, false);
-        assert_eq!(
-            (p.range, p.count, p.more_after),
-            (1..2, 1, Some(ObjectKey::new("b", "1")))
-        );
-        let p = page(&s, 0..5, 2, Some(5), &ones, false);
-        assert_eq!((p.range, p.count, p.more_after), (2..5, 1, None));
-        let mut items = ListItems::new(Arc::new(s), 2..5, ones, 1);
-        assert_eq!(
-            items.next_item().map(|o| o.key().to_string()),
-            Some("c/1".to_string())
-        );
-        assert!(items.next_item().is_none());
     }
 
     #[test]

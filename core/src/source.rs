@@ -1,13 +1,15 @@
 //! The source of truth a cache follows: an etcd-like store of keys and values under one
-//! global revision. [`MemorySource`](memory::MemorySource) is the embedded implementation;
-//! the etcd one lives in its own crate.
+//! global revision, behind the [`Source`] trait. Core knows nothing of etcd itself: an etcd
+//! source implements the trait outside it.
 //!
-//! Keys are strings `PREFIX + namespace + "/" + name` for namespaced objects and
-//! `PREFIX + name` for cluster-scoped ones, the layout of the apiserver's
-//! `/registry/<resource>/…` keys; [`ObjectKey::to_source_key`] and
-//! [`ObjectKey::from_source_key`] convert.
+//! This module holds the trait and what crosses it. How object keys map onto storage keys is
+//! the private `keys` module ([`storage_key`], [`parse_storage_key`]); the embedded store is
+//! [`memory`].
 
+mod keys;
 pub mod memory;
+
+pub use keys::{parse_storage_key, storage_key};
 
 use std::fmt;
 use std::future::Future;
@@ -15,7 +17,6 @@ use std::future::Future;
 use bytes::Bytes;
 use futures_core::Stream;
 
-use crate::object::ObjectKey;
 use crate::rv::Revision;
 
 /// One key and value as listed.
@@ -138,48 +139,4 @@ pub trait Source: Send + Sync + 'static {
     /// Asks every open watch for a progress notification at the current revision, so that a
     /// cache of a quiet prefix learns it is up to date without waiting for a write.
     fn request_progress(&self) -> impl Future<Output = Result<(), SourceError>> + Send;
-}
-
-impl ObjectKey {
-    /// The source key of this object under `prefix`.
-    pub fn to_source_key(&self, prefix: &str) -> String {
-        if self.namespace().is_empty() {
-            format!("{prefix}{}", self.name())
-        } else {
-            format!("{prefix}{}/{}", self.namespace(), self.name())
-        }
-    }
-
-    /// The object key of a source key under `prefix`, if it has the expected shape.
-    pub fn from_source_key(prefix: &str, key: &str) -> Option<ObjectKey> {
-        let rest = key.strip_prefix(prefix)?;
-        let key = match rest.split_once('/') {
-            Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
-                ObjectKey::new(ns, name)
-            }
-            None if !rest.is_empty() => ObjectKey::cluster(rest),
-            _ => return None,
-        };
-        Some(key)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn source_keys_round_trip_and_malformed_ones_are_refused() {
-        for key in [ObjectKey::new("ns", "a"), ObjectKey::cluster("node-1")] {
-            let s = key.to_source_key("pods/");
-            assert_eq!(ObjectKey::from_source_key("pods/", &s), Some(key));
-        }
-        assert_eq!(
-            ObjectKey::new("ns", "a").to_source_key("/registry/pods/"),
-            "/registry/pods/ns/a"
-        );
-        for bad in ["pods/", "pods//a", "pods/ns/", "pods/a/b/c", "other/ns/a"] {
-            assert_eq!(ObjectKey::from_source_key("pods/", bad), None, "{bad:?}");
-        }
-    }
 }

@@ -23,15 +23,17 @@ use std::task::{Context, Poll, Waker};
 use crossbeam_epoch as epoch;
 use futures_core::Stream;
 
-use crate::error::{BuildError, Expired, PublishError, WatchError};
+use std::fmt;
+
 use crate::event::{Delivery, Event, EventKind, WatchEvent};
 use crate::filter::Filter;
 use crate::interest::{Index, Interest, NOT_WOKEN};
 use crate::loom::lock;
 use crate::loom::sync::atomic::{AtomicU64, Ordering};
 use crate::loom::sync::{Arc, Mutex};
-use crate::ring::{EventRing, Read, RingWriter};
+use crate::ring::{CapacityError, EventRing, PublishError, Read, RingWriter, Seq};
 use crate::rv::Revision;
+use crate::selector::SelectorError;
 
 /// How many entries a watcher may read and filter out in one poll before it yields to its
 /// executor (it wakes itself and returns `Pending`), so a selective watcher catching up on a
@@ -41,11 +43,74 @@ const SCAN_BUDGET: usize = if cfg!(watchcache_loom) { 2 } else { 512 };
 /// The default history window, in events.
 pub const DEFAULT_CAPACITY: usize = if cfg!(watchcache_loom) { 4 } else { 4096 };
 
-/// `Shared::closed` while the hub is open.
+/// `HubCore::closed` while the hub is open.
 const OPEN: u64 = u64::MAX;
 
+/// A watcher asked for history the window no longer holds, or was lapped by the writer.
+///
+/// Over HTTP this is `410 Gone` with reason `Expired`; the client re-lists.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Expired {
+    /// The revision the watcher asked to continue after.
+    pub requested: Revision,
+    /// The oldest revision a watch can start after now.
+    pub oldest: Revision,
+}
+
+impl fmt::Display for Expired {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "too old resource version: {} ({})",
+            self.requested, self.oldest
+        )
+    }
+}
+
+impl std::error::Error for Expired {}
+
+/// A watch that could not be started.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WatchError {
+    /// The requested start is older than the history window.
+    Expired(Expired),
+    /// The filter selects on a field this resource does not declare.
+    Selector(SelectorError),
+}
+
+impl fmt::Display for WatchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WatchError::Expired(e) => e.fmt(f),
+            WatchError::Selector(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for WatchError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            WatchError::Expired(e) => Some(e),
+            WatchError::Selector(e) => Some(e),
+        }
+    }
+}
+
+impl From<Expired> for WatchError {
+    fn from(e: Expired) -> Self {
+        WatchError::Expired(e)
+    }
+}
+
+impl From<SelectorError> for WatchError {
+    fn from(e: SelectorError) -> Self {
+        WatchError::Selector(e)
+    }
+}
+
+/// What a hub's publisher and watchers share.
 #[derive(Debug)]
-struct Shared {
+struct HubCore {
     ring: Arc<EventRing<Event>>,
     index: Mutex<Index>,
     /// `OPEN`, or the oldest revision a watch can start after in whatever replaced this hub.
@@ -92,9 +157,9 @@ impl HubBuilder {
     }
 
     /// Builds the hub and its only publisher.
-    pub fn build(self) -> Result<(Publisher, WatchHub), BuildError> {
+    pub fn build(self) -> Result<(Publisher, WatchHub), CapacityError> {
         let (ring, writer) = EventRing::new(self.capacity, self.start)?;
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(HubCore {
             ring,
             index: Mutex::new(Index::default()),
             closed: AtomicU64::new(OPEN),
@@ -195,10 +260,10 @@ impl WatchSpec {
 /// ```
 #[derive(Clone, Debug)]
 pub struct WatchHub {
-    shared: Arc<Shared>,
+    shared: Arc<HubCore>,
 }
 
-impl Shared {
+impl HubCore {
     /// `Some(oldest)` once the publisher closed the hub.
     fn closed_at(&self) -> Option<Revision> {
         // Acquire pairs with the Release store in `Publisher::close`.
@@ -281,7 +346,7 @@ impl WatchHub {
 #[derive(Debug)]
 pub struct Publisher {
     writer: RingWriter<Event>,
-    shared: Arc<Shared>,
+    shared: Arc<HubCore>,
     last: Revision,
     /// Reused between events so that waking allocates nothing in the steady state.
     wakers: Vec<Waker>,
@@ -291,7 +356,7 @@ impl Publisher {
     /// Publishes an event and wakes the parked watchers it may concern. Object events need a
     /// revision above every earlier one; a bookmark's may equal the last. Never waits for a
     /// watcher: it only takes the index lock for as long as moving the affected wakers out.
-    pub fn publish(&mut self, event: Event) -> Result<u64, PublishError> {
+    pub fn publish(&mut self, event: Event) -> Result<Seq, PublishError> {
         let revision = event.revision();
         let strict = !matches!(event, Event::Bookmark { .. });
         if revision < self.last || (strict && revision == self.last) {
@@ -307,7 +372,7 @@ impl Publisher {
     }
 
     /// Publishes a bookmark at `revision` (at least the last published revision).
-    pub fn bookmark(&mut self, revision: Revision) -> Result<u64, PublishError> {
+    pub fn bookmark(&mut self, revision: Revision) -> Result<Seq, PublishError> {
         self.publish(Event::Bookmark { revision })
     }
 
@@ -315,7 +380,7 @@ impl Publisher {
     /// ends with [`Expired`] carrying `oldest`, the revision a new watch can start after (in
     /// whatever replaces this hub, e.g. after a relist). New watches on it fail the same way.
     pub fn close(self, oldest: Revision) {
-        // Release pairs with the Acquire loads in `Shared::closed_at`. Stored before the index
+        // Release pairs with the Acquire loads in `HubCore::closed_at`. Stored before the index
         // lock is taken below: a watcher that parks after our drain re-checks it (the lock
         // orders the two, as for the tail in the module docs).
         self.shared.closed.store(oldest.get(), Ordering::Release);
@@ -328,7 +393,7 @@ impl Publisher {
 
     /// Releases the history below sequence number `keep_from` early (age-based retention);
     /// see [`RingWriter::trim`]. Returns the new floor: watches can start after it, not before.
-    pub fn trim(&mut self, keep_from: u64) -> Revision {
+    pub fn trim(&mut self, keep_from: Seq) -> Revision {
         self.writer.trim(keep_from)
     }
 
@@ -344,7 +409,7 @@ impl Publisher {
         }
     }
 
-    fn wake(&mut self, seq: u64, event: &Event) {
+    fn wake(&mut self, seq: Seq, event: &Event) {
         let mut index = lock(&self.shared.index);
         match (event.object(), &self.shared.trigger) {
             (None, _) => index.drain_all(seq, &mut self.wakers),
@@ -378,11 +443,11 @@ impl Publisher {
 /// cost does not depend on how many events are in flight: there is no per-watcher queue.
 #[derive(Debug)]
 pub struct Watcher {
-    shared: Arc<Shared>,
+    shared: Arc<HubCore>,
     filter: Filter,
     interest: Interest,
     /// The sequence number of the next entry to read.
-    cursor: u64,
+    cursor: Seq,
     /// The revision this watcher has seen everything up to.
     position: Revision,
     /// Entries at or below this revision are skipped (a start ahead of the ring).
@@ -436,7 +501,7 @@ impl Watcher {
         loop {
             match ring.read(self.cursor, &guard) {
                 Read::Ready(entry) => {
-                    self.cursor += 1;
+                    self.cursor = self.cursor.next();
                     // Entries up to the start are skipped; a bookmark at the start itself is
                     // kept (a quiet resource's periodic bookmark carries the same revision).
                     let skip = match entry.value() {
@@ -549,7 +614,7 @@ impl Watcher {
         self.parked = false;
         // Every event in `cursor..at` went through the index while we were filed and
         // verified idle, without touching our bucket: none of them concerns us.
-        self.cursor = self.cursor.max(at);
+        self.cursor = self.cursor.max(Seq::new(at));
         true
     }
 
@@ -562,7 +627,7 @@ impl Watcher {
 }
 
 /// [`Watcher::unpark`] on borrowed fields, for use while the ring is borrowed from `shared`.
-fn unpark(shared: &Shared, id: u64, interest: &Interest, wake_at: &AtomicU64) {
+fn unpark(shared: &HubCore, id: u64, interest: &Interest, wake_at: &AtomicU64) {
     lock(&shared.index).unpark(id, interest);
     // Under the lock the writer can no longer stamp us; the Relaxed store is ordered before
     // any later stamp by the lock taken in the next `park`.

@@ -444,6 +444,34 @@ async fn send_initial_events_ends_with_an_annotated_bookmark_then_goes_live() {
 }
 
 #[tokio::test]
+async fn filtered_initial_events_report_exactly_the_selected_objects_as_remaining() {
+    let (s, cache) = started(config()).await;
+    for (ns, name, app) in [
+        ("a", "1", "web"),
+        ("a", "2", "db"),
+        ("a", "3", "web"),
+        ("b", "1", "web"),
+    ] {
+        s.create(&format!("pods/{ns}/{name}"), text_pod(ns, name, app, "n1"))
+            .unwrap();
+    }
+    let opts = WatchOptions {
+        resource_version: None,
+        send_initial_events: true,
+        filter: Filter::parse(Some("a"), "app=web", "").unwrap(),
+        ..Default::default()
+    };
+    let mut w = cache.watch(opts).await.unwrap();
+    // Two of the three objects in "a" are selected: the count says two, not three.
+    assert_eq!(w.initial_remaining(), 2);
+    assert_eq!(next(&mut w).await.object.unwrap().key().to_string(), "a/1");
+    assert_eq!(w.initial_remaining(), 1);
+    assert_eq!(next(&mut w).await.object.unwrap().key().to_string(), "a/3");
+    assert_eq!(w.initial_remaining(), 0);
+    assert!(next(&mut w).await.initial_events_end);
+}
+
+#[tokio::test]
 async fn bookmarks_arrive_periodically_even_when_the_resource_is_quiet() {
     let mut c = config();
     c.bookmark_interval = Duration::from_millis(30);

@@ -3,8 +3,9 @@
 //! A frame is a constant prefix, the shared object bytes and a constant suffix. When the
 //! delivery's revision differs from the object's (a DELETED event, a selector exit), the
 //! object's bytes are written around the recorded resourceVersion range with the new revision
-//! in between, so nothing is re-encoded. The writer copies into its own bounded output buffer
-//! (as a socket writer does); nothing is allocated per frame beyond that buffer's growth.
+//! in between, so nothing is re-encoded. Writing a frame allocates nothing of its own: it
+//! copies into the buffer the caller passes (which grows if it must), once the object's JSON
+//! encoding exists (made once per object version, on ingestion by [`JsonCodec`](crate::JsonCodec)).
 
 use std::sync::Arc;
 
@@ -13,6 +14,7 @@ use watchcache_core::{Codec, CodecError, Delivery, EventKind, ObjectVersion, Rev
 
 use crate::resource::ResourceInfo;
 use crate::status::Status;
+use crate::write::{put_str, put_u64};
 
 /// Writes watch frames for one resource.
 #[derive(Clone)]
@@ -76,7 +78,7 @@ impl FrameEncoder {
         match json.revision_at() {
             Some(at) if revision != object.revision() => {
                 out.put_slice(&bytes[..at.start]);
-                out.put_slice(itoa::Buffer::new().format(revision.get()).as_bytes());
+                put_u64(out, revision.get());
                 out.put_slice(&bytes[at.end..]);
             }
             _ => out.put_slice(bytes),
@@ -89,11 +91,11 @@ impl FrameEncoder {
     pub fn write_bookmark(&self, revision: Revision, initial_events_end: bool, out: &mut BytesMut) {
         out.put_slice(prefix(EventKind::Bookmark));
         out.put_slice(br#"{"kind":"#);
-        put_json_str(out, &self.info.kind);
+        put_str(out, &self.info.kind);
         out.put_slice(br#","apiVersion":"#);
-        put_json_str(out, &self.info.api_version);
+        put_str(out, &self.info.api_version);
         out.put_slice(br#","metadata":{"resourceVersion":""#);
-        out.put_slice(itoa::Buffer::new().format(revision.get()).as_bytes());
+        put_u64(out, revision.get());
         out.put_u8(b'"');
         if initial_events_end {
             out.put_slice(br#","annotations":{"k8s.io/initial-events-end":"true"}"#);
@@ -108,11 +110,6 @@ impl FrameEncoder {
         out.put_slice(&status.to_json());
         out.put_slice(SUFFIX);
     }
-}
-
-fn put_json_str(out: &mut BytesMut, s: &str) {
-    // Serialising a &str into a Vec-backed writer cannot fail.
-    let _ = serde_json::to_writer((&mut *out).writer(), s);
 }
 
 #[cfg(test)]

@@ -25,6 +25,7 @@ mod json;
 mod list;
 mod resource;
 mod status;
+mod write;
 
 pub use frame::FrameEncoder;
 pub use json::JsonCodec;

@@ -21,6 +21,7 @@ use futures_core::Stream;
 use watchcache_core::{Codec, CodecError, ListItems, ListResult, Revision, WireFormat};
 
 use crate::resource::ResourceInfo;
+use crate::write::{put_str, put_u64};
 
 /// The default chunk size: 64 KiB.
 pub const DEFAULT_CHUNK_SIZE: usize = 64 * 1024;
@@ -51,24 +52,20 @@ impl ListHeader {
     /// Everything up to and including `"items":[`.
     pub fn encode(&self, info: &ResourceInfo) -> Bytes {
         let mut out = Vec::with_capacity(128);
-        let s = |out: &mut Vec<u8>, v: &str| {
-            // Serialising a &str into a Vec cannot fail.
-            let _ = serde_json::to_writer(out, v);
-        };
         out.extend_from_slice(br#"{"kind":"#);
-        s(&mut out, &info.list_kind);
+        put_str(&mut out, &info.list_kind);
         out.extend_from_slice(br#","apiVersion":"#);
-        s(&mut out, &info.api_version);
+        put_str(&mut out, &info.api_version);
         out.extend_from_slice(br#","metadata":{"resourceVersion":""#);
-        out.extend_from_slice(itoa::Buffer::new().format(self.revision.get()).as_bytes());
+        put_u64(&mut out, self.revision.get());
         out.push(b'"');
         if let Some(token) = &self.continue_token {
             out.extend_from_slice(br#","continue":"#);
-            s(&mut out, token);
+            put_str(&mut out, token);
         }
         if let Some(n) = self.remaining_item_count {
             out.extend_from_slice(br#","remainingItemCount":"#);
-            out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+            put_u64(&mut out, n);
         }
         out.extend_from_slice(br#"},"items":["#);
         Bytes::from(out)

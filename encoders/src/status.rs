@@ -1,11 +1,11 @@
-//! `metav1.Status` bodies with the apiserver's codes and reasons, one function per error
-//! source, so that every error a request can meet maps to exactly one Status.
+//! `metav1.Status` bodies with the apiserver's codes and reasons: a constructor per kind of
+//! failure and the JSON body. Which error becomes which Status is decided by the server, in
+//! one place.
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use serde_json::{Value, json};
-use watchcache_core::{CacheError, SourceError};
 
 /// A `metav1.Status` failure: the HTTP code, the reason and the message.
 #[derive(Clone, Debug, PartialEq)]
@@ -23,7 +23,8 @@ pub struct Status {
 }
 
 impl Status {
-    fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
+    /// A failure with `code`, `reason` and `message`, no details.
+    pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
         Status {
             code,
             reason,
@@ -113,38 +114,6 @@ impl Status {
         s
     }
 
-    /// The Status for a cache error, as the apiserver answers it.
-    pub fn from_cache_error(e: &CacheError) -> Self {
-        match e {
-            CacheError::Expired(_) => Status::gone(e.to_string()),
-            CacheError::TooLargeResourceVersion { .. } => {
-                let mut s = Status::new(504, "Timeout", e.to_string());
-                s.details = Some(json!({
-                    "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
-                    "retryAfterSeconds": 1,
-                }));
-                s.retry_after = Some(1);
-                s
-            }
-            CacheError::InvalidContinue(_) | CacheError::InvalidRequest(_) | CacheError::Selector(_) => {
-                Status::bad_request(e.to_string())
-            }
-            CacheError::NotReady { retry_after } => Status::too_many_requests(e.to_string(), *retry_after),
-            CacheError::Source(s) => Status::from_source_error(s, "", ""),
-        }
-    }
-
-    /// The Status for a source error met on `name` of `resource`.
-    pub fn from_source_error(e: &SourceError, resource: &str, name: &str) -> Self {
-        match e {
-            SourceError::NotFound(_) => Status::not_found(resource, name),
-            SourceError::AlreadyExists(_) => Status::already_exists(resource, name),
-            SourceError::Conflict { .. } => Status::conflict(resource, name),
-            SourceError::Compacted { .. } => Status::gone(e.to_string()),
-            SourceError::Unavailable(_) => Status::unavailable(e.to_string()),
-        }
-    }
-
     /// The body: `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",…}`.
     pub fn to_json(&self) -> Bytes {
         let mut v = json!({
@@ -166,101 +135,41 @@ impl Status {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use watchcache_core::{Expired, Revision};
 
     fn body(s: &Status) -> Value {
         serde_json::from_slice(&s.to_json()).unwrap()
     }
 
     #[test]
-    fn every_cache_error_has_the_apiservers_code_and_reason() {
-        let r = Revision::new;
-        let cases = [
-            (
-                CacheError::Expired(Expired {
-                    requested: r(1),
-                    oldest: r(5),
-                }),
-                410,
-                "Expired",
-            ),
-            (
-                CacheError::TooLargeResourceVersion {
-                    requested: r(9),
-                    current: r(5),
-                },
-                504,
-                "Timeout",
-            ),
-            (CacheError::InvalidContinue("x".into()), 400, "BadRequest"),
-            (CacheError::InvalidRequest("x".into()), 400, "BadRequest"),
-            (
-                CacheError::NotReady {
-                    retry_after: Duration::from_secs(1),
-                },
-                429,
-                "TooManyRequests",
-            ),
-            (
-                CacheError::Source(SourceError::Unavailable("down".into())),
-                503,
-                "ServiceUnavailable",
-            ),
-        ];
-        for (e, code, reason) in cases {
-            let s = Status::from_cache_error(&e);
-            let b = body(&s);
-            assert_eq!(
-                (b["kind"].as_str(), b["apiVersion"].as_str(), b["status"].as_str()),
-                (Some("Status"), Some("v1"), Some("Failure"))
-            );
-            assert_eq!((s.code, b["code"].as_u64()), (code, Some(code as u64)));
-            assert_eq!(b["reason"], reason);
-            assert_eq!(b["message"], e.to_string());
-            assert!(b["metadata"].is_object());
-        }
-    }
-
-    #[test]
-    fn too_large_resource_version_carries_its_cause_and_retry() {
-        let s = Status::from_cache_error(&CacheError::TooLargeResourceVersion {
-            requested: Revision::new(9),
-            current: Revision::new(5),
-        });
+    fn a_status_body_has_the_apiserver_shape() {
+        let s = Status::gone("too old resource version: 1 (5)");
         let b = body(&s);
-        assert_eq!(b["message"], "Too large resource version: 9, current: 5");
-        assert_eq!(b["details"]["causes"][0]["reason"], "ResourceVersionTooLarge");
-        assert_eq!(b["details"]["retryAfterSeconds"], 1);
-        assert_eq!(s.retry_after, Some(1));
+        assert_eq!(
+            (b["kind"].as_str(), b["apiVersion"].as_str(), b["status"].as_str()),
+            (Some("Status"), Some("v1"), Some("Failure"))
+        );
+        assert_eq!((s.code, b["code"].as_u64()), (410, Some(410)));
+        assert_eq!(b["reason"], "Expired");
+        assert_eq!(b["message"], "too old resource version: 1 (5)");
+        assert!(b["metadata"].is_object());
+        assert!(b.get("details").is_none());
     }
 
     #[test]
-    fn write_errors_name_the_object() {
-        let nf = body(&Status::from_source_error(
-            &SourceError::NotFound("k".into()),
-            "pods",
-            "web",
-        ));
+    fn object_errors_name_the_object() {
+        let nf = body(&Status::not_found("pods", "web"));
         assert_eq!(
             (nf["code"].as_u64(), nf["reason"].as_str()),
             (Some(404), Some("NotFound"))
         );
         assert_eq!(nf["message"], "pods \"web\" not found");
         assert_eq!(nf["details"]["name"], "web");
-        let ae = body(&Status::from_source_error(
-            &SourceError::AlreadyExists("k".into()),
-            "pods",
-            "web",
-        ));
+        let ae = body(&Status::already_exists("pods", "web"));
         assert_eq!(
             (ae["code"].as_u64(), ae["reason"].as_str()),
             (Some(409), Some("AlreadyExists"))
         );
-        let c = SourceError::Conflict {
-            key: "k".into(),
-            current: Revision::new(3),
-        };
-        let cf = body(&Status::from_source_error(&c, "pods", "web"));
+        let cf = body(&Status::conflict("pods", "web"));
         assert_eq!(
             (cf["code"].as_u64(), cf["reason"].as_str()),
             (Some(409), Some("Conflict"))

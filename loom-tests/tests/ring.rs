@@ -6,7 +6,7 @@
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::thread;
-use watchcache_core::{EventRing, Read, Revision};
+use watchcache_core::{EventRing, Read, Revision, Seq};
 use watchcache_loom_tests::model;
 
 /// A payload whose drop is counted: loom's Arc also reports a leak if it is never dropped.
@@ -25,10 +25,10 @@ fn read_all(ring: &EventRing<Payload>, upto: u64) -> Vec<Result<u64, &'static st
     let guard = crossbeam_epoch::pin();
     let mut out = Vec::new();
     for seq in 0..upto {
-        match ring.read(seq, &guard) {
+        match ring.read(Seq::new(seq), &guard) {
             Read::Ready(e) => {
                 // Never torn: the stamp, the revision and the payload agree.
-                assert_eq!(e.seq(), seq);
+                assert_eq!(e.seq(), Seq::new(seq));
                 assert_eq!(e.value().seq, seq);
                 assert_eq!(e.revision(), Revision::new(10 * (seq + 1)));
                 out.push(Ok(seq));
@@ -114,7 +114,7 @@ fn an_overwritten_entry_stays_valid_for_a_pinned_reader_and_is_dropped_once() {
             let ring = ring.clone();
             thread::spawn(move || {
                 let guard = crossbeam_epoch::pin();
-                if let Read::Ready(e) = ring.read(0, &guard) {
+                if let Read::Ready(e) = ring.read(Seq::ZERO, &guard) {
                     // Whatever the writer does meanwhile, the entry is intact while pinned.
                     thread::yield_now();
                     assert_eq!(e.value().seq, 0);
@@ -190,7 +190,7 @@ fn the_start_search_never_skips_a_retained_later_entry() {
         // Every event after 15 starts at sequence 1 (revision 20) while it is retained;
         // once it is gone the answer is the floor, 20.
         match ring.seq_after(Revision::new(15), &guard) {
-            Ok(seq) => assert_eq!(seq, 1),
+            Ok(seq) => assert_eq!(seq, Seq::new(1)),
             Err(floor) => assert_eq!(floor, Revision::new(20)),
         }
         drop(guard);
@@ -216,12 +216,12 @@ fn trimming_moves_the_floor_before_readers_can_see_the_bound() {
                 .unwrap();
         }
         let w = thread::spawn(move || {
-            writer.trim(2); // releases revisions 10 and 20: the floor becomes 20
+            writer.trim(Seq::new(2)); // releases revisions 10 and 20: the floor becomes 20
             writer
         });
         let guard = crossbeam_epoch::pin();
         match ring.seq_after(Revision::new(15), &guard) {
-            Ok(seq) => assert_eq!(seq, 1, "entry 1 (revision 20) is the first after 15"),
+            Ok(seq) => assert_eq!(seq, Seq::new(1), "entry 1 (revision 20) is the first after 15"),
             Err(floor) => assert_eq!(floor, Revision::new(20)),
         }
         drop(guard);

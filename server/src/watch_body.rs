@@ -1,11 +1,14 @@
 //! A watch response body: frames written as events arrive, bounded per connection.
 //!
 //! The body is a `Stream` that hyper polls only when the connection can take more. Each poll
-//! copies every frame that is ready (up to `FLUSH_BYTES`) into this connection's own buffer,
-//! so a client that stops reading stops this watcher's cursor and nothing else: the writer
-//! laps it, it ends with an ERROR frame carrying a 410 Expired Status, and the memory it held
-//! was only its buffer. The watcher parks with the connection task's waker, so an idle watch
-//! costs no polling.
+//! copies every frame that is ready (up to `FLUSH_BYTES`) into a buffer of its own, handed to
+//! hyper whole. A client that stops reading stops this watcher's cursor and nothing else: the
+//! writer never waits for it and may lap it. While the client does not read, hyper does not
+//! poll the body, so the watch holds its connection, its cursor and the buffers hyper still
+//! has, and notices neither its deadline nor shutdown (both are checked here, when polled);
+//! once the client reads again, a lapped watch ends with an ERROR frame carrying a 410
+//! Expired Status. The watcher parks with the connection task's waker, so an idle watch costs
+//! no polling.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -17,8 +20,9 @@ use bytes::{Bytes, BytesMut};
 use futures_core::Stream;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 use watchcache_core::{CacheWatch, EventKind};
-use watchcache_encoders::{FrameEncoder, Status};
+use watchcache_encoders::FrameEncoder;
 
+use crate::errors;
 use crate::metrics::{self, Metrics};
 
 /// How much one poll copies before handing the chunk to hyper.
@@ -112,15 +116,13 @@ impl Stream for WatchBody {
                     }
                 }
                 Poll::Ready(Some(Ok(Err(e)))) => {
-                    this.frames
-                        .write_error(&Status::internal(e.to_string()), &mut buf);
+                    this.frames.write_error(&errors::codec(&e), &mut buf);
                     ended = true;
                     break;
                 }
                 Poll::Ready(Some(Err(expired))) => {
                     this.counters.lapped.inc();
-                    this.frames
-                        .write_error(&Status::gone(expired.to_string()), &mut buf);
+                    this.frames.write_error(&errors::expired(&expired), &mut buf);
                     ended = true;
                     break;
                 }

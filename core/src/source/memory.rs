@@ -20,6 +20,7 @@ use futures_core::Stream;
 use tokio::sync::watch;
 
 use super::{Source, SourceError, SourceEvent, SourceItem, SourceList};
+use crate::loom::unpoisoned;
 use crate::rv::Revision;
 
 #[derive(Clone, Debug)]
@@ -37,8 +38,9 @@ struct Change {
     prev: Option<Value>,
 }
 
+/// The MVCC data behind the lock: the current values, the change log and the revisions.
 #[derive(Debug)]
-struct State {
+struct Mvcc {
     revision: u64,
     /// Reads and watches need a revision at or above this; older changes are gone.
     compacted: u64,
@@ -49,7 +51,7 @@ struct State {
 
 #[derive(Debug)]
 struct Inner {
-    state: Mutex<State>,
+    mvcc: Mutex<Mvcc>,
     /// The current revision; every write (and every availability change) notifies watches.
     revision: watch::Sender<u64>,
     /// Bumped by `request_progress`: every watch answers with a progress notification.
@@ -95,7 +97,7 @@ impl MemorySource {
     /// An empty store that sends progress notifications on every watch every
     /// `progress_interval`, and compacts to keep only the last `retention` revisions.
     pub fn with_options(progress_interval: Option<Duration>, retention: Option<u64>) -> Self {
-        let state = State {
+        let mvcc = Mvcc {
             revision: 1,
             compacted: 1,
             current: BTreeMap::new(),
@@ -103,7 +105,7 @@ impl MemorySource {
         };
         MemorySource {
             inner: Arc::new(Inner {
-                state: Mutex::new(state),
+                mvcc: Mutex::new(mvcc),
                 revision: watch::channel(1).0,
                 progress: watch::channel(0).0,
                 available: AtomicBool::new(true),
@@ -114,9 +116,9 @@ impl MemorySource {
         }
     }
 
-    fn state(&self) -> MutexGuard<'_, State> {
-        // No critical section below can leave `State` half-updated on panic.
-        self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
+    fn mvcc(&self) -> MutexGuard<'_, Mvcc> {
+        // No critical section below can leave `Mvcc` half-updated on panic.
+        unpoisoned(self.inner.mvcc.lock())
     }
 
     fn check_available(&self) -> Result<(), SourceError> {
@@ -146,7 +148,7 @@ impl MemorySource {
         check: impl FnOnce(Option<&Value>) -> Result<(), SourceError>,
     ) -> Result<(Revision, Option<Bytes>), SourceError> {
         self.check_available()?;
-        let mut state = self.state();
+        let mut state = self.mvcc();
         let prev = state.current.get(key).cloned();
         check(prev.as_ref())?;
         state.revision += 1;
@@ -211,7 +213,7 @@ impl MemorySource {
 
     /// The current value of `key` and its mod revision.
     pub fn get(&self, key: &str) -> Option<(Bytes, Revision)> {
-        self.state()
+        self.mvcc()
             .current
             .get(key)
             .map(|v| (v.value.clone(), Revision::new(v.modified)))
@@ -219,13 +221,13 @@ impl MemorySource {
 
     /// The current revision, synchronously.
     pub fn revision(&self) -> Revision {
-        Revision::new(self.state().revision)
+        Revision::new(self.mvcc().revision)
     }
 
     /// Forgets history before `revision` (capped at the current revision): reads and watches
     /// at older revisions fail with `Compacted`, and watches already behind it are cancelled.
     pub fn compact(&self, revision: Revision) {
-        let mut state = self.state();
+        let mut state = self.mvcc();
         let target = revision.get().min(state.revision);
         compact_locked(&mut state, target);
         drop(state);
@@ -235,7 +237,7 @@ impl MemorySource {
 
     /// The oldest revision still readable.
     pub fn compacted_revision(&self) -> Revision {
-        Revision::new(self.state().compacted)
+        Revision::new(self.mvcc().compacted)
     }
 
     /// Asks every watch for a progress notification at the current revision.
@@ -269,7 +271,7 @@ fn check_expected(key: &str, prev: Option<&Value>, expected: Option<Revision>) -
     }
 }
 
-fn compact_locked(state: &mut State, target: u64) {
+fn compact_locked(state: &mut Mvcc, target: u64) {
     if target <= state.compacted {
         return;
     }
@@ -298,7 +300,7 @@ impl WatchState {
         self.source.check_watchable()?;
         // Mark the revision seen before reading, so a write after the read notifies us.
         self.revision.borrow_and_update();
-        let state = self.source.state();
+        let state = self.source.mvcc();
         if self.next < state.compacted {
             return Err(SourceError::Compacted {
                 compact_revision: Revision::new(state.compacted),
@@ -382,7 +384,7 @@ impl Source for MemorySource {
 
     async fn list(&self, prefix: &str, at: Option<Revision>) -> Result<SourceList, SourceError> {
         self.check_available()?;
-        let state = self.state();
+        let state = self.mvcc();
         let at = at.map_or(state.revision, Revision::get);
         if at < state.compacted {
             return Err(SourceError::Compacted {
@@ -429,7 +431,7 @@ impl Source for MemorySource {
     async fn watch(&self, prefix: &str, from: Revision) -> Result<Self::Watch, SourceError> {
         self.check_watchable()?;
         {
-            let state = self.state();
+            let state = self.mvcc();
             if from.get() < state.compacted {
                 return Err(SourceError::Compacted {
                     compact_revision: Revision::new(state.compacted),

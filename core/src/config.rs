@@ -1,0 +1,98 @@
+//! A cache's configuration, [`CacheConfig`], and [`BuildError`], what makes one unbuildable.
+//! Validated once, when the cache is built, never on a request.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::ring::CapacityError;
+use crate::watcher::DEFAULT_CAPACITY;
+
+/// Tuning of a cache; every field has a default.
+#[derive(Clone, Debug)]
+pub struct CacheConfig {
+    /// The resource name (`pods`), used in errors and continue tokens.
+    pub resource: String,
+    /// The source key prefix listed and watched (`pods/`).
+    pub prefix: String,
+    /// The history window's upper bound in events: a power of two. Default 4096.
+    pub capacity: usize,
+    /// The window's lower bound: this many newest events are kept whatever their age.
+    /// Default 100, the apiserver's lower bound.
+    pub retain_min_events: usize,
+    /// Events older than this, beyond the lower bound, are released so their memory returns
+    /// (the apiserver's `eventFreshDuration`). Default 75 s.
+    pub fresh_window: Duration,
+    /// How long reads wait for the cache to reach a revision. Default 3 s.
+    pub fresh_timeout: Duration,
+    /// How long requests wait for the first list before `NotReady`. Default 3 s.
+    pub ready_timeout: Duration,
+    /// How often opted-in watchers get a bookmark. Default 60 s.
+    pub bookmark_interval: Duration,
+    /// The field parked watchers are indexed by (`spec.nodeName` for pods); selectable too.
+    pub trigger_field: Option<String>,
+    /// Selectable fields beyond `metadata.name` and `metadata.namespace`.
+    pub fields: Vec<String>,
+    /// The first relist or rewatch delay; doubles up to `backoff_max`, with jitter.
+    pub backoff_initial: Duration,
+    /// The longest relist or rewatch delay.
+    pub backoff_max: Duration,
+}
+
+impl CacheConfig {
+    /// Defaults for `resource`, whose keys live under `prefix`.
+    pub fn new(resource: &str, prefix: &str) -> Self {
+        CacheConfig {
+            resource: resource.to_owned(),
+            prefix: prefix.to_owned(),
+            capacity: DEFAULT_CAPACITY,
+            retain_min_events: 100,
+            fresh_window: Duration::from_secs(75),
+            fresh_timeout: Duration::from_secs(3),
+            ready_timeout: Duration::from_secs(3),
+            bookmark_interval: Duration::from_secs(60),
+            trigger_field: None,
+            fields: Vec::new(),
+            backoff_initial: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(5),
+        }
+    }
+
+    /// Checks the configuration and completes it: the trigger field is selectable too.
+    pub(crate) fn validated(mut self) -> Result<Self, BuildError> {
+        if let Some(t) = &self.trigger_field
+            && !self.fields.contains(t)
+        {
+            self.fields.push(t.clone());
+        }
+        if self.capacity < 2 || !self.capacity.is_power_of_two() {
+            return Err(BuildError::CapacityNotPowerOfTwo(self.capacity));
+        }
+        Ok(self)
+    }
+}
+
+/// A cache that cannot be built.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BuildError {
+    /// Ring capacities are powers of two, at least 2.
+    CapacityNotPowerOfTwo(usize),
+    /// A cache was built outside a tokio runtime (its reflector needs one).
+    NoRuntime,
+}
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BuildError::CapacityNotPowerOfTwo(n) => CapacityError(*n).fmt(f),
+            BuildError::NoRuntime => f.write_str("a cache must be built inside a tokio runtime"),
+        }
+    }
+}
+
+impl std::error::Error for BuildError {}
+
+impl From<CapacityError> for BuildError {
+    fn from(e: CapacityError) -> Self {
+        BuildError::CapacityNotPowerOfTwo(e.0)
+    }
+}

@@ -1,0 +1,129 @@
+//! The read path: GET and LIST from the cache's snapshots, with the apiserver's
+//! resourceVersion, `resourceVersionMatch`, `limit` and `continue` rules (the table in
+//! [`cache`](crate::cache)). A LIST result holds its snapshot and a range of it, never a copy
+//! of the items.
+
+use std::sync::Arc;
+
+use crate::cache::{Cache, CacheError};
+use crate::filter::Filter;
+use crate::object::{ObjectKey, ObjectVersion};
+use crate::page::page;
+use crate::rv::Revision;
+use crate::snapshot::ListItems;
+use crate::source::Source;
+
+/// How a LIST's resourceVersion is matched.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum ResourceVersionMatch {
+    /// Any state at least as new as the requested revision (the default).
+    NotOlderThan,
+    /// The state at exactly the requested revision.
+    Exact,
+}
+
+/// A LIST request.
+#[derive(Clone, Debug, Default)]
+pub struct ListOptions {
+    /// `resourceVersion`: `None` for a consistent read, `Some(ZERO)` for any state.
+    pub resource_version: Option<Revision>,
+    /// `resourceVersionMatch`.
+    pub resource_version_match: Option<ResourceVersionMatch>,
+    /// `limit`: at most this many items; `None` or 0 for all.
+    pub limit: Option<usize>,
+    /// `continue`: a token from a previous page.
+    pub continue_token: Option<String>,
+    /// Namespace and selectors.
+    pub filter: Filter,
+}
+
+/// A LIST answer: the revision, the page's items (shared, lent one at a time) and how to
+/// continue.
+#[derive(Debug)]
+pub struct ListResult {
+    /// The revision the list is a state at (`metadata.resourceVersion`).
+    pub revision: Revision,
+    /// The token for the next page, if more items follow (`metadata.continue`).
+    pub continue_token: Option<String>,
+    /// How many items follow this page, when known (`metadata.remainingItemCount`): set only
+    /// with a continue token and no label or field selector, as the apiserver does.
+    pub remaining_item_count: Option<u64>,
+    /// The items, in key order.
+    pub items: ListItems,
+}
+
+impl<S: Source> Cache<S> {
+    /// GET: the object at `key` and the revision it was read at. `resource_version` as for
+    /// LIST with NotOlderThan.
+    pub async fn get(
+        &self,
+        key: &ObjectKey,
+        resource_version: Option<Revision>,
+    ) -> Result<(Option<Arc<ObjectVersion>>, Revision), CacheError> {
+        let view = self.view_for(resource_version).await?;
+        Ok((view.current().get(key).cloned(), view.revision))
+    }
+
+    /// LIST; see the module docs for the resourceVersion rules.
+    pub async fn list(&self, opts: &ListOptions) -> Result<ListResult, CacheError> {
+        let invalid = |m: &str| Err(CacheError::InvalidRequest(m.to_owned()));
+        let rv = opts.resource_version;
+        if opts.continue_token.is_some() {
+            if rv.is_some_and(|r| r != Revision::ZERO) {
+                return invalid("specifying resource version is not allowed when using continue");
+            }
+            if opts.resource_version_match.is_some() {
+                return invalid("resourceVersionMatch is forbidden when continue is provided");
+            }
+        }
+        if opts.resource_version_match == Some(ResourceVersionMatch::Exact)
+            && rv.is_none_or(|r| r == Revision::ZERO)
+        {
+            return invalid("resourceVersionMatch=Exact requires a non-zero resourceVersion");
+        }
+        opts.filter.check_fields(&self.config().fields)?;
+
+        let (snapshot, revision, start_after) = match &opts.continue_token {
+            Some(token) => {
+                let c = self.tokens().decode(token).map_err(CacheError::InvalidContinue)?;
+                let view = self.ready_view().await?;
+                if c.revision > view.revision {
+                    return Err(CacheError::InvalidContinue(
+                        "the token is newer than this cache".into(),
+                    ));
+                }
+                (view.at(c.revision)?, c.revision, Some(c.after))
+            }
+            None => {
+                let view = self.view_for(rv).await?;
+                match (opts.resource_version_match, rv) {
+                    (Some(ResourceVersionMatch::Exact), Some(n)) => (view.at(n)?, n, None),
+                    _ => (Arc::clone(view.current()), view.revision, None),
+                }
+            }
+        };
+        let filter = &opts.filter;
+        let range = snapshot.range_of(filter.required_namespace());
+        let start = match &start_after {
+            Some(key) => match snapshot.position(key) {
+                Ok(i) => i + 1,
+                Err(i) => i,
+            },
+            None => range.start,
+        };
+        let selects_all = filter.selects_all_in_namespace();
+        let limit = opts.limit.filter(|&l| l > 0);
+        let page = page(&snapshot, range, start, limit, filter, selects_all);
+        let continue_token = page
+            .more_after
+            .as_ref()
+            .map(|k| self.tokens().encode(revision, k));
+        let remaining_item_count = (continue_token.is_some() && selects_all).then_some(page.rest as u64);
+        Ok(ListResult {
+            revision,
+            continue_token,
+            remaining_item_count,
+            items: ListItems::new(snapshot, page.range, filter.clone(), page.count),
+        })
+    }
+}

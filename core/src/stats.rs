@@ -1,0 +1,14 @@
+//! [`CacheStats`]: the counters a cache's reflector bumps and its users read (tests, metrics).
+
+use std::sync::atomic::AtomicU64;
+
+/// Counters, for tests and metrics. Relaxed: each is a count on its own, ordered with nothing.
+#[derive(Debug, Default)]
+pub struct CacheStats {
+    /// Completed lists of the source (the first one included).
+    pub lists: AtomicU64,
+    /// Source values that could not be decoded and were skipped.
+    pub decode_errors: AtomicU64,
+    /// Events applied.
+    pub events: AtomicU64,
+}

@@ -1,0 +1,101 @@
+//! The store: the state the [reflector](crate::reflector) writes and the
+//! [cache](crate::Cache) reads, as one immutable [`View`] at a time.
+//!
+//! A view holds the hub of the current list-watch generation, the snapshots of the history
+//! window (one per ring entry plus the one the oldest entry applies to, oldest first) and the
+//! cache's revision. The reflector builds each view whole and [`Store::publish`]es it: stored
+//! through `ArcSwap` first, then its revision announced on a tokio watch channel. A reader
+//! that waited for revision `N` on the channel and then loads the view sees `N` or later, and
+//! a reader that loads the view once sees the hub, the snapshots and the revision agree
+//! (claim 8 of [`protocol`](crate::protocol), model `snapshot_publication`).
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwapOption;
+use tokio::sync::watch;
+
+use crate::rv::Revision;
+use crate::snapshot::{Snapshot, partition_point};
+use crate::stats::CacheStats;
+use crate::watcher::{Expired, WatchHub};
+
+/// What readers see, published as a whole.
+#[derive(Debug)]
+pub(crate) struct View {
+    pub(crate) hub: WatchHub,
+    /// One snapshot per entry of the history window plus the generation's first, oldest first.
+    pub(crate) snapshots: imbl::Vector<Arc<Snapshot>>,
+    /// The cache's revision: at least the newest snapshot's (progress notifications raise it).
+    pub(crate) revision: Revision,
+}
+
+impl View {
+    /// The newest snapshot: the current state.
+    pub(crate) fn current(&self) -> &Arc<Snapshot> {
+        self.snapshots
+            .back()
+            .expect("a view always has its generation's first snapshot")
+    }
+
+    /// The oldest revision a watch can start after, or a LIST match exactly: the oldest
+    /// snapshot's.
+    pub(crate) fn oldest(&self) -> Revision {
+        self.snapshots.front().map_or(self.revision, |s| s.revision())
+    }
+
+    /// The snapshot that is the state at `revision` (at most the cache's revision).
+    pub(crate) fn at(&self, revision: Revision) -> Result<Arc<Snapshot>, Expired> {
+        let oldest = self.oldest();
+        if revision < oldest {
+            return Err(Expired {
+                requested: revision,
+                oldest,
+            });
+        }
+        let after = partition_point(&self.snapshots, |s| s.revision() <= revision);
+        Ok(Arc::clone(&self.snapshots[after - 1]))
+    }
+}
+
+/// The published view, its announcements and the counters; shared by a cache and its
+/// reflector.
+#[derive(Debug)]
+pub(crate) struct Store {
+    view: ArcSwapOption<View>,
+    revision: watch::Sender<Revision>,
+    pub(crate) stats: CacheStats,
+}
+
+impl Store {
+    /// A store with no view yet (before the first list).
+    pub(crate) fn new() -> Self {
+        Store {
+            view: ArcSwapOption::empty(),
+            revision: watch::channel(Revision::ZERO).0,
+            stats: CacheStats::default(),
+        }
+    }
+
+    /// The current view, `None` before the first list.
+    pub(crate) fn load(&self) -> Option<Arc<View>> {
+        self.view.load_full()
+    }
+
+    /// Whether a view has been published.
+    pub(crate) fn is_ready(&self) -> bool {
+        self.view.load().is_some()
+    }
+
+    /// Stores `view`, then announces its revision: in that order, so a reader woken by the
+    /// announcement loads this view or a newer one.
+    pub(crate) fn publish(&self, view: View) {
+        let revision = view.revision;
+        self.view.store(Some(Arc::new(view)));
+        self.revision.send_replace(revision);
+    }
+
+    /// A receiver of the announced revisions.
+    pub(crate) fn subscribe(&self) -> watch::Receiver<Revision> {
+        self.revision.subscribe()
+    }
+}

@@ -1,0 +1,154 @@
+//! The watch path: where a watch starts (the table in [`cache`](crate::cache)), its initial
+//! events when it asks for them, and then its live [`Watcher`] on the current generation's
+//! hub.
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_core::Stream;
+
+use crate::cache::{Cache, CacheError};
+use crate::event::{Delivery, EventKind, WatchEvent};
+use crate::filter::Filter;
+use crate::page::page;
+use crate::rv::Revision;
+use crate::snapshot::{ListItems, Snapshot};
+use crate::source::Source;
+use crate::watcher::{Expired, WatchError, WatchSpec, Watcher};
+
+/// A WATCH request.
+#[derive(Clone, Debug, Default)]
+pub struct WatchOptions {
+    /// `resourceVersion`: `None` or `Some(ZERO)` start with the current state.
+    pub resource_version: Option<Revision>,
+    /// `sendInitialEvents`.
+    pub send_initial_events: bool,
+    /// `allowWatchBookmarks`.
+    pub allow_bookmarks: bool,
+    /// Namespace and selectors.
+    pub filter: Filter,
+}
+
+impl<S: Source> Cache<S> {
+    /// WATCH; see the module docs for the resourceVersion rules.
+    pub async fn watch(&self, opts: WatchOptions) -> Result<CacheWatch, CacheError> {
+        opts.filter.check_fields(&self.config().fields)?;
+        let with_state =
+            opts.send_initial_events || matches!(opts.resource_version, None | Some(Revision::ZERO));
+        // A relist may close the hub between loading the view and starting the watcher:
+        // then the newer view has a new hub; try again with it.
+        for _ in 0..3 {
+            let view = self.view_for(opts.resource_version).await?;
+            let (after, initial) = if with_state {
+                (view.revision, Some(initial_events(view.current(), &opts.filter)))
+            } else {
+                (opts.resource_version.unwrap_or(view.revision), None)
+            };
+            let mut spec = WatchSpec::new(opts.filter.clone()).after(after);
+            spec.bookmarks = opts.allow_bookmarks;
+            match view.hub.watch(spec) {
+                Ok(live) => {
+                    return Ok(CacheWatch {
+                        initial,
+                        end_bookmark: opts.send_initial_events.then_some(after),
+                        live,
+                    });
+                }
+                Err(WatchError::Expired(e)) if with_state || e.requested >= self.oldest_revision() => {
+                    continue;
+                }
+                Err(WatchError::Expired(e)) => return Err(CacheError::Expired(e)),
+                Err(WatchError::Selector(e)) => return Err(CacheError::Selector(e)),
+            }
+        }
+        Err(CacheError::NotReady {
+            retry_after: Duration::from_secs(1),
+        })
+    }
+}
+
+/// The objects of `snapshot` that `filter` selects, as ADDED events to come, with their
+/// exact count.
+fn initial_events(snapshot: &Arc<Snapshot>, filter: &Filter) -> ListItems {
+    let range = snapshot.range_of(filter.required_namespace());
+    let all = page(
+        snapshot,
+        range.clone(),
+        range.start,
+        None,
+        filter,
+        filter.selects_all_in_namespace(),
+    );
+    ListItems::new(Arc::clone(snapshot), all.range, filter.clone(), all.count)
+}
+
+/// A watch on the cache: initial events when asked for, then the live watcher.
+#[derive(Debug)]
+pub struct CacheWatch {
+    initial: Option<ListItems>,
+    end_bookmark: Option<Revision>,
+    live: Watcher,
+}
+
+impl CacheWatch {
+    /// Polls for the next delivery and lends it to `f`; `Ready(None)` once the watch ended.
+    pub fn poll_next_with<R>(
+        &mut self,
+        cx: &mut Context<'_>,
+        f: impl FnOnce(Delivery<'_>) -> R,
+    ) -> Poll<Option<Result<R, Expired>>> {
+        if let Some(items) = &mut self.initial {
+            if let Some(object) = items.next_item() {
+                let revision = object.revision();
+                let d = Delivery {
+                    kind: EventKind::Added,
+                    revision,
+                    object: Some(object),
+                    initial_events_end: false,
+                };
+                return Poll::Ready(Some(Ok(f(d))));
+            }
+            self.initial = None;
+        }
+        if let Some(revision) = self.end_bookmark.take() {
+            let d = Delivery {
+                kind: EventKind::Bookmark,
+                revision,
+                object: None,
+                initial_events_end: true,
+            };
+            return Poll::Ready(Some(Ok(f(d))));
+        }
+        self.live.poll_next_with(cx, f)
+    }
+
+    /// Waits for the next delivery and lends it to `f`; `None` once the watch ended.
+    pub async fn next_with<R>(&mut self, mut f: impl FnMut(Delivery<'_>) -> R) -> Option<Result<R, Expired>> {
+        std::future::poll_fn(|cx| self.poll_next_with(cx, &mut f)).await
+    }
+
+    /// Waits for the next delivery, owned; `None` once the watch ended.
+    pub async fn next(&mut self) -> Option<Result<WatchEvent, Expired>> {
+        self.next_with(|d| d.to_owned()).await
+    }
+
+    /// How many initial events are still to come (0 once they are all delivered, or for a
+    /// watch that did not ask for them).
+    pub fn initial_remaining(&self) -> usize {
+        self.initial.as_ref().map_or(0, ListItems::remaining)
+    }
+
+    /// The revision the live part has seen everything up to.
+    pub fn position(&self) -> Revision {
+        self.live.position()
+    }
+}
+
+impl Stream for CacheWatch {
+    type Item = Result<WatchEvent, Expired>;
+
+    fn poll_next(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.get_mut().poll_next_with(cx, |d| d.to_owned())
+    }
+}

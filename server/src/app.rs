@@ -1,0 +1,24 @@
+//! [`AppState`]: what every request handler shares.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+
+use tokio_util::sync::CancellationToken;
+use watchcache_core::MemorySource;
+
+use crate::config::ServeConfig;
+use crate::metrics::Metrics;
+use crate::resources::Resource;
+
+/// Shared by every request.
+pub(crate) struct AppState {
+    pub(crate) store: MemorySource,
+    pub(crate) resources: BTreeMap<&'static str, Arc<Resource>>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) config: ServeConfig,
+    pub(crate) shutdown: CancellationToken,
+    pub(crate) open_watchers: Arc<AtomicUsize>,
+    pub(crate) addr: SocketAddr,
+}

@@ -1,0 +1,174 @@
+//! Every error a request can meet, mapped to its `metav1.Status`: the one place that decides
+//! which HTTP code and reason each failure of core, a source or a codec gets, as the
+//! apiserver answers them.
+
+use serde_json::json;
+use watchcache_core::{CacheError, CodecError, Expired, SourceError};
+use watchcache_encoders::Status;
+
+/// The Status for a cache error.
+pub(crate) fn cache(e: &CacheError) -> Status {
+    match e {
+        CacheError::Expired(e) => expired(e),
+        CacheError::TooLargeResourceVersion { .. } => {
+            let mut s = Status::new(504, "Timeout", e.to_string());
+            s.details = Some(json!({
+                "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                "retryAfterSeconds": 1,
+            }));
+            s.retry_after = Some(1);
+            s
+        }
+        CacheError::InvalidContinue(_) | CacheError::InvalidRequest(_) | CacheError::Selector(_) => {
+            Status::bad_request(e.to_string())
+        }
+        CacheError::NotReady { retry_after } => Status::too_many_requests(e.to_string(), *retry_after),
+        CacheError::Source(s) => source(s, "", ""),
+    }
+}
+
+/// The Status for a watcher that fell out of the history window: 410 `Expired`, sent in the
+/// stream as an ERROR event (clients re-list on it).
+pub(crate) fn expired(e: &Expired) -> Status {
+    Status::gone(e.to_string())
+}
+
+/// The Status for a source error met on `name` of `resource`.
+pub(crate) fn source(e: &SourceError, resource: &str, name: &str) -> Status {
+    match e {
+        SourceError::NotFound(_) => Status::not_found(resource, name),
+        SourceError::AlreadyExists(_) => Status::already_exists(resource, name),
+        SourceError::Conflict { .. } => Status::conflict(resource, name),
+        SourceError::Compacted { .. } => Status::gone(e.to_string()),
+        SourceError::Unavailable(_) => Status::unavailable(e.to_string()),
+    }
+}
+
+/// The Status for an object a request body carries that its resource's codec refuses.
+pub(crate) fn invalid_object(e: &CodecError) -> Status {
+    Status::invalid(e.to_string())
+}
+
+/// The Status for a stored object the codec cannot encode or decode (a server fault).
+pub(crate) fn codec(e: &CodecError) -> Status {
+    Status::internal(e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::Value;
+    use watchcache_core::Revision;
+
+    use super::*;
+
+    fn body(s: &Status) -> Value {
+        serde_json::from_slice(&s.to_json()).unwrap()
+    }
+
+    #[test]
+    fn every_cache_error_has_the_apiservers_code_and_reason() {
+        let r = Revision::new;
+        let cases = [
+            (
+                CacheError::Expired(Expired {
+                    requested: r(1),
+                    oldest: r(5),
+                }),
+                410,
+                "Expired",
+            ),
+            (
+                CacheError::TooLargeResourceVersion {
+                    requested: r(9),
+                    current: r(5),
+                },
+                504,
+                "Timeout",
+            ),
+            (CacheError::InvalidContinue("x".into()), 400, "BadRequest"),
+            (CacheError::InvalidRequest("x".into()), 400, "BadRequest"),
+            (
+                CacheError::NotReady {
+                    retry_after: Duration::from_secs(1),
+                },
+                429,
+                "TooManyRequests",
+            ),
+            (
+                CacheError::Source(SourceError::Unavailable("down".into())),
+                503,
+                "ServiceUnavailable",
+            ),
+        ];
+        for (e, code, reason) in cases {
+            let s = cache(&e);
+            let b = body(&s);
+            assert_eq!(
+                (b["kind"].as_str(), b["apiVersion"].as_str(), b["status"].as_str()),
+                (Some("Status"), Some("v1"), Some("Failure"))
+            );
+            assert_eq!((s.code, b["code"].as_u64()), (code, Some(code as u64)));
+            assert_eq!(b["reason"], reason);
+            assert_eq!(b["message"], e.to_string());
+            assert!(b["metadata"].is_object());
+        }
+    }
+
+    #[test]
+    fn too_large_resource_version_carries_its_cause_and_retry() {
+        let s = cache(&CacheError::TooLargeResourceVersion {
+            requested: Revision::new(9),
+            current: Revision::new(5),
+        });
+        let b = body(&s);
+        assert_eq!(b["message"], "Too large resource version: 9, current: 5");
+        assert_eq!(b["details"]["causes"][0]["reason"], "ResourceVersionTooLarge");
+        assert_eq!(b["details"]["retryAfterSeconds"], 1);
+        assert_eq!(s.retry_after, Some(1));
+    }
+
+    #[test]
+    fn write_errors_name_the_object() {
+        let nf = body(&source(&SourceError::NotFound("k".into()), "pods", "web"));
+        assert_eq!(
+            (nf["code"].as_u64(), nf["reason"].as_str()),
+            (Some(404), Some("NotFound"))
+        );
+        assert_eq!(nf["message"], "pods \"web\" not found");
+        assert_eq!(nf["details"]["name"], "web");
+        let ae = body(&source(&SourceError::AlreadyExists("k".into()), "pods", "web"));
+        assert_eq!(
+            (ae["code"].as_u64(), ae["reason"].as_str()),
+            (Some(409), Some("AlreadyExists"))
+        );
+        let c = SourceError::Conflict {
+            key: "k".into(),
+            current: Revision::new(3),
+        };
+        let cf = body(&source(&c, "pods", "web"));
+        assert_eq!(
+            (cf["code"].as_u64(), cf["reason"].as_str()),
+            (Some(409), Some("Conflict"))
+        );
+        let gone = source(
+            &SourceError::Compacted {
+                compact_revision: Revision::new(4),
+            },
+            "pods",
+            "",
+        );
+        assert_eq!((gone.code, gone.reason), (410, "Expired"));
+    }
+
+    #[test]
+    fn codec_errors_are_invalid_for_request_bodies_and_internal_for_stored_objects() {
+        let e = CodecError::MissingName;
+        assert_eq!(
+            (invalid_object(&e).code, invalid_object(&e).reason),
+            (422, "Invalid")
+        );
+        assert_eq!((codec(&e).code, codec(&e).reason), (500, "InternalError"));
+    }
+}

@@ -1,0 +1,101 @@
+//! The read path: LIST, GET and WATCH, all served from the caches, never from the source.
+//! LIST bodies stream in bounded chunks; a watch body writes frames as events arrive.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::StatusCode;
+use axum::response::Response;
+use bytes::BytesMut;
+use futures_util::StreamExt;
+use watchcache_core::{CacheError, WireFormat};
+use watchcache_encoders::{Status, StreamingList};
+
+use crate::app::AppState;
+use crate::errors;
+use crate::metrics;
+use crate::params::Params;
+use crate::response::json_response;
+use crate::target::Target;
+use crate::watch_body::{WatchBody, WatchCounters, WatcherGuard};
+
+pub(crate) async fn list(state: &AppState, t: &Target, p: &Params) -> Result<Response, Status> {
+    let r = &t.resource;
+    let opts = p.list_options(t.namespace.as_deref())?;
+    let result = r.cache.list(&opts).await.map_err(|e| errors::cache(&e))?;
+    let labels = metrics::resource(&r.info.resource);
+    state.metrics.list_requests.get_or_create(&labels).inc();
+    let bytes_counter = state.metrics.list_bytes.get_or_create(&labels).clone();
+    let body = StreamingList::of(&r.info, result, r.codec.clone()).map(move |chunk| {
+        let chunk = chunk.map_err(std::io::Error::other)?;
+        bytes_counter.inc_by(chunk.len() as u64);
+        Ok::<_, std::io::Error>(chunk)
+    });
+    Ok(json_response(StatusCode::OK, Body::from_stream(body)))
+}
+
+pub(crate) async fn get(t: &Target, name: &str, p: &Params) -> Result<Response, Status> {
+    let r = &t.resource;
+    let (object, _) = r
+        .cache
+        .get(&t.key(name), p.resource_version)
+        .await
+        .map_err(|e| errors::cache(&e))?;
+    let object = object.ok_or_else(|| Status::not_found(&r.info.resource, name))?;
+    let json = object
+        .encoding(WireFormat::Json, &*r.codec)
+        .map_err(|e| errors::codec(&e))?;
+    Ok(json_response(StatusCode::OK, json.bytes().clone()))
+}
+
+pub(crate) async fn watch(state: &Arc<AppState>, t: &Target, p: &Params) -> Result<Response, Status> {
+    let r = &t.resource;
+    let opts = p.watch_options(t.namespace.as_deref())?;
+    if state.open_watchers.fetch_add(1, Ordering::Relaxed) >= state.config.max_watchers {
+        state.open_watchers.fetch_sub(1, Ordering::Relaxed);
+        return Err(Status::too_many_requests(
+            "too many open watches",
+            Duration::from_secs(1),
+        ));
+    }
+    let resource: &'static str = state
+        .resources
+        .get_key_value(r.info.resource.as_str())
+        .map_or("", |(k, _)| *k);
+    state
+        .metrics
+        .watchers
+        .get_or_create(&metrics::resource(resource))
+        .inc();
+    let guard = WatcherGuard {
+        metrics: state.metrics.clone(),
+        resource,
+        open: state.open_watchers.clone(),
+    };
+    let (watch, pending) = match r.cache.watch(opts).await {
+        Ok(w) => (Some(w), None),
+        // Too old: HTTP 200, then an ERROR event with a 410 Status (clients re-list on it).
+        Err(CacheError::Expired(e)) => {
+            let mut buf = BytesMut::new();
+            r.frames.write_error(&errors::expired(&e), &mut buf);
+            (None, Some(buf.freeze()))
+        }
+        Err(e) => return Err(errors::cache(&e)),
+    };
+    // The apiserver's default: a random 30 to 60 minutes, so reconnections spread out.
+    let timeout = p
+        .timeout
+        .unwrap_or_else(|| Duration::from_secs(1800 + fastrand::u64(0..1800)));
+    let body = WatchBody {
+        watch,
+        frames: r.frames.clone(),
+        deadline: Box::pin(tokio::time::sleep(timeout)),
+        shutdown: Box::pin(state.shutdown.clone().cancelled_owned()),
+        counters: WatchCounters::new(&state.metrics, resource),
+        pending,
+        guard: Some(guard),
+    };
+    Ok(json_response(StatusCode::OK, Body::from_stream(body)))
+}

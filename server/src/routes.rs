@@ -1,0 +1,195 @@
+//! Routing: which handler serves a method and path. Discovery, health and metrics are
+//! answered here; resource requests are resolved to a [`Target`] and handed to the read path
+//! ([`reads`](crate::reads)) or the write path ([`writes`](crate::writes)). A middleware
+//! times every request.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery, Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get};
+use watchcache_encoders::Status;
+
+use crate::app::AppState;
+use crate::discovery;
+use crate::metrics;
+use crate::params::Params;
+use crate::reads;
+use crate::response::{json_response, status_response};
+use crate::target::Target;
+use crate::writes;
+
+type AppStateRef = State<Arc<AppState>>;
+
+pub(crate) fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route(
+            "/version",
+            get(|| async { json_response(StatusCode::OK, discovery::version().to_string()) }),
+        )
+        .route("/api", get(api))
+        .route(
+            "/apis",
+            get(|| async { json_response(StatusCode::OK, discovery::apis().to_string()) }),
+        )
+        .route("/api/v1", get(api_v1))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
+        .route("/api/v1/{resource}", any(collection))
+        .route("/api/v1/{resource}/{name}", any(cluster_object))
+        .route("/api/v1/namespaces/{ns}/{resource}", any(namespaced_collection))
+        .route(
+            "/api/v1/namespaces/{ns}/{resource}/{name}",
+            any(namespaced_object),
+        )
+        .fallback(|| async { status_response(&Status::not_found("", "")) })
+        .layer(middleware::from_fn_with_state(state.clone(), timing))
+        .with_state(state)
+}
+
+async fn api(State(state): AppStateRef) -> Response {
+    json_response(
+        StatusCode::OK,
+        discovery::api(&state.addr.to_string()).to_string(),
+    )
+}
+
+async fn api_v1(State(state): AppStateRef) -> Response {
+    json_response(
+        StatusCode::OK,
+        discovery::api_v1(state.resources.values().map(|r| &**r)).to_string(),
+    )
+}
+
+async fn readyz(State(state): AppStateRef) -> Response {
+    let not_ready: Vec<&str> = state
+        .resources
+        .iter()
+        .filter(|(_, r)| !r.cache.is_ready())
+        .map(|(k, _)| *k)
+        .collect();
+    if not_ready.is_empty() {
+        (StatusCode::OK, "ok").into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("caches not ready: {}", not_ready.join(", ")),
+        )
+            .into_response()
+    }
+}
+
+async fn metrics_text(State(state): AppStateRef) -> Response {
+    for (name, r) in &state.resources {
+        let labels = metrics::resource(name);
+        state
+            .metrics
+            .ring_capacity
+            .get_or_create(&labels)
+            .set(r.cache.config().capacity as i64);
+        state
+            .metrics
+            .ring_occupancy
+            .get_or_create(&labels)
+            .set(r.cache.history_len() as i64);
+    }
+    let mut response = state.metrics.render().into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    response
+}
+
+async fn timing(State(state): AppStateRef, request: Request, next: Next) -> Response {
+    let verb = match (request.method(), request.uri().query().unwrap_or_default()) {
+        (&Method::GET, q) if q.contains("watch=true") || q.contains("watch=1") => "WATCH",
+        (&Method::GET, _) => "GET",
+        (m, _) => m.as_str(),
+    }
+    .to_owned();
+    let start = Instant::now();
+    let response = next.run(request).await;
+    state
+        .metrics
+        .request_duration
+        .get_or_create(&vec![("verb", verb)])
+        .observe(start.elapsed().as_secs_f64());
+    response
+}
+
+async fn collection(
+    State(state): AppStateRef,
+    method: Method,
+    Path(resource): Path<String>,
+    RawQuery(query): RawQuery,
+    body: Bytes,
+) -> Response {
+    resource_request(state, method, &resource, None, None, query, body).await
+}
+
+async fn cluster_object(
+    State(state): AppStateRef,
+    method: Method,
+    Path((resource, name)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
+    body: Bytes,
+) -> Response {
+    resource_request(state, method, &resource, None, Some(name), query, body).await
+}
+
+async fn namespaced_collection(
+    State(state): AppStateRef,
+    method: Method,
+    Path((ns, resource)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
+    body: Bytes,
+) -> Response {
+    resource_request(state, method, &resource, Some(ns), None, query, body).await
+}
+
+async fn namespaced_object(
+    State(state): AppStateRef,
+    method: Method,
+    Path((ns, resource, name)): Path<(String, String, String)>,
+    RawQuery(query): RawQuery,
+    body: Bytes,
+) -> Response {
+    resource_request(state, method, &resource, Some(ns), Some(name), query, body).await
+}
+
+/// Serves a request on a resource path: reads from the caches, writes to the source.
+async fn resource_request(
+    state: Arc<AppState>,
+    method: Method,
+    resource: &str,
+    ns: Option<String>,
+    name: Option<String>,
+    query: Option<String>,
+    body: Bytes,
+) -> Response {
+    let result = match Target::resolve(&state, resource, ns, name) {
+        Ok(t) => match (method, t.name.as_deref()) {
+            (Method::GET, name) => match (Params::parse(query.as_deref()), name) {
+                (Ok(p), None) if p.watch => reads::watch(&state, &t, &p).await,
+                (Ok(p), None) => reads::list(&state, &t, &p).await,
+                (Ok(p), Some(name)) => reads::get(&t, name, &p).await,
+                (Err(s), _) => Err(s),
+            },
+            (Method::POST, None) => writes::create(&state, &t, &body).await,
+            (Method::PUT, Some(name)) => writes::update(&state, &t, name, &body).await,
+            (Method::DELETE, Some(name)) => writes::delete(&state, &t, name).await,
+            (m, _) => Err(Status::method_not_allowed(format!(
+                "method {m} is not supported on this path"
+            ))),
+        },
+        Err(s) => Err(s),
+    };
+    result.unwrap_or_else(|s| status_response(&s))
+}

@@ -1,0 +1,130 @@
+//! [`Server`]: binds, seeds the workload, starts one cache per resource and serves the router
+//! until shut down.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+
+use axum::serve::ListenerExt;
+use tokio_util::sync::CancellationToken;
+use watchcache_core::MemorySource;
+
+use crate::app::AppState;
+use crate::config::ServeConfig;
+use crate::metrics::Metrics;
+use crate::{resources, routes, workload};
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The configuration is invalid.
+    #[error("invalid configuration: {0}")]
+    Config(#[from] watchcache_core::BuildError),
+    /// The address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// A running server.
+pub struct Server {
+    addr: SocketAddr,
+    store: MemorySource,
+    state: Arc<AppState>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Server {
+    /// Binds, seeds the workload and starts serving on the current tokio runtime, on an
+    /// embedded store that keeps the last `max(4 × history, 1024)` revisions (as an apiserver
+    /// compacts etcd), so churn does not grow memory without bound.
+    pub async fn start(config: ServeConfig) -> Result<Server, ServeError> {
+        let retention = (config.history as u64 * 4).max(1024);
+        Server::start_with(config, MemorySource::with_options(None, Some(retention))).await
+    }
+
+    /// As [`start`](Self::start), over a given store.
+    pub async fn start_with(config: ServeConfig, store: MemorySource) -> Result<Server, ServeError> {
+        let listener = tokio::net::TcpListener::bind(config.addr)
+            .await
+            .map_err(|source| ServeError::Bind {
+                addr: config.addr,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| ServeError::Bind {
+            addr: config.addr,
+            source,
+        })?;
+        workload::seed(&store, config.seed_pods);
+        let resources = resources::build(&store, &config)?;
+        let shutdown = CancellationToken::new();
+        let metrics = Arc::new(Metrics::default());
+        let state = Arc::new(AppState {
+            store: store.clone(),
+            resources,
+            metrics,
+            config: config.clone(),
+            shutdown: shutdown.clone(),
+            open_watchers: Arc::new(AtomicUsize::new(0)),
+            addr,
+        });
+        tokio::spawn(workload::churn(
+            store.clone(),
+            config.seed_pods,
+            config.churn,
+            shutdown.clone(),
+        ));
+        let app = routes::router(state.clone());
+        // Watch frames are small writes flushed as events arrive: without TCP_NODELAY, Nagle's
+        // algorithm holds a frame behind the client's delayed ACK of the previous one.
+        let listener = listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::warn!(error = %e, "cannot set TCP_NODELAY");
+            }
+        });
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown.cancelled_owned())
+                .await
+        });
+        tracing::info!(%addr, "watchcache serving");
+        Ok(Server {
+            addr,
+            store,
+            state,
+            task,
+        })
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The store under the caches.
+    pub fn store(&self) -> &MemorySource {
+        &self.store
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.state.metrics
+    }
+
+    /// Ends open watches cleanly, stops accepting and waits for the server to finish.
+    pub async fn shutdown(self) -> std::io::Result<()> {
+        self.state.shutdown.cancel();
+        self.task.await.unwrap_or_else(|e| Err(std::io::Error::other(e)))
+    }
+
+    /// Serves until `signal` completes, then shuts down gracefully.
+    pub async fn run_until(self, signal: impl std::future::Future<Output = ()>) -> std::io::Result<()> {
+        signal.await;
+        tracing::info!("shutting down: ending open watches");
+        self.shutdown().await
+    }
+}

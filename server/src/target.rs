@@ -1,0 +1,50 @@
+//! [`Target`]: what a resource request addresses, resolved from its path against the served
+//! resources.
+
+use std::sync::Arc;
+
+use watchcache_core::ObjectKey;
+use watchcache_core::source::storage_key;
+use watchcache_encoders::Status;
+
+use crate::app::AppState;
+use crate::resources::Resource;
+
+/// A resource, and within it a namespace and an object name where the path gives them.
+pub(crate) struct Target {
+    pub(crate) resource: Arc<Resource>,
+    pub(crate) namespace: Option<String>,
+    pub(crate) name: Option<String>,
+}
+
+impl Target {
+    /// Resolves `resource` (and a namespace for namespaced resources only); unknown ones are 404.
+    pub(crate) fn resolve(
+        state: &AppState,
+        resource: &str,
+        namespace: Option<String>,
+        name: Option<String>,
+    ) -> Result<Target, Status> {
+        let Some(r) = state.resources.get(resource) else {
+            return Err(Status::not_found(resource, ""));
+        };
+        if namespace.is_some() && !r.namespaced {
+            return Err(Status::not_found(resource, ""));
+        }
+        Ok(Target {
+            resource: Arc::clone(r),
+            namespace,
+            name,
+        })
+    }
+
+    /// The key of object `name` in the target's namespace.
+    pub(crate) fn key(&self, name: &str) -> ObjectKey {
+        ObjectKey::new(self.namespace.clone().unwrap_or_default(), name)
+    }
+
+    /// The storage key of object `name` in the target's namespace.
+    pub(crate) fn storage_key(&self, name: &str) -> String {
+        storage_key(&self.resource.prefix, &self.key(name))
+    }
+}

@@ -1,0 +1,226 @@
+//! The write path: POST, PUT and DELETE go to the source, never to the cache; their changes
+//! reach every reader through the caches' reflectors.
+//!
+//! Create and update share one sequence: the body becomes an object of the addressed
+//! resource ([`object_from_body`]), the server sets what it owns, the object is serialised
+//! once and decoded once by the resource's codec ([`encode`]; a refusal is 422 and nothing is
+//! stored), stored, and answered with that decoded version's JSON stamped with the write's
+//! revision ([`written`]), without decoding again.
+
+use std::time::SystemTime;
+
+use axum::http::StatusCode;
+use axum::response::Response;
+use bytes::{Bytes, BytesMut};
+use serde_json::{Map, Value};
+use watchcache_core::{Codec, ObjectVersion, Revision, SourceError, is_dns1123_subdomain};
+use watchcache_encoders::Status;
+
+use crate::app::AppState;
+use crate::errors;
+use crate::response::json_response;
+use crate::target::Target;
+
+pub(crate) async fn create(state: &AppState, t: &Target, body: &[u8]) -> Result<Response, Status> {
+    let mut object = object_from_body(t, body, None)?;
+    let meta = metadata_mut(&mut object)?;
+    meta.remove("resourceVersion");
+    meta.insert("uid".into(), Value::String(uuid::Uuid::new_v4().to_string()));
+    meta.insert(
+        "creationTimestamp".into(),
+        Value::String(humantime::format_rfc3339_seconds(SystemTime::now()).to_string()),
+    );
+    let (raw, version) = encode(t, &object)?;
+    let name = version.key().name();
+    let revision = state
+        .store
+        .create(&t.storage_key(name), raw)
+        .map_err(|e| errors::source(&e, &t.resource.info.resource, name))?;
+    written(t, StatusCode::CREATED, &version, revision)
+}
+
+pub(crate) async fn update(
+    state: &AppState,
+    t: &Target,
+    name: &str,
+    body: &[u8],
+) -> Result<Response, Status> {
+    let mut object = object_from_body(t, body, Some(name))?;
+    let resource = &t.resource.info.resource;
+    let key = t.storage_key(name);
+    let (current, _) = state
+        .store
+        .get(&key)
+        .ok_or_else(|| Status::not_found(resource, name))?;
+    let current: Value = serde_json::from_slice(&current).map_err(|e| Status::internal(e.to_string()))?;
+    let meta = metadata_mut(&mut object)?;
+    // Optimistic concurrency on metadata.resourceVersion, when the client sends one.
+    let expected = match meta.remove("resourceVersion") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if s.is_empty() => None,
+        Some(Value::String(s)) => Some(
+            Revision::parse(&s).map_err(|e| Status::bad_request(format!("metadata.resourceVersion: {e}")))?,
+        ),
+        Some(other) => {
+            return Err(Status::bad_request(format!(
+                "metadata.resourceVersion {other} is not a string"
+            )));
+        }
+    };
+    // The server owns uid and creationTimestamp.
+    for field in ["uid", "creationTimestamp"] {
+        if let Some(v) = current["metadata"].get(field) {
+            meta.insert(field.into(), v.clone());
+        }
+    }
+    let (raw, version) = encode(t, &object)?;
+    let revision = state
+        .store
+        .update(&key, raw, expected)
+        .map_err(|e| errors::source(&e, resource, name))?;
+    written(t, StatusCode::OK, &version, revision)
+}
+
+pub(crate) async fn delete(state: &AppState, t: &Target, name: &str) -> Result<Response, Status> {
+    let resource = &t.resource.info.resource;
+    let key = t.storage_key(name);
+    // Delete exactly the version we answer with; a concurrent update makes us look again.
+    for _ in 0..8 {
+        let (_, revision) = state
+            .store
+            .get(&key)
+            .ok_or_else(|| Status::not_found(resource, name))?;
+        match state.store.delete(&key, Some(revision)) {
+            Ok((_, prev)) => {
+                let version = t
+                    .resource
+                    .codec
+                    .decode(&prev, revision)
+                    .map_err(|e| errors::codec(&e))?;
+                return written(t, StatusCode::OK, &version, revision);
+            }
+            Err(SourceError::Conflict { .. }) => continue,
+            Err(e) => return Err(errors::source(&e, resource, name)),
+        }
+    }
+    Err(Status::conflict(resource, name))
+}
+
+/// Serialises `object` as it will be stored, and decodes it once with the resource's codec:
+/// the check that the cache will accept it, and the version the response is written from.
+fn encode(t: &Target, object: &Map<String, Value>) -> Result<(Bytes, ObjectVersion), Status> {
+    let raw = Bytes::from(serde_json::to_vec(object).map_err(|e| Status::internal(e.to_string()))?);
+    // Revision 0 until the store assigns one; `written` stamps the real one.
+    let version = t
+        .resource
+        .codec
+        .decode(&raw, Revision::ZERO)
+        .map_err(|e| errors::invalid_object(&e))?;
+    Ok((raw, version))
+}
+
+/// The response to a write: `version`'s JSON, stamped with the write's `revision`.
+fn written(
+    t: &Target,
+    code: StatusCode,
+    version: &ObjectVersion,
+    revision: Revision,
+) -> Result<Response, Status> {
+    let mut body = BytesMut::new();
+    t.resource
+        .frames
+        .write_object(version, revision, &mut body)
+        .map_err(|e| errors::codec(&e))?;
+    Ok(json_response(code, body.freeze()))
+}
+
+fn metadata_mut(object: &mut Map<String, Value>) -> Result<&mut Map<String, Value>, Status> {
+    object
+        .get_mut("metadata")
+        .and_then(Value::as_object_mut)
+        .ok_or_else(|| Status::internal("no metadata"))
+}
+
+/// Parses a request body into a JSON object of this resource at the target's namespace, named
+/// by the body, the path or `generateName`.
+fn object_from_body(
+    t: &Target,
+    body: &[u8],
+    name_from_path: Option<&str>,
+) -> Result<Map<String, Value>, Status> {
+    let r = &t.resource;
+    let value: Value =
+        serde_json::from_slice(body).map_err(|e| Status::bad_request(format!("invalid JSON body: {e}")))?;
+    let Value::Object(mut object) = value else {
+        return Err(Status::bad_request("the body is not a JSON object"));
+    };
+    for (field, want) in [("kind", &r.info.kind), ("apiVersion", &r.info.api_version)] {
+        match object.get(field) {
+            None => {
+                object.insert(field.into(), Value::String(want.clone()));
+            }
+            Some(Value::String(s)) if s == want => {}
+            Some(other) => {
+                return Err(Status::bad_request(format!(
+                    "{field} {other} does not match {want:?}"
+                )));
+            }
+        }
+    }
+    let meta = object
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Map::new()));
+    let Value::Object(meta) = meta else {
+        return Err(Status::bad_request("metadata is not an object"));
+    };
+    match (meta.get("namespace"), &t.namespace) {
+        (Some(Value::String(ns)), Some(path_ns)) if ns != path_ns => {
+            return Err(Status::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
+        }
+        (_, Some(path_ns)) => {
+            meta.insert("namespace".into(), Value::String(path_ns.clone()));
+        }
+        (Some(_), None) if !r.namespaced => {
+            return Err(Status::bad_request(format!(
+                "{} are not namespaced",
+                r.info.resource
+            )));
+        }
+        (_, None) if r.namespaced => {
+            return Err(Status::bad_request(format!(
+                "{} must be created in a namespace",
+                r.info.resource
+            )));
+        }
+        _ => {}
+    }
+    let name = match (meta.get("name"), meta.get("generateName"), name_from_path) {
+        (Some(Value::String(n)), _, Some(path)) if n != path => {
+            return Err(Status::bad_request(format!(
+                "the name of the object ({n}) does not match the name on the URL ({path})"
+            )));
+        }
+        (Some(Value::String(n)), _, _) if !n.is_empty() => n.clone(),
+        (_, _, Some(path)) => path.to_owned(),
+        (_, Some(Value::String(prefix)), None) if !prefix.is_empty() => {
+            let suffix: String = (0..5)
+                .map(|_| fastrand::alphanumeric().to_ascii_lowercase())
+                .collect();
+            format!("{prefix}{suffix}")
+        }
+        _ => {
+            return Err(Status::invalid(
+                "metadata.name: Required value: name or generateName is required",
+            ));
+        }
+    };
+    if !is_dns1123_subdomain(&name) {
+        return Err(Status::invalid(format!(
+            "metadata.name: Invalid value: {name:?}: must be a lowercase RFC 1123 subdomain"
+        )));
+    }
+    meta.insert("name".into(), Value::String(name));
+    Ok(object)
+}
