@@ -75,26 +75,12 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::object::ObjectVersion;
-    use crate::rv::Revision;
     use crate::snapshot::ListItems;
-
-    fn obj(ns: &str, name: &str, rev: u64) -> Arc<ObjectVersion> {
-        Arc::new(ObjectVersion::builder(ObjectKey::new(ns, name), Revision::new(rev)).build())
-    }
+    use crate::snapshot::fixtures::three_namespaces;
 
     #[test]
     fn pages_stop_at_the_limit_and_say_whether_more_follow() {
-        let s = Snapshot::new(
-            Revision::new(1),
-            vec![
-                obj("a", "1", 1),
-                obj("b", "1", 1),
-                obj("b", "2", 1),
-                obj("b", "3", 1),
-                obj("c", "1", 1),
-            ],
-        );
+        let s = three_namespaces();
         let all = Filter::everything();
         let p = page(&s, 1..4, 1, Some(2), &all, true);
         assert_eq!(

@@ -238,13 +238,29 @@ impl Iterator for ListItems {
 
 impl ExactSizeIterator for ListItems {}
 
+/// Objects and snapshots the tests of this module and of `page` share.
 #[cfg(test)]
-mod tests {
+pub(crate) mod fixtures {
     use super::*;
 
-    fn obj(ns: &str, name: &str, rev: u64) -> Arc<ObjectVersion> {
+    pub(crate) fn obj(ns: &str, name: &str, rev: u64) -> Arc<ObjectVersion> {
         Arc::new(ObjectVersion::builder(ObjectKey::new(ns, name), Revision::new(rev)).build())
     }
+
+    /// `a/1`, `b/1`, `b/2`, `b/3`, `c/1` at revision 1.
+    pub(crate) fn three_namespaces() -> Snapshot {
+        let names = [("a", "1"), ("b", "1"), ("b", "2"), ("b", "3"), ("c", "1")];
+        Snapshot::new(
+            Revision::new(1),
+            names.iter().map(|(ns, n)| obj(ns, n, 1)).collect(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::{obj, three_namespaces};
+    use super::*;
 
     fn keys(s: &Snapshot) -> Vec<String> {
         s.iter().map(|o| o.key().to_string()).collect()
@@ -296,16 +312,7 @@ mod tests {
 
     #[test]
     fn namespace_ranges() {
-        let s = Snapshot::new(
-            Revision::new(1),
-            vec![
-                obj("a", "1", 1),
-                obj("b", "1", 1),
-                obj("b", "2", 1),
-                obj("b", "3", 1),
-                obj("c", "1", 1),
-            ],
-        );
+        let s = three_namespaces();
         assert_eq!(s.range_of(Some("b")), 1..4);
         assert_eq!(s.range_of(Some("bb")), 4..4);
         assert_eq!(s.range_of(None), 0..5);
