@@ -194,13 +194,8 @@ impl<S: Source> Reflector<S> {
             }
         }
         let revision = event.revision().max(view.revision);
-        let next = Arc::new(
-            view.snapshots
-                .back()
-                .map_or_else(|| Snapshot::new(revision, Vec::new()), |s| s.apply(&event)),
-        );
         let mut snapshots = view.snapshots.clone();
-        snapshots.push_back(next);
+        snapshots.push_back(Arc::new(view.current().apply(&event)));
         // One snapshot per ring entry plus the one the oldest entry applies to: the oldest
         // snapshot's revision is then the ring's floor, so Exact reads and watches expire
         // together.

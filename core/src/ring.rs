@@ -18,8 +18,9 @@
 //! passed where a [`Revision`] is meant.
 //!
 //! Readers write nothing shared: a read is a pin (thread-local), three `Acquire` loads (the
-//! tail, the trim bound and the slot) and a comparison. The writer never waits for anybody. The protocol, with the loom model that
-//! checks each claim, is stated in [`protocol`](crate::protocol).
+//! tail, the trim bound and the slot) and a comparison. The writer never waits for anybody.
+//! The protocol, with the loom model that checks each claim, is stated in
+//! [`protocol`](crate::protocol).
 
 use std::fmt;
 

@@ -17,13 +17,12 @@
 //! it was polled spuriously and found one) removes its entry under the lock and reads on from
 //! its own cursor.
 
+use std::fmt;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
 use crossbeam_epoch as epoch;
 use futures_core::Stream;
-
-use std::fmt;
 
 use crate::event::{Delivery, Event, EventKind, WatchEvent};
 use crate::filter::Filter;
