@@ -305,6 +305,19 @@ impl<T> EventRing<T> {
     /// reclamation goes through that collector, so only its guards keep an entry alive.
     pub fn read<'g>(&self, seq: Seq, guard: &'g Guard) -> Read<'g, T> {
         check_collector(guard);
+        // SAFETY: `guard` pins the default collector: checked just above.
+        unsafe { self.read_unchecked(seq, guard) }
+    }
+
+    /// [`read`](Self::read) without the collector check, for a reader that pinned the guard
+    /// itself in the same scope (a watcher's poll reads many entries under one guard).
+    ///
+    /// # Safety
+    ///
+    /// `guard` must pin crossbeam-epoch's default collector (come from `crossbeam_epoch::pin()`):
+    /// reclamation goes through that collector, so a guard of another one keeps nothing alive.
+    pub(crate) unsafe fn read_unchecked<'g>(&self, seq: Seq, guard: &'g Guard) -> Read<'g, T> {
+        debug_assert!(guard.collector() == Some(epoch::default_collector()));
         let seq = seq.0;
         let tail = self.load_tail();
         if seq >= tail {
@@ -318,8 +331,8 @@ impl<T> EventRing<T> {
         // were written before it was linked.
         let shared = slot.load(Ordering::Acquire, guard);
         // SAFETY: the pointer is null or points to an entry: entries are only freed through
-        // `defer_destroy` after being unlinked, and we are pinned by `guard`, so one we loaded
-        // stays allocated for `'g`.
+        // `defer_destroy` on the default collector after being unlinked, and `guard` pins that
+        // collector (this function's precondition), so one we loaded stays allocated for `'g`.
         let Some(entry) = (unsafe { shared.as_ref() }) else {
             // `seq < tail`, so the entry for `seq` was linked here before the tail we saw was
             // stored; a null now means `trim` released it since.
@@ -717,12 +730,15 @@ mod tests {
                 "never more than the evicted"
             );
         }
-        // Dropping the ring drops what the slots still hold.
-        for _ in 0..1000 {
+        // Dropping the ring hands what the slots still hold to the collector, which drops it
+        // once the epoch advances: other tests of this binary may be pinned meanwhile, so give
+        // it time (bounded), not a fixed number of flushes.
+        for _ in 0..20_000 {
             if drops.load(std::sync::atomic::Ordering::SeqCst) == n {
                 break;
             }
             epoch::pin().flush();
+            std::thread::sleep(std::time::Duration::from_micros(100));
         }
         assert_eq!(drops.load(std::sync::atomic::Ordering::SeqCst), n);
     }

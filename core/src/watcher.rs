@@ -498,7 +498,8 @@ impl Watcher {
         let guard = epoch::pin();
         let mut budget = SCAN_BUDGET;
         loop {
-            match ring.read(self.cursor, &guard) {
+            // SAFETY: `guard` is `epoch::pin()`'s, a guard of the default collector.
+            match unsafe { ring.read_unchecked(self.cursor, &guard) } {
                 Read::Ready(entry) => {
                     self.cursor = self.cursor.next();
                     // Entries up to the start are skipped; a bookmark at the start itself is
