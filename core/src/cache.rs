@@ -10,12 +10,14 @@
 //! |---|---|
 //! | LIST, rv unset | consistent read: the source's current revision, then wait (bounded) until the cache has it |
 //! | LIST, rv "0" | the current snapshot; `limit` and `continue` are honoured |
-//! | LIST, rv N (NotOlderThan) | wait until the cache is at N or later (bounded, else `TooLargeResourceVersion`), the newest snapshot |
-//! | LIST, rv N, Exact | the retained snapshot at N, else `Expired` |
+//! | LIST, rv N (NotOlderThan), no limit | wait until the cache is at N or later (bounded, else `TooLargeResourceVersion`), the newest snapshot |
+//! | LIST, rv N, Exact, or a limit and no match | the retained snapshot at N, else `Expired` |
+//! | LIST, a match without rv, or Exact with rv "0" | `InvalidRequest` |
 //! | LIST with continue | the snapshot the token names, from the key after the token's key |
 //! | WATCH, rv unset or "0" | ADDED for the current state (rv unset: after a consistent read), then live |
-//! | WATCH, rv N | every event after N from the history window, then live; N older than the window is `Expired` |
-//! | WATCH, sendInitialEvents | ADDED for the state, a bookmark marking the end of the initial events, then live |
+//! | WATCH, rv N | every event after N from the history window, then live; N older than the window is `Expired`; N ahead of the cache starts at once |
+//! | WATCH, sendInitialEvents=true | ADDED for the state, a bookmark marking the end of the initial events, then live |
+//! | WATCH, sendInitialEvents=false | no initial events: live from rv (rv unset or "0": from now) |
 //! | WATCH, bookmarks | periodic bookmarks with the cache's revision, and one after each progress notification |
 
 use std::fmt;

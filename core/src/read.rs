@@ -52,6 +52,16 @@ pub struct ListResult {
     pub items: ListItems,
 }
 
+impl ResourceVersionMatch {
+    /// The wire name: `NotOlderThan` or `Exact`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResourceVersionMatch::NotOlderThan => "NotOlderThan",
+            ResourceVersionMatch::Exact => "Exact",
+        }
+    }
+}
+
 impl<S: Source> Cache<S> {
     /// GET: the object at `key` and the revision it was read at. `resource_version` as for
     /// LIST with NotOlderThan.
@@ -76,10 +86,17 @@ impl<S: Source> Cache<S> {
                 return invalid("resourceVersionMatch is forbidden when continue is provided");
             }
         }
-        if opts.resource_version_match == Some(ResourceVersionMatch::Exact)
-            && rv.is_none_or(|r| r == Revision::ZERO)
-        {
-            return invalid("resourceVersionMatch=Exact requires a non-zero resourceVersion");
+        match (opts.resource_version_match, rv) {
+            (Some(m), None) => {
+                return invalid(&format!(
+                    "resourceVersionMatch={} is forbidden unless resourceVersion is provided",
+                    m.as_str()
+                ));
+            }
+            (Some(ResourceVersionMatch::Exact), Some(Revision::ZERO)) => {
+                return invalid("resourceVersionMatch=Exact is forbidden for resourceVersion \"0\"");
+            }
+            _ => {}
         }
         opts.filter.check_fields(&self.config().fields)?;
 
@@ -96,9 +113,16 @@ impl<S: Source> Cache<S> {
             }
             None => {
                 let view = self.view_for(rv).await?;
-                match (opts.resource_version_match, rv) {
-                    (Some(ResourceVersionMatch::Exact), Some(n)) => (view.at(n)?, n, None),
-                    _ => (Arc::clone(view.current()), view.revision, None),
+                // A revision with a limit and no match is Exact too (the API concepts table):
+                // the pages of a paginated list are all read at that revision.
+                let exact = match (opts.resource_version_match, rv) {
+                    (Some(ResourceVersionMatch::Exact), Some(n)) => Some(n),
+                    (None, Some(n)) if n != Revision::ZERO && opts.limit.is_some_and(|l| l > 0) => Some(n),
+                    _ => None,
+                };
+                match exact {
+                    Some(n) => (view.at(n)?, n, None),
+                    None => (Arc::clone(view.current()), view.revision, None),
                 }
             }
         };

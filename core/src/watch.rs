@@ -22,8 +22,10 @@ use crate::watcher::{Expired, WatchError, WatchSpec, Watcher};
 pub struct WatchOptions {
     /// `resourceVersion`: `None` or `Some(ZERO)` start with the current state.
     pub resource_version: Option<Revision>,
-    /// `sendInitialEvents`.
-    pub send_initial_events: bool,
+    /// `sendInitialEvents`: `Some(true)` sends ADDED for the state and then a bookmark marking
+    /// their end; `Some(false)` sends no initial events; unset sends them (without the
+    /// bookmark) only when `resource_version` is unset or `0`, as the apiserver's legacy watch.
+    pub send_initial_events: Option<bool>,
     /// `allowWatchBookmarks`.
     pub allow_bookmarks: bool,
     /// Namespace and selectors.
@@ -31,19 +33,27 @@ pub struct WatchOptions {
 }
 
 impl<S: Source> Cache<S> {
-    /// WATCH; see the module docs for the resourceVersion rules.
+    /// WATCH; see the module docs for the resourceVersion rules. A watch from a revision the
+    /// cache has not reached yet starts at once and delivers the events after it, as the
+    /// apiserver's does; only initial events need the cache to have reached the revision.
     pub async fn watch(&self, opts: WatchOptions) -> Result<CacheWatch, CacheError> {
         opts.filter.check_fields(&self.config().fields)?;
-        let with_state =
-            opts.send_initial_events || matches!(opts.resource_version, None | Some(Revision::ZERO));
+        let rv = opts.resource_version;
+        let with_state = opts
+            .send_initial_events
+            .unwrap_or(matches!(rv, None | Some(Revision::ZERO)));
         // A relist may close the hub between loading the view and starting the watcher:
         // then the newer view has a new hub; try again with it.
         for _ in 0..3 {
-            let view = self.view_for(opts.resource_version).await?;
+            let view = match rv {
+                Some(n) if n != Revision::ZERO && !with_state => self.ready_view().await?,
+                _ => self.view_for(rv).await?,
+            };
             let (after, initial) = if with_state {
                 (view.revision, Some(initial_events(view.current(), &opts.filter)))
             } else {
-                (opts.resource_version.unwrap_or(view.revision), None)
+                // rv "0" without initial events: from now.
+                (rv.filter(|&n| n != Revision::ZERO).unwrap_or(view.revision), None)
             };
             let mut spec = WatchSpec::new(opts.filter.clone()).after(after);
             spec.bookmarks = opts.allow_bookmarks;
@@ -51,7 +61,7 @@ impl<S: Source> Cache<S> {
                 Ok(live) => {
                     return Ok(CacheWatch {
                         initial,
-                        end_bookmark: opts.send_initial_events.then_some(after),
+                        end_bookmark: (opts.send_initial_events == Some(true)).then_some(after),
                         live,
                     });
                 }

@@ -171,6 +171,33 @@ async fn exact_serves_the_retained_snapshot_or_expired() {
 }
 
 #[tokio::test]
+async fn a_revision_with_a_limit_and_no_match_lists_exactly_that_revision() {
+    let (s, cache) = started(config()).await;
+    let r1 = create(&s, "ns", "a");
+    create(&s, "ns", "b");
+    create(&s, "ns", "c");
+    cache.list(&ListOptions::default()).await.unwrap();
+    let opts = ListOptions {
+        resource_version: Some(r1),
+        limit: Some(10),
+        ..Default::default()
+    };
+    let list = cache.list(&opts).await.unwrap();
+    // The state at r1 (only "a"), with r1 as the list's revision, not the newest state.
+    assert_eq!(list.revision, r1);
+    assert_eq!(names(list), vec!["ns/a"]);
+    // Without a limit the same revision is NotOlderThan: the newest state.
+    let newest = cache
+        .list(&ListOptions {
+            resource_version: Some(r1),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(names(newest), vec!["ns/a", "ns/b", "ns/c"]);
+}
+
+#[tokio::test]
 async fn contradictory_parameters_are_invalid_requests() {
     let (s, cache) = started(config()).await;
     create(&s, "ns", "a");
@@ -187,6 +214,10 @@ async fn contradictory_parameters_are_invalid_requests() {
     let cases = [
         ListOptions {
             resource_version_match: Some(ResourceVersionMatch::Exact),
+            ..Default::default()
+        },
+        ListOptions {
+            resource_version_match: Some(ResourceVersionMatch::NotOlderThan),
             ..Default::default()
         },
         ListOptions {
@@ -397,15 +428,69 @@ async fn watch_from_a_revision_replays_what_followed_or_is_expired() {
         Err(CacheError::Expired(e)) => assert_eq!(e.requested, r1),
         other => panic!("{other:?}"),
     }
+    // A revision ahead of the cache starts at once (see the test below), as the apiserver's.
     let future = Revision::new(s.revision().get() + 50);
-    let err = cache
+    let ahead = cache
         .watch(WatchOptions {
             resource_version: Some(future),
             ..Default::default()
         })
+        .await;
+    assert!(ahead.is_ok(), "{ahead:?}");
+}
+
+#[tokio::test]
+async fn a_watch_from_a_revision_ahead_of_the_cache_starts_at_once() {
+    let (s, cache) = started(config()).await;
+    create(&s, "ns", "a");
+    cache.list(&ListOptions::default()).await.unwrap();
+    let ahead = Revision::new(cache.revision().get() + 2);
+    let opts = WatchOptions {
+        resource_version: Some(ahead),
+        ..Default::default()
+    };
+    // No write will bring the cache to `ahead` within the fresh timeout: the watch must not
+    // wait for it (it used to end in TooLargeResourceVersion).
+    let mut w = cache
+        .watch(opts)
         .await
-        .unwrap_err();
-    assert!(matches!(err, CacheError::TooLargeResourceVersion { .. }));
+        .expect("a watch ahead of the cache starts");
+    create(&s, "ns", "b"); // at ahead - 1: not after the requested revision
+    create(&s, "ns", "c"); // at ahead: neither
+    let d = create(&s, "ns", "d");
+    let e = next(&mut w).await;
+    assert_eq!(
+        (e.kind, e.revision, e.object.unwrap().key().name().to_owned()),
+        (EventKind::Added, d, "d".to_owned())
+    );
+}
+
+#[tokio::test]
+async fn send_initial_events_false_sends_none_and_unset_sends_them_only_from_zero_or_unset() {
+    let (s, cache) = started(config()).await;
+    create(&s, "ns", "a");
+    let none = |rv, send| WatchOptions {
+        resource_version: rv,
+        send_initial_events: send,
+        ..Default::default()
+    };
+    for (rv, send) in [(None, Some(false)), (rv(0), Some(false))] {
+        let mut w = cache.watch(none(rv, send)).await.unwrap();
+        let b = create(&s, "ns", &format!("b{}", cache.revision()));
+        let e = next(&mut w).await;
+        assert_eq!(
+            (e.kind, e.revision),
+            (EventKind::Added, b),
+            "{rv:?} {send:?}: no initial events"
+        );
+    }
+    // Unset, from "0": the state first (no end bookmark), then live.
+    let mut w = cache.watch(none(rv(0), None)).await.unwrap();
+    let first = next(&mut w).await;
+    assert_eq!(
+        (first.kind, first.object.unwrap().key().name().to_owned()),
+        (EventKind::Added, "a".to_owned())
+    );
 }
 
 #[tokio::test]
@@ -417,7 +502,7 @@ async fn send_initial_events_ends_with_an_annotated_bookmark_then_goes_live() {
     // rv unset: the initial state comes from a consistent read, so it holds the writes above.
     let opts = WatchOptions {
         resource_version: None,
-        send_initial_events: true,
+        send_initial_events: Some(true),
         allow_bookmarks: true,
         filter: Filter::everything().in_namespace("b"),
     };
@@ -457,7 +542,7 @@ async fn filtered_initial_events_report_exactly_the_selected_objects_as_remainin
     }
     let opts = WatchOptions {
         resource_version: None,
-        send_initial_events: true,
+        send_initial_events: Some(true),
         filter: Filter::parse(Some("a"), "app=web", "").unwrap(),
         ..Default::default()
     };

@@ -79,7 +79,8 @@ impl Params {
                             "invalid timeoutSeconds {v:?}: not a non-negative integer"
                         ))
                     })?;
-                    p.timeout = Some(Duration::from_secs(n));
+                    // 0 is "unset": the server's default, not a watch that ends at once.
+                    p.timeout = (n > 0).then(|| Duration::from_secs(n));
                 }
                 "timeout" => {} // a client-side deadline (kubectl's ?timeout=32s); nothing to do here
                 "allowWatchBookmarks" => p.allow_bookmarks = parse_bool("allowWatchBookmarks", &v)?,
@@ -115,8 +116,7 @@ impl Params {
     }
 
     pub(crate) fn watch_options(&self, namespace: Option<&str>) -> Result<WatchOptions, Status> {
-        let send_initial_events = self.send_initial_events.unwrap_or(false);
-        if self.send_initial_events.is_some() {
+        if let Some(send_initial_events) = self.send_initial_events {
             if self.resource_version_match != Some(ResourceVersionMatch::NotOlderThan) {
                 return Err(Status::bad_request(
                     "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
@@ -139,7 +139,7 @@ impl Params {
         }
         Ok(WatchOptions {
             resource_version: self.resource_version,
-            send_initial_events,
+            send_initial_events: self.send_initial_events,
             allow_bookmarks: self.allow_bookmarks,
             filter: self.filter(namespace)?,
         })
@@ -198,10 +198,32 @@ mod tests {
         assert_eq!(p.limit, Some(500));
         let p = Params::parse(Some("&watch=true&timeoutSeconds=290&allowWatchBookmarks=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion=0")).unwrap();
         let w = p.watch_options(None).unwrap();
-        assert!(p.watch && w.send_initial_events && w.allow_bookmarks);
+        assert!(p.watch && w.send_initial_events == Some(true) && w.allow_bookmarks);
         assert_eq!(w.resource_version, Some(Revision::ZERO));
         assert_eq!(p.timeout, Some(Duration::from_secs(290)));
         let p = Params::parse(Some("limit=0&resourceVersion=&timeout=32s")).unwrap();
         assert_eq!((p.limit, p.resource_version), (None, None));
+    }
+
+    #[test]
+    fn timeout_seconds_zero_means_the_servers_default() {
+        let p = Params::parse(Some("watch=1&timeoutSeconds=0")).unwrap();
+        assert_eq!(p.timeout, None);
+        let p = Params::parse(Some("watch=1&timeoutSeconds=5")).unwrap();
+        assert_eq!(p.timeout, Some(Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn send_initial_events_false_is_passed_on_not_dropped() {
+        let q = "watch=1&sendInitialEvents=false&resourceVersionMatch=NotOlderThan&resourceVersion=0";
+        let w = Params::parse(Some(q)).unwrap().watch_options(None).unwrap();
+        assert_eq!(w.send_initial_events, Some(false));
+        let w = Params::parse(Some("watch=1"))
+            .unwrap()
+            .watch_options(None)
+            .unwrap();
+        assert_eq!(w.send_initial_events, None);
+        // Set to false, it still needs resourceVersionMatch=NotOlderThan.
+        assert!(bad("watch=1&sendInitialEvents=false").contains("resourceVersionMatch"));
     }
 }

@@ -387,6 +387,46 @@ async fn a_watch_that_starts_too_old_or_is_lapped_ends_with_an_in_stream_410() {
     server.shutdown().await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeout_zero_ahead_of_the_cache_and_initial_events_false_follow_the_api() {
+    let server = start(config(2)).await;
+    let store = server.store().clone();
+    let rv = store.revision().get();
+    let write = |name: &str| {
+        let value = serde_json::to_vec(&pod("ns-0", name)).unwrap();
+        store
+            .create(&format!("pods/ns-0/{name}"), Bytes::from(value))
+            .unwrap()
+    };
+    // timeoutSeconds=0 is the server's default, not a watch that ends at once; a revision
+    // ahead of the cache starts at once and delivers what follows it.
+    let mut zero = Frames::open(
+        &server,
+        &format!("/api/v1/pods?watch=1&timeoutSeconds=0&resourceVersion={}", rv + 1),
+    )
+    .await;
+    // sendInitialEvents=false: no ADDED for the two seeded pods, only what is written next.
+    let mut none = Frames::open(
+        &server,
+        "/api/v1/pods?watch=1&sendInitialEvents=false&resourceVersionMatch=NotOlderThan&resourceVersion=0",
+    )
+    .await;
+    write("skipped"); // at rv + 1: not after the requested revision
+    let after = write("after");
+    let f = zero.next().await.expect("the watch stays open");
+    assert_eq!(
+        (f["type"].as_str(), f["object"]["metadata"]["name"].as_str()),
+        (Some("ADDED"), Some("after"))
+    );
+    assert_eq!(f["object"]["metadata"]["resourceVersion"], after.to_string());
+    let f = none.next().await.expect("a live event");
+    assert_eq!(
+        f["object"]["metadata"]["name"], "skipped",
+        "no initial events before it"
+    );
+    server.shutdown().await.unwrap();
+}
+
 fn rss_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
     let pages: u64 = statm
