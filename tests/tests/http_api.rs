@@ -388,6 +388,31 @@ async fn a_watch_that_starts_too_old_or_is_lapped_ends_with_an_in_stream_410() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_methods_are_405_statuses_and_add_no_metric_series() {
+    let server = start(config(0)).await;
+    for (i, path) in [
+        "/api/v1/pods",
+        "/api/v1/namespaces/ns-0/pods/x",
+        "/api",
+        "/metrics",
+    ]
+    .iter()
+    .enumerate()
+    {
+        expect_status(&server, &format!("X{i}"), path, None, 405, "MethodNotAllowed").await;
+    }
+    expect_status(&server, "POST", "/api", None, 405, "MethodNotAllowed").await;
+    let (_, metrics) = request(&http(), &server, "GET", "/metrics", None).await;
+    let metrics = String::from_utf8_lossy(&metrics);
+    assert!(
+        !metrics.contains("verb=\"X"),
+        "a series per invented method:\n{metrics}"
+    );
+    assert!(metrics.contains("verb=\"OTHER\""), "{metrics}");
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timeout_zero_ahead_of_the_cache_and_initial_events_false_follow_the_api() {
     let server = start(config(2)).await;
     let store = server.store().clone();
