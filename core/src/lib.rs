@@ -98,7 +98,7 @@ pub use config::{BuildError, CacheConfig};
 pub use consistency::Consistency;
 pub use event::{Delivery, Event, EventKind, WatchEvent};
 pub use filter::Filter;
-pub use names::is_dns1123_subdomain;
+pub use names::{is_dns1123_label, is_dns1123_subdomain};
 pub use object::{Codec, CodecError, Encoding, ObjectKey, ObjectVersion, ObjectVersionBuilder, WireFormat};
 pub use read::{ListOptions, ListResult, ResourceVersionMatch};
 pub use ring::{CapacityError, Entry, EventRing, PublishError, Read, RingWriter, Seq};

@@ -93,6 +93,31 @@ impl Status {
         Status::new(422, "Invalid", message)
     }
 
+    /// 422 `Invalid` for object `name` of `kind`, with one `FieldValueInvalid` cause per
+    /// `(field, value, why)`, in the apiserver's shape: the message is
+    /// `Kind "name" is invalid: field: Invalid value: "value": why, …`.
+    pub fn invalid_fields(kind: &str, name: &str, errors: &[(&str, &str, &str)]) -> Self {
+        let cause = |(field, value, why): &(&str, &str, &str)| {
+            let message = format!("Invalid value: {}: {why}", Value::from(*value));
+            (
+                format!("{field}: {message}"),
+                json!({"reason": "FieldValueInvalid", "message": message, "field": field}),
+            )
+        };
+        let (messages, causes): (Vec<String>, Vec<Value>) = errors.iter().map(cause).unzip();
+        let listed = match messages.as_slice() {
+            [one] => one.clone(),
+            many => format!("[{}]", many.join(", ")),
+        };
+        let mut s = Status::new(
+            422,
+            "Invalid",
+            format!("{kind} {} is invalid: {listed}", Value::from(name)),
+        );
+        s.details = Some(json!({"name": name, "kind": kind, "causes": causes}));
+        s
+    }
+
     /// 429 `TooManyRequests` with `Retry-After`.
     pub fn too_many_requests(message: impl Into<String>, retry_after: Duration) -> Self {
         let secs = retry_after.as_secs().max(1);
@@ -153,6 +178,27 @@ mod tests {
         assert_eq!(b["message"], "too old resource version: 1 (5)");
         assert!(b["metadata"].is_object());
         assert!(b.get("details").is_none());
+    }
+
+    #[test]
+    fn invalid_fields_have_one_cause_each_in_the_apiserver_shape() {
+        let s = Status::invalid_fields("ConfigMap", "A", &[("metadata.name", "A", "not lowercase")]);
+        let b = body(&s);
+        assert_eq!((s.code, b["reason"].as_str()), (422, Some("Invalid")));
+        assert_eq!(
+            b["message"],
+            r#"ConfigMap "A" is invalid: metadata.name: Invalid value: "A": not lowercase"#
+        );
+        assert_eq!(b["details"]["kind"], "ConfigMap");
+        assert_eq!(b["details"]["causes"][0]["reason"], "FieldValueInvalid");
+        assert_eq!(b["details"]["causes"][0]["field"], "metadata.name");
+        let two = Status::invalid_fields("Pod", "p", &[("a", "1", "x"), ("b", "2", "y")]);
+        assert!(
+            two.message
+                .ends_with(r#"[a: Invalid value: "1": x, b: Invalid value: "2": y]"#),
+            "{}",
+            two.message
+        );
     }
 
     #[test]

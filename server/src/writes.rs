@@ -13,7 +13,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use bytes::{Bytes, BytesMut};
 use serde_json::{Map, Value};
-use watchcache_core::{Codec, ObjectVersion, Revision, SourceError, is_dns1123_subdomain};
+use watchcache_core::{Codec, ObjectVersion, Revision, SourceError, is_dns1123_label, is_dns1123_subdomain};
 use watchcache_encoders::Status;
 
 use crate::app::AppState;
@@ -216,11 +216,35 @@ fn object_from_body(
             ));
         }
     };
-    if !is_dns1123_subdomain(&name) {
-        return Err(Status::invalid(format!(
-            "metadata.name: Invalid value: {name:?}: must be a lowercase RFC 1123 subdomain"
-        )));
-    }
+    check_names(t, &name)?;
     meta.insert("name".into(), Value::String(name));
     Ok(object)
+}
+
+const SUBDOMAIN: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric \
+    characters, '-' or '.', and must start and end with an alphanumeric character";
+const LABEL: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric \
+    characters or '-', and must start and end with an alphanumeric character (at most 63)";
+
+/// Validates the object's name (a DNS-1123 subdomain; a label for namespaces) and namespace
+/// (a label) as the apiserver does: 422 with a cause per field, before anything is stored.
+fn check_names(t: &Target, name: &str) -> Result<(), Status> {
+    let r = &t.resource;
+    let name_ok = if r.info.resource == "namespaces" {
+        (is_dns1123_label(name), LABEL)
+    } else {
+        (is_dns1123_subdomain(name), SUBDOMAIN)
+    };
+    let mut errors = Vec::new();
+    if !name_ok.0 {
+        errors.push(("metadata.name", name, name_ok.1));
+    }
+    if let Some(ns) = t.namespace.as_deref().filter(|ns| !is_dns1123_label(ns)) {
+        errors.push(("metadata.namespace", ns, LABEL));
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(Status::invalid_fields(&r.info.kind, name, &errors))
+    }
 }

@@ -388,6 +388,56 @@ async fn a_watch_that_starts_too_old_or_is_lapped_ends_with_an_in_stream_410() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_names_and_namespaces_are_422_with_causes_and_nothing_is_stored() {
+    let server = start(config(0)).await;
+    let cm = |ns: &str, name: &str| json!({"metadata": {"name": name, "namespace": ns}, "data": {"a": "b"}});
+    for (path_ns, body_ns, name, field) in [
+        ("a%2Fb", "a/b", "x", "metadata.namespace"),
+        ("UPPER", "UPPER", "x", "metadata.namespace"),
+        ("ns-1", "ns-1", "Bad_Name", "metadata.name"),
+        ("ns-1", "ns-1", "a/b", "metadata.name"),
+    ] {
+        let path = format!("/api/v1/namespaces/{path_ns}/configmaps");
+        let s = expect_status(&server, "POST", &path, Some(cm(body_ns, name)), 422, "Invalid").await;
+        let causes = s["details"]["causes"].as_array().expect("causes").clone();
+        assert!(
+            causes
+                .iter()
+                .any(|c| c["field"] == field && c["reason"] == "FieldValueInvalid"),
+            "{path} {name}: {s}"
+        );
+        assert_eq!(s["details"]["kind"], "ConfigMap");
+    }
+    // A namespace's own name is a DNS label: no dots.
+    let ns = json!({"metadata": {"name": "a.b"}});
+    expect_status(&server, "POST", "/api/v1/namespaces", Some(ns), 422, "Invalid").await;
+    // The body's namespace must be the URL's.
+    expect_status(
+        &server,
+        "POST",
+        "/api/v1/namespaces/ns-1/configmaps",
+        Some(cm("ns-2", "x")),
+        400,
+        "BadRequest",
+    )
+    .await;
+    // Nothing was stored: no ghost that GET cannot find and a retry conflicts with.
+    let (_, body) = request(&http(), &server, "GET", "/api/v1/configmaps", None).await;
+    let list: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(list["items"].as_array().map(Vec::len), Some(0), "{list}");
+    let (_, body) = request(&http(), &server, "GET", "/api/v1/namespaces", None).await;
+    let list: Value = serde_json::from_slice(&body).unwrap();
+    assert!(
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|n| n["metadata"]["name"] != "a.b")
+    );
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_methods_are_405_statuses_and_add_no_metric_series() {
     let server = start(config(0)).await;
     for (i, path) in [
