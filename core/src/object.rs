@@ -38,10 +38,10 @@ impl WireFormat {
 
 /// An object's identity: namespace ("" for cluster-scoped objects) and name.
 ///
-/// Keys order by namespace, then name, and LIST results come in that order. This is not
-/// quite etcd's order, which compares the bytes of `<ns>/<name>`: there namespace `a-b` sorts
-/// before `a/…` (`-` is below `/`), here `a` comes first.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// Keys order as etcd orders the apiserver's keys: by the bytes of `<ns>/<name>` (of `<name>`
+/// for cluster-scoped objects), so LIST results come in the apiserver's order. Namespace `a-b`
+/// sorts before `a/…`, since `-` is below `/`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ObjectKey {
     namespace: Box<str>,
     name: Box<str>,
@@ -69,6 +69,40 @@ impl ObjectKey {
     /// The name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+}
+
+impl ObjectKey {
+    /// The bytes keys are ordered by: `<ns>/<name>`, or `<name>` when cluster-scoped.
+    fn ordered_bytes(&self) -> impl Iterator<Item = u8> + '_ {
+        let separator = (!self.namespace.is_empty()).then_some(b'/');
+        self.namespace.bytes().chain(separator).chain(self.name.bytes())
+    }
+
+    /// How this key's ordered bytes compare with `prefix`, and whether they start with it: a
+    /// namespace's keys are those starting with `<ns>/`, one contiguous run in key order.
+    pub(crate) fn cmp_prefix(&self, prefix: &[u8]) -> (Ordering, bool) {
+        let starts = self.ordered_bytes().take(prefix.len()).eq(prefix.iter().copied());
+        (self.ordered_bytes().cmp(prefix.iter().copied()), starts)
+    }
+}
+
+impl Ord for ObjectKey {
+    fn cmp(&self, other: &Self) -> Ordering {
+        let bytes = if self.namespace == other.namespace {
+            self.name.cmp(&other.name)
+        } else {
+            self.ordered_bytes().cmp(other.ordered_bytes())
+        };
+        // Two keys with the same bytes (a `/` inside a namespace or name, which valid keys
+        // never have) still order, consistently with `Eq`.
+        bytes.then_with(|| (&self.namespace, &self.name).cmp(&(&other.namespace, &other.name)))
+    }
+}
+
+impl PartialOrd for ObjectKey {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
     }
 }
 
@@ -477,15 +511,27 @@ mod tests {
     }
 
     #[test]
-    fn keys_order_by_namespace_then_name() {
+    fn keys_order_by_the_bytes_of_namespace_slash_name_as_etcd_does() {
         let mut keys = [
             ObjectKey::new("b", "a"),
             ObjectKey::new("a", "z"),
+            ObjectKey::new("a-b", "a"),
             ObjectKey::new("a", "b"),
+            ObjectKey::new("a.b", "a"),
+            ObjectKey::new("a0", "a"),
         ];
         keys.sort();
-        assert_eq!(keys[0], ObjectKey::new("a", "b"));
-        assert_eq!(keys[2].to_string(), "b/a");
+        let strings: Vec<String> = keys.iter().map(ToString::to_string).collect();
+        // '-' (0x2d) and '.' (0x2e) sort below '/' (0x2f), '0' (0x30) above it.
+        assert_eq!(strings, ["a-b/a", "a.b/a", "a/b", "a/z", "a0/a", "b/a"]);
+        let mut by_string = strings.clone();
+        by_string.sort();
+        assert_eq!(strings, by_string, "the order of the key strings");
         assert_eq!(ObjectKey::cluster("n1").to_string(), "n1");
+        assert!(ObjectKey::cluster("a-b") < ObjectKey::cluster("a.b"));
+        // Keys whose strings collide still order consistently with Eq.
+        let (x, y) = (ObjectKey::new("a", "b/c"), ObjectKey::new("a/b", "c"));
+        assert_ne!(x.cmp(&y), std::cmp::Ordering::Equal);
+        assert_eq!(x.cmp(&y), y.cmp(&x).reverse());
     }
 }

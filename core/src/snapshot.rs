@@ -74,13 +74,18 @@ impl Snapshot {
         self.items.binary_search_by(|o| o.key().cmp(key))
     }
 
-    /// The positions of the objects in `namespace` (all positions for `None`).
+    /// The positions of the objects in `namespace` (all positions for `None`): the keys that
+    /// start with `<ns>/`, one contiguous run in key order.
     pub fn range_of(&self, namespace: Option<&str>) -> std::ops::Range<usize> {
         match namespace {
             None => 0..self.items.len(),
             Some(ns) => {
-                let lo = partition_point(&self.items, |o| o.key().namespace() < ns);
-                let hi = partition_point(&self.items, |o| o.key().namespace() <= ns);
+                let prefix = [ns.as_bytes(), b"/"].concat();
+                let lo = partition_point(&self.items, |o| o.key().cmp_prefix(&prefix).0 == Ordering::Less);
+                let hi = partition_point(&self.items, |o| {
+                    let (order, starts) = o.key().cmp_prefix(&prefix);
+                    order == Ordering::Less || starts
+                });
                 lo..hi
             }
         }
@@ -316,6 +321,22 @@ mod tests {
         assert_eq!(s.range_of(Some("b")), 1..4);
         assert_eq!(s.range_of(Some("bb")), 4..4);
         assert_eq!(s.range_of(None), 0..5);
+        // Namespaces that are prefixes of each other: "a-b/…" sorts between nothing and "a/…".
+        let s = Snapshot::new(
+            Revision::new(1),
+            vec![
+                obj("a", "1", 1),
+                obj("a-b", "1", 1),
+                obj("a", "2", 1),
+                obj("a0", "1", 1),
+            ],
+        );
+        let keys: Vec<String> = s.iter().map(|o| o.key().to_string()).collect();
+        assert_eq!(keys, ["a-b/1", "a/1", "a/2", "a0/1"]);
+        assert_eq!(s.range_of(Some("a")), 1..3);
+        assert_eq!(s.range_of(Some("a-b")), 0..1);
+        assert_eq!(s.range_of(Some("a0")), 3..4);
+        assert_eq!(s.range_of(Some("a-")), 0..0);
     }
 
     #[test]

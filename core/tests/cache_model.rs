@@ -18,7 +18,8 @@ use watchcache_core::{
 };
 
 const CASES: u64 = if cfg!(miri) { 3 } else { 1_000 };
-const NAMESPACES: [&str; 3] = ["a", "b", "c"];
+// "a-b" sorts before "a/…" in key order (etcd's): the model orders keys as strings too.
+const NAMESPACES: [&str; 3] = ["a", "a-b", "b"];
 const APPS: [&str; 2] = ["web", "api"];
 const NODES: [&str; 3] = ["n1", "n2", "n3"];
 
@@ -52,7 +53,8 @@ struct Obj {
     rev: u64,
 }
 
-type State = BTreeMap<(String, String), Obj>;
+/// Keyed by `ns/name`, so iteration is etcd's key order.
+type State = BTreeMap<String, Obj>;
 
 #[derive(Clone, Debug)]
 enum Change {
@@ -173,7 +175,7 @@ fn write(rng: &mut Rng, store: &MemorySource, model: &mut Model) {
     let (_, mut state) = model.current().clone();
     let ns = rng.pick(&NAMESPACES).to_string();
     let name = format!("p{}", rng.below(4));
-    let k = (ns.clone(), name.clone());
+    let k = format!("{ns}/{name}");
     let skey = format!("pods/{ns}/{name}");
     let (app, node) = (rng.pick(&APPS).to_string(), rng.pick(&NODES).to_string());
     let value = text_pod(&ns, &name, &app, &node);
