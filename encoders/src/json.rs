@@ -33,7 +33,8 @@ use watchcache_core::{Codec, CodecError, Encoding, ObjectKey, ObjectVersion, Rev
 #[derive(Clone, Debug)]
 pub struct JsonCodec {
     namespaced: bool,
-    fields: Vec<String>,
+    /// Selectable fields and the value each reads as when the object does not set it.
+    fields: Vec<(String, Option<String>)>,
 }
 
 impl JsonCodec {
@@ -42,8 +43,19 @@ impl JsonCodec {
     pub fn new(namespaced: bool, fields: &[&str]) -> Self {
         JsonCodec {
             namespaced,
-            fields: fields.iter().map(|f| (*f).to_owned()).collect(),
+            fields: fields.iter().map(|f| ((*f).to_owned(), None)).collect(),
         }
+    }
+
+    /// Field `path` reads as `value` when an object does not set it, as the apiserver's field
+    /// selectors read an unset field through its Go zero value (`spec.unschedulable` is
+    /// `false`, not absent). `path` becomes selectable if it was not.
+    pub fn with_default(mut self, path: &str, value: &str) -> Self {
+        match self.fields.iter_mut().find(|(f, _)| f == path) {
+            Some((_, default)) => *default = Some(value.to_owned()),
+            None => self.fields.push((path.to_owned(), Some(value.to_owned()))),
+        }
+        self
     }
 }
 
@@ -149,8 +161,8 @@ impl Codec for JsonCodec {
         }
         meta.insert("resourceVersion".into(), Value::String(revision.to_string()));
         let mut builder = ObjectVersion::builder(ObjectKey::new(namespace, name), revision).labels(labels);
-        for path in &self.fields {
-            if let Some(v) = lookup(&value, path).and_then(scalar) {
+        for (path, default) in &self.fields {
+            if let Some(v) = lookup(&value, path).and_then(scalar).or_else(|| default.clone()) {
                 builder = builder.field(path.as_str(), v);
             }
         }
@@ -201,6 +213,29 @@ mod tests {
             json.bytes().len(),
             serde_json::to_vec(&back).unwrap().len(),
             "compact"
+        );
+    }
+
+    #[test]
+    fn an_unset_field_reads_as_its_default_and_a_set_one_as_itself() {
+        let c = JsonCodec::new(false, &["spec.unschedulable"]).with_default("spec.unschedulable", "false");
+        let unset = c
+            .decode(br#"{"metadata":{"name":"n1"}}"#, Revision::new(1))
+            .unwrap();
+        assert_eq!(unset.field("spec.unschedulable"), Some("false"));
+        let set = c
+            .decode(
+                br#"{"metadata":{"name":"n2"},"spec":{"unschedulable":true}}"#,
+                Revision::new(2),
+            )
+            .unwrap();
+        assert_eq!(set.field("spec.unschedulable"), Some("true"));
+        assert_eq!(
+            codec()
+                .decode(br#"{"metadata":{"name":"a","namespace":"n"}}"#, Revision::new(1))
+                .unwrap()
+                .field("status.phase"),
+            None
         );
     }
 

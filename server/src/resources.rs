@@ -18,6 +18,9 @@ pub struct Resource {
     pub short_names: &'static [&'static str],
     /// Whether objects live in namespaces.
     pub namespaced: bool,
+    /// Fields the apiserver sets on create when the object leaves them unset (its
+    /// `PrepareForCreate` and defaulting), stored with the object: `(dotted path, value)`.
+    pub create_defaults: &'static [(&'static str, &'static str)],
     /// The source key prefix, `pods/`.
     pub prefix: String,
     /// Decodes source values.
@@ -36,6 +39,10 @@ struct Spec {
     namespaced: bool,
     fields: &'static [&'static str],
     trigger: Option<&'static str>,
+    create_defaults: &'static [(&'static str, &'static str)],
+    /// Selectable fields that read as a value when unset (the Go zero value the apiserver's
+    /// field selectors see), never stored.
+    unset_reads_as: &'static [(&'static str, &'static str)],
 }
 
 const SPECS: &[Spec] = &[
@@ -55,6 +62,8 @@ const SPECS: &[Spec] = &[
             "status.nominatedNodeName",
         ],
         trigger: Some("spec.nodeName"),
+        create_defaults: &[("status.phase", "Pending")],
+        unset_reads_as: &[],
     },
     Spec {
         name: "configmaps",
@@ -64,6 +73,8 @@ const SPECS: &[Spec] = &[
         namespaced: true,
         fields: &[],
         trigger: None,
+        create_defaults: &[],
+        unset_reads_as: &[],
     },
     Spec {
         name: "secrets",
@@ -73,6 +84,8 @@ const SPECS: &[Spec] = &[
         namespaced: true,
         fields: &["type"],
         trigger: None,
+        create_defaults: &[("type", "Opaque")],
+        unset_reads_as: &[],
     },
     Spec {
         name: "namespaces",
@@ -82,6 +95,8 @@ const SPECS: &[Spec] = &[
         namespaced: false,
         fields: &["status.phase"],
         trigger: None,
+        create_defaults: &[("status.phase", "Active")],
+        unset_reads_as: &[],
     },
     Spec {
         name: "nodes",
@@ -91,6 +106,8 @@ const SPECS: &[Spec] = &[
         namespaced: false,
         fields: &["spec.unschedulable"],
         trigger: None,
+        create_defaults: &[],
+        unset_reads_as: &[("spec.unschedulable", "false")],
     },
 ];
 
@@ -101,7 +118,13 @@ pub fn build(
 ) -> Result<BTreeMap<&'static str, Arc<Resource>>, BuildError> {
     let mut out = BTreeMap::new();
     for spec in SPECS {
-        let codec = Arc::new(JsonCodec::new(spec.namespaced, spec.fields));
+        let codec = spec
+            .unset_reads_as
+            .iter()
+            .fold(JsonCodec::new(spec.namespaced, spec.fields), |c, (f, v)| {
+                c.with_default(f, v)
+            });
+        let codec = Arc::new(codec);
         let prefix = format!("{}/", spec.name);
         let mut cache_config = CacheConfig::new(spec.name, &prefix);
         cache_config.capacity = config.history;
@@ -120,6 +143,7 @@ pub fn build(
                 singular: spec.singular,
                 short_names: spec.short_names,
                 namespaced: spec.namespaced,
+                create_defaults: spec.create_defaults,
                 prefix,
                 codec,
                 frames,

@@ -23,6 +23,9 @@ use crate::target::Target;
 
 pub(crate) async fn create(state: &AppState, t: &Target, body: &[u8]) -> Result<Response, Status> {
     let mut object = object_from_body(t, body, None)?;
+    for (path, value) in t.resource.create_defaults {
+        set_if_unset(&mut object, path, value);
+    }
     let meta = metadata_mut(&mut object)?;
     meta.remove("resourceVersion");
     meta.insert("uid".into(), Value::String(uuid::Uuid::new_v4().to_string()));
@@ -132,6 +135,23 @@ fn written(
         .write_object(version, revision, &mut body)
         .map_err(|e| errors::codec(&e))?;
     Ok(json_response(code, body.freeze()))
+}
+
+/// Sets the field at dotted `path` to `value` unless the object sets it; creates the objects
+/// on the way. A non-object on the way leaves the object as it is (its codec judges it).
+fn set_if_unset(object: &mut Map<String, Value>, path: &str, value: &str) {
+    let mut parts = path.split('.').peekable();
+    let mut at = object;
+    while let Some(part) = parts.next() {
+        if parts.peek().is_none() {
+            at.entry(part).or_insert_with(|| Value::String(value.to_owned()));
+            return;
+        }
+        match at.entry(part).or_insert_with(|| Value::Object(Map::new())) {
+            Value::Object(next) => at = next,
+            _ => return,
+        }
+    }
 }
 
 fn metadata_mut(object: &mut Map<String, Value>) -> Result<&mut Map<String, Value>, Status> {
@@ -246,5 +266,28 @@ fn check_names(t: &Target, name: &str) -> Result<(), Status> {
         Ok(())
     } else {
         Err(Status::invalid_fields(&r.info.kind, name, &errors))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn defaults_fill_only_what_is_unset() {
+        let mut pod = json!({"metadata": {"name": "p"}}).as_object().unwrap().clone();
+        set_if_unset(&mut pod, "status.phase", "Pending");
+        assert_eq!(pod["status"]["phase"], "Pending");
+        let mut running = json!({"status": {"phase": "Running"}})
+            .as_object()
+            .unwrap()
+            .clone();
+        set_if_unset(&mut running, "status.phase", "Pending");
+        assert_eq!(running["status"]["phase"], "Running");
+        let mut odd = json!({"status": 7}).as_object().unwrap().clone();
+        set_if_unset(&mut odd, "status.phase", "Pending");
+        assert_eq!(odd["status"], 7, "left for the codec to judge");
     }
 }

@@ -438,6 +438,51 @@ async fn invalid_names_and_namespaces_are_422_with_causes_and_nothing_is_stored(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn selectable_fields_the_apiserver_defaults_are_found_by_field_selectors() {
+    let server = start(config(0)).await;
+    let created = [
+        ("/api/v1/namespaces/ns-1/pods", pod("ns-1", "fresh")),
+        ("/api/v1/nodes", json!({"metadata": {"name": "node-a"}})),
+        (
+            "/api/v1/namespaces/ns-1/secrets",
+            json!({"metadata": {"name": "s"}}),
+        ),
+        ("/api/v1/namespaces", json!({"metadata": {"name": "ns-9"}})),
+    ];
+    for (path, body) in created {
+        let (code, body) = request(&http(), &server, "POST", path, Some(body)).await;
+        assert_eq!(code, 201, "{path}: {}", String::from_utf8_lossy(&body));
+    }
+    for (path, selector, name) in [
+        ("/api/v1/pods", "status.phase=Pending", "fresh"),
+        ("/api/v1/nodes", "spec.unschedulable=false", "node-a"),
+        ("/api/v1/secrets", "type=Opaque", "s"),
+        ("/api/v1/namespaces", "status.phase=Active", "ns-9"),
+    ] {
+        let (_, body) = request(
+            &http(),
+            &server,
+            "GET",
+            &format!("{path}?fieldSelector={selector}"),
+            None,
+        )
+        .await;
+        let list: Value = serde_json::from_slice(&body).unwrap();
+        let names: Vec<&str> = list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|o| o["metadata"]["name"].as_str())
+            .collect();
+        assert!(
+            names.contains(&name),
+            "{path}?fieldSelector={selector}: {names:?}"
+        );
+    }
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_methods_are_405_statuses_and_add_no_metric_series() {
     let server = start(config(0)).await;
     for (i, path) in [
