@@ -13,6 +13,7 @@ variants=(
   "weaken-tail-relaxed|ring|at 0: [Err(\"lapped\")]"
   "weaken-no-recheck|hub|deadlock"
   "weaken-trim-relaxed|ring|entry 1 (revision 20) is the first after 15"
+  "weaken-len-two-loads|ring|over capacity 2"
   "weaken-announce-early|snapshot|announced 2 but loaded a state at 1"
 )
 status=0

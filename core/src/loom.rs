@@ -62,4 +62,9 @@ pub(crate) mod weaken {
     /// Whether a parking watcher re-checks the tail after filing itself.
     pub(crate) const RECHECK_AFTER_PARK: bool =
         !cfg!(all(watchcache_loom, feature = "loom-weaken-no-recheck"));
+
+    /// Whether `EventRing::len` reads the tail once (it read it twice, and underflowed when the
+    /// writer trimmed in between).
+    pub(crate) const LEN_ONE_TAIL_LOAD: bool =
+        !cfg!(all(watchcache_loom, feature = "loom-weaken-len-two-loads"));
 }

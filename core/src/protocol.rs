@@ -80,3 +80,11 @@
 //! 9. **Progress.** A progress notification becomes a bookmark entry and a new state at the
 //!    notified revision (same snapshot contents), by the same path as events: claims 1, 7 and
 //!    8 cover it.
+//!
+//! # The ring's length ([`EventRing::len`](crate::EventRing::len))
+//!
+//! 10. The length (the cache's history metric) is `tail - oldest`, with `oldest` computed from
+//!     the same load of `tail` and clamped to it. Loading the tail a second time for `oldest`
+//!     can see the writer's later pushes and a trim bound past the first load, and the
+//!     subtraction underflows. *Model: `len`; with two loads it fails
+//!     (`weaken-len-two-loads`: a length of 2^64 - 2 for a ring of 2).*

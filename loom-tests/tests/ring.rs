@@ -229,6 +229,31 @@ fn trimming_moves_the_floor_before_readers_can_see_the_bound() {
     });
 }
 
+/// The ring's length (the cache's history metric) is never more than its capacity while the
+/// writer publishes and trims: it reads the tail once.
+#[test]
+fn the_length_never_exceeds_the_capacity_while_the_writer_trims() {
+    model("len", || {
+        let (ring, mut writer) = EventRing::new(2, Revision::ZERO).unwrap();
+        writer.push(Revision::new(10), 0u64).unwrap();
+        let w = thread::spawn(move || {
+            writer.push(Revision::new(20), 1).unwrap();
+            writer.push(Revision::new(30), 2).unwrap();
+            writer.trim(Seq::new(3));
+            writer
+        });
+        let n = ring.len();
+        assert!(n <= ring.capacity(), "length {n} over capacity 2");
+        drop(w.join().unwrap());
+    });
+}
+
+#[cfg(feature = "weaken-len-two-loads")]
+#[test]
+fn weakened_a_length_from_two_tail_loads_underflows() {
+    the_length_never_exceeds_the_capacity_while_the_writer_trims();
+}
+
 #[cfg(feature = "weaken-tail-relaxed")]
 #[test]
 fn weakened_a_relaxed_tail_store_lets_a_reader_see_a_tail_before_its_entry() {
