@@ -26,21 +26,60 @@ enum Command {
     Serve(ServeArgs),
 }
 
+/// The largest history window a flag may ask for: each slot of every resource's ring costs
+/// memory up front.
+const MAX_HISTORY: usize = 1 << 20;
+/// The shortest and longest durations a flag may give: shorter rounds towards zero (a zero
+/// interval would panic the timer), longer overflows deadlines.
+const MIN_SECONDS: f64 = 0.001;
+const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
+
 fn power_of_two(s: &str) -> Result<usize, String> {
     let n: usize = s.parse().map_err(|e| format!("{e}"))?;
-    if n >= 2 && n.is_power_of_two() {
+    if (2..=MAX_HISTORY).contains(&n) && n.is_power_of_two() {
         Ok(n)
     } else {
-        Err(format!("{n} is not a power of two of at least 2"))
+        Err(format!("{n} is not a power of two from 2 to {MAX_HISTORY}"))
     }
 }
 
 fn seconds(s: &str) -> Result<Duration, String> {
     let secs: f64 = s.parse().map_err(|e| format!("{e}"))?;
-    if secs.is_finite() && secs > 0.0 {
+    if (MIN_SECONDS..=MAX_SECONDS).contains(&secs) {
         Ok(Duration::from_secs_f64(secs))
     } else {
-        Err("must be a positive number of seconds".into())
+        Err(format!(
+            "must be a number of seconds from {MIN_SECONDS} to {MAX_SECONDS} (a year)"
+        ))
+    }
+}
+
+fn rate(s: &str) -> Result<f64, String> {
+    let r: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if (0.0..=1_000_000.0).contains(&r) {
+        Ok(r)
+    } else {
+        Err("must be a rate from 0 to 1000000 per second".into())
+    }
+}
+
+fn count(max: usize) -> impl Fn(&str) -> Result<usize, String> + Clone + Send + Sync + 'static {
+    move |s| {
+        let n: usize = s.parse().map_err(|e| format!("{e}"))?;
+        if n <= max {
+            Ok(n)
+        } else {
+            Err(format!("must be at most {max}"))
+        }
+    }
+}
+
+fn positive_count(s: &str) -> Result<usize, String> {
+    let n: usize = s.parse().map_err(|e| format!("{e}"))?;
+    if n > 0 {
+        Ok(n)
+    } else {
+        Err("must be at least 1".into())
     }
 }
 
@@ -50,10 +89,10 @@ struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1:8080")]
     addr: SocketAddr,
     /// Pods to create at start (about 4 KiB each, spread over 10 namespaces and up to 100 nodes).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = count(1_000_000))]
     seed_pods: usize,
     /// Pod updates per second after seeding.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = rate)]
     churn: f64,
     /// History window per resource, in events (a power of two).
     #[arg(long, default_value = "4096", value_parser = power_of_two)]
@@ -65,26 +104,31 @@ struct ServeArgs {
     #[arg(long, default_value = "3", value_parser = seconds)]
     fresh_timeout: Duration,
     /// The most watches open at once; more get 429.
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, default_value_t = 100_000, value_parser = positive_count)]
     max_watchers: usize,
 }
 
-async fn terminated() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// SIGINT or SIGTERM, registered now: a signal that arrives between this call and the first
+/// poll of the future (the server announces itself in between) is still caught, rather than
+/// killing the process with the default action.
+fn termination() -> std::io::Result<impl std::future::Future<Output = ()>> {
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => return std::future::pending().await,
-        };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut int = signal(SignalKind::interrupt())?;
+        let mut term = signal(SignalKind::terminate())?;
+        Ok(async move {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+        })
     }
     #[cfg(not(unix))]
     {
-        let _ = ctrl_c.await;
+        Ok(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
     }
 }
 
@@ -99,6 +143,13 @@ async fn main() -> std::process::ExitCode {
         )
         .init();
     let Command::Serve(args) = Cli::parse().command;
+    let terminated = match termination() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("watchcache: cannot handle signals: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
     let config = ServeConfig {
         addr: args.addr,
         history: args.history,
@@ -119,11 +170,33 @@ async fn main() -> std::process::ExitCode {
         "watchcache: serving on http://{0}\n  try: KUBECONFIG=/dev/null kubectl --server=http://{0} get pods -A",
         server.addr()
     );
-    match server.run_until(terminated()).await {
+    match server.run_until(terminated).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("watchcache: {e}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_flag_value_is_checked_before_the_server_starts() {
+        for bad in ["1e-10", "0", "-1", "NaN", "inf", "1e30", "ten"] {
+            assert!(seconds(bad).is_err(), "{bad}");
+        }
+        assert_eq!(seconds("0.5"), Ok(Duration::from_millis(500)));
+        for bad in ["0", "1", "3", "2097152", "-2"] {
+            assert!(power_of_two(bad).is_err(), "{bad}");
+        }
+        assert_eq!(power_of_two("4096"), Ok(4096));
+        for bad in ["NaN", "-1", "inf", "1e9"] {
+            assert!(rate(bad).is_err(), "{bad}");
+        }
+        assert!(count(10)("11").is_err() && count(10)("10") == Ok(10));
+        assert!(positive_count("0").is_err() && positive_count("1") == Ok(1));
     }
 }

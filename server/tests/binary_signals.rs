@@ -1,5 +1,6 @@
 //! The `watchcache` binary: `serve` listens, answers, and on SIGTERM or SIGINT ends open
-//! watches cleanly (the chunked body is terminated, not cut) and exits 0.
+//! watches cleanly (the chunked body is terminated, not cut) and exits 0; a flag with a value
+//! it cannot serve with is refused at start with exit code 2.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -59,7 +60,11 @@ fn serve_and_signal(signal: &str) {
         "{}",
         String::from_utf8_lossy(&got[..40.min(got.len())])
     );
-    assert!(got.ends_with(b"0\r\n\r\n"), "the body was terminated, not cut");
+    assert!(
+        got.ends_with(b"0\r\n\r\n"),
+        "the body was terminated, not cut: {:?}",
+        String::from_utf8_lossy(&got[got.len().saturating_sub(300)..])
+    );
     assert!(
         !String::from_utf8_lossy(&got).contains("\"ERROR\""),
         "a clean end, not an error"
@@ -76,4 +81,27 @@ fn sigterm_ends_watches_cleanly_and_exits_zero() {
 #[test]
 fn sigint_ends_watches_cleanly_and_exits_zero() {
     serve_and_signal("-INT");
+}
+
+#[test]
+fn invalid_flags_are_refused_at_start_with_exit_code_2() {
+    for (flag, value) in [
+        ("--bookmark-interval", "1e-10"),
+        ("--fresh-timeout", "1e30"),
+        ("--churn", "NaN"),
+        ("--history", "3"),
+        ("--max-watchers", "0"),
+        ("--seed-pods", "99999999"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_watchcache"))
+            .args(["serve", "--addr", "127.0.0.1:0", flag, value])
+            .output()
+            .expect("the binary runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}: {stderr}");
+        assert!(
+            stderr.contains(flag),
+            "{flag} {value}: the error names the flag: {stderr}"
+        );
+    }
 }
