@@ -27,7 +27,7 @@ use std::time::Duration;
 use crate::config::{BuildError, CacheConfig};
 use crate::continue_token::Tokens;
 use crate::object::Codec;
-use crate::reflector::Reflector;
+use crate::reflector;
 use crate::rv::Revision;
 use crate::selector::SelectorError;
 use crate::source::{Source, SourceError};
@@ -165,13 +165,12 @@ impl<S: Source> Cache<S> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| BuildError::NoRuntime)?;
         let store = Arc::new(Store::new());
         let source = Arc::new(source);
-        let reflector = Reflector::new(
+        let reflector = runtime.spawn(reflector::supervise(
             Arc::clone(&source),
             codec,
             Arc::clone(&config),
             Arc::clone(&store),
-        );
-        let reflector = runtime.spawn(reflector.run());
+        ));
         Ok(Cache {
             inner: Arc::new(Inner {
                 tokens: Tokens::new(&config.resource),
@@ -193,9 +192,10 @@ impl<S: Source> Cache<S> {
         &self.inner.store.stats
     }
 
-    /// Whether the first list has completed.
+    /// Whether the cache is serving a followed source: its first list has completed and its
+    /// reflector is running (not waiting to be replaced after a panic).
     pub fn is_ready(&self) -> bool {
-        self.inner.store.is_ready()
+        self.inner.store.is_ready() && self.inner.store.is_up()
     }
 
     /// The cache's revision (`ZERO` before the first list).

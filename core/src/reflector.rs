@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use futures_util::StreamExt;
-use tracing::{debug, warn};
+use futures_util::{FutureExt, StreamExt};
+use tracing::{debug, error, warn};
 
 use crate::config::CacheConfig;
 use crate::event::Event;
@@ -55,6 +55,46 @@ impl Backoff {
         let d = self.next;
         self.next = (self.next * 2).min(self.max);
         d.mul_f64(0.5 + fastrand::f64() * 0.5)
+    }
+}
+
+/// Runs the cache's reflector until the task is aborted, replacing one that panics (a codec
+/// or source bug must not freeze the cache while it reports ready). The panicked reflector's
+/// publisher is dropped with it, which ends its watchers with Expired; the cache reports not
+/// ready until the replacement, after a backoff, has listed into a new generation.
+pub(crate) async fn supervise<S: Source>(
+    source: Arc<S>,
+    codec: Arc<dyn Codec>,
+    config: Arc<CacheConfig>,
+    store: Arc<Store>,
+) {
+    let mut backoff = Backoff::new(config.backoff_initial, config.backoff_max);
+    loop {
+        let reflector = Reflector::new(
+            Arc::clone(&source),
+            Arc::clone(&codec),
+            Arc::clone(&config),
+            Arc::clone(&store),
+        );
+        let started = Instant::now();
+        // The reflector owns everything it touches but the store, whose every update is one
+        // atomic publication of a whole view: a panic leaves nothing half-written to observe.
+        let outcome = std::panic::AssertUnwindSafe(reflector.run()).catch_unwind().await;
+        store.set_up(false);
+        store.stats.reflector_restarts.fetch_add(1, Ordering::Relaxed);
+        let why = match &outcome {
+            Err(panic) => panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".to_owned()),
+            Ok(()) => "it returned".to_owned(),
+        };
+        error!(resource = %config.resource, reason = %why, "reflector stopped; restarting it");
+        if started.elapsed() > config.backoff_max {
+            backoff.reset();
+        }
+        tokio::time::sleep(backoff.delay()).await;
     }
 }
 
@@ -170,6 +210,7 @@ impl<S: Source> Reflector<S> {
         if let Some(old) = self.publisher.replace(publisher) {
             old.close(list.revision);
         }
+        self.store.set_up(true);
         self.published.clear();
         self.store.stats.lists.fetch_add(1, Ordering::Relaxed);
         debug!(resource = %config.resource, revision = %list.revision, "listed");

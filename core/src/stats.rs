@@ -11,4 +11,6 @@ pub struct CacheStats {
     pub decode_errors: AtomicU64,
     /// Events applied.
     pub events: AtomicU64,
+    /// Reflectors replaced after a panic.
+    pub reflector_restarts: AtomicU64,
 }

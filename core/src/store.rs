@@ -10,6 +10,7 @@
 //! (claim 8 of [`protocol`](crate::protocol), model `snapshot_publication`).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use arc_swap::ArcSwapOption;
 use tokio::sync::watch;
@@ -63,6 +64,9 @@ impl View {
 pub(crate) struct Store {
     view: ArcSwapOption<View>,
     revision: watch::Sender<Revision>,
+    /// Whether a reflector is following the source (false before the first list and while a
+    /// panicked one waits to be replaced). Relaxed: a health flag, ordered with nothing.
+    up: AtomicBool,
     pub(crate) stats: CacheStats,
 }
 
@@ -72,8 +76,18 @@ impl Store {
         Store {
             view: ArcSwapOption::empty(),
             revision: watch::channel(Revision::ZERO).0,
+            up: AtomicBool::new(false),
             stats: CacheStats::default(),
         }
+    }
+
+    /// Whether a reflector is following the source.
+    pub(crate) fn is_up(&self) -> bool {
+        self.up.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_up(&self, up: bool) {
+        self.up.store(up, Ordering::Relaxed);
     }
 
     /// The current view, `None` before the first list.

@@ -378,14 +378,23 @@ impl Publisher {
     /// Ends the hub: every watcher, now and later, reads what is left in the ring and then
     /// ends with [`Expired`] carrying `oldest`, the revision a new watch can start after (in
     /// whatever replaces this hub, e.g. after a relist). New watches on it fail the same way.
-    pub fn close(self, oldest: Revision) {
+    ///
+    /// Dropping the publisher closes the hub too, at the last published revision: a writer
+    /// that is gone (its task ended or panicked) must not leave watchers parked forever.
+    pub fn close(mut self, oldest: Revision) {
+        self.shut(oldest);
+    }
+
+    fn shut(&mut self, oldest: Revision) {
+        if self.shared.closed_at().is_some() {
+            return;
+        }
         // Release pairs with the Acquire loads in `HubCore::closed_at`. Stored before the index
         // lock is taken below: a watcher that parks after our drain re-checks it (the lock
         // orders the two, as for the tail in the module docs).
         self.shared.closed.store(oldest.get(), Ordering::Release);
-        let mut wakers = Vec::new();
-        lock(&self.shared.index).drain_all(self.writer.ring().tail(), &mut wakers);
-        for waker in wakers {
+        lock(&self.shared.index).drain_all(self.writer.ring().tail(), &mut self.wakers);
+        for waker in self.wakers.drain(..) {
             waker.wake();
         }
     }
@@ -425,6 +434,12 @@ impl Publisher {
         for waker in self.wakers.drain(..) {
             waker.wake();
         }
+    }
+}
+
+impl Drop for Publisher {
+    fn drop(&mut self) {
+        self.shut(self.last);
     }
 }
 

@@ -874,3 +874,71 @@ fn cache_futures_are_send_so_multi_threaded_servers_can_hold_them() {
     is_send(&cache.get(&watchcache_core::ObjectKey::new("a", "b"), None));
     is_send(&cache.check_consistency());
 }
+
+/// A codec with a bug: it panics on one object.
+struct PanicsOnBoom;
+
+impl watchcache_core::Codec for PanicsOnBoom {
+    fn decode(
+        &self,
+        raw: &[u8],
+        revision: Revision,
+    ) -> Result<watchcache_core::ObjectVersion, watchcache_core::CodecError> {
+        assert!(!raw.starts_with(b"ns/boom"), "a codec bug");
+        TextCodec.decode(raw, revision)
+    }
+
+    fn encode(
+        &self,
+        v: &watchcache_core::ObjectVersion,
+        f: watchcache_core::WireFormat,
+    ) -> Result<watchcache_core::Encoding, watchcache_core::CodecError> {
+        TextCodec.encode(v, f)
+    }
+}
+
+async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    for _ in 0..1000 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("timed out waiting until {what}");
+}
+
+#[tokio::test]
+async fn a_panicking_reflector_is_replaced_its_watchers_end_and_the_cache_is_not_ready_meanwhile() {
+    let s = MemorySource::new();
+    let cache = Cache::new(s.clone(), Arc::new(PanicsOnBoom), config()).unwrap();
+    create(&s, "ns", "a");
+    cache.list(&ListOptions::default()).await.unwrap();
+    assert!(cache.is_ready());
+    let mut w = cache
+        .watch(WatchOptions {
+            resource_version: Some(cache.revision()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let boom = create(&s, "ns", "boom");
+    // The watch does not hang: the dead reflector's hub is closed and the watcher expires.
+    let end = tokio::time::timeout(Duration::from_secs(10), w.next())
+        .await
+        .expect("the watch ends rather than waiting forever");
+    assert!(matches!(end, Some(Err(_)) | None), "{end:?}");
+    until("the cache reports not ready", || !cache.is_ready()).await;
+    assert!(
+        cache
+            .stats()
+            .reflector_restarts
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= 1
+    );
+    // Each replacement lists, meets the same object and panics again; once it is gone, the
+    // next one lists cleanly and the cache serves again.
+    s.delete("pods/ns/boom", Some(boom)).unwrap();
+    until("the cache is ready again", || cache.is_ready()).await;
+    let names = names(cache.list(&ListOptions::default()).await.unwrap());
+    assert_eq!(names, vec!["ns/a"]);
+}

@@ -501,3 +501,34 @@ fn closing_the_hub_ends_every_watcher_with_expired_after_what_was_published() {
         Err(WatchError::Expired(_))
     ));
 }
+
+#[test]
+fn dropping_the_publisher_ends_parked_watchers_instead_of_leaving_them_asleep() {
+    let (mut p, hub) = hub(8);
+    p.publish(Event::Added {
+        object: pod("ns", "a", 3, "a", "n"),
+    })
+    .unwrap();
+    let mut parked = Probe::new(hub.watch(everything().after(Revision::new(3))).unwrap());
+    assert!(parked.poll().is_pending());
+    // The writer is gone (its task ended or panicked) without closing the hub.
+    drop(p);
+    assert!(parked.woken() >= 1, "the parked watcher is woken");
+    let got = parked.drain();
+    assert_eq!(
+        got.iter().map(|r| r.as_ref().err().copied()).collect::<Vec<_>>(),
+        [Some(Expired {
+            requested: Revision::new(3),
+            oldest: Revision::new(3)
+        })],
+        "it ends with Expired at the last published revision"
+    );
+    assert!(parked.poll().is_ready(), "and then the stream is over");
+    assert!(
+        matches!(
+            hub.watch(everything().after(Revision::new(3))),
+            Err(WatchError::Expired(_))
+        ),
+        "new watches on the orphaned hub are refused the same way"
+    );
+}
