@@ -20,6 +20,10 @@ pub struct ServeConfig {
     pub seed_pods: usize,
     /// Pod updates per second after seeding.
     pub churn: f64,
+    /// How long shutdown waits for open connections to end cleanly before it drops them, and
+    /// how long past its deadline a watch whose client stopped reading keeps its connection.
+    /// Default 10 s.
+    pub shutdown_grace: Duration,
 }
 
 impl Default for ServeConfig {
@@ -32,6 +36,7 @@ impl Default for ServeConfig {
             max_watchers: 100_000,
             seed_pods: 0,
             churn: 0.0,
+            shutdown_grace: Duration::from_secs(10),
         }
     }
 }

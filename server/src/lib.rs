@@ -13,6 +13,7 @@
 
 mod app;
 pub mod config;
+mod connection;
 mod discovery;
 mod errors;
 pub mod metrics;

@@ -103,6 +103,10 @@ struct ServeArgs {
     /// Seconds consistent and not-older-than reads wait for the cache.
     #[arg(long, default_value = "3", value_parser = seconds)]
     fresh_timeout: Duration,
+    /// Seconds shutdown waits for connections to end cleanly before dropping them (also how
+    /// long past its deadline a watch whose client stopped reading keeps its connection).
+    #[arg(long, default_value = "10", value_parser = seconds)]
+    shutdown_grace: Duration,
     /// The most watches open at once; more get 429.
     #[arg(long, default_value_t = 100_000, value_parser = positive_count)]
     max_watchers: usize,
@@ -158,6 +162,7 @@ async fn main() -> std::process::ExitCode {
         max_watchers: args.max_watchers,
         seed_pods: args.seed_pods,
         churn: args.churn,
+        shutdown_grace: args.shutdown_grace,
     };
     let server = match Server::start(config).await {
         Ok(s) => s,

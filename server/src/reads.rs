@@ -14,6 +14,7 @@ use watchcache_core::{CacheError, WireFormat};
 use watchcache_encoders::{Status, StreamingList};
 
 use crate::app::AppState;
+use crate::connection::Connection;
 use crate::errors;
 use crate::metrics;
 use crate::params::Params;
@@ -50,7 +51,12 @@ pub(crate) async fn get(t: &Target, name: &str, p: &Params) -> Result<Response, 
     Ok(json_response(StatusCode::OK, json.bytes().clone()))
 }
 
-pub(crate) async fn watch(state: &Arc<AppState>, t: &Target, p: &Params) -> Result<Response, Status> {
+pub(crate) async fn watch(
+    state: &Arc<AppState>,
+    conn: &Connection,
+    t: &Target,
+    p: &Params,
+) -> Result<Response, Status> {
     let r = &t.resource;
     let opts = p.watch_options(t.namespace.as_deref())?;
     if state.open_watchers.fetch_add(1, Ordering::Relaxed) >= state.config.max_watchers {
@@ -88,6 +94,10 @@ pub(crate) async fn watch(state: &Arc<AppState>, t: &Target, p: &Params) -> Resu
     let timeout = p
         .timeout
         .unwrap_or_else(|| Duration::from_secs(1800 + fastrand::u64(0..1800)));
+    // The body ends the watch cleanly at its deadline; if the client has stopped reading, that
+    // end cannot be flushed, and the connection is dropped once it has stalled for the grace
+    // period.
+    conn.end_if_stalled_after(timeout, state.config.shutdown_grace);
     let body = WatchBody {
         watch,
         frames: r.frames.clone(),

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, RawQuery, Request, State};
+use axum::extract::{ConnectInfo, Path, RawQuery, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -16,6 +16,7 @@ use axum::routing::{any, get};
 use watchcache_encoders::Status;
 
 use crate::app::AppState;
+use crate::connection::Connection;
 use crate::discovery;
 use crate::metrics;
 use crate::params::Params;
@@ -142,47 +143,53 @@ async fn timing(State(state): AppStateRef, request: Request, next: Next) -> Resp
 
 async fn collection(
     State(state): AppStateRef,
+    ConnectInfo(conn): ConnectInfo<Connection>,
     method: Method,
     Path(resource): Path<String>,
     RawQuery(query): RawQuery,
     body: Bytes,
 ) -> Response {
-    resource_request(state, method, &resource, None, None, query, body).await
+    resource_request(state, &conn, method, &resource, None, None, query, body).await
 }
 
 async fn cluster_object(
     State(state): AppStateRef,
+    ConnectInfo(conn): ConnectInfo<Connection>,
     method: Method,
     Path((resource, name)): Path<(String, String)>,
     RawQuery(query): RawQuery,
     body: Bytes,
 ) -> Response {
-    resource_request(state, method, &resource, None, Some(name), query, body).await
+    resource_request(state, &conn, method, &resource, None, Some(name), query, body).await
 }
 
 async fn namespaced_collection(
     State(state): AppStateRef,
+    ConnectInfo(conn): ConnectInfo<Connection>,
     method: Method,
     Path((ns, resource)): Path<(String, String)>,
     RawQuery(query): RawQuery,
     body: Bytes,
 ) -> Response {
-    resource_request(state, method, &resource, Some(ns), None, query, body).await
+    resource_request(state, &conn, method, &resource, Some(ns), None, query, body).await
 }
 
 async fn namespaced_object(
     State(state): AppStateRef,
+    ConnectInfo(conn): ConnectInfo<Connection>,
     method: Method,
     Path((ns, resource, name)): Path<(String, String, String)>,
     RawQuery(query): RawQuery,
     body: Bytes,
 ) -> Response {
-    resource_request(state, method, &resource, Some(ns), Some(name), query, body).await
+    resource_request(state, &conn, method, &resource, Some(ns), Some(name), query, body).await
 }
 
 /// Serves a request on a resource path: reads from the caches, writes to the source.
+#[allow(clippy::too_many_arguments)] // the parts of one request, as the router hands them over
 async fn resource_request(
     state: Arc<AppState>,
+    conn: &Connection,
     method: Method,
     resource: &str,
     ns: Option<String>,
@@ -193,7 +200,7 @@ async fn resource_request(
     let result = match Target::resolve(&state, resource, ns, name) {
         Ok(t) => match (method, t.name.as_deref()) {
             (Method::GET, name) => match (Params::parse(query.as_deref()), name) {
-                (Ok(p), None) if p.watch => reads::watch(&state, &t, &p).await,
+                (Ok(p), None) if p.watch => reads::watch(&state, conn, &t, &p).await,
                 (Ok(p), None) => reads::list(&state, &t, &p).await,
                 (Ok(p), Some(name)) => reads::get(&t, name, &p).await,
                 (Err(s), _) => Err(s),

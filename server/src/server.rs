@@ -5,12 +5,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 
-use axum::serve::ListenerExt;
 use tokio_util::sync::CancellationToken;
 use watchcache_core::MemorySource;
 
 use crate::app::AppState;
 use crate::config::ServeConfig;
+use crate::connection::{Connection, KillableListener};
 use crate::metrics::Metrics;
 use crate::{resources, routes, workload};
 
@@ -35,6 +35,8 @@ pub struct Server {
     addr: SocketAddr,
     store: MemorySource,
     state: Arc<AppState>,
+    /// Ends every connection at once: thrown when the grace period of a shutdown runs out.
+    kill_all: CancellationToken,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
@@ -78,14 +80,9 @@ impl Server {
             config.churn,
             shutdown.clone(),
         ));
-        let app = routes::router(state.clone());
-        // Watch frames are small writes flushed as events arrive: without TCP_NODELAY, Nagle's
-        // algorithm holds a frame behind the client's delayed ACK of the previous one.
-        let listener = listener.tap_io(|tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::warn!(error = %e, "cannot set TCP_NODELAY");
-            }
-        });
+        let app = routes::router(state.clone()).into_make_service_with_connect_info::<Connection>();
+        let kill_all = CancellationToken::new();
+        let listener = KillableListener::new(listener, kill_all.clone());
         let task = tokio::spawn(async move {
             axum::serve(listener, app)
                 .with_graceful_shutdown(shutdown.cancelled_owned())
@@ -96,6 +93,7 @@ impl Server {
             addr,
             store,
             state,
+            kill_all,
             task,
         })
     }
@@ -115,10 +113,24 @@ impl Server {
         &self.state.metrics
     }
 
-    /// Ends open watches cleanly, stops accepting and waits for the server to finish.
-    pub async fn shutdown(self) -> std::io::Result<()> {
+    /// Stops accepting, ends open watches cleanly and waits for the connections to close; a
+    /// connection still open after the grace period (`shutdown_grace`: a client that stopped
+    /// reading, so its watch cannot even be ended) is dropped.
+    pub async fn shutdown(mut self) -> std::io::Result<()> {
         self.state.shutdown.cancel();
-        self.task.await.unwrap_or_else(|e| Err(std::io::Error::other(e)))
+        let grace = self.state.config.shutdown_grace;
+        let joined = match tokio::time::timeout(grace, &mut self.task).await {
+            Ok(joined) => joined,
+            Err(_) => {
+                tracing::warn!(
+                    ?grace,
+                    "connections still open after the grace period: dropping them"
+                );
+                self.kill_all.cancel();
+                self.task.await
+            }
+        };
+        joined.unwrap_or_else(|e| Err(std::io::Error::other(e)))
     }
 
     /// Serves until `signal` completes, then shuts down gracefully.

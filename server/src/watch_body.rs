@@ -4,10 +4,10 @@
 //! copies every frame that is ready (up to `FLUSH_BYTES`) into a buffer of its own, handed to
 //! hyper whole. A client that stops reading stops this watcher's cursor and nothing else: the
 //! writer never waits for it and may lap it. While the client does not read, hyper does not
-//! poll the body, so the watch holds its connection, its cursor and the buffers hyper still
-//! has, and notices neither its deadline nor shutdown (both are checked here, when polled);
-//! once the client reads again, a lapped watch ends with an ERROR frame carrying a 410
-//! Expired Status. The watcher parks with the connection task's waker, so an idle watch costs
+//! poll the body for more, and an end written at the deadline or at shutdown cannot be
+//! flushed: the connection is then dropped by its kill switch (see `connection.rs`), a grace
+//! period later. A client that reads again before that gets what is left; a lapped watch ends
+//! with an ERROR frame carrying a 410 Expired Status. The watcher parks with the connection task's waker, so an idle watch costs
 //! no polling.
 
 use std::pin::Pin;

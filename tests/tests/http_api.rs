@@ -483,6 +483,54 @@ async fn selectable_fields_the_apiserver_defaults_are_found_by_field_selectors()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_neither_outlives_its_timeout_nor_holds_up_shutdown() {
+    // About 8 MB of initial events: more than the server's send buffer (at most 4 MB) and the
+    // clients' receive buffers (kept small below) hold, so the server is left blocked writing
+    // to clients that never read.
+    let mut cfg = config(2000);
+    cfg.shutdown_grace = Duration::from_millis(500);
+    let server = start(cfg).await;
+    let stalled = |path: &'static str| {
+        let addr = server.addr();
+        async move {
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            // A fixed small buffer: no autotuning up to tcp_rmem's maximum (32 MB on some hosts).
+            socket.set_recv_buffer_size(64 * 1024).unwrap();
+            let mut s = socket.connect(addr).await.unwrap();
+            let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n");
+            s.write_all(req.as_bytes()).await.unwrap();
+            s
+        }
+    };
+    let mut timed = stalled("/api/v1/pods?watch=1&resourceVersion=0&timeoutSeconds=1").await;
+    let held = stalled("/api/v1/pods?watch=1&resourceVersion=0").await;
+    // The deadline (1 s) passes while the client reads nothing: the watch's end cannot be
+    // flushed, and half a second later the server drops the connection by itself.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Reading now drains what the sockets held, then meets the end of the connection. Had the
+    // server kept it, the last read would wait (a kept-alive connection after the watch's end).
+    let mut buf = vec![0u8; 1 << 16];
+    let mut read = 0usize;
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), timed.read(&mut buf)).await {
+            Ok(Ok(0) | Err(_)) => break,
+            Ok(Ok(n)) => read += n,
+            Err(_) => panic!("the server kept the connection past the watch's deadline ({read} bytes read)"),
+        }
+    }
+    assert!(
+        read < 8 << 20,
+        "dropped before it could send everything ({read} bytes)"
+    );
+    // Shutdown ends the other after its grace period rather than waiting on the client.
+    tokio::time::timeout(Duration::from_secs(30), server.shutdown())
+        .await
+        .expect("shutdown does not wait for a client that never reads")
+        .unwrap();
+    drop(held);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_methods_are_405_statuses_and_add_no_metric_series() {
     let server = start(config(0)).await;
     for (i, path) in [
