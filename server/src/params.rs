@@ -1,8 +1,11 @@
-//! Query parameters, parsed into typed values; anything malformed is a 400 Status whose
-//! message names the parameter, as the apiserver's messages do.
+//! Query parameters, parsed into typed values: [`Params`] for reads, [`WriteParams`] for
+//! writes and [`DeleteParams`] (which also reads the `DeleteOptions` a DELETE body may carry).
+//! Anything malformed is a 400 (or, for values the apiserver validates as options, a 422)
+//! Status whose message names the parameter, as the apiserver's messages do.
 
 use std::time::Duration;
 
+use serde_json::Value;
 use watchcache_core::{Filter, ListOptions, ResourceVersionMatch, Revision, WatchOptions};
 use watchcache_encoders::Status;
 
@@ -146,6 +149,158 @@ impl Params {
     }
 }
 
+/// What every write verb accepts: `dryRun`, `fieldManager`, `fieldValidation`.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct WriteParams {
+    /// `dryRun=All`: validate and answer, store nothing.
+    pub(crate) dry_run: bool,
+    /// `fieldManager`, recorded by server-side apply (accepted and checked here).
+    pub(crate) field_manager: Option<String>,
+}
+
+/// The longest `fieldManager` the apiserver accepts.
+const FIELD_MANAGER_MAX: usize = 128;
+
+impl WriteParams {
+    pub(crate) fn parse(query: Option<&str>) -> Result<WriteParams, Status> {
+        let mut p = WriteParams::default();
+        for (k, v) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+            p.take(&k, &v)?;
+        }
+        Ok(p)
+    }
+
+    /// Takes one parameter if it is a write parameter; ignores any other, as the apiserver
+    /// does.
+    fn take(&mut self, k: &str, v: &str) -> Result<(), Status> {
+        match k {
+            "dryRun" => match v {
+                "All" => self.dry_run = true,
+                "" => {}
+                other => {
+                    return Err(Status::invalid(format!(
+                        "dryRun: Unsupported value: {other:?}: supported values: \"All\""
+                    )));
+                }
+            },
+            "fieldManager" => {
+                if v.chars().count() > FIELD_MANAGER_MAX || v.chars().any(char::is_control) {
+                    return Err(Status::invalid(format!(
+                        "fieldManager: Invalid value: {v:?}: must be at most {FIELD_MANAGER_MAX} printable characters"
+                    )));
+                }
+                self.field_manager = Some(v.to_owned());
+            }
+            "fieldValidation" => match v {
+                "" | "Ignore" | "Warn" | "Strict" => {}
+                other => {
+                    return Err(Status::bad_request(format!(
+                        "fieldValidation: invalid value {other:?}: must be Ignore, Warn or Strict"
+                    )));
+                }
+            },
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// How the dependents of a deleted object are handled (`propagationPolicy`). Accepted and
+/// checked; watchcache keeps no owner references to follow.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Propagation {
+    Orphan,
+    Background,
+    Foreground,
+}
+
+/// A DELETE's options, from its query and from the `DeleteOptions` its body may carry (as
+/// kubectl sends them): the write parameters, `gracePeriodSeconds`, `propagationPolicy` and the
+/// preconditions on the object's `uid` and `resourceVersion`.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct DeleteParams {
+    pub(crate) write: WriteParams,
+    pub(crate) grace_period_seconds: Option<i64>,
+    pub(crate) propagation: Option<Propagation>,
+    pub(crate) precondition_uid: Option<String>,
+    pub(crate) precondition_revision: Option<Revision>,
+}
+
+impl DeleteParams {
+    pub(crate) fn parse(query: Option<&str>, body: &[u8]) -> Result<DeleteParams, Status> {
+        let mut p = DeleteParams::default();
+        for (k, v) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+            match &*k {
+                "gracePeriodSeconds" => p.grace_period_seconds = Some(grace_period(&v)?),
+                "propagationPolicy" => p.propagation = Some(propagation(&v)?),
+                other => p.write.take(other, &v)?,
+            }
+        }
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return Ok(p);
+        }
+        let options: Value = serde_json::from_slice(body)
+            .map_err(|e| Status::bad_request(format!("invalid DeleteOptions body: {e}")))?;
+        let Value::Object(options) = options else {
+            return Err(Status::bad_request("the DeleteOptions body is not an object"));
+        };
+        let string = |v: &Value, name: &str| {
+            v.as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| Status::bad_request(format!("{name} is not a string")))
+        };
+        for (k, v) in &options {
+            match k.as_str() {
+                "gracePeriodSeconds" => {
+                    let n = v
+                        .as_i64()
+                        .ok_or_else(|| Status::bad_request("gracePeriodSeconds is not an integer"))?;
+                    p.grace_period_seconds = Some(n);
+                }
+                "propagationPolicy" => p.propagation = Some(propagation(&string(v, k)?)?),
+                "dryRun" => {
+                    for d in v
+                        .as_array()
+                        .ok_or_else(|| Status::bad_request("dryRun is not a list"))?
+                    {
+                        p.write.take("dryRun", &string(d, "dryRun")?)?;
+                    }
+                }
+                "preconditions" => {
+                    if let Some(uid) = v.get("uid").filter(|u| !u.is_null()) {
+                        p.precondition_uid = Some(string(uid, "preconditions.uid")?);
+                    }
+                    if let Some(rv) = v.get("resourceVersion").filter(|r| !r.is_null()) {
+                        let rv = string(rv, "preconditions.resourceVersion")?;
+                        p.precondition_revision = Some(Revision::parse(&rv).map_err(|e| {
+                            Status::bad_request(format!("preconditions.resourceVersion: {e}"))
+                        })?);
+                    }
+                }
+                // kind, apiVersion, orphanDependents and options we do not act on.
+                _ => {}
+            }
+        }
+        Ok(p)
+    }
+}
+
+fn grace_period(v: &str) -> Result<i64, Status> {
+    v.parse()
+        .map_err(|_| Status::bad_request(format!("invalid gracePeriodSeconds {v:?}: not an integer")))
+}
+
+fn propagation(v: &str) -> Result<Propagation, Status> {
+    match v {
+        "Orphan" => Ok(Propagation::Orphan),
+        "Background" => Ok(Propagation::Background),
+        "Foreground" => Ok(Propagation::Foreground),
+        other => Err(Status::invalid(format!(
+            "propagationPolicy: Unsupported value: {other:?}: supported values: \"Foreground\", \"Background\", \"Orphan\""
+        ))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,5 +380,53 @@ mod tests {
         assert_eq!(w.send_initial_events, None);
         // Set to false, it still needs resourceVersionMatch=NotOlderThan.
         assert!(bad("watch=1&sendInitialEvents=false").contains("resourceVersionMatch"));
+    }
+
+    #[test]
+    fn write_parameters_are_accepted_checked_and_refused_by_name() {
+        let w = WriteParams::parse(Some(
+            "dryRun=All&fieldManager=kubectl-client-side-apply&fieldValidation=Strict",
+        ))
+        .unwrap();
+        assert_eq!(
+            w,
+            WriteParams {
+                dry_run: true,
+                field_manager: Some("kubectl-client-side-apply".into())
+            }
+        );
+        for (q, code, name) in [
+            ("dryRun=Some", 422, "dryRun"),
+            ("fieldValidation=Loose", 400, "fieldValidation"),
+            ("fieldManager=%07", 422, "fieldManager"),
+        ] {
+            let e = WriteParams::parse(Some(q)).unwrap_err();
+            assert_eq!(e.code, code, "{q}");
+            assert!(e.message.contains(name), "{q}: {}", e.message);
+        }
+        let long = format!("fieldManager={}", "m".repeat(129));
+        assert_eq!(WriteParams::parse(Some(&long)).unwrap_err().code, 422);
+    }
+
+    #[test]
+    fn delete_options_come_from_the_query_and_from_kubectls_body() {
+        let body = br#"{"kind":"DeleteOptions","apiVersion":"v1","propagationPolicy":"Background","dryRun":["All"],"preconditions":{"uid":"u-1","resourceVersion":"42"}}"#;
+        let d = DeleteParams::parse(Some("gracePeriodSeconds=0"), body).unwrap();
+        assert_eq!(d.grace_period_seconds, Some(0));
+        assert_eq!(d.propagation, Some(Propagation::Background));
+        assert!(d.write.dry_run);
+        assert_eq!(d.precondition_uid.as_deref(), Some("u-1"));
+        assert_eq!(d.precondition_revision, Some(Revision::new(42)));
+        assert_eq!(DeleteParams::parse(None, b"").unwrap(), DeleteParams::default());
+        for (q, body, code) in [
+            ("gracePeriodSeconds=soon", &b""[..], 400),
+            ("propagationPolicy=Sideways", b"", 422),
+            ("", b"not json", 400),
+            ("", br#"{"preconditions":{"resourceVersion":"x"}}"#, 400),
+            ("", br#"{"propagationPolicy":"Up"}"#, 422),
+        ] {
+            let e = DeleteParams::parse(Some(q), body).unwrap_err();
+            assert_eq!(e.code, code, "{q} {}", String::from_utf8_lossy(body));
+        }
     }
 }

@@ -19,7 +19,7 @@ use crate::app::AppState;
 use crate::connection::Connection;
 use crate::discovery;
 use crate::metrics;
-use crate::params::Params;
+use crate::params::{DeleteParams, Params, WriteParams};
 use crate::reads;
 use crate::response::{json_response, status_response};
 use crate::target::Target;
@@ -205,9 +205,18 @@ async fn resource_request(
                 (Ok(p), Some(name)) => reads::get(&t, name, &p).await,
                 (Err(s), _) => Err(s),
             },
-            (Method::POST, None) => writes::create(&state, &t, &body).await,
-            (Method::PUT, Some(name)) => writes::update(&state, &t, name, &body).await,
-            (Method::DELETE, Some(name)) => writes::delete(&state, &t, name).await,
+            (Method::POST, None) => match WriteParams::parse(query.as_deref()) {
+                Ok(p) => writes::create(&state, &t, &p, &body).await,
+                Err(s) => Err(s),
+            },
+            (Method::PUT, Some(name)) => match WriteParams::parse(query.as_deref()) {
+                Ok(p) => writes::update(&state, &t, name, &p, &body).await,
+                Err(s) => Err(s),
+            },
+            (Method::DELETE, Some(name)) => match DeleteParams::parse(query.as_deref(), &body) {
+                Ok(p) => writes::delete(&state, &t, name, &p).await,
+                Err(s) => Err(s),
+            },
             (m, _) => Err(Status::method_not_allowed(format!(
                 "method {m} is not supported on this path"
             ))),

@@ -18,10 +18,16 @@ use watchcache_encoders::Status;
 
 use crate::app::AppState;
 use crate::errors;
+use crate::params::{DeleteParams, WriteParams};
 use crate::response::json_response;
 use crate::target::Target;
 
-pub(crate) async fn create(state: &AppState, t: &Target, body: &[u8]) -> Result<Response, Status> {
+pub(crate) async fn create(
+    state: &AppState,
+    t: &Target,
+    p: &WriteParams,
+    body: &[u8],
+) -> Result<Response, Status> {
     let mut object = object_from_body(t, body, None)?;
     for (path, value) in t.resource.create_defaults {
         set_if_unset(&mut object, path, value);
@@ -34,6 +40,10 @@ pub(crate) async fn create(state: &AppState, t: &Target, body: &[u8]) -> Result<
         Value::String(humantime::format_rfc3339_seconds(SystemTime::now()).to_string()),
     );
     let (raw, version) = encode(t, &object)?;
+    if p.dry_run {
+        // Validated and answered as it would be stored; nothing is stored.
+        return Ok(json_response(StatusCode::CREATED, raw));
+    }
     let name = version.key().name();
     let revision = state
         .store
@@ -46,6 +56,7 @@ pub(crate) async fn update(
     state: &AppState,
     t: &Target,
     name: &str,
+    p: &WriteParams,
     body: &[u8],
 ) -> Result<Response, Status> {
     let mut object = object_from_body(t, body, Some(name))?;
@@ -77,6 +88,9 @@ pub(crate) async fn update(
         }
     }
     let (raw, version) = encode(t, &object)?;
+    if p.dry_run {
+        return Ok(json_response(StatusCode::OK, raw));
+    }
     let revision = state
         .store
         .update(&key, raw, expected)
@@ -84,29 +98,69 @@ pub(crate) async fn update(
     written(t, StatusCode::OK, &version, revision)
 }
 
-pub(crate) async fn delete(state: &AppState, t: &Target, name: &str) -> Result<Response, Status> {
+pub(crate) async fn delete(
+    state: &AppState,
+    t: &Target,
+    name: &str,
+    p: &DeleteParams,
+) -> Result<Response, Status> {
     let resource = &t.resource.info.resource;
     let key = t.storage_key(name);
     // Delete exactly the version we answer with; a concurrent update makes us look again.
     for _ in 0..8 {
-        let (_, revision) = state
+        let (current, revision) = state
             .store
             .get(&key)
             .ok_or_else(|| Status::not_found(resource, name))?;
+        check_preconditions(t, name, p, &current, revision)?;
+        if p.write.dry_run {
+            return answer_with(t, &current, revision);
+        }
         match state.store.delete(&key, Some(revision)) {
-            Ok((_, prev)) => {
-                let version = t
-                    .resource
-                    .codec
-                    .decode(&prev, revision)
-                    .map_err(|e| errors::codec(&e))?;
-                return written(t, StatusCode::OK, &version, revision);
-            }
+            Ok((_, prev)) => return answer_with(t, &prev, revision),
             Err(SourceError::Conflict { .. }) => continue,
             Err(e) => return Err(errors::source(&e, resource, name)),
         }
     }
     Err(Status::conflict(resource, name))
+}
+
+/// The stored `value` of the target at `revision`, decoded once, as the response.
+fn answer_with(t: &Target, value: &[u8], revision: Revision) -> Result<Response, Status> {
+    let version = t
+        .resource
+        .codec
+        .decode(value, revision)
+        .map_err(|e| errors::codec(&e))?;
+    written(t, StatusCode::OK, &version, revision)
+}
+
+/// A DELETE's preconditions against the object as stored: a mismatch is 409, as the
+/// apiserver answers it.
+fn check_preconditions(
+    t: &Target,
+    name: &str,
+    p: &DeleteParams,
+    current: &[u8],
+    revision: Revision,
+) -> Result<(), Status> {
+    let failed = |what: &str, wanted: &str, found: &str| {
+        let mut s = Status::conflict(&t.resource.info.resource, name);
+        s.message =
+            format!("Precondition failed: {what} in precondition: {wanted}, {what} in object meta: {found}");
+        Err(s)
+    };
+    if let Some(wanted) = p.precondition_revision.filter(|&r| r != revision) {
+        return failed("ResourceVersion", &wanted.to_string(), &revision.to_string());
+    }
+    if let Some(wanted) = &p.precondition_uid {
+        let current: Value = serde_json::from_slice(current).map_err(|e| Status::internal(e.to_string()))?;
+        let found = current["metadata"]["uid"].as_str().unwrap_or_default();
+        if found != wanted {
+            return failed("UID", wanted, found);
+        }
+    }
+    Ok(())
 }
 
 /// Serialises `object` as it will be stored, and decodes it once with the resource's codec:

@@ -531,6 +531,107 @@ async fn a_client_that_never_reads_neither_outlives_its_timeout_nor_holds_up_shu
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_runs_store_nothing_and_delete_preconditions_are_checked() {
+    let server = start(config(0)).await;
+    let c = http();
+    let path = "/api/v1/namespaces/ns-1/configmaps";
+    let cm = json!({"metadata": {"name": "cm"}, "data": {"a": "b"}});
+    // A dry-run create answers the object and stores nothing.
+    let (code, body) = request(
+        &c,
+        &server,
+        "POST",
+        &format!("{path}?dryRun=All"),
+        Some(cm.clone()),
+    )
+    .await;
+    assert_eq!(code, 201, "{}", String::from_utf8_lossy(&body));
+    let (code, _) = request(&c, &server, "GET", &format!("{path}/cm"), None).await;
+    assert_eq!(code, 404, "the dry run stored nothing");
+    let (code, body) = request(
+        &c,
+        &server,
+        "POST",
+        &format!("{path}?fieldManager=me&fieldValidation=Strict"),
+        Some(cm),
+    )
+    .await;
+    assert_eq!(code, 201);
+    let created: Value = serde_json::from_slice(&body).unwrap();
+    let (uid, rv) = (
+        created["metadata"]["uid"].as_str().unwrap().to_owned(),
+        created["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .to_owned(),
+    );
+    // A dry-run delete (kubectl delete --dry-run=server sends it in the body) deletes nothing.
+    let dry = json!({"kind": "DeleteOptions", "apiVersion": "v1", "dryRun": ["All"], "propagationPolicy": "Background"});
+    let (code, _) = request(&c, &server, "DELETE", &format!("{path}/cm"), Some(dry)).await;
+    assert_eq!(code, 200);
+    let (code, _) = request(&c, &server, "DELETE", &format!("{path}/cm?dryRun=All"), None).await;
+    assert_eq!(code, 200);
+    let (code, _) = request(&c, &server, "GET", &format!("{path}/cm"), None).await;
+    assert_eq!(code, 200, "still there after both dry runs");
+    // Preconditions that do not hold are 409s; ones that do, delete.
+    for pre in [json!({"uid": "someone-else"}), json!({"resourceVersion": "1"})] {
+        let s = expect_status(
+            &server,
+            "DELETE",
+            &format!("{path}/cm"),
+            Some(json!({"preconditions": pre})),
+            409,
+            "Conflict",
+        )
+        .await;
+        assert!(
+            s["message"].as_str().unwrap().starts_with("Precondition failed"),
+            "{s}"
+        );
+    }
+    expect_status(
+        &server,
+        "DELETE",
+        &format!("{path}/cm?propagationPolicy=Sideways"),
+        None,
+        422,
+        "Invalid",
+    )
+    .await;
+    expect_status(
+        &server,
+        "DELETE",
+        &format!("{path}/cm?gracePeriodSeconds=soon"),
+        None,
+        400,
+        "BadRequest",
+    )
+    .await;
+    expect_status(
+        &server,
+        "POST",
+        &format!("{path}?dryRun=Maybe"),
+        Some(json!({"metadata": {"name": "x"}})),
+        422,
+        "Invalid",
+    )
+    .await;
+    let ok = json!({"preconditions": {"uid": uid, "resourceVersion": rv}});
+    let (code, _) = request(
+        &c,
+        &server,
+        "DELETE",
+        &format!("{path}/cm?gracePeriodSeconds=0"),
+        Some(ok),
+    )
+    .await;
+    assert_eq!(code, 200);
+    let (code, _) = request(&c, &server, "GET", &format!("{path}/cm"), None).await;
+    assert_eq!(code, 404);
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_methods_are_405_statuses_and_add_no_metric_series() {
     let server = start(config(0)).await;
     for (i, path) in [

@@ -224,6 +224,17 @@ async fn kubectl_watches_changes_and_creates_and_deletes_without_openapi() {
             Some(format!("pod/{name}").as_str()),
             "{who}: the watch saw the create"
         );
+        // A server-side dry run deletes nothing (the watch sees nothing for it).
+        let dry = k
+            .run(&["delete", "pod", &name, "-n", "ns-1", "--dry-run=server"])
+            .await;
+        assert!(dry.contains("(server dry run)"), "{who}: {dry}");
+        let still = k.run(&["get", "pod", &name, "-n", "ns-1", "-o", "name"]).await;
+        assert_eq!(
+            still.trim(),
+            format!("pod/{name}"),
+            "{who}: still there after the dry run"
+        );
         let deleted = k
             .run(&["delete", "pod", &name, "-n", "ns-1", "--wait=false"])
             .await;
