@@ -50,6 +50,9 @@ pub enum CacheError {
     },
     /// The continue token is malformed, altered, or not for this resource (HTTP 400).
     InvalidContinue(String),
+    /// The continue token is genuine but the snapshot it continues is no longer kept (HTTP 410
+    /// `Expired`): the client lists again from the start.
+    ContinueExpired(Expired),
     /// The parameters contradict each other (HTTP 400).
     InvalidRequest(String),
     /// A selector could not be parsed or names an unsupported field (HTTP 400).
@@ -71,6 +74,10 @@ impl fmt::Display for CacheError {
                 write!(f, "Too large resource version: {requested}, current: {current}")
             }
             CacheError::InvalidContinue(m) => write!(f, "invalid continue token: {m}"),
+            CacheError::ContinueExpired(_) => f.write_str(
+                "The provided continue parameter is too old to display a consistent list result. \
+                 You can start a new list without the continue parameter.",
+            ),
             CacheError::InvalidRequest(m) => f.write_str(m),
             CacheError::Selector(e) => e.fmt(f),
             CacheError::NotReady { .. } => f.write_str("the watch cache is not initialized yet"),
@@ -97,7 +104,6 @@ impl From<SelectorError> for CacheError {
 struct Inner<S> {
     config: Arc<CacheConfig>,
     store: Arc<Store>,
-    tokens: Tokens,
     source: Arc<S>,
     reflector: tokio::task::JoinHandle<()>,
 }
@@ -173,7 +179,6 @@ impl<S: Source> Cache<S> {
         ));
         Ok(Cache {
             inner: Arc::new(Inner {
-                tokens: Tokens::new(&config.resource),
                 config,
                 store,
                 source,
@@ -227,8 +232,12 @@ impl<S: Source> Cache<S> {
         &self.inner.source
     }
 
-    pub(crate) fn tokens(&self) -> &Tokens {
-        &self.inner.tokens
+    /// The continue tokens; there once the cache is ready (the reflector sets them before the
+    /// first view).
+    pub(crate) fn tokens(&self) -> Result<&Tokens, CacheError> {
+        self.inner.store.tokens().ok_or(CacheError::NotReady {
+            retry_after: Duration::from_secs(1),
+        })
     }
 
     /// The view once the first list completed; waits up to the ready timeout.

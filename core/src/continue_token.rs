@@ -3,11 +3,13 @@
 //! The shape is the apiserver's (`storage.EncodeContinue`): unpadded URL-safe base64 of
 //! `{"v":"meta.k8s.io/v1","rv":N,"start":"<key>\u0000"}`, where `start` is the key after the
 //! last one returned, relative to the resource. Two fields are added: `"r"`, the resource the
-//! token was minted for, and `"t"`, a keyed SipHash tag over the rest with a per-cache random
-//! key. A token that was edited, truncated, or minted for another resource or by another
-//! cache is refused with a reason, never read outside its resource.
+//! token was minted for, and `"t"`, a SipHash-2-4 tag (128 bits, a keyed PRF) over the rest,
+//! keyed with the store's signing key ([`Source::signing_key`](crate::Source::signing_key)):
+//! every cache over one store, a restarted server or another replica, verifies the tokens of
+//! the others. A token that was edited, truncated, or minted for another resource or over
+//! another store is refused with a reason, never read outside its resource.
 
-use std::hash::{BuildHasher, RandomState};
+use std::hash::Hasher;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -22,7 +24,7 @@ const VERSION: &str = "meta.k8s.io/v1";
 #[derive(Debug)]
 pub(crate) struct Tokens {
     resource: String,
-    key: RandomState,
+    key: [u8; 16],
 }
 
 /// What a valid token names: a snapshot revision and the key the page starts after.
@@ -38,15 +40,23 @@ fn relative(key: &ObjectKey) -> String {
 }
 
 impl Tokens {
-    pub(crate) fn new(resource: &str) -> Self {
+    /// Tokens of `resource`, signed with the store's `key`.
+    pub(crate) fn new(resource: &str, key: [u8; 16]) -> Self {
         Tokens {
             resource: resource.to_owned(),
-            key: RandomState::new(),
+            key,
         }
     }
 
     fn tag(&self, revision: u64, start: &str) -> String {
-        format!("{:016x}", self.key.hash_one((&self.resource, revision, start)))
+        let mut mac = siphasher::sip128::SipHasher24::new_with_key(&self.key);
+        // Length-prefixed fields: no two (resource, start) pairs feed the same bytes.
+        for field in [self.resource.as_bytes(), start.as_bytes()] {
+            mac.write_u64(field.len() as u64);
+            mac.write(field);
+        }
+        mac.write_u64(revision);
+        format!("{:032x}", siphasher::sip128::Hasher128::finish128(&mac).as_u128())
     }
 
     /// A token for the page after `last`, in the snapshot at `revision`.
@@ -97,9 +107,11 @@ impl Tokens {
 mod tests {
     use super::*;
 
+    const KEY: [u8; 16] = [7; 16];
+
     #[test]
     fn a_token_round_trips_and_is_url_safe() {
-        let t = Tokens::new("pods");
+        let t = Tokens::new("pods", KEY);
         for key in [ObjectKey::new("default", "web-0"), ObjectKey::cluster("node-1")] {
             let token = t.encode(Revision::new(42), &key);
             assert!(
@@ -120,7 +132,7 @@ mod tests {
 
     #[test]
     fn the_token_has_the_apiserver_shape() {
-        let t = Tokens::new("pods");
+        let t = Tokens::new("pods", KEY);
         let token = t.encode(Revision::new(7), &ObjectKey::new("ns", "a"));
         let json: serde_json::Value =
             serde_json::from_slice(&URL_SAFE_NO_PAD.decode(token).unwrap()).unwrap();
@@ -131,13 +143,20 @@ mod tests {
 
     #[test]
     fn tampered_foreign_and_malformed_tokens_are_refused() {
-        let pods = Tokens::new("pods");
+        let pods = Tokens::new("pods", KEY);
         let token = pods.encode(Revision::new(7), &ObjectKey::new("ns", "a"));
         assert!(
-            Tokens::new("configmaps").decode(&token).is_err(),
+            Tokens::new("configmaps", KEY).decode(&token).is_err(),
             "another resource"
         );
-        assert!(Tokens::new("pods").decode(&token).is_err(), "another cache's key");
+        assert!(
+            Tokens::new("pods", [9; 16]).decode(&token).is_err(),
+            "another store's key"
+        );
+        assert!(
+            Tokens::new("pods", KEY).decode(&token).is_ok(),
+            "the same store's key, anywhere"
+        );
         let mut json: serde_json::Value =
             serde_json::from_slice(&URL_SAFE_NO_PAD.decode(&token).unwrap()).unwrap();
         json["rv"] = 8.into();

@@ -102,14 +102,19 @@ impl<S: Source> Cache<S> {
 
         let (snapshot, revision, start_after) = match &opts.continue_token {
             Some(token) => {
-                let c = self.tokens().decode(token).map_err(CacheError::InvalidContinue)?;
                 let view = self.ready_view().await?;
+                let c = self
+                    .tokens()?
+                    .decode(token)
+                    .map_err(CacheError::InvalidContinue)?;
                 if c.revision > view.revision {
                     return Err(CacheError::InvalidContinue(
                         "the token is newer than this cache".into(),
                     ));
                 }
-                (view.at(c.revision)?, c.revision, Some(c.after))
+                // A genuine token whose snapshot is gone: 410, so that pagers list afresh.
+                let snapshot = view.at(c.revision).map_err(CacheError::ContinueExpired)?;
+                (snapshot, c.revision, Some(c.after))
             }
             None => {
                 let view = self.view_for(rv).await?;
@@ -138,10 +143,10 @@ impl<S: Source> Cache<S> {
         let selects_all = filter.selects_all_in_namespace();
         let limit = opts.limit.filter(|&l| l > 0);
         let page = page(&snapshot, range, start, limit, filter, selects_all);
-        let continue_token = page
-            .more_after
-            .as_ref()
-            .map(|k| self.tokens().encode(revision, k));
+        let continue_token = match &page.more_after {
+            Some(k) => Some(self.tokens()?.encode(revision, k)),
+            None => None,
+        };
         let remaining_item_count = (continue_token.is_some() && selects_all).then_some(page.rest as u64);
         Ok(ListResult {
             revision,

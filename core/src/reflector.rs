@@ -21,6 +21,7 @@ use futures_util::{FutureExt, StreamExt};
 use tracing::{debug, error, warn};
 
 use crate::config::CacheConfig;
+use crate::continue_token::Tokens;
 use crate::event::Event;
 use crate::object::{Codec, ObjectVersion};
 use crate::ring::Seq;
@@ -136,6 +137,16 @@ impl<S: Source> Reflector<S> {
 
     pub(crate) async fn run(mut self) {
         loop {
+            if self.store.tokens().is_none() {
+                match self.source.signing_key().await {
+                    Ok(key) => self.store.set_tokens(Tokens::new(&self.config.resource, key)),
+                    Err(e) => {
+                        warn!(resource = %self.config.resource, error = %e, "cannot read the signing key");
+                        tokio::time::sleep(self.backoff.delay()).await;
+                        continue;
+                    }
+                }
+            }
             match self.source.list(&self.config.prefix, None).await {
                 Ok(list) => {
                     self.install(list);

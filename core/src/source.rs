@@ -139,4 +139,9 @@ pub trait Source: Send + Sync + 'static {
     /// Asks every open watch for a progress notification at the current revision, so that a
     /// cache of a quiet prefix learns it is up to date without waiting for a write.
     fn request_progress(&self) -> impl Future<Output = Result<(), SourceError>> + Send;
+
+    /// The store's secret for signing continue tokens: created once and kept with the data,
+    /// so that every cache over the store (a restarted server, another replica) verifies the
+    /// tokens any of them minted.
+    fn signing_key(&self) -> impl Future<Output = Result<[u8; 16], SourceError>> + Send;
 }

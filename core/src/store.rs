@@ -9,12 +9,13 @@
 //! a reader that loads the view once sees the hub, the snapshots and the revision agree
 //! (claim 8 of [`protocol`](crate::protocol), model `snapshot_publication`).
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use arc_swap::ArcSwapOption;
 use tokio::sync::watch;
 
+use crate::continue_token::Tokens;
 use crate::rv::Revision;
 use crate::snapshot::{Snapshot, partition_point};
 use crate::stats::CacheStats;
@@ -67,6 +68,8 @@ pub(crate) struct Store {
     /// Whether a reflector is following the source (false before the first list and while a
     /// panicked one waits to be replaced). Relaxed: a health flag, ordered with nothing.
     up: AtomicBool,
+    /// Continue tokens, signed with the source's key: set once, before the first view.
+    tokens: OnceLock<Tokens>,
     pub(crate) stats: CacheStats,
 }
 
@@ -77,8 +80,19 @@ impl Store {
             view: ArcSwapOption::empty(),
             revision: watch::channel(Revision::ZERO).0,
             up: AtomicBool::new(false),
+            tokens: OnceLock::new(),
             stats: CacheStats::default(),
         }
+    }
+
+    /// The continue tokens, once the reflector has the source's signing key.
+    pub(crate) fn tokens(&self) -> Option<&Tokens> {
+        self.tokens.get()
+    }
+
+    /// Sets the continue tokens; the first set wins (the key never changes for a store).
+    pub(crate) fn set_tokens(&self, tokens: Tokens) {
+        let _ = self.tokens.set(tokens);
     }
 
     /// Whether a reflector is following the source.

@@ -315,10 +315,63 @@ async fn malformed_tampered_foreign_and_expired_continue_tokens() {
         create(&s, "ns", &format!("q{i:02}"));
     }
     cache.list(&ListOptions::default()).await.unwrap();
-    assert!(matches!(
-        cache.list(&page(&token)).await,
-        Err(CacheError::Expired(_))
-    ));
+    let gone = cache.list(&page(&token)).await;
+    assert!(matches!(gone, Err(CacheError::ContinueExpired(_))), "{gone:?}");
+    assert!(
+        gone.unwrap_err()
+            .to_string()
+            .starts_with("The provided continue parameter is too old"),
+        "the apiserver's message"
+    );
+}
+
+#[tokio::test]
+async fn a_continue_token_verifies_on_any_cache_over_the_same_store() {
+    // A restarted server, or another replica, over the same store.
+    let (s, first) = started(config()).await;
+    for name in ["a", "b", "c"] {
+        create(&s, "ns", name);
+    }
+    let page1 = first
+        .list(&ListOptions {
+            limit: Some(1),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let token = page1.continue_token.clone().unwrap();
+    assert_eq!(names(page1), vec!["ns/a"]);
+    let second = Cache::new(s.clone(), Arc::new(TextCodec), config()).unwrap();
+    let rest = second
+        .list(&ListOptions {
+            continue_token: Some(token),
+            ..Default::default()
+        })
+        .await
+        .expect("the token verifies: it was signed with the store's key");
+    assert_eq!(names(rest), vec!["ns/b", "ns/c"]);
+    // Another store's cache refuses it as not its own (400), not as gone (410).
+    let token = first
+        .list(&ListOptions {
+            limit: Some(1),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .continue_token
+        .unwrap();
+    let (other_store, elsewhere) = started(config()).await;
+    create(&other_store, "ns", "z");
+    let refused = elsewhere
+        .list(&ListOptions {
+            continue_token: Some(token),
+            ..Default::default()
+        })
+        .await;
+    assert!(
+        matches!(refused, Err(CacheError::InvalidContinue(_))),
+        "{refused:?}"
+    );
 }
 
 #[tokio::test]

@@ -10,6 +10,7 @@ use watchcache_encoders::Status;
 pub(crate) fn cache(e: &CacheError) -> Status {
     match e {
         CacheError::Expired(e) => expired(e),
+        CacheError::ContinueExpired(_) => Status::gone(e.to_string()),
         CacheError::TooLargeResourceVersion { .. } => {
             let mut s = Status::new(504, "Timeout", e.to_string());
             s.details = Some(json!({
@@ -88,6 +89,14 @@ mod tests {
                 "Timeout",
             ),
             (CacheError::InvalidContinue("x".into()), 400, "BadRequest"),
+            (
+                CacheError::ContinueExpired(Expired {
+                    requested: r(1),
+                    oldest: r(5),
+                }),
+                410,
+                "Expired",
+            ),
             (CacheError::InvalidRequest("x".into()), 400, "BadRequest"),
             (
                 CacheError::NotReady {

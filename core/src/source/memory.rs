@@ -60,6 +60,8 @@ struct Inner {
     watches_paused: AtomicBool,
     progress_interval: Option<Duration>,
     retention: Option<u64>,
+    /// The continue-token signing key, made with the store.
+    signing_key: [u8; 16],
 }
 
 /// The embedded MVCC store; see the module docs. Cheap to clone (a handle).
@@ -112,6 +114,7 @@ impl MemorySource {
                 watches_paused: AtomicBool::new(false),
                 progress_interval,
                 retention,
+                signing_key: random_key(),
             }),
         }
     }
@@ -258,6 +261,20 @@ impl MemorySource {
         self.inner.available.store(available, Ordering::Release);
         self.inner.revision.send_modify(|_| {});
     }
+}
+
+/// A key from the operating system's randomness: a signing key must not be guessable from
+/// anything else the process shows. Without one (no entropy source at all) the store still
+/// works, its tokens then only as unguessable as the time it was made.
+fn random_key() -> [u8; 16] {
+    let mut key = [0u8; 16];
+    if getrandom::fill(&mut key).is_err() {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        key = now.as_nanos().to_le_bytes();
+    }
+    key
 }
 
 fn check_expected(key: &str, prev: Option<&Value>, expected: Option<Revision>) -> Result<(), SourceError> {
@@ -469,6 +486,11 @@ impl Source for MemorySource {
     async fn current_revision(&self) -> Result<Revision, SourceError> {
         self.check_available()?;
         Ok(self.revision())
+    }
+
+    async fn signing_key(&self) -> Result<[u8; 16], SourceError> {
+        self.check_available()?;
+        Ok(self.inner.signing_key)
     }
 
     async fn request_progress(&self) -> Result<(), SourceError> {
