@@ -223,9 +223,18 @@ impl<S: Source> Cache<S> {
         self.len() == 0
     }
 
-    /// The oldest revision a watch can start after, or a LIST match exactly.
+    /// The oldest revision a LIST can match exactly, or continue from: the oldest snapshot kept.
     pub fn oldest_revision(&self) -> Revision {
         self.inner.store.load().map_or(Revision::ZERO, |v| v.oldest())
+    }
+
+    /// The oldest revision a watch can start after: the history window's floor (snapshots may
+    /// be kept longer, for paging).
+    pub fn oldest_watch_revision(&self) -> Revision {
+        self.inner
+            .store
+            .load()
+            .map_or(Revision::ZERO, |v| v.hub.ring().floor())
     }
 
     pub(crate) fn source(&self) -> &S {

@@ -22,6 +22,13 @@ pub struct CacheConfig {
     /// Events older than this, beyond the lower bound, are released so their memory returns
     /// (the apiserver's `eventFreshDuration`). Default 75 s.
     pub fresh_window: Duration,
+    /// How long a snapshot is kept after the event that superseded it, beyond the history
+    /// window, so that the pages of a LIST can follow one another through a burst of writes.
+    /// Default 75 s.
+    pub snapshot_retention: Duration,
+    /// The bytes of superseded object versions history may hold (ring entries and snapshots
+    /// together); the oldest are released beyond it whatever their age. Default 256 MiB.
+    pub history_bytes: usize,
     /// How long reads wait for the cache to reach a revision. Default 3 s.
     pub fresh_timeout: Duration,
     /// How long requests wait for the first list before `NotReady`. Default 3 s.
@@ -47,6 +54,8 @@ impl CacheConfig {
             capacity: DEFAULT_CAPACITY,
             retain_min_events: 100,
             fresh_window: Duration::from_secs(75),
+            snapshot_retention: Duration::from_secs(75),
+            history_bytes: 256 << 20,
             fresh_timeout: Duration::from_secs(3),
             ready_timeout: Duration::from_secs(3),
             bookmark_interval: Duration::from_secs(60),

@@ -83,6 +83,7 @@ mod page;
 pub mod protocol;
 mod read;
 mod reflector;
+mod retention;
 mod ring;
 mod rv;
 mod selector;

@@ -301,6 +301,17 @@ impl ObjectVersion {
             .map_err(|e| (**e).clone())
     }
 
+    /// Heap bytes this version holds, its encodings included: what keeping it alive costs.
+    pub fn retained_bytes(&self) -> usize {
+        self.metadata_heap_bytes()
+            + self
+                .encodings
+                .iter()
+                .filter_map(|e| e.get().and_then(|e| e.as_ref().ok()))
+                .map(|e| e.bytes().len())
+                .sum::<usize>()
+    }
+
     /// Heap bytes this version holds beyond its encodings' shared buffers: the struct itself,
     /// key, labels and fields. Used to report memory per stored object.
     pub fn metadata_heap_bytes(&self) -> usize {

@@ -10,7 +10,6 @@
 //! watchers with Expired: their cursors can no longer be honoured. Retries back off
 //! exponentially with jitter.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -24,7 +23,7 @@ use crate::config::CacheConfig;
 use crate::continue_token::Tokens;
 use crate::event::Event;
 use crate::object::{Codec, ObjectVersion};
-use crate::ring::Seq;
+use crate::retention::Retention;
 use crate::rv::Revision;
 use crate::snapshot::Snapshot;
 use crate::source::{Source, SourceError, SourceEvent, SourceList, parse_storage_key};
@@ -106,8 +105,8 @@ pub(crate) struct Reflector<S> {
     store: Arc<Store>,
     publisher: Option<Publisher>,
     backoff: Backoff,
-    /// When each entry still in the ring was published, oldest first, with its sequence number.
-    published: VecDeque<(Instant, Seq)>,
+    /// What history is kept: the ring's entries and the snapshots.
+    retention: Retention,
 }
 
 /// Why following the watch stopped.
@@ -127,11 +126,11 @@ impl<S: Source> Reflector<S> {
         Reflector {
             source,
             codec,
-            config,
             store,
             publisher: None,
             backoff,
-            published: VecDeque::new(),
+            retention: Retention::new(&config),
+            config,
         }
     }
 
@@ -222,7 +221,7 @@ impl<S: Source> Reflector<S> {
             old.close(list.revision);
         }
         self.store.set_up(true);
-        self.published.clear();
+        self.retention.clear();
         self.store.stats.lists.fetch_add(1, Ordering::Relaxed);
         debug!(resource = %config.resource, revision = %list.revision, "listed");
     }
@@ -233,12 +232,11 @@ impl<S: Source> Reflector<S> {
         let Some(publisher) = self.publisher.as_mut() else {
             return;
         };
+        let now = Instant::now();
         match publisher.publish(event.clone()) {
             Ok(seq) => {
-                self.published.push_back((Instant::now(), seq));
-                if self.published.len() > self.config.capacity {
-                    self.published.pop_front();
-                }
+                let superseded = event.prev().map_or(0, |p| p.retained_bytes());
+                self.retention.published(now, seq, superseded);
             }
             Err(e) => {
                 warn!(resource = %self.config.resource, error = %e, "event out of order, skipped");
@@ -248,18 +246,38 @@ impl<S: Source> Reflector<S> {
         let revision = event.revision().max(view.revision);
         let mut snapshots = view.snapshots.clone();
         snapshots.push_back(Arc::new(view.current().apply(&event)));
-        // One snapshot per ring entry plus the one the oldest entry applies to: the oldest
-        // snapshot's revision is then the ring's floor, so Exact reads and watches expire
-        // together.
-        while snapshots.len() > self.config.capacity + 1 {
-            snapshots.pop_front();
+        self.store.stats.events.fetch_add(1, Ordering::Relaxed);
+        self.release(now, snapshots, revision, &view);
+    }
+
+    /// Publishes a view with `snapshots` at `revision`, after releasing the history that
+    /// retention says must go (beyond its count, age or bytes; see `retention.rs`).
+    fn release(
+        &mut self,
+        now: Instant,
+        mut snapshots: imbl::Vector<Arc<Snapshot>>,
+        revision: Revision,
+        view: &View,
+    ) {
+        let release = self.retention.release(now);
+        if let (Some(below), Some(publisher)) = (release.ring_below, self.publisher.as_mut()) {
+            let floor = publisher.trim(below);
+            debug!(resource = %self.config.resource, %floor, "released history");
         }
+        for _ in 0..release.snapshots {
+            if snapshots.len() > 1 {
+                snapshots.pop_front();
+            }
+        }
+        self.store
+            .stats
+            .history_bytes
+            .store(self.retention.bytes() as u64, Ordering::Relaxed);
         self.store.publish(View {
             hub: view.hub.clone(),
             snapshots,
             revision,
         });
-        self.store.stats.events.fetch_add(1, Ordering::Relaxed);
     }
 
     fn apply(&mut self, event: SourceEvent) {
@@ -299,35 +317,10 @@ impl<S: Source> Reflector<S> {
         }
     }
 
-    /// Releases entries older than the freshness window beyond the lower bound, with the
-    /// snapshots they lead to, so that their memory returns; the window's floor moves up.
+    /// Releases what has aged out of history (see `retention.rs`), so that its memory returns.
     fn retain(&mut self) {
-        let config = &self.config;
-        let Some(deadline) = Instant::now().checked_sub(config.fresh_window) else {
-            return;
-        };
-        let mut keep_from = None;
-        while self.published.len() > config.retain_min_events
-            && self.published.front().is_some_and(|(at, _)| *at < deadline)
-        {
-            keep_from = self.published.pop_front().map(|(_, seq)| seq.next());
-        }
-        let (Some(keep_from), Some(publisher)) = (keep_from, self.publisher.as_mut()) else {
-            return;
-        };
-        let floor = publisher.trim(keep_from);
         let view = self.view();
-        let mut snapshots = view.snapshots.clone();
-        // The oldest snapshot kept is the state at the new floor.
-        while snapshots.len() > 1 && snapshots.get(1).is_some_and(|s| s.revision() <= floor) {
-            snapshots.pop_front();
-        }
-        self.store.publish(View {
-            hub: view.hub.clone(),
-            snapshots,
-            revision: view.revision,
-        });
-        debug!(resource = %config.resource, %floor, "released events older than the freshness window");
+        self.release(Instant::now(), view.snapshots.clone(), view.revision, &view);
     }
 
     /// The source is at `revision` with no change for us: publish a bookmark there.

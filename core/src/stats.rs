@@ -1,4 +1,5 @@
-//! [`CacheStats`]: the counters a cache's reflector bumps and its users read (tests, metrics).
+//! [`CacheStats`]: the counters and gauges a cache's reflector keeps and its users read (tests,
+//! metrics).
 
 use std::sync::atomic::AtomicU64;
 
@@ -13,4 +14,7 @@ pub struct CacheStats {
     pub events: AtomicU64,
     /// Reflectors replaced after a panic.
     pub reflector_restarts: AtomicU64,
+    /// Bytes of superseded object versions history holds now (bounded by
+    /// `CacheConfig::history_bytes`).
+    pub history_bytes: AtomicU64,
 }

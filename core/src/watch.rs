@@ -65,7 +65,7 @@ impl<S: Source> Cache<S> {
                         live,
                     });
                 }
-                Err(WatchError::Expired(e)) if with_state || e.requested >= self.oldest_revision() => {
+                Err(WatchError::Expired(e)) if with_state || e.requested >= self.oldest_watch_revision() => {
                     continue;
                 }
                 Err(WatchError::Expired(e)) => return Err(CacheError::Expired(e)),

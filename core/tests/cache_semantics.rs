@@ -20,6 +20,8 @@ fn config() -> CacheConfig {
     c.backoff_initial = Duration::from_millis(5);
     c.backoff_max = Duration::from_millis(20);
     c.trigger_field = Some("spec.nodeName".into());
+    // Snapshots as long as the ring's window only, unless a test says otherwise.
+    c.snapshot_retention = Duration::ZERO;
     c
 }
 
@@ -994,4 +996,96 @@ async fn a_panicking_reflector_is_replaced_its_watchers_end_and_the_cache_is_not
     until("the cache is ready again", || cache.is_ready()).await;
     let names = names(cache.list(&ListOptions::default()).await.unwrap());
     assert_eq!(names, vec!["ns/a"]);
+}
+
+#[tokio::test]
+async fn a_paged_lists_snapshot_outlives_a_burst_that_laps_the_history_window() {
+    let mut c = config();
+    c.snapshot_retention = Duration::from_secs(75);
+    let (s, cache) = started(c).await;
+    for name in ["a", "b", "c"] {
+        create(&s, "ns", name);
+    }
+    let first = cache
+        .list(&ListOptions {
+            limit: Some(1),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let (at, token) = (first.revision, first.continue_token.clone().unwrap());
+    // Twenty writes through a window of 8: the ring laps, watches from `at` expire...
+    for i in 0..20 {
+        create(&s, "ns", &format!("z{i:02}"));
+    }
+    cache.list(&ListOptions::default()).await.unwrap();
+    let watch = cache
+        .watch(WatchOptions {
+            resource_version: Some(at),
+            ..Default::default()
+        })
+        .await;
+    assert!(matches!(watch, Err(CacheError::Expired(_))), "{watch:?}");
+    // ...but the LIST's next page still reads its own snapshot.
+    let rest = cache
+        .list(&ListOptions {
+            continue_token: Some(token),
+            ..Default::default()
+        })
+        .await
+        .expect("the snapshot is kept for the retention period");
+    assert_eq!(rest.revision, at);
+    assert_eq!(names(rest), vec!["ns/b", "ns/c"]);
+    assert!(cache.oldest_revision() <= at && cache.oldest_watch_revision() > at);
+}
+
+#[tokio::test]
+async fn history_is_bounded_by_bytes_whatever_its_count_or_age() {
+    let mut c = config();
+    c.capacity = 1024;
+    c.snapshot_retention = Duration::from_secs(3600);
+    c.fresh_window = Duration::from_secs(3600);
+    let (s, cache) = started(c.clone()).await;
+    let first = create(&s, "ns", "p");
+    let mut last = first;
+    for i in 0..200 {
+        last = s
+            .update("pods/ns/p", text_pod("ns", "p", &format!("v{i}"), "n1"), None)
+            .unwrap();
+    }
+    cache.list(&ListOptions::default()).await.unwrap();
+    let unbounded = cache
+        .stats()
+        .history_bytes
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        unbounded > 4096,
+        "200 superseded versions held: {unbounded} bytes"
+    );
+    assert!(
+        cache.list(&exact(first)).await.is_ok(),
+        "within count, age and bytes"
+    );
+
+    // The same writes with 4 KiB for history: the oldest versions go, whatever count and age allow.
+    let mut bounded = c;
+    bounded.history_bytes = 4096;
+    let (s, cache) = started(bounded).await;
+    let first = create(&s, "ns", "p");
+    for i in 0..200 {
+        last = s
+            .update("pods/ns/p", text_pod("ns", "p", &format!("v{i}"), "n1"), None)
+            .unwrap();
+    }
+    cache.list(&ListOptions::default()).await.unwrap();
+    let held = cache
+        .stats()
+        .history_bytes
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(held <= 4096, "{held} bytes held");
+    assert!(matches!(
+        cache.list(&exact(first)).await,
+        Err(CacheError::Expired(_))
+    ));
+    assert!(cache.oldest_watch_revision() > first && cache.oldest_watch_revision() < last);
 }

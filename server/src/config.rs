@@ -12,6 +12,13 @@ pub struct ServeConfig {
     pub history: usize,
     /// How often watchers that asked for bookmarks get one. Default 60 s.
     pub bookmark_interval: Duration,
+    /// The bytes of superseded object versions each resource's history may hold (ring and
+    /// snapshots); the embedded store's change log is bounded by the same figure. Default
+    /// 256 MiB.
+    pub history_bytes: usize,
+    /// How long a LIST's snapshot is kept after it was superseded, so its pages can follow
+    /// one another through a burst of writes. Default 75 s.
+    pub snapshot_retention: Duration,
     /// How long consistent and not-older-than reads wait for the cache. Default 3 s.
     pub fresh_timeout: Duration,
     /// The most watches open at once; more get 429. Default 100,000.
@@ -32,6 +39,8 @@ impl Default for ServeConfig {
             addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
             history: 4096,
             bookmark_interval: Duration::from_secs(60),
+            history_bytes: 256 << 20,
+            snapshot_retention: Duration::from_secs(75),
             fresh_timeout: Duration::from_secs(3),
             max_watchers: 100_000,
             seed_pods: 0,

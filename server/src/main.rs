@@ -54,6 +54,24 @@ fn seconds(s: &str) -> Result<Duration, String> {
     }
 }
 
+/// Like [`seconds`], and 0 too (off).
+fn seconds_or_zero(s: &str) -> Result<Duration, String> {
+    match s.parse::<f64>() {
+        Ok(0.0) => Ok(Duration::ZERO),
+        _ => seconds(s),
+    }
+}
+
+/// A byte count from 1 MiB to 1 TiB.
+fn bytes(s: &str) -> Result<usize, String> {
+    let n: usize = s.parse().map_err(|e| format!("{e}"))?;
+    if ((1 << 20)..=(1 << 40)).contains(&n) {
+        Ok(n)
+    } else {
+        Err("must be a number of bytes from 1048576 (1 MiB) to 1099511627776 (1 TiB)".into())
+    }
+}
+
 fn rate(s: &str) -> Result<f64, String> {
     let r: f64 = s.parse().map_err(|e| format!("{e}"))?;
     if (0.0..=1_000_000.0).contains(&r) {
@@ -100,6 +118,13 @@ struct ServeArgs {
     /// Seconds between bookmarks to watchers that asked for them.
     #[arg(long, default_value = "60", value_parser = seconds)]
     bookmark_interval: Duration,
+    /// Bytes of superseded object versions each resource's history may hold (the store's
+    /// change log is bounded by the same figure).
+    #[arg(long, default_value_t = 256 << 20, value_parser = bytes)]
+    history_bytes: usize,
+    /// Seconds a LIST's snapshot is kept after it was superseded, for its next pages.
+    #[arg(long, default_value = "75", value_parser = seconds_or_zero)]
+    snapshot_retention: Duration,
     /// Seconds consistent and not-older-than reads wait for the cache.
     #[arg(long, default_value = "3", value_parser = seconds)]
     fresh_timeout: Duration,
@@ -163,6 +188,8 @@ async fn main() -> std::process::ExitCode {
         seed_pods: args.seed_pods,
         churn: args.churn,
         shutdown_grace: args.shutdown_grace,
+        history_bytes: args.history_bytes,
+        snapshot_retention: args.snapshot_retention,
     };
     let server = match Server::start(config).await {
         Ok(s) => s,
@@ -203,5 +230,8 @@ mod tests {
         }
         assert!(count(10)("11").is_err() && count(10)("10") == Ok(10));
         assert!(positive_count("0").is_err() && positive_count("1") == Ok(1));
+        assert!(bytes("1000").is_err() && bytes("268435456") == Ok(256 << 20));
+        assert_eq!(seconds_or_zero("0"), Ok(Duration::ZERO));
+        assert!(seconds_or_zero("-1").is_err() && seconds_or_zero("1e-9").is_err());
     }
 }

@@ -28,6 +28,10 @@ pub struct Metrics {
     pub ring_capacity: Family<Labels, Gauge>,
     /// Events in the history window, per resource.
     pub ring_occupancy: Family<Labels, Gauge>,
+    /// Bytes of superseded object versions history holds, per resource.
+    pub history_bytes: Family<Labels, Gauge>,
+    /// Reflectors replaced after a panic, per resource.
+    pub reflector_restarts: Family<Labels, Gauge>,
     /// Request latency to the response head, per verb.
     pub request_duration: Family<Labels, Histogram>,
 }
@@ -47,6 +51,8 @@ impl Default for Metrics {
             list_bytes: Family::default(),
             ring_capacity: Family::default(),
             ring_occupancy: Family::default(),
+            history_bytes: Family::default(),
+            reflector_restarts: Family::default(),
             request_duration,
             registry: Registry::default(),
         };
@@ -77,6 +83,16 @@ impl Default for Metrics {
             "ring_occupancy",
             "Events in the history window",
             m.ring_occupancy.clone(),
+        );
+        registry.register(
+            "history_bytes",
+            "Bytes of superseded object versions the history window holds",
+            m.history_bytes.clone(),
+        );
+        registry.register(
+            "reflector_restarts",
+            "Reflectors replaced after a panic",
+            m.reflector_restarts.clone(),
         );
         registry.register(
             "request_duration_seconds",

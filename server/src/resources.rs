@@ -131,6 +131,8 @@ pub fn build(
         cache_config.fresh_timeout = config.fresh_timeout;
         cache_config.ready_timeout = config.fresh_timeout;
         cache_config.bookmark_interval = config.bookmark_interval;
+        cache_config.history_bytes = config.history_bytes;
+        cache_config.snapshot_retention = config.snapshot_retention;
         cache_config.fields = spec.fields.iter().map(|f| (*f).to_owned()).collect();
         cache_config.trigger_field = spec.trigger.map(str::to_owned);
         let cache = Cache::new(store.clone(), codec.clone(), cache_config)?;

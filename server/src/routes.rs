@@ -8,7 +8,8 @@ use std::time::Instant;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{ConnectInfo, Path, RawQuery, Request, State};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, RawQuery, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -26,6 +27,22 @@ use crate::target::Target;
 use crate::writes;
 
 type AppStateRef = State<Arc<AppState>>;
+
+/// The largest request body accepted, as the apiserver's limit: 3 MiB.
+const MAX_BODY_BYTES: usize = 3 << 20;
+
+/// A body the router could not read: too large is 413, as the apiserver answers it.
+fn body_status(rejection: &BytesRejection) -> Status {
+    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        Status::new(
+            413,
+            "RequestEntityTooLarge",
+            format!("the request body is larger than {MAX_BODY_BYTES} bytes"),
+        )
+    } else {
+        Status::bad_request(format!("cannot read the request body: {rejection}"))
+    }
+}
 
 pub(crate) fn router(state: Arc<AppState>) -> Router {
     Router::new()
@@ -55,6 +72,8 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
                 "method {method} is not supported on this path"
             )))
         })
+        // Bodies over the limit are refused while read; the handlers answer that with a Status.
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn_with_state(state.clone(), timing))
         .with_state(state)
 }
@@ -104,6 +123,17 @@ async fn metrics_text(State(state): AppStateRef) -> Response {
             .ring_occupancy
             .get_or_create(&labels)
             .set(r.cache.history_len() as i64);
+        let stats = r.cache.stats();
+        state
+            .metrics
+            .history_bytes
+            .get_or_create(&labels)
+            .set(stats.history_bytes.load(std::sync::atomic::Ordering::Relaxed) as i64);
+        state.metrics.reflector_restarts.get_or_create(&labels).set(
+            stats
+                .reflector_restarts
+                .load(std::sync::atomic::Ordering::Relaxed) as i64,
+        );
     }
     let mut response = state.metrics.render().into_response();
     response.headers_mut().insert(
@@ -147,7 +177,7 @@ async fn collection(
     method: Method,
     Path(resource): Path<String>,
     RawQuery(query): RawQuery,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
     resource_request(state, &conn, method, &resource, None, None, query, body).await
 }
@@ -158,7 +188,7 @@ async fn cluster_object(
     method: Method,
     Path((resource, name)): Path<(String, String)>,
     RawQuery(query): RawQuery,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
     resource_request(state, &conn, method, &resource, None, Some(name), query, body).await
 }
@@ -169,7 +199,7 @@ async fn namespaced_collection(
     method: Method,
     Path((ns, resource)): Path<(String, String)>,
     RawQuery(query): RawQuery,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
     resource_request(state, &conn, method, &resource, Some(ns), None, query, body).await
 }
@@ -180,7 +210,7 @@ async fn namespaced_object(
     method: Method,
     Path((ns, resource, name)): Path<(String, String, String)>,
     RawQuery(query): RawQuery,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
     resource_request(state, &conn, method, &resource, Some(ns), Some(name), query, body).await
 }
@@ -195,8 +225,12 @@ async fn resource_request(
     ns: Option<String>,
     name: Option<String>,
     query: Option<String>,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    let body = match body {
+        Ok(body) => body,
+        Err(rejection) => return status_response(&body_status(&rejection)),
+    };
     let result = match Target::resolve(&state, resource, ns, name) {
         Ok(t) => match (method, t.name.as_deref()) {
             (Method::GET, name) => match (Params::parse(query.as_deref()), name) {

@@ -42,11 +42,13 @@ pub struct Server {
 
 impl Server {
     /// Binds, seeds the workload and starts serving on the current tokio runtime, on an
-    /// embedded store that keeps the last `max(4 × history, 1024)` revisions (as an apiserver
-    /// compacts etcd), so churn does not grow memory without bound.
+    /// embedded store that keeps the last `max(4 × history, 1024)` revisions and at most
+    /// `history_bytes` of changed values (as an apiserver compacts etcd), so churn does not
+    /// grow memory without bound.
     pub async fn start(config: ServeConfig) -> Result<Server, ServeError> {
         let retention = (config.history as u64 * 4).max(1024);
-        Server::start_with(config, MemorySource::with_options(None, Some(retention))).await
+        let store = MemorySource::with_limits(None, Some(retention), Some(config.history_bytes));
+        Server::start_with(config, store).await
     }
 
     /// As [`start`](Self::start), over a given store.

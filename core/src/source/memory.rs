@@ -4,7 +4,7 @@
 //! One global revision, incremented by every write (starting at 1 for an empty store, as
 //! etcd does); create, update and delete with optional optimistic concurrency on the mod
 //! revision; a log of changes kept until compacted (explicitly, or by a retention window in
-//! revisions); reads at any retained revision; watches from any retained revision (inclusive,
+//! revisions and in bytes); reads at any retained revision; watches from any retained revision (inclusive,
 //! as etcd's start revision) with the previous value of every change; progress notifications
 //! on request and periodically. A fault switch makes it unavailable, for tests of the
 //! reflector's recovery.
@@ -47,6 +47,9 @@ struct Mvcc {
     current: BTreeMap<String, Value>,
     /// Changes with revisions from `compacted` on, in revision order.
     log: VecDeque<Change>,
+    /// The bytes of the values the log holds (each value is counted once, by the change that
+    /// wrote it; a later change's `prev` shares it).
+    log_bytes: usize,
 }
 
 #[derive(Debug)]
@@ -60,6 +63,8 @@ struct Inner {
     watches_paused: AtomicBool,
     progress_interval: Option<Duration>,
     retention: Option<u64>,
+    /// The most bytes of values the log may hold; the oldest changes are compacted beyond it.
+    retention_bytes: Option<usize>,
     /// The continue-token signing key, made with the store.
     signing_key: [u8; 16],
 }
@@ -99,11 +104,22 @@ impl MemorySource {
     /// An empty store that sends progress notifications on every watch every
     /// `progress_interval`, and compacts to keep only the last `retention` revisions.
     pub fn with_options(progress_interval: Option<Duration>, retention: Option<u64>) -> Self {
+        MemorySource::with_limits(progress_interval, retention, None)
+    }
+
+    /// As [`with_options`](Self::with_options), and also compacts so that the log's values
+    /// take at most `retention_bytes` (the newest change is always kept).
+    pub fn with_limits(
+        progress_interval: Option<Duration>,
+        retention: Option<u64>,
+        retention_bytes: Option<usize>,
+    ) -> Self {
         let mvcc = Mvcc {
             revision: 1,
             compacted: 1,
             current: BTreeMap::new(),
             log: VecDeque::new(),
+            log_bytes: 0,
         };
         MemorySource {
             inner: Arc::new(Inner {
@@ -114,6 +130,7 @@ impl MemorySource {
                 watches_paused: AtomicBool::new(false),
                 progress_interval,
                 retention,
+                retention_bytes,
                 signing_key: random_key(),
             }),
         }
@@ -171,6 +188,7 @@ impl MemorySource {
             }
         }
         let prev_value = prev.as_ref().map(|p| p.value.clone());
+        state.log_bytes += value.as_ref().map_or(0, Bytes::len);
         state.log.push_back(Change {
             revision,
             key: key.to_owned(),
@@ -179,6 +197,19 @@ impl MemorySource {
         });
         if let Some(keep) = self.inner.retention {
             let target = revision.saturating_sub(keep).max(state.compacted);
+            compact_locked(&mut state, target);
+        }
+        if let Some(limit) = self.inner.retention_bytes {
+            // The oldest changes go until the rest fit; the newest always stays.
+            let mut bytes = state.log_bytes;
+            let mut target = state.compacted;
+            for c in state.log.iter().take(state.log.len().saturating_sub(1)) {
+                if bytes <= limit {
+                    break;
+                }
+                bytes -= change_bytes(c);
+                target = c.revision + 1;
+            }
             compact_locked(&mut state, target);
         }
         drop(state);
@@ -294,7 +325,13 @@ fn compact_locked(state: &mut Mvcc, target: u64) {
     }
     state.compacted = target;
     let keep_from = state.log.partition_point(|c| c.revision < target);
-    state.log.drain(..keep_from);
+    let dropped: usize = state.log.drain(..keep_from).map(|c| change_bytes(&c)).sum();
+    state.log_bytes -= dropped;
+}
+
+/// The bytes a change's own value takes in the log.
+fn change_bytes(c: &Change) -> usize {
+    c.value.as_ref().map_or(0, Bytes::len)
 }
 
 /// The stream [`MemorySource::watch`] returns.
@@ -655,6 +692,26 @@ mod tests {
             SourceEvent::Progress {
                 revision: Revision::new(1)
             }
+        );
+    }
+
+    #[test]
+    fn retention_in_bytes_compacts_the_oldest_changes_but_never_the_newest() {
+        let s = MemorySource::with_limits(None, None, Some(2500));
+        let big = Bytes::from(vec![b'x'; 1000]);
+        let mut last = Revision::ZERO;
+        for i in 0..10 {
+            last = s.create(&format!("p/{i}"), big.clone()).unwrap();
+        }
+        // Two values of 1000 bytes fit in 2500: the log keeps the last two changes.
+        assert_eq!(s.compacted_revision(), Revision::new(last.get() - 1));
+        let huge = Bytes::from(vec![b'y'; 5000]);
+        let newest = s.update("p/0", huge, None).unwrap();
+        assert_eq!(s.compacted_revision(), newest, "the newest change stays, alone");
+        assert_eq!(
+            s.get("p/9").map(|(v, _)| v.len()),
+            Some(1000),
+            "the data is all there"
         );
     }
 

@@ -1,0 +1,206 @@
+//! What history a cache keeps, and for how long: the reflector's bookkeeping of the ring's
+//! entries and of the snapshots, bounded by count, by age and by bytes.
+//!
+//! Every published event is one ring entry and one new snapshot. The version an event
+//! replaced or deleted (its `prev`) is what history alone keeps alive: the entry holds it, and
+//! so does the snapshot before the event. Those are the bytes counted.
+//!
+//! * **Ring entries** are kept up to the ring's capacity (it overwrites the oldest), released
+//!   early once older than the freshness window beyond the newest `retain_min_events`, and
+//!   released from the oldest whenever their bytes exceed `history_bytes`.
+//! * **Snapshots** are kept for every retained entry plus the one the oldest entry applies to
+//!   (so Exact reads and watches share the window), and beyond that for `snapshot_retention`
+//!   after the event that superseded them (so a paginated LIST's snapshot outlives a burst
+//!   of writes), within `history_bytes`.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::config::CacheConfig;
+use crate::ring::Seq;
+
+/// One published event's record.
+#[derive(Copy, Clone, Debug)]
+struct Step {
+    at: Instant,
+    seq: Seq,
+    /// Bytes of the version the event superseded (0 for additions and bookmarks).
+    bytes: usize,
+}
+
+/// The reflector's bookkeeping; see the module docs.
+#[derive(Debug)]
+pub(crate) struct Retention {
+    capacity: usize,
+    retain_min_events: usize,
+    fresh_window: Duration,
+    snapshot_retention: Duration,
+    history_bytes: usize,
+    /// The events whose ring entries are held, oldest first.
+    ring: VecDeque<Step>,
+    ring_bytes: usize,
+    /// One per snapshot after the oldest, oldest first: the event that made it.
+    snapshots: VecDeque<Step>,
+    snapshot_bytes: usize,
+}
+
+/// What to release.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Release {
+    /// Release the ring's entries below this sequence number.
+    pub(crate) ring_below: Option<Seq>,
+    /// Drop this many of the oldest snapshots.
+    pub(crate) snapshots: usize,
+}
+
+impl Retention {
+    pub(crate) fn new(config: &CacheConfig) -> Self {
+        Retention {
+            capacity: config.capacity,
+            retain_min_events: config.retain_min_events,
+            fresh_window: config.fresh_window,
+            snapshot_retention: config.snapshot_retention,
+            history_bytes: config.history_bytes,
+            ring: VecDeque::new(),
+            ring_bytes: 0,
+            snapshots: VecDeque::new(),
+            snapshot_bytes: 0,
+        }
+    }
+
+    /// A new generation: nothing is held.
+    pub(crate) fn clear(&mut self) {
+        self.ring.clear();
+        self.snapshots.clear();
+        self.ring_bytes = 0;
+        self.snapshot_bytes = 0;
+    }
+
+    /// The bytes history holds now (the snapshots' window covers the ring's).
+    pub(crate) fn bytes(&self) -> usize {
+        self.snapshot_bytes.max(self.ring_bytes)
+    }
+
+    /// Records an event published at `seq`, which superseded a version of `bytes` bytes.
+    pub(crate) fn published(&mut self, at: Instant, seq: Seq, bytes: usize) {
+        let step = Step { at, seq, bytes };
+        self.ring.push_back(step);
+        self.ring_bytes += bytes;
+        if self.ring.len() > self.capacity {
+            // The ring overwrote its oldest entry.
+            self.pop_ring();
+        }
+        self.snapshots.push_back(step);
+        self.snapshot_bytes += bytes;
+    }
+
+    fn pop_ring(&mut self) -> Option<Step> {
+        let step = self.ring.pop_front()?;
+        self.ring_bytes -= step.bytes;
+        Some(step)
+    }
+
+    /// What to release at `now`.
+    pub(crate) fn release(&mut self, now: Instant) -> Release {
+        let mut ring_below = None;
+        let fresh_after = now.checked_sub(self.fresh_window);
+        while let Some(front) = self.ring.front() {
+            let over_bytes = self.ring_bytes > self.history_bytes;
+            let stale = self.ring.len() > self.retain_min_events && fresh_after.is_some_and(|t| front.at < t);
+            if !(over_bytes || stale) {
+                break;
+            }
+            ring_below = self.pop_ring().map(|s| s.seq.next());
+        }
+        let mut snapshots = 0;
+        let kept_after = now.checked_sub(self.snapshot_retention);
+        while let Some(front) = self.snapshots.front() {
+            // The oldest snapshot is needed while the ring still holds the event after it.
+            let beyond_ring = self.snapshots.len() > self.ring.len();
+            let over_bytes = self.snapshot_bytes > self.history_bytes;
+            let expired = kept_after.is_some_and(|t| front.at < t);
+            if !(beyond_ring && (over_bytes || expired)) {
+                break;
+            }
+            self.snapshot_bytes -= front.bytes;
+            self.snapshots.pop_front();
+            snapshots += 1;
+        }
+        Release {
+            ring_below,
+            snapshots,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn retention(capacity: usize, min: usize, fresh: u64, kept: u64, bytes: usize) -> Retention {
+        let mut c = CacheConfig::new("pods", "pods/");
+        c.capacity = capacity;
+        c.retain_min_events = min;
+        c.fresh_window = Duration::from_secs(fresh);
+        c.snapshot_retention = Duration::from_secs(kept);
+        c.history_bytes = bytes;
+        Retention::new(&c)
+    }
+
+    #[test]
+    fn bytes_bound_the_ring_and_the_snapshots_whatever_their_age() {
+        let t0 = Instant::now();
+        let mut r = retention(64, 4, 3600, 3600, 1000);
+        for i in 0..10 {
+            r.published(t0, Seq::new(i), 300);
+        }
+        let release = r.release(t0);
+        // 3 steps of 300 fit in 1000: the ring keeps the last 3 (entries 7, 8, 9).
+        assert_eq!(release.ring_below, Some(Seq::new(7)));
+        // Snapshots: one per held entry plus the base, so 3 records.
+        assert_eq!(release.snapshots, 7);
+        assert_eq!(r.bytes(), 900);
+    }
+
+    #[test]
+    fn snapshots_outlive_the_ring_for_their_retention_then_go() {
+        let t0 = Instant::now();
+        let mut r = retention(4, 1, 3600, 75, usize::MAX);
+        for i in 0..10 {
+            r.published(t0, Seq::new(i), 10);
+        }
+        // The ring holds 4 (it overwrote 6); all 10 snapshots are younger than 75 s.
+        assert_eq!(r.release(t0 + Duration::from_secs(10)), Release::default());
+        assert_eq!(r.bytes(), 100);
+        // Past the retention, those beyond the ring's window go.
+        let release = r.release(t0 + Duration::from_secs(80));
+        assert_eq!(
+            release,
+            Release {
+                ring_below: None,
+                snapshots: 6
+            }
+        );
+        assert_eq!(r.bytes(), 40);
+    }
+
+    #[test]
+    fn stale_entries_go_beyond_the_lower_bound_and_take_their_snapshots_along() {
+        let t0 = Instant::now();
+        let mut r = retention(64, 2, 75, 0, usize::MAX);
+        for i in 0..5 {
+            r.published(t0, Seq::new(i), 1);
+        }
+        assert_eq!(r.release(t0 + Duration::from_secs(10)), Release::default());
+        let release = r.release(t0 + Duration::from_secs(90));
+        assert_eq!(
+            release,
+            Release {
+                ring_below: Some(Seq::new(3)),
+                snapshots: 3
+            }
+        );
+    }
+}
