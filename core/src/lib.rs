@@ -75,6 +75,9 @@ mod consistency;
 mod continue_token;
 mod event;
 mod filter;
+#[cfg(fuzzing)]
+#[doc(hidden)]
+pub mod fuzz;
 mod interest;
 mod loom;
 mod names;

@@ -16,6 +16,9 @@ pub mod config;
 mod connection;
 mod discovery;
 mod errors;
+#[cfg(fuzzing)]
+#[doc(hidden)]
+pub mod fuzz;
 pub mod metrics;
 mod params;
 mod reads;

@@ -14,7 +14,7 @@ use axum::response::Response;
 use bytes::{Bytes, BytesMut};
 use serde_json::{Map, Value};
 use watchcache_core::{Codec, ObjectVersion, Revision, SourceError, is_dns1123_label, is_dns1123_subdomain};
-use watchcache_encoders::Status;
+use watchcache_encoders::{ResourceInfo, Status};
 
 use crate::app::AppState;
 use crate::errors;
@@ -28,7 +28,7 @@ pub(crate) async fn create(
     p: &WriteParams,
     body: &[u8],
 ) -> Result<Response, Status> {
-    let mut object = object_from_body(t, body, None)?;
+    let mut object = object_from_body(&addressed(t), body, None)?;
     for (path, value) in t.resource.create_defaults {
         set_if_unset(&mut object, path, value);
     }
@@ -59,7 +59,7 @@ pub(crate) async fn update(
     p: &WriteParams,
     body: &[u8],
 ) -> Result<Response, Status> {
-    let mut object = object_from_body(t, body, Some(name))?;
+    let mut object = object_from_body(&addressed(t), body, Some(name))?;
     let resource = &t.resource.info.resource;
     let key = t.storage_key(name);
     let (current, _) = state
@@ -215,14 +215,29 @@ fn metadata_mut(object: &mut Map<String, Value>) -> Result<&mut Map<String, Valu
         .ok_or_else(|| Status::internal("no metadata"))
 }
 
+/// What the checks of a request body need to know of the resource a request addresses.
+pub(crate) struct Addressed<'a> {
+    pub(crate) info: &'a ResourceInfo,
+    pub(crate) namespaced: bool,
+    /// The namespace on the request's path.
+    pub(crate) namespace: Option<&'a str>,
+}
+
+fn addressed(t: &Target) -> Addressed<'_> {
+    Addressed {
+        info: &t.resource.info,
+        namespaced: t.resource.namespaced,
+        namespace: t.namespace.as_deref(),
+    }
+}
+
 /// Parses a request body into a JSON object of this resource at the target's namespace, named
 /// by the body, the path or `generateName`.
-fn object_from_body(
-    t: &Target,
+pub(crate) fn object_from_body(
+    r: &Addressed<'_>,
     body: &[u8],
     name_from_path: Option<&str>,
 ) -> Result<Map<String, Value>, Status> {
-    let r = &t.resource;
     let value: Value =
         serde_json::from_slice(body).map_err(|e| Status::bad_request(format!("invalid JSON body: {e}")))?;
     let Value::Object(mut object) = value else {
@@ -247,14 +262,14 @@ fn object_from_body(
     let Value::Object(meta) = meta else {
         return Err(Status::bad_request("metadata is not an object"));
     };
-    match (meta.get("namespace"), &t.namespace) {
+    match (meta.get("namespace"), r.namespace) {
         (Some(Value::String(ns)), Some(path_ns)) if ns != path_ns => {
             return Err(Status::bad_request(
                 "the namespace of the provided object does not match the namespace sent on the request",
             ));
         }
         (_, Some(path_ns)) => {
-            meta.insert("namespace".into(), Value::String(path_ns.clone()));
+            meta.insert("namespace".into(), Value::String(path_ns.to_owned()));
         }
         (Some(_), None) if !r.namespaced => {
             return Err(Status::bad_request(format!(
@@ -290,7 +305,7 @@ fn object_from_body(
             ));
         }
     };
-    check_names(t, &name)?;
+    check_names(r, &name)?;
     meta.insert("name".into(), Value::String(name));
     Ok(object)
 }
@@ -302,8 +317,7 @@ const LABEL: &str = "a lowercase RFC 1123 label must consist of lower case alpha
 
 /// Validates the object's name (a DNS-1123 subdomain; a label for namespaces) and namespace
 /// (a label) as the apiserver does: 422 with a cause per field, before anything is stored.
-fn check_names(t: &Target, name: &str) -> Result<(), Status> {
-    let r = &t.resource;
+fn check_names(r: &Addressed<'_>, name: &str) -> Result<(), Status> {
     let name_ok = if r.info.resource == "namespaces" {
         (is_dns1123_label(name), LABEL)
     } else {
@@ -313,7 +327,7 @@ fn check_names(t: &Target, name: &str) -> Result<(), Status> {
     if !name_ok.0 {
         errors.push(("metadata.name", name, name_ok.1));
     }
-    if let Some(ns) = t.namespace.as_deref().filter(|ns| !is_dns1123_label(ns)) {
+    if let Some(ns) = r.namespace.filter(|ns| !is_dns1123_label(ns)) {
         errors.push(("metadata.namespace", ns, LABEL));
     }
     if errors.is_empty() {
