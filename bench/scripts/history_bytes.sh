@@ -14,17 +14,24 @@ target/release/watchcache serve --addr "127.0.0.1:$port" "$@" 2>/dev/null &
 pid=$!
 trap 'kill $pid 2>/dev/null || true' EXIT
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break; sleep 0.1; done
-body=$(mktemp)
+bodies=$(mktemp -d)
 url="http://127.0.0.1:$port/api/v1/namespaces/default/configmaps"
-mk() { python3 -c "import json,sys; print(json.dumps({'metadata':{'name':'big'},'data':{'v':sys.argv[1]*(1<<20)}}))" "$1" > "$body"; }
-mk a
-curl -sf -X POST -H 'content-type: application/json' --data-binary @"$body" "$url" >/dev/null
+# 26 bodies of about 1 MiB, written once: the loop below only sends them.
+python3 - "$bodies" <<'PY'
+import json, string, sys
+for c in string.ascii_lowercase:
+    with open(f"{sys.argv[1]}/{c}.json", "w") as f:
+        json.dump({"metadata": {"name": "big"}, "data": {"v": c * (1 << 20)}}, f)
+PY
+curl -sf -X POST -H 'content-type: application/json' --data-binary @"$bodies/a.json" "$url" >/dev/null
+letters=(a b c d e f g h i j k l m n o p q r s t u v w x y z)
 for i in $(seq "$updates"); do
-  mk "$(printf "\\x$(printf %x $((97 + i % 26)))")"
-  curl -sf -X PUT -H 'content-type: application/json' --data-binary @"$body" "$url/big" >/dev/null
+  curl -sf -X PUT -H 'content-type: application/json' \
+    --data-binary @"$bodies/${letters[$((i % 26))]}.json" "$url/big" >/dev/null
 done
 curl -sf "$url?limit=1" >/dev/null
-rss=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
+peak=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
+now=$(awk '/VmRSS/ {print $2}' "/proc/$pid/status")
 held=$(curl -sf "http://127.0.0.1:$port/metrics" | awk '/^watchcache_history_bytes\{resource="configmaps"\}/ {print $2}')
-echo "updates=$updates peak_rss_mib=$((rss / 1024)) configmaps_history_mib=$((held / 1048576))"
-rm -f "$body"
+echo "updates=$updates peak_rss_mib=$((peak / 1024)) rss_mib=$((now / 1024)) configmaps_history_mib=$((held / 1048576))"
+rm -rf "$bodies"

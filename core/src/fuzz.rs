@@ -9,6 +9,10 @@ pub fn continue_token(token: &str) {
     let tokens = Tokens::new("pods", [7; 16]);
     if let Ok(c) = tokens.decode(token) {
         let again = tokens.encode(c.revision, &c.after);
-        assert_eq!(tokens.decode(&again), Ok(c), "a decoded token re-encodes to itself");
+        assert_eq!(
+            tokens.decode(&again),
+            Ok(c),
+            "a decoded token re-encodes to itself"
+        );
     }
 }

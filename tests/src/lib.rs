@@ -117,3 +117,81 @@ pub fn kubectl_builds() -> Vec<PathBuf> {
     }
     out
 }
+
+/// Reads a watch body frame by frame (newline-delimited JSON), each read bounded in time.
+pub struct Frames {
+    body: hyper::body::Incoming,
+    buf: Vec<u8>,
+}
+
+impl Frames {
+    pub async fn open(server: &Server, path: &str) -> Frames {
+        let (code, frames) = Frames::open_any(server, path).await;
+        assert_eq!(code, 200, "a watch always answers 200");
+        frames
+    }
+
+    /// Opens a watch whatever the status, returning it with the frames.
+    pub async fn open_any(server: &Server, path: &str) -> (u16, Frames) {
+        let uri = format!("http://{}{path}", server.addr());
+        let req = http::Request::get(uri)
+            .body(http_body_util::Full::new(Bytes::new()))
+            .unwrap();
+        let resp = http().request(req).await.expect("watch opens");
+        (
+            resp.status().as_u16(),
+            Frames {
+                body: resp.into_body(),
+                buf: Vec::new(),
+            },
+        )
+    }
+
+    /// The next frame, or None at the end of the stream.
+    pub async fn next(&mut self) -> Option<serde_json::Value> {
+        let line = self.next_line().await?;
+        Some(serde_json::from_slice(&line).expect("a JSON frame"))
+    }
+
+    /// The next frame if one arrives within `wait`: `Err(())` when none did, `Ok(None)` at
+    /// the end of the stream.
+    pub async fn next_within(&mut self, wait: Duration) -> Result<Option<serde_json::Value>, ()> {
+        loop {
+            if let Some(i) = self.buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.buf.drain(..=i).collect();
+                return Ok(Some(serde_json::from_slice(&line).expect("a JSON frame")));
+            }
+            match tokio::time::timeout(wait, self.body.frame()).await {
+                Err(_) => return Err(()),
+                Ok(None) => return Ok(None),
+                Ok(Some(frame)) => {
+                    if let Ok(data) = frame.expect("body").into_data() {
+                        self.buf.extend_from_slice(&data);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The next frame's type, read from its prefix (frames are `{"type":"…","object":…}`).
+    pub async fn next_type(&mut self) -> Option<String> {
+        let line = self.next_line().await?;
+        let rest = line.strip_prefix(br#"{"type":""#).expect("a watch frame");
+        let end = rest.iter().position(|b| *b == b'"').expect("a quoted type");
+        Some(String::from_utf8_lossy(&rest[..end]).into_owned())
+    }
+
+    pub async fn next_line(&mut self) -> Option<Vec<u8>> {
+        loop {
+            if let Some(i) = self.buf.iter().position(|b| *b == b'\n') {
+                return Some(self.buf.drain(..=i).collect());
+            }
+            let frame = tokio::time::timeout(Duration::from_secs(30), self.body.frame())
+                .await
+                .expect("a frame in time")?;
+            if let Ok(data) = frame.expect("body").into_data() {
+                self.buf.extend_from_slice(&data);
+            }
+        }
+    }
+}

@@ -5,11 +5,10 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use watchcache_core::MemorySource;
-use watchcache_tests::{Server, config, http, request, request_full, start};
+use watchcache_tests::{Frames, Server, config, http, request, request_full, start};
 
 fn status(body: &Bytes) -> Value {
     let s: Value = serde_json::from_slice(body)
@@ -284,64 +283,6 @@ async fn too_large_resource_versions_are_504_with_a_cause_and_not_ready_is_429()
     let (code, _) = request(&http(), &server, "GET", "/readyz", None).await;
     assert_eq!(code, 503, "not ready until the first list");
     server.shutdown().await.unwrap();
-}
-
-/// Reads a watch body frame by frame.
-struct Frames {
-    body: hyper::body::Incoming,
-    buf: Vec<u8>,
-}
-
-impl Frames {
-    async fn open(server: &Server, path: &str) -> Frames {
-        let (code, frames) = Frames::open_any(server, path).await;
-        assert_eq!(code, 200, "a watch always answers 200");
-        frames
-    }
-
-    /// Opens a watch whatever the status, returning it with the frames.
-    async fn open_any(server: &Server, path: &str) -> (u16, Frames) {
-        let uri = format!("http://{}{path}", server.addr());
-        let req = http::Request::get(uri)
-            .body(http_body_util::Full::new(Bytes::new()))
-            .unwrap();
-        let resp = http().request(req).await.expect("watch opens");
-        (
-            resp.status().as_u16(),
-            Frames {
-                body: resp.into_body(),
-                buf: Vec::new(),
-            },
-        )
-    }
-
-    /// The next frame, or None at the end of the stream.
-    async fn next(&mut self) -> Option<Value> {
-        let line = self.next_line().await?;
-        Some(serde_json::from_slice(&line).expect("a JSON frame"))
-    }
-
-    /// The next frame's type, read from its prefix (frames are `{"type":"…","object":…}`).
-    async fn next_type(&mut self) -> Option<String> {
-        let line = self.next_line().await?;
-        let rest = line.strip_prefix(br#"{"type":""#).expect("a watch frame");
-        let end = rest.iter().position(|b| *b == b'"').expect("a quoted type");
-        Some(String::from_utf8_lossy(&rest[..end]).into_owned())
-    }
-
-    async fn next_line(&mut self) -> Option<Vec<u8>> {
-        loop {
-            if let Some(i) = self.buf.iter().position(|b| *b == b'\n') {
-                return Some(self.buf.drain(..=i).collect());
-            }
-            let frame = tokio::time::timeout(Duration::from_secs(30), self.body.frame())
-                .await
-                .expect("a frame in time")?;
-            if let Ok(data) = frame.expect("body").into_data() {
-                self.buf.extend_from_slice(&data);
-            }
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,449 @@
+//! The HTTP facade against a reference model, over random schedules: writes through the API,
+//! paged LISTs, watches from many resourceVersions and reconnects, with source faults in
+//! between (watch streams broken, the store switched off, compaction). Clients select by
+//! namespace and by a label that writes move objects in and out of. Every LIST page set
+//! equals the model's state at the list's resourceVersion; every watch delivers the model's
+//! history after its start, filtered with the apiserver's transition rules (entering the
+//! selection is ADDED, leaving it DELETED), with no loss, duplicate or reordering, and ends
+//! early only with an in-stream 410 where a compaction or the history window allows it.
+//!
+//! `WATCHCACHE_MODEL_SCHEDULES` sets the number of schedules (200 by default, as CI runs);
+//! `WATCHCACHE_MODEL_SEED` runs one seed alone, to replay a failure.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use watchcache_tests::{Frames, Server, config, http, request};
+
+/// The history window of the server under test: small, so that laps happen.
+const HISTORY: usize = 16;
+const NAMESPACES: [&str; 2] = ["a", "a-b"];
+const NAMES: [&str; 4] = ["x", "y", "z", "w"];
+
+/// A small deterministic generator (xorshift), so that a seed replays a schedule.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[self.below(items.len() as u64) as usize]
+    }
+}
+
+const TIERS: [&str; 2] = ["front", "back"];
+
+/// One change as the model knows it: the revision, the namespace and name, and the object's
+/// `tier` label before and after (`None` where it did not exist).
+struct Change {
+    rev: u64,
+    ns: &'static str,
+    name: &'static str,
+    before: Option<&'static str>,
+    after: Option<&'static str>,
+}
+
+/// What a client selects: a namespace, and a `tier` label value.
+#[derive(Copy, Clone)]
+struct Sel {
+    namespace: Option<&'static str>,
+    tier: Option<&'static str>,
+}
+
+impl Sel {
+    fn random(rng: &mut Rng) -> Sel {
+        Sel {
+            namespace: (rng.below(2) == 0).then(|| rng.pick(&NAMESPACES)),
+            tier: (rng.below(2) == 0).then(|| rng.pick(&TIERS)),
+        }
+    }
+
+    /// The collection's path with the selector, ready for more parameters.
+    fn path(&self) -> String {
+        let base = match self.namespace {
+            Some(ns) => format!("/api/v1/namespaces/{ns}/configmaps?"),
+            None => "/api/v1/configmaps?".to_owned(),
+        };
+        match self.tier {
+            Some(t) => format!("{base}labelSelector=tier%3D{t}&"),
+            None => base,
+        }
+    }
+
+    fn in_ns(&self, ns: &str) -> bool {
+        self.namespace.is_none_or(|want| want == ns)
+    }
+
+    /// Whether the key `ns/name` is in the selected namespace.
+    fn in_key(&self, key: &str) -> bool {
+        self.in_ns(key.split('/').next().unwrap_or_default())
+    }
+
+    /// Whether an object with this `tier` (`None`: no object) is selected.
+    fn selects(&self, tier: Option<&str>) -> bool {
+        tier.is_some() && (self.tier.is_none() || self.tier == tier)
+    }
+
+    /// What this client receives for `c`, by the apiserver's transition rules.
+    fn delivery(&self, c: &Change) -> Option<&'static str> {
+        if !self.in_ns(c.ns) {
+            return None;
+        }
+        match (self.selects(c.before), self.selects(c.after)) {
+            (true, true) => Some("MODIFIED"),
+            (false, true) => Some("ADDED"),
+            (true, false) => Some("DELETED"),
+            (false, false) => None,
+        }
+    }
+}
+
+/// An object in the model's state: its revision and `tier` label.
+type Obj = (u64, &'static str);
+
+#[derive(Default)]
+struct Model {
+    /// The state after each write: revision, then `ns/name` → the object.
+    states: Vec<(u64, BTreeMap<String, Obj>)>,
+    changes: Vec<Change>,
+}
+
+impl Model {
+    fn state_at(&self, rev: u64) -> BTreeMap<String, Obj> {
+        self.states
+            .iter()
+            .rev()
+            .find(|(r, _)| *r <= rev)
+            .map(|(_, s)| s.clone())
+            .unwrap_or_default()
+    }
+}
+
+struct OpenWatch {
+    frames: Frames,
+    what: String,
+    /// The frames the model expects, in order: `(type, ns/name, revision)`.
+    initial: Vec<(String, String, u64)>,
+    after: u64,
+    sel: Sel,
+}
+
+fn rv_of(v: &Value) -> u64 {
+    v["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("a resourceVersion in {v}"))
+}
+
+async fn write(server: &Server, rng: &mut Rng, model: &mut Model) {
+    let (ns, name) = (rng.pick(&NAMESPACES), rng.pick(&NAMES));
+    let key = format!("{ns}/{name}");
+    let mut state = model.states.last().map(|(_, s)| s.clone()).unwrap_or_default();
+    let path = format!("/api/v1/namespaces/{ns}/configmaps");
+    let tier = rng.pick(&TIERS);
+    let body =
+        json!({"metadata": {"name": name, "labels": {"tier": tier}}, "data": {"n": rng.next().to_string()}});
+    let c = http();
+    let before = state.get(&key).map(|o| o.1);
+    let kind = match state.contains_key(&key) {
+        false => {
+            let (code, out) = request(&c, server, "POST", &path, Some(body)).await;
+            assert_eq!(code, 201, "{}", String::from_utf8_lossy(&out));
+            "ADDED"
+        }
+        true if rng.below(3) == 0 => {
+            let (code, out) = request(&c, server, "DELETE", &format!("{path}/{name}"), None).await;
+            assert_eq!(code, 200, "{}", String::from_utf8_lossy(&out));
+            "DELETED"
+        }
+        true => {
+            let (code, out) = request(&c, server, "PUT", &format!("{path}/{name}"), Some(body)).await;
+            assert_eq!(code, 200, "{}", String::from_utf8_lossy(&out));
+            "MODIFIED"
+        }
+    };
+    // Writes are sequential: the store's revision now is this write's.
+    let rev = server.store().revision().get();
+    let after = if kind == "DELETED" {
+        state.remove(&key);
+        None
+    } else {
+        state.insert(key, (rev, tier));
+        Some(tier)
+    };
+    model.states.push((rev, state));
+    model.changes.push(Change {
+        rev,
+        ns,
+        name,
+        before,
+        after,
+    });
+}
+
+/// A paged LIST: the pages together are the model's state at the list's revision, or a page
+/// is refused with 410 because its snapshot has gone.
+async fn list(server: &Server, rng: &mut Rng, model: &Model, seed: u64) -> Option<u64> {
+    let sel = Sel::random(rng);
+    let base = sel.path();
+    let limit = rng.below(4);
+    let first = match (limit, rng.below(2)) {
+        (0, 0) => base.clone(),
+        (0, _) => format!("{base}resourceVersion=0"),
+        (l, _) => format!("{base}limit={l}"),
+    };
+    let c = http();
+    let (code, body) = request(&c, server, "GET", &first, None).await;
+    assert_eq!(
+        code,
+        200,
+        "seed {seed}: {first}: {}",
+        String::from_utf8_lossy(&body)
+    );
+    let mut page: Value = serde_json::from_slice(&body).unwrap();
+    let rev = rv_of(&page);
+    let mut got = Vec::new();
+    loop {
+        for item in page["items"].as_array().unwrap() {
+            let key = format!(
+                "{}/{}",
+                item["metadata"]["namespace"].as_str().unwrap(),
+                item["metadata"]["name"].as_str().unwrap()
+            );
+            got.push((key, rv_of(item)));
+        }
+        let Some(token) = page["metadata"]["continue"].as_str().filter(|t| !t.is_empty()) else {
+            break;
+        };
+        let next = format!("{base}limit={limit}&continue={token}");
+        let (code, body) = request(&c, server, "GET", &next, None).await;
+        if code == 410 {
+            return None; // the snapshot left the window between pages: the client lists again
+        }
+        assert_eq!(
+            code,
+            200,
+            "seed {seed}: {next}: {}",
+            String::from_utf8_lossy(&body)
+        );
+        page = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            rv_of(&page),
+            rev,
+            "seed {seed}: every page is at the first page's revision"
+        );
+    }
+    let want: Vec<(String, u64)> = model
+        .state_at(rev)
+        .into_iter()
+        .filter(|(k, o)| sel.in_key(k) && sel.selects(Some(o.1)))
+        .map(|(k, o)| (k, o.0))
+        .collect();
+    assert_eq!(got, want, "seed {seed}: LIST {first} at {rev}");
+    Some(rev)
+}
+
+async fn open_watch(server: &Server, rng: &mut Rng, model: &Model, lists: &[u64]) -> OpenWatch {
+    let sel = Sel::random(rng);
+    let base = format!("{}watch=1", sel.path());
+    let bookmarks = if rng.below(2) == 0 {
+        "&allowWatchBookmarks=true"
+    } else {
+        ""
+    };
+    let current = server.store().revision().get();
+    let (path, initial, after) = match rng.below(3) {
+        // A consistent read first: the state at the store's revision, then what follows.
+        0 => {
+            let initial = model
+                .state_at(current)
+                .into_iter()
+                .filter(|(k, o)| sel.in_key(k) && sel.selects(Some(o.1)))
+                .map(|(k, o)| ("ADDED".to_owned(), k, o.0))
+                .collect();
+            (format!("{base}{bookmarks}"), initial, current)
+        }
+        // Resuming from a LIST's revision, as informers do.
+        1 if !lists.is_empty() => {
+            let from = lists[rng.below(lists.len() as u64) as usize];
+            (
+                format!("{base}{bookmarks}&resourceVersion={from}"),
+                Vec::new(),
+                from,
+            )
+        }
+        // From any revision the store has had.
+        _ => {
+            let from = 1 + rng.below(current);
+            (
+                format!("{base}{bookmarks}&resourceVersion={from}"),
+                Vec::new(),
+                from,
+            )
+        }
+    };
+    let (code, frames) = Frames::open_any(server, &path).await;
+    assert_eq!(code, 200, "{path}: a watch always answers 200");
+    OpenWatch {
+        frames,
+        what: path,
+        initial,
+        after,
+        sel,
+    }
+}
+
+/// Injects a fault; returns the revision compacted to, if it compacted.
+async fn fault(server: &Server, rng: &mut Rng) -> Option<u64> {
+    let store = server.store();
+    match rng.below(3) {
+        0 => {
+            // Watch streams break and stay refused for a moment; the reflector re-watches
+            // from where it was, losing nothing.
+            store.pause_watches(true);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            store.pause_watches(false);
+            None
+        }
+        1 => {
+            store.set_available(false);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            store.set_available(true);
+            None
+        }
+        _ => {
+            // History is gone: the cache relists and its watchers end with 410.
+            let to = store.revision();
+            store.compact(to);
+            Some(to.get())
+        }
+    }
+}
+
+/// Reads what a watch delivered and checks it against the model.
+async fn check_watch(mut w: OpenWatch, model: &Model, start: u64, compactions: &[u64], seed: u64) {
+    let live = model.changes.iter().filter(|c| c.rev > w.after).filter_map(|c| {
+        let kind = w.sel.delivery(c)?;
+        Some((kind.to_owned(), format!("{}/{}", c.ns, c.name), c.rev))
+    });
+    let mut want = w.initial.clone();
+    want.extend(live);
+    let changes_since = model.changes.iter().filter(|c| c.rev > w.after).count();
+    let mut got = Vec::new();
+    let mut ended_410 = None;
+    while got.len() < want.len() {
+        let frame = match w.frames.next_within(Duration::from_secs(5)).await {
+            Ok(Some(f)) => f,
+            Ok(None) => break,
+            Err(()) => break,
+        };
+        match frame["type"].as_str().unwrap() {
+            "BOOKMARK" => continue,
+            "ERROR" => {
+                assert_eq!(frame["object"]["code"], 410, "seed {seed}: {}: {frame}", w.what);
+                ended_410 = Some(frame["object"]["message"].to_string());
+                break;
+            }
+            kind => {
+                let o = &frame["object"];
+                let key = format!(
+                    "{}/{}",
+                    o["metadata"]["namespace"].as_str().unwrap(),
+                    o["metadata"]["name"].as_str().unwrap()
+                );
+                got.push((kind.to_owned(), key, rv_of(o)));
+            }
+        }
+    }
+    let ctx = format!("seed {seed}: {} after {}", w.what, w.after);
+    assert_eq!(
+        got[..],
+        want[..got.len()],
+        "{ctx}: a prefix of the model's history, in order"
+    );
+    if got.len() < want.len() {
+        let Some(why) = ended_410 else {
+            panic!(
+                "{ctx}: ended after {} of {} events without a 410",
+                got.len(),
+                want.len()
+            );
+        };
+        // "too old resource version: R (O)": O is the oldest revision a new watch can start
+        // after. A relist sets it (after a compaction, even one the cache learned of late,
+        // having fallen behind during a fault); a lap moves it past R.
+        let oldest: u64 = why
+            .rsplit_once('(')
+            .and_then(|(_, o)| o.trim_end_matches(")\"").parse().ok())
+            .unwrap_or_else(|| panic!("{ctx}: a 410 that says where history starts: {why}"));
+        let relisted = compactions.iter().any(|&c| c <= oldest);
+        assert!(
+            w.after < start || relisted || changes_since > HISTORY,
+            "{ctx}: a 410 ({why}) with nothing to cause it ({changes_since} changes since its start)"
+        );
+    }
+}
+
+async fn schedule(seed: u64) {
+    let mut cfg = config(0);
+    cfg.history = HISTORY;
+    // Only the model's changes take history slots: no periodic bookmarks.
+    cfg.bookmark_interval = Duration::from_secs(3600);
+    let server = watchcache_tests::start(cfg).await;
+    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut model = Model::default();
+    model
+        .states
+        .push((server.store().revision().get(), BTreeMap::new()));
+    let mut watches = Vec::new();
+    let mut lists = Vec::new();
+    // The cache's history starts at its first list: a watch from before it is too old.
+    let start = server.store().revision().get();
+    let mut compactions = Vec::new();
+    for _ in 0..(20 + rng.below(40)) {
+        match rng.below(20) {
+            0..=10 => write(&server, &mut rng, &mut model).await,
+            11..=13 => lists.extend(list(&server, &mut rng, &model, seed).await),
+            14..=17 => {
+                let w = open_watch(&server, &mut rng, &model, &lists).await;
+                watches.push(w);
+            }
+            _ => {
+                compactions.extend(fault(&server, &mut rng).await);
+            }
+        }
+    }
+    // The cache catches up (a consistent read), then every watch is read to its end.
+    list(&server, &mut rng, &model, seed).await;
+    for w in watches {
+        check_watch(w, &model, start, &compactions, seed).await;
+    }
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_facade_answers_as_the_reference_model_over_random_schedules() {
+    if let Some(seed) = std::env::var("WATCHCACHE_MODEL_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        return schedule(seed).await;
+    }
+    let n: u64 = std::env::var("WATCHCACHE_MODEL_SCHEDULES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200);
+    let start = std::time::Instant::now();
+    for seed in 0..n {
+        schedule(seed).await;
+    }
+    eprintln!("{n} schedules in {:.1} s", start.elapsed().as_secs_f64());
+}
