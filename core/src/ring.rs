@@ -567,6 +567,10 @@ impl<T: Send + Sync + 'static> RingWriter<T> {
                 unsafe { guard.defer_destroy(old) };
             }
         }
+        // Trimming is how history's memory is given back (by age or by bytes): hand the
+        // released entries to the collector now rather than when this thread's bag of
+        // deferred drops fills (64 entries, which may be large), and collect what is due.
+        guard.flush();
         floor
     }
 }
