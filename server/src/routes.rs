@@ -3,6 +3,7 @@
 //! ([`reads`](crate::reads)) or the write path ([`writes`](crate::writes)). A middleware
 //! times every request.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -59,13 +60,10 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
-        .route("/api/v1/{resource}", any(collection))
-        .route("/api/v1/{resource}/{name}", any(cluster_object))
-        .route("/api/v1/namespaces/{ns}/{resource}", any(namespaced_collection))
-        .route(
-            "/api/v1/namespaces/{ns}/{resource}/{name}",
-            any(namespaced_object),
-        )
+        .route("/api/v1/{resource}", any(resource_request))
+        .route("/api/v1/{resource}/{name}", any(resource_request))
+        .route("/api/v1/namespaces/{ns}/{resource}", any(resource_request))
+        .route("/api/v1/namespaces/{ns}/{resource}/{name}", any(resource_request))
         .fallback(|| async { status_response(&Status::not_found("", "")) })
         .method_not_allowed_fallback(|method: Method| async move {
             status_response(&Status::method_not_allowed(format!(
@@ -171,70 +169,26 @@ async fn timing(State(state): AppStateRef, request: Request, next: Next) -> Resp
     response
 }
 
-async fn collection(
-    State(state): AppStateRef,
-    ConnectInfo(conn): ConnectInfo<Connection>,
-    method: Method,
-    Path(resource): Path<String>,
-    RawQuery(query): RawQuery,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    resource_request(state, &conn, method, &resource, None, None, query, body).await
-}
-
-async fn cluster_object(
-    State(state): AppStateRef,
-    ConnectInfo(conn): ConnectInfo<Connection>,
-    method: Method,
-    Path((resource, name)): Path<(String, String)>,
-    RawQuery(query): RawQuery,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    resource_request(state, &conn, method, &resource, None, Some(name), query, body).await
-}
-
-async fn namespaced_collection(
-    State(state): AppStateRef,
-    ConnectInfo(conn): ConnectInfo<Connection>,
-    method: Method,
-    Path((ns, resource)): Path<(String, String)>,
-    RawQuery(query): RawQuery,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    resource_request(state, &conn, method, &resource, Some(ns), None, query, body).await
-}
-
-async fn namespaced_object(
-    State(state): AppStateRef,
-    ConnectInfo(conn): ConnectInfo<Connection>,
-    method: Method,
-    Path((ns, resource, name)): Path<(String, String, String)>,
-    RawQuery(query): RawQuery,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    resource_request(state, &conn, method, &resource, Some(ns), Some(name), query, body).await
-}
-
-/// Serves a request on a resource path: reads from the caches, writes to the source.
-#[allow(clippy::too_many_arguments)] // the parts of one request, as the router hands them over
+/// Serves a request on a resource path (any of the four shapes the router gives it: the
+/// resource, perhaps a namespace, perhaps a name): reads from the caches, writes to the source.
 async fn resource_request(
-    state: Arc<AppState>,
-    conn: &Connection,
+    State(state): AppStateRef,
+    ConnectInfo(conn): ConnectInfo<Connection>,
     method: Method,
-    resource: &str,
-    ns: Option<String>,
-    name: Option<String>,
-    query: Option<String>,
+    Path(mut parts): Path<HashMap<String, String>>,
+    RawQuery(query): RawQuery,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    let resource = parts.remove("resource").unwrap_or_default();
+    let (ns, name) = (parts.remove("ns"), parts.remove("name"));
     let body = match body {
         Ok(body) => body,
         Err(rejection) => return status_response(&body_status(&rejection)),
     };
-    let result = match Target::resolve(&state, resource, ns, name) {
+    let result = match Target::resolve(&state, &resource, ns, name) {
         Ok(t) => match (method, t.name.as_deref()) {
             (Method::GET, name) => match (Params::parse(query.as_deref()), name) {
-                (Ok(p), None) if p.watch => reads::watch(&state, conn, &t, &p).await,
+                (Ok(p), None) if p.watch => reads::watch(&state, &conn, &t, &p).await,
                 (Ok(p), None) => reads::list(&state, &t, &p).await,
                 (Ok(p), Some(name)) => reads::get(&t, name, &p).await,
                 (Err(s), _) => Err(s),
