@@ -4,7 +4,8 @@
 //! channel per watcher with deep copies, a channel per watcher with shared bytes, and
 //! `tokio::sync::broadcast`), [`list`] (streaming against buffered and a materialised
 //! `Value` list, with a memcpy reference), [`idle`] (a parked cursor against a task and a
-//! channel per watcher) and [`http`] (the whole server over loopback). The criterion benches
+//! channel per watcher), [`http`] (the whole server over loopback) and [`soak`] (the server
+//! for minutes under reconnecting, stalled and listing clients). The criterion benches
 //! in `benches/` and the scenario runner (`src/main.rs`) both drive them.
 
 pub mod alloc;
@@ -14,3 +15,4 @@ pub mod idle;
 pub mod list;
 pub mod objects;
 pub mod report;
+pub mod soak;

@@ -17,7 +17,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Map, Value, json};
 use watchcache_bench::alloc::{self, Counting};
 use watchcache_bench::report::{self, Column, human, human_bytes, quantile, round3};
-use watchcache_bench::{fanout, http, idle, list};
+use watchcache_bench::{fanout, http, idle, list, soak};
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -42,6 +42,9 @@ enum Scenario {
     Watchers(WatchersArgs),
     /// End to end through `watchcache serve` over loopback.
     Http(HttpArgs),
+    /// `watchcache serve` for minutes: reconnecting, stalled and listing clients; RSS, fds,
+    /// open watches and errors over time.
+    Soak(SoakArgs),
     /// Runs one design in this process and prints its figures (used by the runner).
     #[command(name = "__child", hide = true)]
     Child { spec: String },
@@ -149,6 +152,7 @@ fn main() {
         Scenario::List(a) => run_list(a),
         Scenario::Watchers(a) => run_watchers(a),
         Scenario::Http(a) => run_http(a),
+        Scenario::Soak(a) => run_soak(a),
     };
     if let Err(e) = result {
         eprintln!("watchcache-bench: {e}");
@@ -546,6 +550,108 @@ fn run_watchers(a: WatchersArgs) -> Result<(), String> {
 }
 
 /// The `watchcache` binary: `--binary`, else next to this one (built first if missing).
+#[derive(Args)]
+struct SoakArgs {
+    /// Watch clients, the stalled ones included.
+    #[arg(long, default_value_t = 2000)]
+    watchers: usize,
+    /// Of the watchers, how many send a watch and never read.
+    #[arg(long, default_value_t = 100)]
+    stalled: usize,
+    /// Pod updates per second.
+    #[arg(long, default_value_t = 20.0)]
+    churn: f64,
+    /// Pods seeded before the run.
+    #[arg(long, default_value_t = 1000)]
+    seed_pods: usize,
+    /// How long to run.
+    #[arg(long, default_value_t = 30.0)]
+    minutes: f64,
+    /// Seconds between samples.
+    #[arg(long, default_value_t = 30.0)]
+    sample_every: f64,
+    /// The `watchcache` binary [default: next to this one, built if missing].
+    #[arg(long)]
+    binary: Option<PathBuf>,
+    /// Print one JSON object on stdout (the table goes to stderr).
+    #[arg(long)]
+    json: bool,
+}
+
+fn run_soak(a: SoakArgs) -> Result<(), String> {
+    if a.watchers == 0 || a.stalled > a.watchers || !(0.0 < a.minutes && a.minutes <= 24.0 * 60.0) {
+        return Err("--watchers must be positive and at least --stalled, --minutes up to a day".into());
+    }
+    if !(a.churn.is_finite() && a.churn >= 0.0 && a.sample_every >= 1.0) {
+        return Err("--churn must be a rate, --sample-every at least 1 s".into());
+    }
+    let binary = server_binary(a.binary)?;
+    let p = soak::Params {
+        watchers: a.watchers,
+        stalled: a.stalled,
+        churn: a.churn,
+        seed_pods: a.seed_pods,
+        minutes: a.minutes,
+        sample_every: a.sample_every,
+    };
+    let bar = ProgressBar::new((a.minutes * 60.0).ceil() as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{prefix:>32} [{elapsed_precise}] {wide_bar} {pos}/{len} s")
+            .expect("a valid template"),
+    );
+    bar.set_prefix(format!("soak W={} stalled={}", a.watchers, a.stalled));
+    let b = bar.clone();
+    let out = soak::run(&binary, &p, &move |s| b.set_position(s))?;
+    bar.finish_and_clear();
+    let c = &out.counts;
+    let load = |x: &std::sync::atomic::AtomicU64| x.load(std::sync::atomic::Ordering::Relaxed);
+    let rows: Vec<Value> = out
+        .samples
+        .iter()
+        .map(|s| json!({"at_secs": round3(s.at_secs), "rss_bytes": s.rss, "open_fds": s.fds, "open_watches": s.open_watches}))
+        .collect();
+    // Warm-up: the first quarter of the run. Growth compares the end with the sample there.
+    let warm = out.samples.get(out.samples.len() / 4);
+    let last = out.samples.last();
+    let mut ratios = Map::new();
+    if let (Some(w), Some(l)) = (warm, last) {
+        let growth = (l.rss as f64 - w.rss as f64) / w.rss.max(1) as f64;
+        ratios.insert("rss_growth_after_warmup".into(), json!(round3(growth)));
+        let fds: Vec<u64> = out.samples[out.samples.len() / 4..]
+            .iter()
+            .map(|s| s.fds)
+            .collect();
+        ratios.insert("fds_min_after_warmup".into(), json!(fds.iter().min()));
+        ratios.insert("fds_max_after_warmup".into(), json!(fds.iter().max()));
+    }
+    for (k, v) in [
+        ("events", &c.events),
+        ("clean_ends", &c.clean_ends),
+        ("expired_410", &c.expired_410),
+        ("relists", &c.relists),
+        ("stalled_reopened", &c.stalled_reopened),
+        ("list_pages", &c.list_pages),
+        ("list_continue_410", &c.list_continue_410),
+        ("errors", &c.errors),
+    ] {
+        ratios.insert(k.into(), json!(load(v)));
+    }
+    finish(
+        "soak",
+        json!({"watchers": a.watchers, "stalled": a.stalled, "churn": a.churn, "seed_pods": a.seed_pods, "minutes": a.minutes}),
+        rows,
+        ratios,
+        &[
+            ("t (s)", "at_secs", human),
+            ("server RSS", "rss_bytes", human_bytes),
+            ("open fds", "open_fds", human),
+            ("open watches", "open_watches", human),
+        ],
+        a.json,
+    );
+    Ok(())
+}
+
 fn server_binary(given: Option<PathBuf>) -> Result<PathBuf, String> {
     if let Some(b) = given {
         return Ok(b);
