@@ -21,6 +21,12 @@ use tokio::time::Instant;
 use crate::config::CacheConfig;
 use crate::ring::Seq;
 
+/// What one snapshot costs beyond the versions it keeps alive: the nodes its change copied on
+/// the path from the root of the persistent vector (a few 64-slot nodes), rounded up. Counted
+/// so that a high rate of small changes cannot keep an unbounded number of snapshots for
+/// their retention period.
+const SNAPSHOT_STEP_BYTES: usize = 2048;
+
 /// One published event's record.
 #[derive(Copy, Clone, Debug)]
 struct Step {
@@ -83,17 +89,23 @@ impl Retention {
         self.snapshot_bytes.max(self.ring_bytes)
     }
 
-    /// Records an event published at `seq`, which superseded a version of `bytes` bytes.
+    /// Records an event published at `seq`, which superseded a version of `bytes` bytes. Its
+    /// step costs those bytes plus its snapshot's own ([`SNAPSHOT_STEP_BYTES`]), in the ring's
+    /// window as in the snapshots': the ring's entries each come with a snapshot.
     pub(crate) fn published(&mut self, at: Instant, seq: Seq, bytes: usize) {
-        let step = Step { at, seq, bytes };
+        let step = Step {
+            at,
+            seq,
+            bytes: bytes + SNAPSHOT_STEP_BYTES,
+        };
         self.ring.push_back(step);
-        self.ring_bytes += bytes;
+        self.ring_bytes += step.bytes;
         if self.ring.len() > self.capacity {
             // The ring overwrote its oldest entry.
             self.pop_ring();
         }
         self.snapshots.push_back(step);
-        self.snapshot_bytes += bytes;
+        self.snapshot_bytes += step.bytes;
     }
 
     fn pop_ring(&mut self) -> Option<Step> {
@@ -120,7 +132,7 @@ impl Retention {
             // The oldest snapshot is needed while the ring still holds the event after it.
             let beyond_ring = self.snapshots.len() > self.ring.len();
             let over_bytes = self.snapshot_bytes > self.history_bytes;
-            let expired = kept_after.is_some_and(|t| front.at < t);
+            let expired = kept_after.is_some_and(|t| front.at <= t);
             if !(beyond_ring && (over_bytes || expired)) {
                 break;
             }
@@ -139,6 +151,8 @@ impl Retention {
 mod tests {
     use super::*;
 
+    const STEP: usize = SNAPSHOT_STEP_BYTES;
+
     fn retention(capacity: usize, min: usize, fresh: u64, kept: u64, bytes: usize) -> Retention {
         let mut c = CacheConfig::new("pods", "pods/");
         c.capacity = capacity;
@@ -152,16 +166,16 @@ mod tests {
     #[test]
     fn bytes_bound_the_ring_and_the_snapshots_whatever_their_age() {
         let t0 = Instant::now();
-        let mut r = retention(64, 4, 3600, 3600, 1000);
+        let mut r = retention(64, 4, 3600, 3600, 3 * (300 + STEP) + 100);
         for i in 0..10 {
             r.published(t0, Seq::new(i), 300);
         }
         let release = r.release(t0);
-        // 3 steps of 300 fit in 1000: the ring keeps the last 3 (entries 7, 8, 9).
+        // 3 steps fit: the ring keeps the last 3 (entries 7, 8, 9), the snapshots one per
+        // held entry plus the base, so 3 records.
         assert_eq!(release.ring_below, Some(Seq::new(7)));
-        // Snapshots: one per held entry plus the base, so 3 records.
         assert_eq!(release.snapshots, 7);
-        assert_eq!(r.bytes(), 900);
+        assert_eq!(r.bytes(), 3 * (300 + STEP));
     }
 
     #[test]
@@ -173,7 +187,7 @@ mod tests {
         }
         // The ring holds 4 (it overwrote 6); all 10 snapshots are younger than 75 s.
         assert_eq!(r.release(t0 + Duration::from_secs(10)), Release::default());
-        assert_eq!(r.bytes(), 100);
+        assert_eq!(r.bytes(), 10 * (10 + STEP));
         // Past the retention, those beyond the ring's window go.
         let release = r.release(t0 + Duration::from_secs(80));
         assert_eq!(
@@ -183,7 +197,7 @@ mod tests {
                 snapshots: 6
             }
         );
-        assert_eq!(r.bytes(), 40);
+        assert_eq!(r.bytes(), 4 * (10 + STEP));
     }
 
     #[test]
@@ -202,5 +216,17 @@ mod tests {
                 snapshots: 3
             }
         );
+    }
+
+    #[test]
+    fn many_small_changes_cannot_keep_snapshots_without_bound() {
+        let t0 = Instant::now();
+        let mut r = retention(4, 1, 3600, 3600, 100 * STEP);
+        for i in 0..1000 {
+            r.published(t0, Seq::new(i), 0);
+        }
+        // Each snapshot costs its copied path: 100 of them fit, not 1,000.
+        assert_eq!(r.release(t0).snapshots, 900);
+        assert!(r.bytes() <= 100 * STEP);
     }
 }
