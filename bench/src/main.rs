@@ -615,8 +615,13 @@ fn run_soak(a: SoakArgs) -> Result<(), String> {
     let last = out.samples.last();
     let mut ratios = Map::new();
     if let (Some(w), Some(l)) = (warm, last) {
-        let growth = (l.rss as f64 - w.rss as f64) / w.rss.max(1) as f64;
-        ratios.insert("rss_growth_after_warmup".into(), json!(round3(growth)));
+        let growth = |from: &soak::Sample| (l.rss as f64 - from.rss as f64) / from.rss.max(1) as f64;
+        ratios.insert("rss_growth_after_warmup".into(), json!(round3(growth(w))));
+        // History windows fill for as long as the store's revision retention takes at the
+        // churn rate (4 × history revisions); over the second half the run is past that.
+        if let Some(h) = out.samples.get(out.samples.len() / 2) {
+            ratios.insert("rss_growth_second_half".into(), json!(round3(growth(h))));
+        }
         let fds: Vec<u64> = out.samples[out.samples.len() / 4..]
             .iter()
             .map(|s| s.fds)

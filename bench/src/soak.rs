@@ -219,7 +219,10 @@ async fn reader(addr: SocketAddr, seed: u64, stop: Arc<AtomicBool>, counts: Arc<
 /// stalls again on a new one. The server is meant to have dropped each of these connections
 /// (its watch's deadline, 30 s, plus the grace period, 5 s) long before: if it does not, the
 /// server's open fds and watches climb.
-async fn stalled(addr: SocketAddr, stop: Arc<AtomicBool>, counts: Arc<Counts>) {
+async fn stalled(addr: SocketAddr, offset: Duration, stop: Arc<AtomicBool>, counts: Arc<Counts>) {
+    // Staggered, so that the stalled connections are not all between cycles at once (a sample
+    // would then never see them).
+    tokio::time::sleep(offset).await;
     while !stop.load(Ordering::Relaxed) {
         let Ok(socket) = tokio::net::TcpSocket::new_v4() else {
             return;
@@ -336,7 +339,8 @@ pub fn run(binary: &Path, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Result
         for i in 0..p.watchers {
             let (stop, counts) = (stop.clone(), counts.clone());
             tasks.push(if i < p.stalled {
-                tokio::spawn(stalled(addr, stop, counts))
+                let offset = Duration::from_secs_f64(60.0 * i as f64 / p.stalled as f64);
+                tokio::spawn(stalled(addr, offset, stop, counts))
             } else {
                 tokio::spawn(reader(addr, 0x9E37_79B9_7F4A_7C15 ^ i as u64, stop, counts))
             });
