@@ -64,7 +64,7 @@ pub struct Outcome {
 }
 
 /// Kills the server when dropped, whatever happens.
-struct ServerProcess(Child);
+pub(crate) struct ServerProcess(pub(crate) Child);
 
 impl Drop for ServerProcess {
     fn drop(&mut self) {
@@ -79,7 +79,8 @@ fn now_us() -> u64 {
         .map_or(0, |d| d.as_micros() as u64)
 }
 
-async fn get(addr: SocketAddr, path: &str) -> Result<(u16, Bytes), String> {
+/// One GET on a fresh connection: the status and the whole body.
+pub(crate) async fn get(addr: SocketAddr, path: &str) -> Result<(u16, Bytes), String> {
     let stream = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
     let (mut sender, conn) = http1::handshake(TokioIo::new(stream))
         .await

@@ -12,7 +12,7 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -26,6 +26,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::alloc::rss_bytes;
+use crate::http::{ServerProcess, get};
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -69,31 +70,6 @@ pub struct Counts {
 pub struct Outcome {
     pub samples: Vec<Sample>,
     pub counts: Arc<Counts>,
-}
-
-struct ServerProcess(Child);
-
-impl Drop for ServerProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-async fn get(addr: SocketAddr, path: &str) -> Result<(u16, Bytes), String> {
-    let stream = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
-    let (mut sender, conn) = http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| e.to_string())?;
-    tokio::spawn(conn);
-    let req = http::Request::get(path)
-        .header("host", addr.to_string())
-        .body(Empty::<Bytes>::new())
-        .map_err(|e| e.to_string())?;
-    let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
-    let code = resp.status().as_u16();
-    let body = resp.into_body().collect().await.map_err(|e| e.to_string())?;
-    Ok((code, body.to_bytes()))
 }
 
 /// The list's resourceVersion, by a LIST of one item.
