@@ -190,9 +190,13 @@ async fn watch(addr: SocketAddr, path: String, window: Arc<Window>) -> ClientRes
     }
 }
 
-/// Starts `binary serve`, connects `p.watchers` clients, watches for `p.seconds`, calling
-/// `progress(elapsed seconds)`.
-pub fn run(binary: &Path, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Result<Outcome, String> {
+/// Starts `binary serve` on a free loopback port with `args` and `env` added; the server is
+/// killed when the returned guard drops.
+pub(crate) fn start_server(
+    binary: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Result<(ServerProcess, SocketAddr), String> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map_err(|e| format!("no free loopback port: {e}"))?
@@ -200,16 +204,46 @@ pub fn run(binary: &Path, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Result
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
     let child = Command::new(binary)
         .args(["serve", "--addr", &addr.to_string()])
-        .args(["--seed-pods", &p.seed_pods.to_string()])
-        .args(["--churn", &p.churn.to_string()])
-        .args(["--max-watchers", &(p.watchers + 16).to_string()])
+        .args(args)
         .env("RUST_LOG", "warn")
-        .env("GLIBC_TUNABLES", &p.glibc_tunables)
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
-    let server = ServerProcess(child);
+    Ok((ServerProcess(child), addr))
+}
+
+/// Waits (up to 60 s) until the server at `addr` answers `/readyz`.
+pub(crate) async fn wait_ready(addr: SocketAddr, binary: &Path) -> Result<(), String> {
+    let ready_by = Instant::now() + Duration::from_secs(60);
+    while !matches!(get(addr, "/readyz").await, Ok((200, _))) {
+        if Instant::now() > ready_by {
+            return Err(format!(
+                "the server did not become ready in 60 s (run {} serve by hand to see why)",
+                binary.display()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+/// Starts `binary serve`, connects `p.watchers` clients, watches for `p.seconds`, calling
+/// `progress(elapsed seconds)`.
+pub fn run(binary: &Path, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Result<Outcome, String> {
+    let (server, addr) = start_server(
+        binary,
+        &[
+            "--seed-pods",
+            &p.seed_pods.to_string(),
+            "--churn",
+            &p.churn.to_string(),
+            "--max-watchers",
+            &(p.watchers + 16).to_string(),
+        ],
+        &[("GLIBC_TUNABLES", p.glibc_tunables.as_str())],
+    )?;
     let pid = server.0.id();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -217,19 +251,7 @@ pub fn run(binary: &Path, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Result
         .build()
         .map_err(|e| e.to_string())?;
     rt.block_on(async {
-        let ready_by = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Ok((200, _)) = get(addr, "/readyz").await {
-                break;
-            }
-            if Instant::now() > ready_by {
-                return Err(format!(
-                    "the server did not become ready in 60 s (run {} serve by hand to see why)",
-                    binary.display()
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_ready(addr, binary).await?;
         let (code, list) = get(addr, "/api/v1/pods?limit=1").await?;
         if code != 200 {
             return Err(format!("LIST answered {code}"));

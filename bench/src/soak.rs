@@ -12,7 +12,6 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -26,7 +25,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::alloc::rss_bytes;
-use crate::http::{ServerProcess, get};
+use crate::http::{get, start_server, wait_ready};
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -278,23 +277,20 @@ async fn open_watches(addr: SocketAddr) -> u64 {
 
 /// Starts `binary serve` and soaks it; `progress(elapsed seconds)` after each sample.
 pub fn run(binary: &Path, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Result<Outcome, String> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| format!("no free loopback port: {e}"))?
-        .port();
-    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    let child = Command::new(binary)
-        .args(["serve", "--addr", &addr.to_string()])
-        .args(["--seed-pods", &p.seed_pods.to_string()])
-        .args(["--churn", &p.churn.to_string()])
-        .args(["--max-watchers", &(p.watchers + 64).to_string()])
-        .args(["--shutdown-grace", "5"])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
-    let server = ServerProcess(child);
+    let (server, addr) = start_server(
+        binary,
+        &[
+            "--seed-pods",
+            &p.seed_pods.to_string(),
+            "--churn",
+            &p.churn.to_string(),
+            "--max-watchers",
+            &(p.watchers + 64).to_string(),
+            "--shutdown-grace",
+            "5",
+        ],
+        &[],
+    )?;
     let pid = server.0.id();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -302,13 +298,7 @@ pub fn run(binary: &Path, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Result
         .build()
         .map_err(|e| e.to_string())?;
     rt.block_on(async {
-        let ready_by = Instant::now() + Duration::from_secs(60);
-        while !matches!(get(addr, "/readyz").await, Ok((200, _))) {
-            if Instant::now() > ready_by {
-                return Err("the server did not become ready in 60 s".to_owned());
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_ready(addr, binary).await?;
         let stop = Arc::new(AtomicBool::new(false));
         let counts = Arc::new(Counts::default());
         let mut tasks = Vec::new();
