@@ -14,6 +14,8 @@ variants=(
   "weaken-no-recheck|hub|deadlock"
   "weaken-trim-relaxed|ring|entry 1 (revision 20) is the first after 15"
   "weaken-len-two-loads|ring|over capacity 2"
+  "weaken-no-link-recheck|hub|deadlock"
+  "weaken-bookmark-progress-late|hub|overtook event 1"
   "weaken-announce-early|snapshot|announced 2 but loaded a state at 1"
 )
 status=0

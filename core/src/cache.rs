@@ -210,7 +210,13 @@ impl<S: Source> Cache<S> {
 
     /// How many events the history window holds now (at most the capacity).
     pub fn history_len(&self) -> usize {
-        self.inner.store.load().map_or(0, |v| v.hub.ring().len())
+        self.inner.store.load().map_or(0, |v| v.hub.history_len())
+    }
+
+    /// How many times the current generation's writer has woken a watcher (for events,
+    /// bookmarks and the close); progress notifications and consistent reads wake no one.
+    pub fn watch_wakeups(&self) -> u64 {
+        self.inner.store.load().map_or(0, |v| v.hub.wakeups())
     }
 
     /// The number of objects in the current state.
@@ -231,10 +237,7 @@ impl<S: Source> Cache<S> {
     /// The oldest revision a watch can start after: the history window's floor (snapshots may
     /// be kept longer, for paging).
     pub fn oldest_watch_revision(&self) -> Revision {
-        self.inner
-            .store
-            .load()
-            .map_or(Revision::ZERO, |v| v.hub.ring().floor())
+        self.inner.store.load().map_or(Revision::ZERO, |v| v.hub.floor())
     }
 
     pub(crate) fn source(&self) -> &S {

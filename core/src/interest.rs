@@ -1,33 +1,60 @@
-//! The interest index: parked watchers, filed by what they can possibly match, so that an
-//! event wakes only the watchers that may care.
+//! The interest registry: which watchers an event can concern, found by key, and the chains
+//! that let an awake selective watcher go from one of its events to the next without reading
+//! anyone else's.
 //!
 //! This is the apiserver's watcher indexing (`cacher.go` keeps `valueWatchers` per index
-//! value, e.g. pods by `spec.nodeName`) adapted to parked cursors. A watcher is filed under
-//! exactly one [`Interest`]: the value its field selector requires for the hub's trigger
-//! field, else the namespace it is restricted to, else "all". For an event the writer drains
-//! the buckets of the object's namespace, of the trigger values of its new and previous
-//! versions, and "all"; a bookmark drains everything.
+//! value, e.g. pods by `spec.nodeName`) adapted to cursors into one shared ring. Every watcher
+//! is registered, for its whole life, under exactly one [`Interest`]: the object name its
+//! field selector requires, else the value it requires for the hub's trigger field, else the
+//! namespace it is restricted to, else "all". Every object the watcher's filter can select
+//! (in its new or its previous version) is in that interest's [`Bucket`].
 //!
-//! Draining stamps each parked watcher's wake cell with the sequence number of the event
-//! that woke it. A watcher that had verified, after parking, that nothing was pending knows
-//! that every event between its cursor and that stamp passed through this index without
-//! touching its bucket, so it resumes at the stamp: an idle watcher is not lapped by traffic
-//! it would have filtered out anyway.
+//! **Chains.** Each ring entry carries one link per role it can play for a bucket: its
+//! namespace, its trigger value, its previous version's trigger value (when that differs) and
+//! its name ([`Role`]). The writer keeps, per registered bucket, the last entry it published
+//! into that bucket, and when it publishes the next one it stores the new sequence number in
+//! the old entry's link (Release). A watcher that has read an entry of its bucket follows the
+//! link (Acquire) to its next event; until the writer stores it, the link reads "pending".
+//! Only entries published while the bucket was registered are chained: the bucket records
+//! the first sequence number it chains ([`Bucket::chained_from`]), and a watcher trusts links
+//! from there on, scanning the ring below it.
+//!
+//! **Parking.** A watcher with nothing to read stores its waker in its own [`WakeCell`] and files
+//! the cell in its bucket (one of a few shards, so that no lock is shared by every watcher of
+//! a busy bucket). Draining a bucket stamps each filed cell with the sequence number of the
+//! event that drained it; a watcher that had verified, after filing, that nothing was pending
+//! knows that every event between its position and that stamp passed without touching its
+//! bucket, so it resumes at the stamp: an idle watcher is never lapped by traffic it would
+//! have filtered out anyway.
 
 use std::collections::HashMap;
 use std::task::Waker;
 
-use crate::loom::sync::Arc;
-use crate::loom::sync::atomic::{AtomicU64, Ordering};
+use crate::event::Event;
+use crate::loom::lock;
+use crate::loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use crate::loom::sync::{Arc, Mutex};
 use crate::ring::Seq;
 
 /// The wake cell value of a watcher that has not been woken since it parked. A wake cell
 /// otherwise holds a [`Seq`], raw.
 pub(crate) const NOT_WOKEN: u64 = u64::MAX;
 
-/// Where a watcher is filed while parked.
+/// A link the writer has not stored yet: the bucket has no later event (so far).
+const PENDING: u64 = u64::MAX;
+
+/// Shards of the "all" bucket and of namespace buckets, which many watchers may share.
+const WIDE_SHARDS: usize = if cfg!(watchcache_loom) { 2 } else { 8 };
+
+/// How many groups the watchers that asked for bookmarks are spread over: each
+/// [`Registry::bookmark_phase`] call (one per interval / `BOOKMARK_PHASES`) reaches one group.
+pub const BOOKMARK_PHASES: usize = if cfg!(watchcache_loom) { 2 } else { 16 };
+
+/// Where a watcher is registered.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Interest {
+    /// Only objects with this name (`metadata.name=`).
+    Name(Box<str>),
     /// Only objects whose trigger field has this value (in the new or previous version).
     Trigger(Box<str>),
     /// Only objects in this namespace.
@@ -36,132 +63,384 @@ pub(crate) enum Interest {
     All,
 }
 
+/// The part an entry plays for a bucket; each has its own link in the entry.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// The bucket of the object's namespace.
+    Namespace = 0,
+    /// The bucket of the object's (new version's) trigger value.
+    Trigger = 1,
+    /// The bucket of the previous version's trigger value, when it differs from the new one.
+    TriggerPrev = 2,
+    /// The bucket of the object's name.
+    Name = 3,
+}
+
+const ROLES: usize = 4;
+
+impl Interest {
+    /// The role `event` plays for this interest's bucket, `None` when it is not in it (or the
+    /// interest is "all", which has no chain). Computed the same way as the writer's
+    /// [`Registry::publish`] does.
+    pub(crate) fn role_of(&self, event: &Event, trigger: Option<&str>) -> Option<Role> {
+        let object = event.object()?;
+        match self {
+            Interest::Name(n) => (object.key().name() == &**n).then_some(Role::Name),
+            Interest::Namespace(ns) => (object.key().namespace() == &**ns).then_some(Role::Namespace),
+            Interest::Trigger(v) => {
+                let t = trigger?;
+                if object.field(t).unwrap_or("") == &**v {
+                    Some(Role::Trigger)
+                } else if event.prev().is_some_and(|p| p.field(t).unwrap_or("") == &**v) {
+                    Some(Role::TriggerPrev)
+                } else {
+                    None
+                }
+            }
+            Interest::All => None,
+        }
+    }
+}
+
+/// What the hub's ring holds: an event and its links to the next event of each bucket it is in.
 #[derive(Debug)]
-struct Parked {
-    waker: Waker,
-    wake_at: Arc<AtomicU64>,
+pub(crate) struct HubEntry {
+    pub(crate) event: Event,
+    links: [AtomicU64; ROLES],
 }
 
-type Bucket = HashMap<u64, Parked>;
+impl HubEntry {
+    pub(crate) fn new(event: Event) -> Self {
+        HubEntry {
+            event,
+            links: std::array::from_fn(|_| AtomicU64::new(PENDING)),
+        }
+    }
 
-/// Parked watchers by interest. Lives behind the hub's mutex.
-#[derive(Debug, Default)]
-pub(crate) struct Index {
-    by_trigger: HashMap<Box<str>, Bucket>,
-    by_namespace: HashMap<Box<str>, Bucket>,
-    all: Bucket,
-    parked: usize,
+    /// The sequence number of the next event of the bucket this entry is in as `role`, once
+    /// the writer has published it.
+    pub(crate) fn next_in(&self, role: Role) -> Option<Seq> {
+        // Acquire pairs with the Release store in `link`: the entry at the returned sequence
+        // number was published (the ring's slot and tail stores) before the link was stored.
+        match self.links[role as usize].load(Ordering::Acquire) {
+            PENDING => None,
+            seq => Some(Seq::new(seq)),
+        }
+    }
+
+    fn link(&self, role: Role, next: Seq) {
+        // Release pairs with the Acquire load in `next_in`.
+        self.links[role as usize].store(next.get(), Ordering::Release);
+    }
 }
 
-impl Index {
-    fn bucket(&mut self, interest: &Interest) -> Option<&mut Bucket> {
+/// What a watcher shares with the writer: its wake cell, its bookmark flag and its waker.
+#[derive(Debug)]
+pub(crate) struct WakeCell {
+    /// `NOT_WOKEN`, or the sequence number of the event whose drain woke the watcher.
+    wake_at: AtomicU64,
+    /// Set by a bookmark tick; cleared by the watcher when it sends the bookmark.
+    bookmark: AtomicBool,
+    /// The watcher was dropped: the bookmark schedule forgets it at its next tick.
+    gone: AtomicBool,
+    /// The waker of the watcher's last `Pending` poll. Locked by its watcher and by the writer
+    /// when it wakes this one watcher: never shared by all connections.
+    waker: Mutex<Option<Waker>>,
+}
+
+impl WakeCell {
+    pub(crate) fn new() -> Self {
+        WakeCell {
+            wake_at: AtomicU64::new(NOT_WOKEN),
+            bookmark: AtomicBool::new(false),
+            gone: AtomicBool::new(false),
+            waker: Mutex::new(None),
+        }
+    }
+
+    /// Stores `waker` for the writer to wake (no clone when it would wake the same task).
+    pub(crate) fn set_waker(&self, waker: &Waker) {
+        let mut slot = lock(&self.waker);
+        match &mut *slot {
+            Some(w) if w.will_wake(waker) => {}
+            slot => *slot = Some(waker.clone()),
+        }
+    }
+
+    fn wake(&self) {
+        if let Some(w) = &*lock(&self.waker) {
+            w.wake_by_ref();
+        }
+    }
+
+    /// The stamp of the drain that woke the watcher, if one did since it parked; clears it.
+    pub(crate) fn take_wake(&self) -> Option<Seq> {
+        // Acquire pairs with the Release store in `Bucket::drain`.
+        let at = self.wake_at.load(Ordering::Acquire);
+        if at == NOT_WOKEN {
+            return None;
+        }
+        // The writer unfiled us when it stamped the cell, so nobody else writes it now; the
+        // next stamp can only follow a new `file`, ordered by the shard's lock.
+        self.wake_at.store(NOT_WOKEN, Ordering::Relaxed);
+        Some(Seq::new(at))
+    }
+
+    /// Whether a bookmark tick is waiting for this watcher.
+    pub(crate) fn bookmark_due(&self) -> bool {
+        // Acquire pairs with the Release store in `Registry::bookmark_phase`.
+        self.bookmark.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn bookmark_sent(&self) {
+        self.bookmark.store(false, Ordering::Relaxed);
+    }
+
+    pub(crate) fn set_gone(&self) {
+        self.gone.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Parked watchers by id.
+type Shard = Mutex<HashMap<u64, Arc<WakeCell>>>;
+
+/// The watchers registered under one interest: the parked ones, filed by shard.
+#[derive(Debug)]
+pub(crate) struct Bucket {
+    shards: Box<[Shard]>,
+    /// Entries from this sequence number on are chained for this bucket.
+    chained_from: Seq,
+}
+
+impl Bucket {
+    fn new(shards: usize, chained_from: Seq) -> Self {
+        Bucket {
+            shards: (0..shards).map(|_| Mutex::new(HashMap::new())).collect(),
+            chained_from,
+        }
+    }
+
+    /// The first sequence number whose links are kept for this bucket.
+    pub(crate) fn chained_from(&self) -> Seq {
+        self.chained_from
+    }
+
+    fn shard(&self, id: u64) -> &Shard {
+        &self.shards[(id % self.shards.len() as u64) as usize]
+    }
+
+    /// Files watcher `id` (its waker is already in `cell`). No allocation once the shard has
+    /// held as many parked watchers before: a drain keeps the map's capacity.
+    pub(crate) fn file(&self, id: u64, cell: &Arc<WakeCell>) {
+        lock(self.shard(id)).insert(id, Arc::clone(cell));
+    }
+
+    /// Unfiles watcher `id` if it is still filed and clears any stamp the writer set meanwhile
+    /// (the watcher reads on from its own position, which is never ahead of what it must read).
+    pub(crate) fn unfile(&self, id: u64, cell: &WakeCell) {
+        let mut shard = lock(self.shard(id));
+        shard.remove(&id);
+        // Under the shard's lock the writer can no longer stamp us; the Relaxed store is
+        // ordered before any later stamp by the lock taken in the next `file`.
+        cell.wake_at.store(NOT_WOKEN, Ordering::Relaxed);
+    }
+
+    fn parked(&self) -> usize {
+        self.shards.iter().map(|s| lock(s).len()).sum()
+    }
+
+    /// Unfiles every parked watcher, stamping each with `seq`; their cells go to `woken`.
+    fn drain(&self, seq: Seq, woken: &mut Vec<Arc<WakeCell>>) {
+        for shard in self.shards.iter() {
+            let mut shard = lock(shard);
+            for (_, cell) in shard.drain() {
+                // Release pairs with the Acquire load in `WakeCell::take_wake`: the watcher that
+                // sees the stamp sees the event (stored before this, under the shard's lock).
+                cell.wake_at.store(seq.get(), Ordering::Release);
+                woken.push(cell);
+            }
+        }
+    }
+}
+
+/// A registered bucket, its watcher count and the writer's end of its chain.
+#[derive(Debug)]
+struct Registered {
+    bucket: Arc<Bucket>,
+    watchers: usize,
+    /// The last entry published into this bucket and the role it plays there.
+    last: Option<(Seq, Role)>,
+}
+
+/// Every registered bucket and the bookmark schedule. Behind the hub's mutex, which only
+/// watch starts and ends and the writer take: never a delivery or a park.
+#[derive(Debug)]
+pub(crate) struct Registry {
+    by_name: HashMap<Box<str>, Registered>,
+    by_trigger: HashMap<Box<str>, Registered>,
+    by_namespace: HashMap<Box<str>, Registered>,
+    all: Option<Registered>,
+    /// The cells of watchers that asked for bookmarks, in groups reached one per tick.
+    bookmarks: Vec<Vec<Arc<WakeCell>>>,
+    next_phase: usize,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry {
+            by_name: HashMap::new(),
+            by_trigger: HashMap::new(),
+            by_namespace: HashMap::new(),
+            all: None,
+            bookmarks: (0..BOOKMARK_PHASES).map(|_| Vec::new()).collect(),
+            next_phase: 0,
+        }
+    }
+}
+
+/// What the writer reads back from its ring to link an entry: the entry at a sequence number,
+/// if the ring still holds it.
+pub(crate) trait Entries {
+    fn with_entry(&self, seq: Seq, f: &mut dyn FnMut(&HubEntry));
+}
+
+impl Registry {
+    fn slot(&mut self, interest: &Interest) -> Option<&mut Registered> {
         match interest {
+            Interest::Name(n) => self.by_name.get_mut(n),
             Interest::Trigger(v) => self.by_trigger.get_mut(v),
             Interest::Namespace(ns) => self.by_namespace.get_mut(ns),
-            Interest::All => Some(&mut self.all),
+            Interest::All => self.all.as_mut(),
         }
     }
 
-    /// Files watcher `id`, or replaces its waker if it is already filed.
-    pub(crate) fn park(&mut self, id: u64, interest: &Interest, waker: &Waker, wake_at: &Arc<AtomicU64>) {
-        let bucket = match interest {
-            Interest::Trigger(v) => self.by_trigger.entry(v.clone()).or_default(),
-            Interest::Namespace(ns) => self.by_namespace.entry(ns.clone()).or_default(),
-            Interest::All => &mut self.all,
+    /// Registers a watcher under `interest` (creating its bucket, chained from `tail`, the
+    /// next sequence number the writer will publish) and, if it asked for bookmarks, in the
+    /// bookmark group `id` falls in.
+    pub(crate) fn register(
+        &mut self,
+        interest: &Interest,
+        tail: Seq,
+        id: u64,
+        bookmarks: Option<&Arc<WakeCell>>,
+    ) -> Arc<Bucket> {
+        if let Some(cell) = bookmarks {
+            self.bookmarks[(id % BOOKMARK_PHASES as u64) as usize].push(Arc::clone(cell));
+        }
+        let new = |shards| Registered {
+            bucket: Arc::new(Bucket::new(shards, tail)),
+            watchers: 0,
+            last: None,
         };
-        let parked = Parked {
-            waker: waker.clone(),
-            wake_at: Arc::clone(wake_at),
+        let slot = match interest {
+            Interest::Name(n) => self.by_name.entry(n.clone()).or_insert_with(|| new(1)),
+            Interest::Trigger(v) => self.by_trigger.entry(v.clone()).or_insert_with(|| new(1)),
+            Interest::Namespace(ns) => self
+                .by_namespace
+                .entry(ns.clone())
+                .or_insert_with(|| new(WIDE_SHARDS)),
+            Interest::All => self.all.get_or_insert_with(|| new(WIDE_SHARDS)),
         };
-        if bucket.insert(id, parked).is_none() {
-            self.parked += 1;
-        }
+        slot.watchers += 1;
+        Arc::clone(&slot.bucket)
     }
 
-    /// Replaces the waker of watcher `id` if it is still filed; false once it was drained.
-    pub(crate) fn refresh(&mut self, id: u64, interest: &Interest, waker: &Waker) -> bool {
-        match self.bucket(interest).and_then(|b| b.get_mut(&id)) {
-            Some(p) => {
-                if !p.waker.will_wake(waker) {
-                    p.waker = waker.clone();
-                }
-                true
-            }
-            None => false,
+    /// Deregisters a watcher; the bucket goes with its last watcher.
+    pub(crate) fn deregister(&mut self, interest: &Interest) {
+        let Some(slot) = self.slot(interest) else { return };
+        slot.watchers -= 1;
+        if slot.watchers > 0 {
+            return;
         }
-    }
-
-    /// Removes watcher `id` if it is still filed; false once it was drained.
-    pub(crate) fn unpark(&mut self, id: u64, interest: &Interest) -> bool {
-        let removed = self.bucket(interest).and_then(|b| b.remove(&id)).is_some();
-        if removed {
-            self.parked -= 1;
-            // Drop emptied buckets so the index holds only parked watchers.
-            match interest {
-                Interest::Trigger(v) if self.by_trigger.get(v).is_some_and(HashMap::is_empty) => {
-                    self.by_trigger.remove(v);
-                }
-                Interest::Namespace(ns) if self.by_namespace.get(ns).is_some_and(HashMap::is_empty) => {
-                    self.by_namespace.remove(ns);
-                }
-                _ => {}
-            }
+        match interest {
+            Interest::Name(n) => drop(self.by_name.remove(n)),
+            Interest::Trigger(v) => drop(self.by_trigger.remove(v)),
+            Interest::Namespace(ns) => drop(self.by_namespace.remove(ns)),
+            Interest::All => self.all = None,
         }
-        removed
     }
 
     /// The number of parked watchers.
     pub(crate) fn parked(&self) -> usize {
-        self.parked
+        self.buckets().map(|r| r.bucket.parked()).sum()
     }
 
-    fn drain(parked: &mut usize, bucket: Bucket, seq: Seq, wakers: &mut Vec<Waker>) {
-        *parked -= bucket.len();
-        for (_, p) in bucket {
-            // Release pairs with the Acquire load in `Watcher::take_wake`: the watcher that
-            // sees the stamp sees everything the writer did before waking it (the stamp is
-            // stored under the index lock, which orders it after the event's publication).
-            p.wake_at.store(seq.get(), Ordering::Release);
-            wakers.push(p.waker);
-        }
+    fn buckets(&self) -> impl Iterator<Item = &Registered> {
+        self.by_name
+            .values()
+            .chain(self.by_trigger.values())
+            .chain(self.by_namespace.values())
+            .chain(self.all.as_ref())
     }
 
-    /// Drains the watchers an object event at `seq` may concern: those filed under
-    /// `namespace`, under one of `triggers`, or under "all". Their wakers go to `wakers`.
-    pub(crate) fn drain_for(
+    /// After the writer published `event` at `seq`: links it into the chain of every bucket it
+    /// is in and drains those buckets and "all". Called with the ring's tail already past
+    /// `seq`, so a watcher that filed itself before this drain is found, and one that files
+    /// itself after sees the event (or the link) when it re-checks.
+    pub(crate) fn publish(
         &mut self,
         seq: Seq,
-        namespace: &str,
-        triggers: [Option<&str>; 2],
-        wakers: &mut Vec<Waker>,
+        event: &Event,
+        trigger: Option<&str>,
+        ring: &dyn Entries,
+        woken: &mut Vec<Arc<WakeCell>>,
     ) {
-        if self.parked == 0 {
-            return;
-        }
-        if let Some(b) = self.by_namespace.remove(namespace) {
-            Self::drain(&mut self.parked, b, seq, wakers);
-        }
-        for t in triggers.into_iter().flatten() {
-            if let Some(b) = self.by_trigger.remove(t) {
-                Self::drain(&mut self.parked, b, seq, wakers);
+        let Some(object) = event.object() else { return };
+        let key = object.key();
+        let new_value = trigger.map(|t| object.field(t).unwrap_or(""));
+        let prev_value = trigger
+            .zip(event.prev())
+            .map(|(t, p)| p.field(t).unwrap_or(""))
+            .filter(|&p| Some(p) != new_value);
+        let mut chain = |slot: Option<&mut Registered>, role: Role| {
+            let Some(slot) = slot else { return };
+            if let Some((last, last_role)) = slot.last {
+                ring.with_entry(last, &mut |e| e.link(last_role, seq));
             }
+            slot.last = Some((seq, role));
+            slot.bucket.drain(seq, woken);
+        };
+        chain(self.by_namespace.get_mut(key.namespace()), Role::Namespace);
+        chain(new_value.and_then(|v| self.by_trigger.get_mut(v)), Role::Trigger);
+        chain(
+            prev_value.and_then(|v| self.by_trigger.get_mut(v)),
+            Role::TriggerPrev,
+        );
+        chain(self.by_name.get_mut(key.name()), Role::Name);
+        if let Some(all) = &self.all {
+            all.bucket.drain(seq, woken);
         }
-        let all = std::mem::take(&mut self.all);
-        Self::drain(&mut self.parked, all, seq, wakers);
     }
 
-    /// Drains every parked watcher (for a bookmark at `seq`).
-    pub(crate) fn drain_all(&mut self, seq: Seq, wakers: &mut Vec<Waker>) {
-        if self.parked == 0 {
-            return;
+    /// Drains every bucket (the hub closed), stamping `seq`.
+    pub(crate) fn drain_all(&mut self, seq: Seq, woken: &mut Vec<Arc<WakeCell>>) {
+        for r in self.buckets() {
+            r.bucket.drain(seq, woken);
         }
-        for (_, b) in std::mem::take(&mut self.by_trigger) {
-            Self::drain(&mut self.parked, b, seq, wakers);
-        }
-        for (_, b) in std::mem::take(&mut self.by_namespace) {
-            Self::drain(&mut self.parked, b, seq, wakers);
-        }
-        let all = std::mem::take(&mut self.all);
-        Self::drain(&mut self.parked, all, seq, wakers);
     }
+
+    /// Flags the next group of bookmark watchers; their cells go to `flagged` to be woken.
+    /// Forgets the cells of dropped watchers on the way.
+    pub(crate) fn bookmark_phase(&mut self, flagged: &mut Vec<Arc<WakeCell>>) {
+        let phase = self.next_phase;
+        self.next_phase = (phase + 1) % BOOKMARK_PHASES;
+        let group = &mut self.bookmarks[phase];
+        group.retain(|c| !c.gone.load(Ordering::Relaxed));
+        for cell in group.iter() {
+            // Release pairs with the Acquire load in `WakeCell::bookmark_due`; stored before the
+            // cell's waker lock is taken to wake it, so a watcher that stores its waker after
+            // that sees the flag when it re-checks.
+            cell.bookmark.store(true, Ordering::Release);
+            flagged.push(Arc::clone(cell));
+        }
+    }
+}
+
+/// Wakes the watchers of `cells` (after the registry's lock was released), emptying it.
+pub(crate) fn wake_all(cells: &mut Vec<Arc<WakeCell>>) -> usize {
+    let n = cells.len();
+    for cell in cells.drain(..) {
+        cell.wake();
+    }
+    n
 }

@@ -102,6 +102,7 @@ pub use config::{BuildError, CacheConfig};
 pub use consistency::Consistency;
 pub use event::{Delivery, Event, EventKind, WatchEvent};
 pub use filter::Filter;
+pub use interest::BOOKMARK_PHASES;
 pub use names::{is_dns1123_label, is_dns1123_subdomain};
 pub use object::{Codec, CodecError, Encoding, ObjectKey, ObjectVersion, ObjectVersionBuilder, WireFormat};
 pub use read::{ListOptions, ListResult, ResourceVersionMatch};

@@ -10,7 +10,7 @@ pub(crate) mod sync {
     pub(crate) use std::sync::{Arc, Mutex, MutexGuard};
 
     pub(crate) mod atomic {
-        pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
+        pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     }
 }
 
@@ -19,7 +19,7 @@ pub(crate) mod sync {
     pub(crate) use loom::sync::{Arc, Mutex, MutexGuard};
 
     pub(crate) mod atomic {
-        pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
+        pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     }
 }
 
@@ -62,6 +62,18 @@ pub(crate) mod weaken {
     /// Whether a parking watcher re-checks the tail after filing itself.
     pub(crate) const RECHECK_AFTER_PARK: bool =
         !cfg!(all(watchcache_loom, feature = "loom-weaken-no-recheck"));
+
+    /// Whether a watcher parking at the end of its bucket's chain re-checks the link after
+    /// filing itself.
+    pub(crate) const RECHECK_LINK_AFTER_PARK: bool =
+        !cfg!(all(watchcache_loom, feature = "loom-weaken-no-link-recheck"));
+
+    /// Whether a watcher reads the hub's progress before checking it is idle when it emits a
+    /// bookmark (after, a bookmark can overtake an event below its revision).
+    pub(crate) const PROGRESS_BEFORE_IDLE_CHECK: bool = !cfg!(all(
+        watchcache_loom,
+        feature = "loom-weaken-bookmark-progress-late"
+    ));
 
     /// Whether `EventRing::len` reads the tail once (it read it twice, and underflowed when the
     /// writer trimmed in between).

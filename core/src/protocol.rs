@@ -48,42 +48,70 @@
 //!    Relaxed trim bound the `trim` model fails (`weaken-trim-relaxed`: the search skips a
 //!    retained entry).*
 //!
-//! # Wake-ups ([`Watcher`](crate::Watcher), the interest index)
+//! # Wake-ups ([`Watcher`](crate::Watcher), the interest registry)
 //!
-//! 5. **No lost wake-up.** A watcher that finds nothing to read files `(id, waker, wake cell)`
-//!    in the interest index under the hub's mutex, then re-loads `tail`. The writer, after
-//!    storing `tail`, takes the same mutex to drain the buckets the event may concern. Either
-//!    the writer's critical section follows the watcher's (it finds and wakes the watcher), or
-//!    it precedes it, and then the tail store happens-before the watcher's re-check, which sees
-//!    the event and does not sleep. *Model: `wakeup` (a watcher blocked forever is a deadlock
-//!    loom reports); without the re-check the model deadlocks (`weaken-no-recheck`).*
+//! Every watcher is registered for its whole life in one bucket of the hub's registry (by
+//! object name, trigger value, namespace, or "all"; see `interest.rs`). Buckets are found by
+//! key: the writer's cost per event is a few hash lookups plus the watchers it wakes, whatever
+//! the number of watchers. The registry's mutex is taken only by watch starts and ends and by
+//! the writer, never by a delivery or a park; a park takes only its bucket shard's lock and
+//! its own wake cell's.
+//!
+//! 5. **No lost wake-up.** A watcher that finds nothing to read stores its waker in its wake
+//!    cell, files the cell in its bucket under the shard's lock, then looks again: at the
+//!    ring's `tail` when scanning, at its chain's link when on a chain (claim 7). The writer,
+//!    after storing `tail` and the link, takes the same shard lock to drain the bucket.
+//!    Either the writer's critical section follows the watcher's (it finds and wakes the
+//!    watcher), or it precedes it, and then the stores that precede it happen-before the
+//!    watcher's second look, which sees the event and does not sleep. *Models: `wakeup`
+//!    and `chain` (a watcher blocked forever is a deadlock loom reports); without the look
+//!    again the models deadlock (`weaken-no-recheck`, `weaken-no-link-recheck`).*
 //! 6. **Resuming at the stamp.** The writer stamps a drained watcher's wake cell with the
-//!    event's sequence (Release, under the mutex) before waking it. A watcher that verified
-//!    it was idle when it filed itself knows every event between its cursor and the stamp went
-//!    through the index without touching its bucket, so it resumes at the stamp: an idle,
-//!    selective watcher is never lapped by traffic it would have filtered out. A watcher that
-//!    leaves the index by itself (the re-check found an event, or a spurious poll) removes its
-//!    entry under the mutex and ignores any stamp. *Models: `register_deregister`, `wakeup`.*
-//! 7. **Bookmarks** are entries like any other (revision at least the last), so they reach a
-//!    watcher after every event before them, and they drain every bucket, so parked watchers
-//!    that asked for them are woken. *Model: `bookmark`.*
+//!    event's sequence (Release, under the shard's lock) before waking it. A watcher that
+//!    verified it was idle when it filed itself knows every event between its position and
+//!    the stamp went through the registry without touching its bucket, so it resumes at the
+//!    stamp: an idle, selective watcher is never lapped by traffic it would have filtered
+//!    out. A poll it was not woken for (a bookmark tick, or a spurious one) leaves it filed
+//!    and changes only its waker, so the promise holds across such polls too. A watcher that
+//!    leaves its bucket by itself (its second look found something) unfiles under the
+//!    shard's lock and ignores any stamp. *Models: `register_deregister`, `wakeup`.*
+//! 7. **Chains.** Each entry has one link per role it plays for a bucket (namespace, trigger
+//!    value, previous trigger value, name). Holding the registry's lock across the push, the
+//!    writer publishes entry `t`, then, for each bucket it is in, stores `t` in the link of
+//!    that bucket's previous entry (Release) and drains the bucket. A watcher that has read an
+//!    entry of its bucket loads that entry's link (Acquire): a sequence number means the
+//!    entry there is published (its slot and the tail were stored before the link), so the
+//!    watcher reads it next and skips everything between, none of which is in its bucket;
+//!    "pending" means its bucket has had no later event, and it parks (claim 5). Only entries
+//!    published while the bucket was registered are chained (from the tail at its
+//!    registration, under the same lock); a watcher scans below that. If the entry it waits
+//!    on is overwritten, it scans on from just past it, and is lapped only if an entry it
+//!    needs is gone. *Model: `chain`.*
+//! 8. **Bookmarks** take no history slot. The hub's progress revision is stored by the
+//!    writer (Release) after every event up to it was pushed, linked and drained. A bookmark
+//!    tick flags one group of the watchers that asked for bookmarks (Release) and then wakes
+//!    them through their wake cells. A flagged watcher loads the progress `R` (Acquire) and
+//!    only then checks it has nothing left to read (not stamped while filed; or nothing past
+//!    its cursor or link): then every event up to `R` it selects was delivered, and it sends
+//!    a bookmark at `R`. *Model: `bookmark`; checking first and loading the progress after
+//!    lets a bookmark overtake an event (`weaken-bookmark-progress-late`).*
 //!
 //! # Snapshot and revision publication ([`Cache`](crate::Cache))
 //!
-//! 8. The reflector publishes the hub, the snapshots and the cache's revision as one
+//! 9. The reflector publishes the hub, the snapshots and the cache's revision as one
 //!    immutable `View` (ArcSwap), and only then announces the revision (a tokio watch
 //!    channel); both steps are `Store::publish` in `store.rs`, the only place views are
 //!    stored. A reader that waited for revision `N` and then loads the state sees a state at
 //!    `N` or later, never a half-applied write. *Model: `snapshot_publication`, with loom
 //!    stand-ins for ArcSwap and the channel (neither runs under loom); announcing first makes
 //!    it fail (`weaken-announce-early`).*
-//! 9. **Progress.** A progress notification becomes a bookmark entry and a new state at the
-//!    notified revision (same snapshot contents), by the same path as events: claims 1, 7 and
-//!    8 cover it.
+//! 10. **Progress.** A progress notification moves the hub's progress revision (claim 8) and
+//!     publishes a new view at the notified revision with the same snapshots (claim 9). It
+//!     takes no history slot and wakes no watcher.
 //!
 //! # The ring's length ([`EventRing::len`](crate::EventRing::len))
 //!
-//! 10. The length (the cache's history metric) is `tail - oldest`, with `oldest` computed from
+//! 11. The length (the cache's history metric) is `tail - oldest`, with `oldest` computed from
 //!     the same load of `tail` and clamped to it. Loading the tail a second time for `oldest`
 //!     can see the writer's later pushes and a trim bound past the first load, and the
 //!     subtraction underflows. *Model: `len`; with two loads it fails

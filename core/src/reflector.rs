@@ -3,8 +3,8 @@
 //! List, then watch from the list's revision + 1. Every change is decoded once into an
 //! [`ObjectVersion`], paired with the previous version the cache already holds, published to
 //! the ring and applied to a new snapshot. Progress notifications advance the cache's
-//! revision without a change (published as a bookmark), so a quiet resource does not make
-//! reads at a newer revision wait. A broken watch is re-opened from where it stopped; a
+//! revision without a change and without a history slot, so a quiet resource does not make
+//! reads at a newer revision wait, nor lose its window to them. A broken watch is re-opened from where it stopped; a
 //! compacted one means history is lost, so the reflector lists again, installs a new
 //! generation (a new ring and snapshot history) and closes the old hub, ending each of its
 //! watchers with Expired: their cursors can no longer be honoured. Retries back off
@@ -22,6 +22,7 @@ use tracing::{debug, error, warn};
 use crate::config::CacheConfig;
 use crate::continue_token::Tokens;
 use crate::event::Event;
+use crate::interest::BOOKMARK_PHASES;
 use crate::object::{Codec, ObjectVersion};
 use crate::retention::Retention;
 use crate::rv::Revision;
@@ -323,15 +324,29 @@ impl<S: Source> Reflector<S> {
         self.release(Instant::now(), view.snapshots.clone(), view.revision, &view);
     }
 
-    /// The source is at `revision` with no change for us: publish a bookmark there.
+    /// The source is at `revision` with no change for us: the hub's revision (what bookmarks
+    /// carry) and the cache's move there. No history slot is taken and no watcher is woken, so
+    /// however many progress notifications and consistent reads pass, a quiet resource's
+    /// window stays as it was.
     fn progress(&mut self, revision: Revision) {
-        if revision > self.view().revision {
-            self.push(Event::Bookmark { revision });
+        let view = self.view();
+        if revision <= view.revision {
+            return;
         }
+        if let Some(publisher) = self.publisher.as_mut() {
+            publisher.progress(revision);
+        }
+        self.store.publish(View {
+            hub: view.hub.clone(),
+            snapshots: view.snapshots.clone(),
+            revision,
+        });
     }
 
     async fn follow(&mut self) -> Stop {
-        let interval = self.config.bookmark_interval;
+        // One group of the bookmark watchers per tick: each gets one bookmark per interval,
+        // and they are spread over it.
+        let interval = (self.config.bookmark_interval / BOOKMARK_PHASES as u32).max(Duration::from_millis(1));
         let mut bookmarks = tokio::time::interval_at(Instant::now() + interval, interval);
         bookmarks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let every = (self.config.fresh_window / 8).max(Duration::from_millis(10));
@@ -370,8 +385,9 @@ impl<S: Source> Reflector<S> {
                         }
                     },
                     _ = bookmarks.tick() => {
-                        let revision = self.view().revision;
-                        self.push(Event::Bookmark { revision });
+                        if let Some(publisher) = self.publisher.as_mut() {
+                            publisher.send_bookmarks();
+                        }
                     }
                     _ = retention.tick() => self.retain(),
                 }

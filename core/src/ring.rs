@@ -79,13 +79,15 @@ impl std::error::Error for CapacityError {}
 /// An event the publisher refused; the ring is unchanged.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PublishError {
-    /// Object events need a revision above the last published one; bookmarks one not below it.
+    /// Object events need a revision above the last published one.
     RevisionNotIncreasing {
         /// The last published revision.
         last: Revision,
         /// The revision of the refused event.
         got: Revision,
     },
+    /// A bookmark was published as an event (see `Publisher::progress`).
+    Bookmark,
 }
 
 impl fmt::Display for PublishError {
@@ -94,6 +96,10 @@ impl fmt::Display for PublishError {
             PublishError::RevisionNotIncreasing { last, got } => write!(
                 f,
                 "event revision {got} does not follow the last published revision {last}"
+            ),
+            PublishError::Bookmark => write!(
+                f,
+                "bookmarks take no history slot: move the hub's revision with Publisher::progress"
             ),
         }
     }

@@ -7,7 +7,7 @@
 //! through `ArcSwap` first, then its revision announced on a tokio watch channel. A reader
 //! that waited for revision `N` on the channel and then loads the view sees `N` or later, and
 //! a reader that loads the view once sees the hub, the snapshots and the revision agree
-//! (claim 8 of [`protocol`](crate::protocol), model `snapshot_publication`).
+//! (claim 9 of [`protocol`](crate::protocol), model `snapshot_publication`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};

@@ -19,14 +19,14 @@
 
 use std::fmt;
 use std::pin::Pin;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 
 use crossbeam_epoch as epoch;
 use futures_core::Stream;
 
 use crate::event::{Delivery, Event, EventKind, WatchEvent};
 use crate::filter::Filter;
-use crate::interest::{Index, Interest, NOT_WOKEN};
+use crate::interest::{Bucket, Entries, HubEntry, Interest, Registry, Role, WakeCell, wake_all};
 use crate::loom::lock;
 use crate::loom::sync::atomic::{AtomicU64, Ordering};
 use crate::loom::sync::{Arc, Mutex};
@@ -110,10 +110,16 @@ impl From<SelectorError> for WatchError {
 /// What a hub's publisher and watchers share.
 #[derive(Debug)]
 struct HubCore {
-    ring: Arc<EventRing<Event>>,
-    index: Mutex<Index>,
+    ring: Arc<EventRing<HubEntry>>,
+    registry: Mutex<Registry>,
     /// `OPEN`, or the oldest revision a watch can start after in whatever replaced this hub.
     closed: AtomicU64,
+    /// The revision every event up to which has been published and drained: the last event's,
+    /// or a progress notification's above it. What a bookmark carries.
+    progress: AtomicU64,
+    /// Watchers the writer has woken (by events, bookmark ticks and the close). Written only by
+    /// the writer; Relaxed, a counter.
+    wakeups: AtomicU64,
     trigger: Option<Box<str>>,
     fields: Box<[Box<str>]>,
     next_id: AtomicU64,
@@ -160,8 +166,10 @@ impl HubBuilder {
         let (ring, writer) = EventRing::new(self.capacity, self.start)?;
         let shared = Arc::new(HubCore {
             ring,
-            index: Mutex::new(Index::default()),
+            registry: Mutex::new(Registry::default()),
             closed: AtomicU64::new(OPEN),
+            progress: AtomicU64::new(self.start.get()),
+            wakeups: AtomicU64::new(0),
             trigger: self.trigger,
             fields: self.fields.into_boxed_slice(),
             next_id: AtomicU64::new(0),
@@ -170,7 +178,7 @@ impl HubBuilder {
             writer,
             shared: Arc::clone(&shared),
             last: self.start,
-            wakers: Vec::new(),
+            woken: Vec::new(),
         };
         Ok((publisher, WatchHub { shared }))
     }
@@ -271,6 +279,12 @@ impl HubCore {
             oldest => Some(Revision::new(oldest)),
         }
     }
+
+    fn progress(&self) -> Revision {
+        // Acquire pairs with the Release stores in `Publisher::publish` and `progress`: every
+        // event up to this revision was pushed, linked and drained before it was stored.
+        Revision::new(self.progress.load(Ordering::Acquire))
+    }
 }
 
 impl WatchHub {
@@ -284,14 +298,34 @@ impl WatchHub {
         }
     }
 
-    /// The ring of published events.
-    pub fn ring(&self) -> &Arc<EventRing<Event>> {
-        &self.shared.ring
+    /// How many events the history window holds now.
+    pub fn history_len(&self) -> usize {
+        self.shared.ring.len()
     }
 
-    /// The number of watchers parked in the interest index now.
+    /// The oldest revision a watch can start after: the history window's floor.
+    pub fn floor(&self) -> Revision {
+        self.shared.ring.floor()
+    }
+
+    /// The sequence number the next event will be published at.
+    pub fn tail(&self) -> Seq {
+        self.shared.ring.tail()
+    }
+
+    /// The hub's revision: the last event's, or the last progress notification's above it.
+    pub fn revision(&self) -> Revision {
+        self.shared.progress()
+    }
+
+    /// The number of watchers parked now.
     pub fn parked(&self) -> usize {
-        lock(&self.shared.index).parked()
+        lock(&self.shared.registry).parked()
+    }
+
+    /// How many times the writer has woken a watcher (for events, bookmarks and the close).
+    pub fn wakeups(&self) -> u64 {
+        self.shared.wakeups.load(Ordering::Relaxed)
     }
 
     /// Starts a watcher. Fails when its field selector names a field the hub does not
@@ -304,9 +338,9 @@ impl WatchHub {
         }
         let guard = epoch::pin();
         let (cursor, position, skip_through) = match spec.start {
-            // The head revision is only reported (as the position); nothing is skipped by
-            // it, since an entry at `tail` may be published between the two loads.
-            StartAt::Now => (shared.ring.tail(), shared.ring.head_revision(), Revision::ZERO),
+            // The revision is only reported (as the position); nothing is skipped by it, since
+            // an entry at `tail` may be published between the two loads.
+            StartAt::Now => (shared.ring.tail(), shared.progress(), Revision::ZERO),
             StartAt::After(rev) => {
                 let seq = shared.ring.seq_after(rev, &guard).map_err(|oldest| Expired {
                     requested: rev,
@@ -316,25 +350,37 @@ impl WatchHub {
                 (seq, rev, rev)
             }
         };
-        let interest = match (&shared.trigger, &spec.filter) {
-            (Some(t), f) if f.fields().equality(t).is_some() => {
-                Interest::Trigger(f.fields().equality(t).unwrap_or_default().into())
-            }
-            (_, f) => match f.required_namespace() {
-                Some(ns) => Interest::Namespace(ns.into()),
-                None => Interest::All,
-            },
+        let fields = spec.filter.fields();
+        let interest = if let Some(name) = fields.equality("metadata.name") {
+            Interest::Name(name.into())
+        } else if let Some(value) = shared.trigger.as_deref().and_then(|t| fields.equality(t)) {
+            Interest::Trigger(value.into())
+        } else if let Some(ns) = spec.filter.required_namespace() {
+            Interest::Namespace(ns.into())
+        } else {
+            Interest::All
+        };
+        let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let cell = Arc::new(WakeCell::new());
+        // Under the registry's lock the writer is not publishing: the tail is the first
+        // sequence number it will chain for a new bucket.
+        let bucket = {
+            let mut registry = lock(&shared.registry);
+            let tail = shared.ring.tail();
+            registry.register(&interest, tail, id, spec.bookmarks.then_some(&cell))
         };
         Ok(Watcher {
             shared: Arc::clone(shared),
+            bucket,
+            cell,
             filter: spec.filter,
             interest,
             cursor,
+            chain: None,
             position,
             skip_through,
             bookmarks: spec.bookmarks,
-            id: shared.next_id.fetch_add(1, Ordering::Relaxed),
-            wake_at: Arc::new(AtomicU64::new(NOT_WOKEN)),
+            id,
             parked: false,
             done: false,
         })
@@ -344,35 +390,88 @@ impl WatchHub {
 /// The hub's only writer. Not `Clone`.
 #[derive(Debug)]
 pub struct Publisher {
-    writer: RingWriter<Event>,
+    writer: RingWriter<HubEntry>,
     shared: Arc<HubCore>,
     last: Revision,
     /// Reused between events so that waking allocates nothing in the steady state.
-    wakers: Vec<Waker>,
+    woken: Vec<Arc<WakeCell>>,
+}
+
+/// The writer's view of its own ring, for linking an entry to the next one of its bucket.
+struct OwnRing<'a>(&'a EventRing<HubEntry>);
+
+impl Entries for OwnRing<'_> {
+    fn with_entry(&self, seq: Seq, f: &mut dyn FnMut(&HubEntry)) {
+        let guard = epoch::pin();
+        // SAFETY: `guard` is `epoch::pin()`'s, a guard of the default collector.
+        if let Read::Ready(entry) = unsafe { self.0.read_unchecked(seq, &guard) } {
+            f(entry.value());
+        }
+    }
 }
 
 impl Publisher {
-    /// Publishes an event and wakes the parked watchers it may concern. Object events need a
-    /// revision above every earlier one; a bookmark's may equal the last. Never waits for a
-    /// watcher: it only takes the index lock for as long as moving the affected wakers out.
+    /// Publishes an object event and wakes the parked watchers it may concern. Its revision
+    /// must be above every earlier one. Never waits for a watcher: it takes the lock of each
+    /// bucket the event is in only to move the parked watchers out (O(woken)).
+    ///
+    /// Bookmarks take no history slot: [`progress`](Self::progress) moves the revision they
+    /// carry, and [`send_bookmarks`](Self::send_bookmarks) sends them.
     pub fn publish(&mut self, event: Event) -> Result<Seq, PublishError> {
         let revision = event.revision();
-        let strict = !matches!(event, Event::Bookmark { .. });
-        if revision < self.last || (strict && revision == self.last) {
+        if matches!(event, Event::Bookmark { .. }) {
+            return Err(PublishError::Bookmark);
+        }
+        if revision <= self.last {
             return Err(PublishError::RevisionNotIncreasing {
                 last: self.last,
                 got: revision,
             });
         }
-        let seq = self.writer.push(revision, event.clone())?;
+        let shared = &*self.shared;
+        // Held across the push: a watcher registering now is either seen by this event's
+        // drain or chained only from the next sequence number (see `interest.rs`).
+        let mut registry = lock(&shared.registry);
+        let seq = self.writer.push(revision, HubEntry::new(event))?;
+        {
+            let guard = epoch::pin();
+            // SAFETY: `guard` is `epoch::pin()`'s, a guard of the default collector.
+            if let Read::Ready(entry) = unsafe { shared.ring.read_unchecked(seq, &guard) } {
+                registry.publish(
+                    seq,
+                    &entry.value().event,
+                    shared.trigger.as_deref(),
+                    &OwnRing(&shared.ring),
+                    &mut self.woken,
+                );
+            }
+        }
+        // Release pairs with the Acquire load in `HubCore::progress`: stored after the drains.
+        shared.progress.store(revision.get(), Ordering::Release);
+        drop(registry);
         self.last = revision;
-        self.wake(seq, &event);
+        self.wake();
         Ok(seq)
     }
 
-    /// Publishes a bookmark at `revision` (at least the last published revision).
-    pub fn bookmark(&mut self, revision: Revision) -> Result<Seq, PublishError> {
-        self.publish(Event::Bookmark { revision })
+    /// The source reached `revision` with no change for this hub: moves the revision that
+    /// bookmarks carry (and that `StartAt::Now` reports). Takes no history slot and wakes no
+    /// one. A revision at or below the hub's is ignored.
+    pub fn progress(&mut self, revision: Revision) {
+        if revision > self.shared.progress() {
+            // Release pairs with the Acquire load in `HubCore::progress`.
+            self.shared.progress.store(revision.get(), Ordering::Release);
+        }
+    }
+
+    /// Sends the next group of bookmarks: flags one of [`BOOKMARK_PHASES`] groups of the
+    /// watchers that asked for bookmarks and wakes them; each sends a bookmark at the hub's
+    /// revision once it has read everything up to it. Called every bookmark interval /
+    /// `BOOKMARK_PHASES`, it gives each such watcher one bookmark per interval, and never
+    /// wakes them all at one instant. Returns how many watchers were flagged.
+    pub fn send_bookmarks(&mut self) -> usize {
+        lock(&self.shared.registry).bookmark_phase(&mut self.woken);
+        self.wake()
     }
 
     /// Ends the hub: every watcher, now and later, reads what is left in the ring and then
@@ -389,14 +488,12 @@ impl Publisher {
         if self.shared.closed_at().is_some() {
             return;
         }
-        // Release pairs with the Acquire loads in `HubCore::closed_at`. Stored before the index
-        // lock is taken below: a watcher that parks after our drain re-checks it (the lock
-        // orders the two, as for the tail in the module docs).
+        // Release pairs with the Acquire loads in `HubCore::closed_at`. Stored before the
+        // buckets' locks are taken below: a watcher that parks after our drain re-checks it
+        // (the lock orders the two, as for the tail in the module docs).
         self.shared.closed.store(oldest.get(), Ordering::Release);
-        lock(&self.shared.index).drain_all(self.writer.ring().tail(), &mut self.wakers);
-        for waker in self.wakers.drain(..) {
-            waker.wake();
-        }
+        lock(&self.shared.registry).drain_all(self.writer.ring().tail(), &mut self.woken);
+        self.wake();
     }
 
     /// Releases the history below sequence number `keep_from` early (age-based retention);
@@ -417,23 +514,14 @@ impl Publisher {
         }
     }
 
-    fn wake(&mut self, seq: Seq, event: &Event) {
-        let mut index = lock(&self.shared.index);
-        match (event.object(), &self.shared.trigger) {
-            (None, _) => index.drain_all(seq, &mut self.wakers),
-            (Some(object), trigger) => {
-                let t = trigger.as_deref();
-                let triggers = [
-                    t.map(|t| object.field(t).unwrap_or("")),
-                    t.zip(event.prev()).map(|(t, prev)| prev.field(t).unwrap_or("")),
-                ];
-                index.drain_for(seq, object.key().namespace(), triggers, &mut self.wakers);
-            }
+    /// Wakes the watchers collected under the registry's lock, after it was released.
+    fn wake(&mut self) -> usize {
+        let n = wake_all(&mut self.woken);
+        if n > 0 {
+            // Relaxed: a counter, written only here by the single writer.
+            self.shared.wakeups.fetch_add(n as u64, Ordering::Relaxed);
         }
-        drop(index);
-        for waker in self.wakers.drain(..) {
-            waker.wake();
-        }
+        n
     }
 }
 
@@ -443,36 +531,47 @@ impl Drop for Publisher {
     }
 }
 
-/// A watcher: a cursor into the ring, a filter and a waker; no queue of its own.
+/// A watcher: a cursor into the ring, a filter and a wake cell; no queue of its own.
 ///
 /// Read it as a `Stream` of owned [`WatchEvent`]s, or with [`poll_next_with`](Self::poll_next_with)
 /// / [`next_with`](Self::next_with), which lend the event for the duration of a closure and
 /// touch no shared reference count. A watcher that falls out of the history window yields
 /// one `Err(Expired)` and then ends.
 ///
-/// Idle, a watcher is this struct (144 bytes on x86-64), its filter, one entry in the
-/// interest index and a shared 8-byte wake cell. Measured by `tests/watcher_memory.rs` with a
-/// counting allocator over 20,000 parked watchers: 222 bytes each unfiltered, 216 filtered by
-/// namespace, 516 filtered by a distinct `spec.nodeName` each (its own index bucket). The
-/// cost does not depend on how many events are in flight: there is no per-watcher queue.
+/// A selective watcher (by name, trigger value or namespace) follows its bucket's chain from
+/// one of its events to the next and never reads the events in between; an unselective one
+/// reads the ring in order. Idle, a watcher is this struct, its filter, a shared wake cell and
+/// an entry in its bucket (`tests/watcher_memory.rs` measures it). The cost does not depend on
+/// how many events are in flight: there is no per-watcher queue.
 #[derive(Debug)]
 pub struct Watcher {
     shared: Arc<HubCore>,
+    bucket: Arc<Bucket>,
+    cell: Arc<WakeCell>,
     filter: Filter,
     interest: Interest,
-    /// The sequence number of the next entry to read.
+    /// The sequence number of the next entry to read when scanning.
     cursor: Seq,
+    /// The last entry of our bucket's chain we read, and the role it plays there: our next
+    /// event is the one it links to.
+    chain: Option<(Seq, Role)>,
     /// The revision this watcher has seen everything up to.
     position: Revision,
     /// Entries at or below this revision are skipped (a start ahead of the ring).
     skip_through: Revision,
     bookmarks: bool,
     id: u64,
-    /// Stamped by the writer with the sequence number that woke this watcher; see `interest.rs`.
-    wake_at: Arc<AtomicU64>,
-    /// Whether this watcher is filed in the interest index, having verified nothing was pending.
+    /// Whether this watcher is filed in its bucket, having verified nothing was pending.
     parked: bool,
     done: bool,
+}
+
+/// What a watcher at its end of the ring (or of its chain) found when it looked again.
+enum Next {
+    /// Something to read.
+    More,
+    /// Nothing yet.
+    Idle,
 }
 
 impl Watcher {
@@ -496,13 +595,26 @@ impl Watcher {
             return Poll::Ready(None);
         }
         if self.parked && !self.take_wake() {
-            // Polled while filed and not woken: spurious, or the writer is between storing
-            // the tail and draining the index.
-            if self.shared.ring.tail() > self.cursor || self.shared.closed_at().is_some() {
-                self.unpark();
-            } else {
-                let refreshed = lock(&self.shared.index).refresh(self.id, &self.interest, cx.waker());
-                if refreshed || !self.take_wake() {
+            // Filed and not woken by a drain: a bookmark tick, or a spurious poll. Either way
+            // we stay filed, so an event for us still wakes us with its stamp and the events
+            // that went by without touching our bucket are never read (nor can they lap us).
+            if self.bookmarks && self.cell.bookmark_due() {
+                // Every event up to the progress was drained before it was stored: loaded
+                // first, then not woken means none of them was for us (see below).
+                let early = crate::loom::weaken::PROGRESS_BEFORE_IDLE_CHECK.then(|| self.shared.progress());
+                if !self.take_wake() {
+                    let revision = early.unwrap_or_else(|| self.shared.progress());
+                    self.cell.bookmark_sent();
+                    if revision >= self.position {
+                        self.position = revision;
+                        return Poll::Ready(Some(Ok(f(bookmark(revision)))));
+                    }
+                }
+            }
+            if self.parked {
+                self.cell.set_waker(cx.waker());
+                // A drain between our check and the new waker woke the old one: look again.
+                if !self.take_wake() {
                     return Poll::Pending;
                 }
             }
@@ -513,63 +625,119 @@ impl Watcher {
         let guard = epoch::pin();
         let mut budget = SCAN_BUDGET;
         loop {
-            // SAFETY: `guard` is `epoch::pin()`'s, a guard of the default collector.
-            match unsafe { ring.read_unchecked(self.cursor, &guard) } {
-                Read::Ready(entry) => {
-                    self.cursor = self.cursor.next();
-                    // Entries up to the start are skipped; a bookmark at the start itself is
-                    // kept (a quiet resource's periodic bookmark carries the same revision).
-                    let skip = match entry.value() {
-                        Event::Bookmark { .. } => entry.revision() < self.skip_through,
-                        _ => entry.revision() <= self.skip_through,
-                    };
-                    let delivery = if skip {
-                        None
-                    } else {
-                        self.position = entry.revision();
-                        self.filter
-                            .deliver(entry.value())
-                            .filter(|d| self.bookmarks || d.kind != EventKind::Bookmark)
-                    };
-                    if let Some(d) = delivery {
-                        return Poll::Ready(Some(Ok(f(d))));
+            if let Some((at, role)) = self.chain {
+                // SAFETY: `guard` is `epoch::pin()`'s, a guard of the default collector.
+                match unsafe { ring.read_unchecked(at, &guard) } {
+                    Read::Ready(entry) => {
+                        if let Some(next) = entry.value().next_in(role) {
+                            self.cursor = next;
+                            self.chain = None;
+                        }
                     }
-                    budget -= 1;
-                    if budget == 0 {
-                        cx.waker().wake_by_ref();
-                        return Poll::Pending;
+                    // Overwritten: scan on from the cursor (just past it).
+                    _ => self.chain = None,
+                }
+            }
+            if self.chain.is_none() {
+                // SAFETY: `guard` is `epoch::pin()`'s, a guard of the default collector.
+                match unsafe { ring.read_unchecked(self.cursor, &guard) } {
+                    Read::Ready(entry) => {
+                        self.cursor = self.cursor.next();
+                        let event = &entry.value().event;
+                        let role = self.interest.role_of(event, self.shared.trigger.as_deref());
+                        if let Some(role) = role.filter(|_| entry.seq() >= self.bucket.chained_from()) {
+                            self.chain = Some((entry.seq(), role));
+                        }
+                        // Entries up to the start are skipped.
+                        if entry.revision() > self.skip_through {
+                            self.position = entry.revision();
+                            if let Some(d) = self.filter.deliver(event) {
+                                return Poll::Ready(Some(Ok(f(d))));
+                            }
+                        }
+                        budget -= 1;
+                        if budget == 0 {
+                            cx.waker().wake_by_ref();
+                            return Poll::Pending;
+                        }
+                        continue;
                     }
-                }
-                Read::Lapped => {
-                    self.done = true;
-                    return Poll::Ready(Some(Err(Expired {
-                        requested: self.position,
-                        oldest: ring.floor(),
-                    })));
-                }
-                Read::Empty => {
-                    if let Some(oldest) = self.shared.closed_at() {
+                    Read::Lapped => {
                         self.done = true;
                         return Poll::Ready(Some(Err(Expired {
                             requested: self.position,
-                            oldest,
+                            oldest: ring.floor(),
                         })));
                     }
-                    lock(&self.shared.index).park(self.id, &self.interest, cx.waker(), &self.wake_at);
-                    // Re-check after filing (see the module docs): an event published, or a
-                    // close, before the writer could see our entry is visible here.
-                    // (`RECHECK_AFTER_PARK` is true except in the loom model that shows why.)
-                    if crate::loom::weaken::RECHECK_AFTER_PARK
-                        && (ring.tail() > self.cursor || self.shared.closed_at().is_some())
-                    {
-                        unpark(&self.shared, self.id, &self.interest, &self.wake_at);
-                        continue;
-                    }
-                    self.parked = true;
-                    return Poll::Pending;
+                    Read::Empty => {}
                 }
             }
+            // Nothing to read now. A close first: loaded before looking again, so that a
+            // close we see comes after every event we must still read, and we read them.
+            if let Some(oldest) = self.shared.closed_at() {
+                if let Next::More = self.look_again(ring, &guard) {
+                    continue;
+                }
+                self.done = true;
+                return Poll::Ready(Some(Err(Expired {
+                    requested: self.position,
+                    oldest,
+                })));
+            }
+            if self.bookmarks && self.cell.bookmark_due() {
+                // The progress is loaded before looking again: every event up to it was
+                // published before it was stored, so if we still find nothing, we have read
+                // every event up to it. (Loading it after would let a bookmark overtake an
+                // event; `PROGRESS_BEFORE_IDLE_CHECK` is true except in the loom model that
+                // shows it.)
+                let early = crate::loom::weaken::PROGRESS_BEFORE_IDLE_CHECK.then(|| self.shared.progress());
+                if let Next::More = self.look_again(ring, &guard) {
+                    continue;
+                }
+                let revision = early.unwrap_or_else(|| self.shared.progress());
+                self.cell.bookmark_sent();
+                if revision >= self.position {
+                    self.position = revision;
+                    return Poll::Ready(Some(Ok(f(bookmark(revision)))));
+                }
+            }
+            self.cell.set_waker(cx.waker());
+            self.bucket.file(self.id, &self.cell);
+            // Re-check after filing (see the module docs): an event (or link), a close or a
+            // bookmark tick the writer made before it could see our entry is visible here.
+            // (`RECHECK_AFTER_PARK` and `RECHECK_LINK_AFTER_PARK` are true except in the loom
+            // models that show why.)
+            let recheck = if self.chain.is_some() {
+                crate::loom::weaken::RECHECK_LINK_AFTER_PARK
+            } else {
+                crate::loom::weaken::RECHECK_AFTER_PARK
+            };
+            if recheck
+                && (matches!(self.look_again(ring, &guard), Next::More)
+                    || self.shared.closed_at().is_some()
+                    || (self.bookmarks && self.cell.bookmark_due()))
+            {
+                self.bucket.unfile(self.id, &self.cell);
+                continue;
+            }
+            self.parked = true;
+            return Poll::Pending;
         }
+    }
+
+    /// Whether there is something to read now: the chain's link is stored (or its entry is
+    /// gone), or, scanning, the tail moved past the cursor.
+    fn look_again(&self, ring: &EventRing<HubEntry>, guard: &epoch::Guard) -> Next {
+        let more = match self.chain {
+            // SAFETY: `guard` is `epoch::pin()`'s (both callers pinned it), a guard of the
+            // default collector.
+            Some((at, role)) => match unsafe { ring.read_unchecked(at, guard) } {
+                Read::Ready(entry) => entry.value().next_in(role).is_some(),
+                _ => true,
+            },
+            None => ring.tail() > self.cursor,
+        };
+        if more { Next::More } else { Next::Idle }
     }
 
     /// Waits for the next delivery and lends it to `f`; `None` once the watcher ended.
@@ -616,37 +784,29 @@ impl Watcher {
         self.next_with(|d| d.to_owned()).await
     }
 
-    /// If the writer woke this watcher, leaves the index and resumes at the stamped sequence.
+    /// If a drain woke this watcher (it is no longer filed), resumes at the stamped sequence.
     fn take_wake(&mut self) -> bool {
-        // Acquire pairs with the Release store in `Index::drain`.
-        let at = self.wake_at.load(Ordering::Acquire);
-        if at == NOT_WOKEN {
+        let Some(at) = self.cell.take_wake() else {
             return false;
-        }
-        // The writer removed our entry when it stamped the cell, so nobody else writes it now;
-        // the next stamp can only follow a new `park`, ordered by the index lock.
-        self.wake_at.store(NOT_WOKEN, Ordering::Relaxed);
+        };
         self.parked = false;
-        // Every event in `cursor..at` went through the index while we were filed and
-        // verified idle, without touching our bucket: none of them concerns us.
-        self.cursor = self.cursor.max(Seq::new(at));
+        // Every event in `cursor..at` (or after our chain's last entry) went through the
+        // registry while we were filed and verified idle, without touching our bucket: none
+        // of them concerns us.
+        self.cursor = self.cursor.max(at);
+        self.chain = None;
         true
-    }
-
-    /// Leaves the index by ourselves; reads on from our own cursor (a stamp the writer may
-    /// have set meanwhile is discarded: our cursor is never ahead of what we must read).
-    fn unpark(&mut self) {
-        unpark(&self.shared, self.id, &self.interest, &self.wake_at);
-        self.parked = false;
     }
 }
 
-/// [`Watcher::unpark`] on borrowed fields, for use while the ring is borrowed from `shared`.
-fn unpark(shared: &HubCore, id: u64, interest: &Interest, wake_at: &AtomicU64) {
-    lock(&shared.index).unpark(id, interest);
-    // Under the lock the writer can no longer stamp us; the Relaxed store is ordered before
-    // any later stamp by the lock taken in the next `park`.
-    wake_at.store(NOT_WOKEN, Ordering::Relaxed);
+/// A bookmark delivery at `revision`.
+fn bookmark(revision: Revision) -> Delivery<'static> {
+    Delivery {
+        kind: EventKind::Bookmark,
+        revision,
+        object: None,
+        initial_events_end: false,
+    }
 }
 
 impl Stream for Watcher {
@@ -659,8 +819,10 @@ impl Stream for Watcher {
 
 impl Drop for Watcher {
     fn drop(&mut self) {
+        self.cell.set_gone();
         if self.parked {
-            lock(&self.shared.index).unpark(self.id, &self.interest);
+            self.bucket.unfile(self.id, &self.cell);
         }
+        lock(&self.shared.registry).deregister(&self.interest);
     }
 }

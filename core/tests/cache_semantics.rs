@@ -6,7 +6,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{TextCodec, text_pod};
+use common::{CountingWaker, TextCodec, text_pod};
 use watchcache_core::{
     Cache, CacheConfig, CacheError, EventKind, Expired, Filter, ListOptions, MemorySource,
     ResourceVersionMatch, Revision, SourceError, WatchEvent, WatchOptions,
@@ -677,6 +677,65 @@ async fn a_progress_notification_lets_a_quiet_resource_answer_at_once() {
     assert_eq!(added.kind, EventKind::Added);
     let bookmark = next(&mut w).await;
     assert_eq!((bookmark.kind, bookmark.revision), (EventKind::Bookmark, target));
+}
+
+/// The "quiet resource" failure (kubernetes #91073): consistent reads of a resource that does
+/// not change, while another one churns, must neither use up its history window nor wake its
+/// watchers. Before, each read that found the cache behind pushed a bookmark into the ring and
+/// woke every parked watcher; after the ring's capacity in such reads a watch from the
+/// resource's last revision got 410.
+#[tokio::test]
+async fn a_quiet_resource_keeps_its_window_and_its_watchers_sleep_through_consistent_reads() {
+    let (s, cache) = started(config()).await;
+    let old = create(&s, "ns", "a");
+    cache.list(&ListOptions::default()).await.unwrap();
+    let waker = Arc::new(CountingWaker::default());
+    let waker_ref = std::task::Waker::from(Arc::clone(&waker));
+    let mut cx = std::task::Context::from_waker(&waker_ref);
+    let mut parked = Vec::new();
+    for filter in [
+        Filter::everything(),
+        Filter::everything().in_namespace("ns"),
+        Filter::parse(None, "", "spec.nodeName=n1").unwrap(),
+        Filter::parse(None, "", "metadata.name=a").unwrap(),
+    ] {
+        let mut w = cache
+            .watch(WatchOptions {
+                resource_version: Some(old),
+                allow_bookmarks: false,
+                filter,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert!(w.poll_next_with(&mut cx, |_| ()).is_pending());
+        parked.push(w);
+    }
+    let wakeups = cache.watch_wakeups();
+    for i in 0..1000 {
+        // Another resource in the same store churns: the store's revision moves on.
+        s.create(&format!("configmaps/ns/c{i}"), text_pod("ns", "c", "x", "n"))
+            .unwrap();
+        let list = cache.list(&ListOptions::default()).await.unwrap();
+        assert_eq!(
+            list.revision,
+            s.revision(),
+            "a consistent read is at the store's revision"
+        );
+        assert_eq!(list.items.count(), 1);
+    }
+    assert_eq!(cache.revision(), Revision::new(old.get() + 1000));
+    assert_eq!(cache.watch_wakeups(), wakeups, "no parked watcher was woken");
+    assert_eq!(waker.count(), 0);
+    assert_eq!(cache.history_len(), 1, "progress took no history slot");
+    assert!(cache.oldest_watch_revision() < old);
+    cache
+        .watch(WatchOptions {
+            resource_version: Some(old),
+            ..Default::default()
+        })
+        .await
+        .expect("a watch from the quiet resource's last revision still starts");
 }
 
 #[tokio::test]

@@ -8,8 +8,8 @@ use std::task::Poll;
 
 use common::{CountingWaker, Probe, SIZES, pod, summary};
 use watchcache_core::{
-    Event, EventKind, Expired, Filter, PublishError, Revision, SelectorErrorKind, Seq, WatchError, WatchHub,
-    WatchSpec,
+    BOOKMARK_PHASES, Event, EventKind, Expired, Filter, PublishError, Publisher, Revision, SelectorErrorKind,
+    Seq, WatchError, WatchHub, WatchSpec,
 };
 
 fn hub(capacity: usize) -> (watchcache_core::Publisher, WatchHub) {
@@ -208,6 +208,11 @@ fn selector_transitions_reach_the_watcher_as_added_modified_deleted() {
     );
 }
 
+/// Sends one bookmark round: every group of bookmark watchers once (one bookmark interval).
+fn bookmark_round(p: &mut Publisher) -> usize {
+    (0..BOOKMARK_PHASES).map(|_| p.send_bookmarks()).sum()
+}
+
 #[test]
 fn bookmarks_reach_only_the_watchers_that_asked() {
     let (mut p, hub) = hub(64);
@@ -222,8 +227,7 @@ fn bookmarks_reach_only_the_watchers_that_asked() {
         object: pod("ns", "a", 1, "a", "n"),
     })
     .unwrap();
-    p.bookmark(Revision::new(1)).unwrap();
-    p.bookmark(Revision::new(9)).unwrap();
+    assert_eq!(bookmark_round(&mut p), 2, "only the two that asked are flagged");
     let kinds = |probe: &mut Probe| -> Vec<(EventKind, u64)> {
         probe
             .drain()
@@ -234,22 +238,86 @@ fn bookmarks_reach_only_the_watchers_that_asked() {
     };
     assert_eq!(
         kinds(&mut with),
-        vec![
-            (EventKind::Added, 1),
-            (EventKind::Bookmark, 1),
-            (EventKind::Bookmark, 9)
-        ]
+        vec![(EventKind::Added, 1), (EventKind::Bookmark, 1)]
     );
     assert_eq!(kinds(&mut without), vec![(EventKind::Added, 1)]);
+    assert_eq!(kinds(&mut selective), vec![(EventKind::Bookmark, 1)]);
     assert_eq!(
-        kinds(&mut selective),
-        vec![(EventKind::Bookmark, 1), (EventKind::Bookmark, 9)]
+        without.woken(),
+        1,
+        "a bookmark round wakes no watcher that did not ask"
     );
-    assert!(
-        with.woken() >= 1 && selective.woken() >= 1,
-        "a bookmark wakes parked watchers"
+
+    // Progress moves the revision bookmarks carry; it takes no slot and wakes no one.
+    let (tail, wakeups, woken) = (hub.tail(), hub.wakeups(), selective.woken());
+    p.progress(Revision::new(9));
+    assert_eq!(
+        (hub.tail(), hub.wakeups(), hub.revision()),
+        (tail, wakeups, Revision::new(9))
     );
-    assert!(with.watcher.position() == Revision::new(9));
+    assert_eq!(selective.woken(), woken);
+    bookmark_round(&mut p);
+    assert_eq!(kinds(&mut with), vec![(EventKind::Bookmark, 9)]);
+    assert_eq!(kinds(&mut selective), vec![(EventKind::Bookmark, 9)]);
+    assert!(kinds(&mut without).is_empty());
+    assert_eq!(with.watcher.position(), Revision::new(9));
+}
+
+#[test]
+fn bookmark_ticks_are_spread_over_the_interval() {
+    let (mut p, hub) = hub(64);
+    let n = 20 * BOOKMARK_PHASES;
+    let mut probes: Vec<Probe> = (0..n)
+        .map(|_| Probe::new(hub.watch(everything().with_bookmarks()).unwrap()))
+        .collect();
+    for probe in &mut probes {
+        assert!(probe.poll().is_pending());
+    }
+    for tick in 1..=BOOKMARK_PHASES {
+        assert_eq!(p.send_bookmarks(), 20, "one group per tick");
+        let woken = probes.iter().filter(|p| p.woken() > 0).count();
+        assert_eq!(woken, 20 * tick, "tick {tick}");
+    }
+    for probe in &mut probes {
+        let got: Vec<EventKind> = probe.drain().into_iter().map(|e| e.unwrap().kind).collect();
+        assert_eq!(
+            got,
+            vec![EventKind::Bookmark],
+            "one bookmark per watcher per interval"
+        );
+    }
+}
+
+#[test]
+fn a_bookmark_never_overtakes_an_event_at_or_below_its_revision() {
+    let (mut p, hub) = hub(64);
+    let mut kubelet = Probe::new(
+        hub.watch(WatchSpec::new(Filter::parse(None, "", "spec.nodeName=n1").unwrap()).with_bookmarks())
+            .unwrap(),
+    );
+    assert!(kubelet.poll().is_pending());
+    for rev in 1..=3 {
+        p.publish(Event::Added {
+            object: pod(
+                "ns",
+                &format!("p{rev}"),
+                rev,
+                "a",
+                if rev == 2 { "n1" } else { "n2" },
+            ),
+        })
+        .unwrap();
+    }
+    bookmark_round(&mut p);
+    let got: Vec<_> = kubelet
+        .drain()
+        .into_iter()
+        .map(|e| summary(&e.unwrap()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![("ADDED", 2, 2, "p2".into()), ("BOOKMARK", 3, 0, String::new())]
+    );
 }
 
 #[test]
@@ -270,18 +338,16 @@ fn the_publisher_refuses_revisions_that_do_not_increase() {
             got: Revision::new(5)
         })
     );
-    assert!(
-        p.publish(Event::Bookmark {
-            revision: Revision::new(4)
-        })
-        .is_err()
-    );
-    p.bookmark(Revision::new(5)).unwrap();
     assert_eq!(
-        hub.ring().tail(),
-        Seq::new(2),
-        "refused events are not in the ring"
+        p.publish(Event::Bookmark {
+            revision: Revision::new(6)
+        }),
+        Err(PublishError::Bookmark),
+        "bookmarks take no slot"
     );
+    p.progress(Revision::new(4));
+    assert_eq!(hub.revision(), Revision::new(5), "progress never goes back");
+    assert_eq!(hub.tail(), Seq::new(1), "refused events are not in the ring");
     assert_eq!(w.drain().len(), 1, "and never reach a watcher");
 }
 
@@ -531,4 +597,106 @@ fn dropping_the_publisher_ends_parked_watchers_instead_of_leaving_them_asleep() 
         ),
         "new watches on the orphaned hub are refused the same way"
     );
+}
+
+#[test]
+fn a_spurious_poll_keeps_an_idle_selective_watcher_from_being_lapped() {
+    for cap in SIZES {
+        let (mut p, hub) = hub(cap);
+        let mut kubelet = Probe::new(
+            hub.watch(WatchSpec::new(
+                Filter::parse(None, "", "spec.nodeName=quiet").unwrap(),
+            ))
+            .unwrap(),
+        );
+        assert!(kubelet.poll().is_pending());
+        let mut rev = 0;
+        for _ in 0..5 {
+            for _ in 0..cap {
+                rev += 1;
+                p.publish(Event::Added {
+                    object: pod("ns", "busy", rev, "a", "busy-node"),
+                })
+                .unwrap();
+            }
+            // Polled without having been woken (its task woke for another reason), while the
+            // ring holds none of the entries it had when it parked.
+            assert!(
+                kubelet.poll().is_pending(),
+                "ring of {cap}: nothing for it, no Expired"
+            );
+        }
+        assert_eq!(kubelet.woken(), 0);
+        rev += 1;
+        p.publish(Event::Added {
+            object: pod("ns", "mine", rev, "a", "quiet"),
+        })
+        .unwrap();
+        let got: Vec<_> = kubelet
+            .drain()
+            .into_iter()
+            .map(|e| summary(&e.unwrap()))
+            .collect();
+        assert_eq!(got, vec![("ADDED", rev, rev, "mine".into())], "ring of {cap}");
+    }
+}
+
+#[test]
+fn a_watcher_of_one_object_by_name_wakes_only_for_that_object() {
+    let (mut p, hub) = hub(64);
+    let mut nodes: Vec<Probe> = (0..50)
+        .map(|n| {
+            let f = Filter::parse(None, "", &format!("metadata.name=node-{n}")).unwrap();
+            Probe::new(hub.watch(WatchSpec::new(f)).unwrap())
+        })
+        .collect();
+    for probe in &mut nodes {
+        assert!(probe.poll().is_pending());
+    }
+    for rev in 1..=10 {
+        p.publish(Event::Added {
+            object: pod("", "node-7", rev, "a", ""),
+        })
+        .unwrap();
+    }
+    let woken: Vec<usize> = nodes.iter().map(Probe::woken).collect();
+    assert_eq!(woken.iter().sum::<usize>(), 1, "{woken:?}");
+    assert_eq!(woken[7], 1);
+    assert_eq!(nodes[7].drain().len(), 10);
+    assert_eq!(hub.wakeups(), 1, "one wake-up for ten updates of one node");
+}
+
+#[test]
+fn an_awake_selective_watcher_goes_from_its_event_to_its_next_without_reading_others() {
+    let (mut p, hub) = hub(4096);
+    let mut kubelet = Probe::new(
+        hub.watch(WatchSpec::new(
+            Filter::parse(None, "", "spec.nodeName=mine").unwrap(),
+        ))
+        .unwrap(),
+    );
+    p.publish(Event::Added {
+        object: pod("ns", "a", 1, "a", "mine"),
+    })
+    .unwrap();
+    // Read, not parked: its next read follows the link from this event.
+    assert!(matches!(kubelet.poll(), Poll::Ready(Some(Ok(_)))));
+    for rev in 2..=3001 {
+        p.publish(Event::Added {
+            object: pod("ns", "b", rev, "a", "other"),
+        })
+        .unwrap();
+    }
+    p.publish(Event::Added {
+        object: pod("ns", "a", 3002, "a", "mine"),
+    })
+    .unwrap();
+    // Scanning 3,000 others' events would take several polls (it yields every 512); following
+    // the chain takes one, and never wakes itself to yield.
+    match kubelet.poll() {
+        Poll::Ready(Some(Ok(e))) => assert_eq!(e.revision, Revision::new(3002)),
+        other => panic!("{other:?}"),
+    }
+    assert!(kubelet.poll().is_pending());
+    assert_eq!(kubelet.woken(), 0, "it never yielded");
 }

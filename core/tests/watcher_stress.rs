@@ -4,6 +4,10 @@
 //!
 //! The test paces its writer against the unfiltered watchers' progress so that they reliably
 //! keep up (the engine itself never waits for a reader); stalled watchers are lapped for sure.
+//! Progress notifications move the hub's revision every so often and bookmark ticks go out
+//! with them: the bookmarks a watcher receives never go back and never overtake an event at or
+//! below their revision. The writer ends by closing the hub at `EVENTS + 1`, which ends every
+//! watcher that read everything with that Expired.
 
 mod common;
 
@@ -84,9 +88,12 @@ fn history() -> Vec<Event> {
     out
 }
 
+/// The object events `filter` selects (bookmarks are checked separately: which ones a watcher
+/// gets depends on when it was idle).
 fn expected(filter: &Filter, history: &[Event]) -> Vec<Seen> {
     history
         .iter()
+        .filter(|e| !matches!(e, Event::Bookmark { .. }))
         .filter_map(|e| filter.deliver(e))
         .map(|d| {
             (
@@ -174,13 +181,12 @@ fn many_watchers_see_the_published_sequence_or_a_clean_expired() {
                         Some(Ok(s)) => {
                             seen.push(s);
                             progress.store(s.1, Ordering::Release);
-                            if s.0 == EventKind::Bookmark && s.1 > EVENTS {
-                                return (seen, None);
-                            }
                         }
                         Some(Err(e)) => {
                             assert!(w.next().await.is_none(), "the stream ends after Expired");
-                            return (seen, Some(e));
+                            // The close's Expired: everything was read.
+                            let lapped = e.oldest != Revision::new(EVENTS + 1);
+                            return (seen, lapped.then_some(e));
                         }
                         None => panic!("a watcher ended without Expired"),
                     }
@@ -208,12 +214,20 @@ fn many_watchers_see_the_published_sequence_or_a_clean_expired() {
                 {
                     std::thread::sleep(Duration::from_micros(50));
                 }
-                publisher.publish(event.clone()).unwrap();
+                match event {
+                    Event::Bookmark { revision } => {
+                        publisher.progress(*revision);
+                        publisher.send_bookmarks();
+                    }
+                    _ => drop(publisher.publish(event.clone()).unwrap()),
+                }
             }
-            publisher
+            let last = publisher.last_revision();
+            publisher.close(Revision::new(EVENTS + 1));
+            last
         })
     };
-    let publisher = writer.join().unwrap();
+    let last = writer.join().unwrap();
     done_flag.store(1, Ordering::SeqCst);
     writer_done.notify_waiters();
 
@@ -230,8 +244,24 @@ fn many_watchers_see_the_published_sequence_or_a_clean_expired() {
         out
     });
     let (mut complete, mut expired) = (0, 0);
+    let mut bookmarks = 0;
     for ((role, filter), (seen, err)) in specs.iter().zip(results) {
         let want = expected(filter, &history);
+        // Bookmarks never go back, and no event at or below one follows it.
+        let mut floor = 0;
+        for s in &seen {
+            if s.0 == EventKind::Bookmark {
+                assert!(s.1 >= floor, "a bookmark went back: {s:?} after {floor}");
+                floor = s.1;
+                bookmarks += 1;
+            } else {
+                assert!(
+                    s.1 > floor,
+                    "an event at or below a bookmark followed it: {s:?} after {floor}"
+                );
+            }
+        }
+        let seen: Vec<Seen> = seen.into_iter().filter(|s| s.0 != EventKind::Bookmark).collect();
         match err {
             None => {
                 assert_eq!(
@@ -252,9 +282,12 @@ fn many_watchers_see_the_published_sequence_or_a_clean_expired() {
     let stalled = specs.iter().filter(|(r, _)| *r == Role::Stalled).count();
     assert!(expired >= stalled, "every stalled watcher was lapped");
     assert!(complete >= FAST, "every paced watcher completed");
-    assert_eq!(publisher.last_revision(), Revision::new(EVENTS + 1));
+    assert!(
+        last <= Revision::new(EVENTS) && bookmarks > 0,
+        "{bookmarks} bookmarks"
+    );
     eprintln!(
-        "{} watchers: {complete} complete, {expired} expired, {EVENTS} events, ring {CAPACITY}",
+        "{} watchers: {complete} complete, {expired} expired, {EVENTS} events, ring {CAPACITY}, {bookmarks} bookmarks",
         specs.len()
     );
 }

@@ -1,6 +1,6 @@
-//! The hub: wake-ups are never lost, through the interest index too; watchers register and
-//! deregister while the writer publishes and the index changes; bookmarks reach parked
-//! watchers in order after the events before them.
+//! The hub: wake-ups are never lost, through the interest registry and along a bucket's
+//! chain; watchers register and deregister while the writer publishes; a bookmark never
+//! overtakes an event at or below its revision.
 #![cfg(watchcache_loom)]
 
 use std::sync::Arc;
@@ -74,25 +74,61 @@ fn watchers_register_and_deregister_while_the_writer_publishes() {
 }
 
 #[test]
-fn bookmarks_reach_a_parked_watcher_after_the_events_before_them() {
+fn a_bookmark_never_overtakes_an_event_at_or_below_its_revision() {
     model("bookmark", || {
         let (mut publisher, hub) = WatchHub::builder().capacity(2).build().unwrap();
         let mut watcher = hub
             .watch(WatchSpec::new(Filter::everything()).with_bookmarks())
             .unwrap();
         let writer = thread::spawn(move || {
+            // The first group holds our watcher (id 0): flagged before the event is published.
+            publisher.send_bookmarks();
             publisher.publish(Event::Added { object: pod(1, "n1") }).unwrap();
-            publisher.bookmark(Revision::new(5)).unwrap();
             publisher
         });
-        let first = loom::future::block_on(watcher.next()).unwrap().unwrap();
-        let second = loom::future::block_on(watcher.next()).unwrap().unwrap();
-        assert_eq!((first.kind, first.revision), (EventKind::Added, Revision::new(1)));
-        assert_eq!(
-            (second.kind, second.revision),
-            (EventKind::Bookmark, Revision::new(5))
+        let mut bookmarks = Vec::new();
+        loop {
+            let event = loom::future::block_on(watcher.next()).unwrap().unwrap();
+            match event.kind {
+                EventKind::Bookmark => bookmarks.push(event.revision),
+                _ => {
+                    assert_eq!(event.revision, Revision::new(1));
+                    break;
+                }
+            }
+        }
+        // A bookmark before the event may only carry a revision below it.
+        assert!(
+            bookmarks.iter().all(|b| *b < Revision::new(1)),
+            "bookmark {bookmarks:?} overtook event 1"
         );
-        assert_eq!(watcher.position(), Revision::new(5));
+        drop(writer.join().unwrap());
+    });
+}
+
+#[test]
+fn a_watcher_parking_at_the_end_of_its_chain_is_woken_by_its_next_event() {
+    model("chain", || {
+        let (mut publisher, hub) = WatchHub::builder()
+            .capacity(4)
+            .trigger_field("spec.nodeName")
+            .build()
+            .unwrap();
+        let mut kubelet = hub.watch(WatchSpec::new(on_node("n1"))).unwrap();
+        let writer = thread::spawn(move || {
+            publisher.publish(Event::Added { object: pod(1, "n1") }).unwrap();
+            publisher.publish(Event::Added { object: pod(2, "n2") }).unwrap();
+            publisher.publish(Event::Added { object: pod(3, "n1") }).unwrap();
+            publisher
+        });
+        // After the first, the watcher is on its bucket's chain: it waits on the first
+        // event's link, which the writer stores before draining the bucket.
+        let first = loom::future::block_on(kubelet.next()).unwrap().unwrap();
+        let second = loom::future::block_on(kubelet.next()).unwrap().unwrap();
+        assert_eq!(
+            (first.revision, second.revision),
+            (Revision::new(1), Revision::new(3))
+        );
         drop(writer.join().unwrap());
     });
 }
@@ -101,4 +137,16 @@ fn bookmarks_reach_a_parked_watcher_after_the_events_before_them() {
 #[test]
 fn weakened_parking_without_a_recheck_loses_a_wakeup() {
     a_watcher_parking_as_the_writer_publishes_is_always_woken_through_the_index();
+}
+
+#[cfg(feature = "weaken-no-link-recheck")]
+#[test]
+fn weakened_parking_on_a_chain_without_a_recheck_loses_a_wakeup() {
+    a_watcher_parking_at_the_end_of_its_chain_is_woken_by_its_next_event();
+}
+
+#[cfg(feature = "weaken-bookmark-progress-late")]
+#[test]
+fn weakened_bookmark_reading_the_progress_late_overtakes_an_event() {
+    a_bookmark_never_overtakes_an_event_at_or_below_its_revision();
 }
