@@ -1,5 +1,6 @@
 //! The ring's hot paths: publish cost per event (with and without parked watchers that the
-//! event does not concern, including the epoch reclamation of the evicted event), a pinned
+//! event does not concern, and with awake selective watchers it is for, including the epoch
+//! reclamation of the evicted event), a pinned
 //! cursor read, the lap check, the start search, and an epoch pin.
 
 use std::cell::Cell;
@@ -63,6 +64,39 @@ fn publish(c: &mut Criterion) {
                 watchers.clear();
             },
         );
+    }
+    // Selective watchers that are awake (reading, not parked): each event is for one of them,
+    // in turn, so the writer looks up its bucket and links the event into its chain. The cost
+    // must not grow with the number of watchers.
+    for awake in [0usize, 1_000, 10_000] {
+        group.bench_with_input(BenchmarkId::new("selective_awake", awake), &awake, |b, &awake| {
+            let (mut publisher, hub) = WatchHub::builder()
+                .capacity(4096)
+                .trigger_field("spec.nodeName")
+                .build()
+                .unwrap();
+            let nodes: Vec<String> = (0..awake.max(1)).map(|i| format!("n{i}")).collect();
+            let watchers: Vec<Watcher> = (0..awake)
+                .map(|i| {
+                    let f = Filter::parse(None, "", &format!("spec.nodeName={}", nodes[i])).unwrap();
+                    hub.watch(WatchSpec::new(f)).unwrap()
+                })
+                .collect();
+            let rev = Cell::new(0u64);
+            b.iter_batched(
+                || {
+                    rev.set(rev.get() + 1);
+                    let node = &nodes[rev.get() as usize % nodes.len()];
+                    Event::Added {
+                        object: pod(rev.get(), node),
+                    }
+                },
+                |event| publisher.publish(event).unwrap(),
+                BatchSize::SmallInput,
+            );
+            assert_eq!(hub.parked(), 0);
+            drop(watchers);
+        });
     }
     group.finish();
 }

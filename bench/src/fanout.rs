@@ -15,19 +15,27 @@
 //! - [`Design::TokioBroadcast`]: `tokio::sync::broadcast` of the shared encoded bytes.
 //!
 //! With [`Params::selective`], each event is for one watcher only (a pod for the kubelet of its
-//! node): the ring's watchers filter on `spec.nodeName`, which its interest index is keyed on,
-//! so an event wakes one watcher; the per-watcher channels are sent to through a trigger index
-//! too (as kube-apiserver's cacher does); broadcast receivers see every event and skip those
-//! not theirs.
+//! node): the ring's watchers filter on `spec.nodeName`, the key of their bucket in the
+//! interest registry, so an event wakes one watcher, which then follows its bucket's chain;
+//! the per-watcher channels are sent to through a trigger index keyed by node name too (as
+//! kube-apiserver's cacher does); broadcast receivers see every event and skip those not
+//! theirs.
 //!
 //! Watchers are tokio tasks on a two-worker runtime; the writer is its own thread. The ring
-//! and broadcast never make the writer wait, so the writer holds back by itself when the
-//! slowest watcher is half a history window behind (it reads the watchers' progress
-//! counters and sleeps); the per-watcher channels push back through their bounded queues. No design
-//! loses an event in a run, and a run that did would say so in [`Outcome::lapped`].
+//! and broadcast never make the writer wait, so the writer holds back by itself while the
+//! slowest watcher is half a history window behind; the per-watcher channels push back through
+//! their bounded queues. Broadcast receivers read every event, so the writer paces on their
+//! progress counters (yielding, then sleeping). A selective ring watcher needs only its own
+//! events kept (one that is idle, or has read its bucket's last event, is never lapped by
+//! others' traffic), so there the writer paces on the oldest event not delivered yet, and
+//! parks until a quarter window has drained, woken by the watcher that delivers it. The
+//! ring's writer wakes watchers per burst of [`WAKE_BURST`] events, as the reflector does for
+//! the events it finds waiting. No design loses an event in a run, and a run that did would
+//! say so in [`Outcome::lapped`].
 
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -165,6 +173,11 @@ struct Shared {
     stamps: Box<[AtomicU64]>,
     /// Events each watcher has received.
     progress: Box<[AtomicU64]>,
+    /// Selective: whether each event reached its watcher.
+    delivered: Box<[AtomicBool]>,
+    /// The event the parked writer waits to see delivered (`u64::MAX`: none), and the writer.
+    awaited: AtomicU64,
+    writer: std::sync::OnceLock<std::thread::Thread>,
     started: AtomicUsize,
 }
 
@@ -253,6 +266,16 @@ impl Sink {
             self.receipt.latencies.push(l);
         }
         self.receipt.received += 1;
+        if self.stride.is_some() {
+            // SeqCst, with the writer's SeqCst store of `awaited` and load of the flag: either
+            // it sees this flag before parking, or this sees it waits and unparks it.
+            self.shared.delivered[seq as usize].store(true, Ordering::SeqCst);
+            if self.shared.awaited.load(Ordering::SeqCst) == seq
+                && let Some(writer) = self.shared.writer.get()
+            {
+                writer.unpark();
+            }
+        }
         match self.stride {
             // Progress is the first event this watcher may still lack: every 16th event only
             // when each watcher gets every event (neighbouring counters share cache lines, and
@@ -286,6 +309,9 @@ impl Sink {
 
 const PREFIX: &[u8] = br#"{"type":"ADDED","object":"#;
 const SUFFIX: &[u8] = b"}\n";
+
+/// Events the ring's writer publishes before it wakes the watchers they concern.
+const WAKE_BURST: u64 = 16;
 
 /// Distinct objects the writer cycles through.
 const POOL: usize = 64;
@@ -326,10 +352,19 @@ fn channel_per_watcher<T: Clone + Send + Sync + 'static>(
         })
         .collect();
     let params = p.clone();
+    // The trigger index, as kube-apiserver's cacher keeps it: node name → watcher. The writer
+    // routes each event by its object's node name, as the ring's writer finds its bucket.
+    let nodes: Vec<String> = (0..p.watchers).map(|i| format!("n{i}")).collect();
+    let index: HashMap<Box<str>, usize, foldhash::fast::RandomState> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.as_str().into(), i))
+        .collect();
     let publish = move |seq: u64| {
         let object = &pool[seq as usize % POOL];
         if params.selective {
-            let _ = senders[params.target(seq)].blocking_send((seq, object.clone()));
+            let node = nodes[params.target(seq)].as_str();
+            let _ = senders[index[node]].blocking_send((seq, object.clone()));
         } else {
             for tx in &senders {
                 let _ = tx.blocking_send((seq, object.clone()));
@@ -360,6 +395,11 @@ pub fn run(design: Design, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Outco
         progress: (0..p.watchers)
             .map(|i| AtomicU64::new(if p.selective { i as u64 } else { 0 }))
             .collect(),
+        delivered: (0..if p.selective { p.events } else { 0 })
+            .map(|_| AtomicBool::new(false))
+            .collect(),
+        awaited: AtomicU64::new(u64::MAX),
+        writer: std::sync::OnceLock::new(),
         started: AtomicUsize::new(0),
     });
     let encoded: Vec<Bytes> = (0..POOL).map(|i| objects::pod_bytes(i, p.object_bytes)).collect();
@@ -413,21 +453,30 @@ pub fn run(design: Design, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Outco
                 })
                 .collect();
             let mut publisher = Some(publisher);
+            // The writer decodes each object (here: builds it) as a reflector would; its strings
+            // are made up front so that formatting them is not counted as publishing.
+            let names: Vec<String> = (0..1000).map(|i| format!("web-{i:06}")).collect();
+            let nodes: Vec<String> = (0..params.watchers).map(|i| format!("n{i}")).collect();
             let publish = move |seq: u64| {
                 let Some(writer) = publisher.as_mut() else { return };
                 let body = encoded[seq as usize % POOL].clone();
                 let object = ObjectVersion::builder(
-                    ObjectKey::new("ns-0", format!("web-{:06}", seq % 1000)),
+                    ObjectKey::new("ns-0", names[(seq % 1000) as usize].as_str()),
                     Revision::new(seq + 1),
                 )
-                .field("spec.nodeName", format!("n{}", params.target(seq)))
+                .field("spec.nodeName", nodes[params.target(seq)].as_str())
                 .encoding(WireFormat::Json, Encoding::new(body))
                 .build();
                 writer
-                    .publish(Event::Added {
+                    .publish_deferred(Event::Added {
                         object: Arc::new(object),
                     })
                     .expect("revisions increase");
+                // Wake-ups go out per burst, as the reflector sends them for the events it
+                // finds waiting; a burst is far shorter than the writer's hold-back window.
+                if (seq + 1).is_multiple_of(WAKE_BURST) {
+                    writer.flush();
+                }
                 if seq + 1 == events
                     && let Some(writer) = publisher.take()
                 {
@@ -508,28 +557,57 @@ pub fn run(design: Design, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Outco
     let setup_heap = crate::alloc::Counting::live() - heap_start;
 
     let window = (p.history / 2) as u64;
+    // The ring's selective watchers need only their own events kept (an idle or caught-up one
+    // is never lapped by others' traffic): the writer paces on the oldest undelivered event.
+    // Broadcast receivers read every event, so it paces on their progress.
+    let by_delivery = p.selective && design == Design::Ring;
     let writer_shared = shared.clone();
     let (start_ns, publish_busy) = std::thread::scope(|s| {
         s.spawn(|| {
             let shared = writer_shared;
+            let _ = shared.writer.set(std::thread::current());
             let start = shared.now();
             let mut busy = Duration::ZERO;
             let mut slowest = 0u64;
             let tick = (events / 100).max(1);
             for seq in 0..events {
-                if gated {
-                    // Hold back while the slowest watcher is half a window behind.
-                    while seq >= slowest + window {
-                        slowest = shared
+                let mut waited = 0u32;
+                // Hold back while the slowest watcher is half a window behind.
+                while gated && by_delivery && seq >= slowest + window {
+                    // The first event not delivered yet: O(1) amortized, where the minimum
+                    // over every watcher's progress is O(watchers) per look.
+                    while slowest < events && shared.delivered[slowest as usize].load(Ordering::SeqCst) {
+                        slowest += 1;
+                    }
+                    // Blocked: sleep until a quarter window has drained, woken by the watcher
+                    // that delivers the event awaited (not spinning for a core the watchers
+                    // need, and publishing in bursts between waits).
+                    let target = (seq + 1 + window / 4).saturating_sub(window);
+                    if slowest <= target && target < events {
+                        shared.awaited.store(target, Ordering::SeqCst);
+                        if !shared.delivered[target as usize].load(Ordering::SeqCst) {
+                            std::thread::park_timeout(Duration::from_millis(1));
+                        }
+                        shared.awaited.store(u64::MAX, Ordering::SeqCst);
+                    }
+                }
+                while gated && !by_delivery && seq >= slowest + window {
+                    slowest = {
+                        shared
                             .progress
                             .iter()
                             .map(|c| c.load(Ordering::Relaxed))
                             .min()
-                            .unwrap_or(events);
-                        if seq >= slowest + window {
-                            // Sleep rather than spin: the writer must not take a core from
-                            // the watchers it waits for (the channel designs' writer parks
-                            // in `blocking_send` too).
+                            .unwrap_or(events)
+                    };
+                    if seq >= slowest + window {
+                        // Yield first, then sleep: the writer must not take a core from the
+                        // watchers it waits for (the channel designs' writer parks in
+                        // `blocking_send` too).
+                        waited += 1;
+                        if waited < 64 {
+                            std::thread::yield_now();
+                        } else {
                             std::thread::sleep(Duration::from_micros(50));
                         }
                     }

@@ -27,14 +27,18 @@
 //! bucket, so it resumes at the stamp: an idle watcher is never lapped by traffic it would
 //! have filtered out anyway.
 
-use std::collections::HashMap;
 use std::task::Waker;
 
 use crate::event::Event;
-use crate::loom::lock;
 use crate::loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::loom::sync::{Arc, Mutex};
+use crate::loom::{WakerSlot, lock};
 use crate::ring::Seq;
+
+/// The registry's maps: foldhash, seeded per map, rather than SipHash, whose cost showed in the
+/// writer's profile (three lookups per event). The keys are watched names, trigger values and
+/// namespaces; the writer only looks them up.
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// The wake cell value of a watcher that has not been woken since it parked. A wake cell
 /// otherwise holds a [`Seq`], raw.
@@ -143,9 +147,9 @@ pub(crate) struct WakeCell {
     bookmark: AtomicBool,
     /// The watcher was dropped: the bookmark schedule forgets it at its next tick.
     gone: AtomicBool,
-    /// The waker of the watcher's last `Pending` poll. Locked by its watcher and by the writer
-    /// when it wakes this one watcher: never shared by all connections.
-    waker: Mutex<Option<Waker>>,
+    /// The waker of the watcher's last `Pending` poll, taken by whoever wakes it (the writer
+    /// for an event or the close, a bookmark tick). Shared by its watcher and the writer only.
+    waker: WakerSlot,
 }
 
 impl WakeCell {
@@ -154,23 +158,19 @@ impl WakeCell {
             wake_at: AtomicU64::new(NOT_WOKEN),
             bookmark: AtomicBool::new(false),
             gone: AtomicBool::new(false),
-            waker: Mutex::new(None),
+            waker: WakerSlot::new(),
         }
     }
 
-    /// Stores `waker` for the writer to wake (no clone when it would wake the same task).
+    /// Stores `waker` for the writer to wake (no clone when it would wake the same task). A
+    /// wake takes it: every `Pending` poll stores it again, and any wake is followed by a poll
+    /// that looks at everything (stamp, bookmark flag, close), so no wake-up is lost.
     pub(crate) fn set_waker(&self, waker: &Waker) {
-        let mut slot = lock(&self.waker);
-        match &mut *slot {
-            Some(w) if w.will_wake(waker) => {}
-            slot => *slot = Some(waker.clone()),
-        }
+        self.waker.register(waker);
     }
 
     fn wake(&self) {
-        if let Some(w) = &*lock(&self.waker) {
-            w.wake_by_ref();
-        }
+        self.waker.wake();
     }
 
     /// The stamp of the drain that woke the watcher, if one did since it parked; clears it.
@@ -201,22 +201,51 @@ impl WakeCell {
     }
 }
 
-/// Parked watchers by id.
-type Shard = Mutex<HashMap<u64, Arc<WakeCell>>>;
+/// The parked watchers of one shard. A narrow bucket (one name, one trigger value) usually
+/// has one watcher: a short list, drained and searched in place, costs the writer one cache
+/// line where a map costs two. A wide one ("all", a namespace) may hold thousands: a map,
+/// so that a watcher leaving by itself does not search them.
+#[derive(Debug)]
+enum Parked {
+    Few(Vec<(u64, Arc<WakeCell>)>),
+    Many(HashMap<u64, Arc<WakeCell>>),
+}
+
+impl Parked {
+    fn len(&self) -> usize {
+        match self {
+            Parked::Few(v) => v.len(),
+            Parked::Many(m) => m.len(),
+        }
+    }
+}
+
+type Shard = Mutex<Parked>;
 
 /// The watchers registered under one interest: the parked ones, filed by shard.
 #[derive(Debug)]
 pub(crate) struct Bucket {
-    shards: Box<[Shard]>,
     /// Entries from this sequence number on are chained for this bucket.
     chained_from: Seq,
+    /// The first shard, in the bucket itself (one allocation, one less miss for the writer).
+    first: Shard,
+    /// Any further shards (wide buckets only).
+    rest: Box<[Shard]>,
 }
 
 impl Bucket {
     fn new(shards: usize, chained_from: Seq) -> Self {
+        let shard = || {
+            Mutex::new(if shards == 1 {
+                Parked::Few(Vec::new())
+            } else {
+                Parked::Many(HashMap::default())
+            })
+        };
         Bucket {
-            shards: (0..shards).map(|_| Mutex::new(HashMap::new())).collect(),
             chained_from,
+            first: shard(),
+            rest: (1..shards).map(|_| shard()).collect(),
         }
     }
 
@@ -225,39 +254,59 @@ impl Bucket {
         self.chained_from
     }
 
+    fn shards(&self) -> impl Iterator<Item = &Shard> {
+        std::iter::once(&self.first).chain(self.rest.iter())
+    }
+
     fn shard(&self, id: u64) -> &Shard {
-        &self.shards[(id % self.shards.len() as u64) as usize]
+        match (id % (self.rest.len() as u64 + 1)) as usize {
+            0 => &self.first,
+            i => &self.rest[i - 1],
+        }
     }
 
     /// Files watcher `id` (its waker is already in `cell`). No allocation once the shard has
-    /// held as many parked watchers before: a drain keeps the map's capacity.
+    /// held as many parked watchers before: a drain keeps the list's or map's capacity.
     pub(crate) fn file(&self, id: u64, cell: &Arc<WakeCell>) {
-        lock(self.shard(id)).insert(id, Arc::clone(cell));
+        match &mut *lock(self.shard(id)) {
+            Parked::Few(v) => v.push((id, Arc::clone(cell))),
+            Parked::Many(m) => drop(m.insert(id, Arc::clone(cell))),
+        }
     }
 
     /// Unfiles watcher `id` if it is still filed and clears any stamp the writer set meanwhile
     /// (the watcher reads on from its own position, which is never ahead of what it must read).
     pub(crate) fn unfile(&self, id: u64, cell: &WakeCell) {
         let mut shard = lock(self.shard(id));
-        shard.remove(&id);
+        match &mut *shard {
+            Parked::Few(v) => {
+                if let Some(i) = v.iter().position(|(w, _)| *w == id) {
+                    v.swap_remove(i);
+                }
+            }
+            Parked::Many(m) => drop(m.remove(&id)),
+        }
         // Under the shard's lock the writer can no longer stamp us; the Relaxed store is
         // ordered before any later stamp by the lock taken in the next `file`.
         cell.wake_at.store(NOT_WOKEN, Ordering::Relaxed);
     }
 
     fn parked(&self) -> usize {
-        self.shards.iter().map(|s| lock(s).len()).sum()
+        self.shards().map(|s| lock(s).len()).sum()
     }
 
     /// Unfiles every parked watcher, stamping each with `seq`; their cells go to `woken`.
     fn drain(&self, seq: Seq, woken: &mut Vec<Arc<WakeCell>>) {
-        for shard in self.shards.iter() {
-            let mut shard = lock(shard);
-            for (_, cell) in shard.drain() {
-                // Release pairs with the Acquire load in `WakeCell::take_wake`: the watcher that
-                // sees the stamp sees the event (stored before this, under the shard's lock).
-                cell.wake_at.store(seq.get(), Ordering::Release);
-                woken.push(cell);
+        let mut stamp = |cell: Arc<WakeCell>| {
+            // Release pairs with the Acquire load in `WakeCell::take_wake`: the watcher that
+            // sees the stamp sees the event (stored before this, under the shard's lock).
+            cell.wake_at.store(seq.get(), Ordering::Release);
+            woken.push(cell);
+        };
+        for shard in self.shards() {
+            match &mut *lock(shard) {
+                Parked::Few(v) => v.drain(..).for_each(|(_, cell)| stamp(cell)),
+                Parked::Many(m) => m.drain().for_each(|(_, cell)| stamp(cell)),
             }
         }
     }
@@ -288,9 +337,9 @@ pub(crate) struct Registry {
 impl Default for Registry {
     fn default() -> Self {
         Registry {
-            by_name: HashMap::new(),
-            by_trigger: HashMap::new(),
-            by_namespace: HashMap::new(),
+            by_name: HashMap::default(),
+            by_trigger: HashMap::default(),
+            by_namespace: HashMap::default(),
             all: None,
             bookmarks: (0..BOOKMARK_PHASES).map(|_| Vec::new()).collect(),
             next_phase: 0,
@@ -428,8 +477,8 @@ impl Registry {
         group.retain(|c| !c.gone.load(Ordering::Relaxed));
         for cell in group.iter() {
             // Release pairs with the Acquire load in `WakeCell::bookmark_due`; stored before the
-            // cell's waker lock is taken to wake it, so a watcher that stores its waker after
-            // that sees the flag when it re-checks.
+            // cell's waker is woken, so a watcher that registers its waker after that wake sees
+            // the flag when it re-checks (`WakerSlot`'s register-then-check contract).
             cell.bookmark.store(true, Ordering::Release);
             flagged.push(Arc::clone(cell));
         }

@@ -23,6 +23,40 @@ pub(crate) mod sync {
     }
 }
 
+/// Where a task leaves its waker for another thread to wake: `futures`' lock-free
+/// `AtomicWaker` (a register is one compare-and-swap, a wake one swap), or under loom a mutex
+/// with the same contract, whose interleavings loom can explore. A wake takes the waker: the
+/// task registers again on its next `Pending`.
+#[cfg(not(watchcache_loom))]
+pub(crate) use futures_util::task::AtomicWaker as WakerSlot;
+
+/// See the non-loom `WakerSlot`.
+#[cfg(watchcache_loom)]
+#[derive(Debug, Default)]
+pub(crate) struct WakerSlot(sync::Mutex<Option<std::task::Waker>>);
+
+#[cfg(watchcache_loom)]
+impl WakerSlot {
+    pub(crate) fn new() -> Self {
+        WakerSlot(sync::Mutex::new(None))
+    }
+
+    pub(crate) fn register(&self, waker: &std::task::Waker) {
+        let mut slot = lock(&self.0);
+        match &mut *slot {
+            Some(w) if w.will_wake(waker) => {}
+            slot => *slot = Some(waker.clone()),
+        }
+    }
+
+    pub(crate) fn wake(&self) {
+        let waker = lock(&self.0).take();
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+}
+
 /// Locks a facade mutex, ignoring poison (see [`unpoisoned`]).
 pub(crate) fn lock<T>(mutex: &sync::Mutex<T>) -> sync::MutexGuard<'_, T> {
     unpoisoned(mutex.lock())

@@ -31,6 +31,9 @@ use crate::source::{Source, SourceError, SourceEvent, SourceList, parse_storage_
 use crate::store::{Store, View};
 use crate::watcher::{Publisher, WatchHub};
 
+/// The most events applied in one run before the watchers they concern are woken.
+const MAX_RUN: usize = 256;
+
 /// Exponential backoff with full jitter between half and the whole delay.
 #[derive(Debug)]
 struct Backoff {
@@ -234,7 +237,7 @@ impl<S: Source> Reflector<S> {
             return;
         };
         let now = Instant::now();
-        match publisher.publish(event.clone()) {
+        match publisher.publish_deferred(event.clone()) {
             Ok(seq) => {
                 let superseded = event.prev().map_or(0, |p| p.retained_bytes());
                 self.retention.published(now, seq, superseded);
@@ -318,6 +321,13 @@ impl<S: Source> Reflector<S> {
         }
     }
 
+    /// Wakes the watchers of the events applied since the last flush.
+    fn flush(&mut self) {
+        if let Some(publisher) = self.publisher.as_mut() {
+            publisher.flush();
+        }
+    }
+
     /// Releases what has aged out of history (see `retention.rs`), so that its memory returns.
     fn retain(&mut self) {
         let view = self.view();
@@ -363,33 +373,60 @@ impl<S: Source> Reflector<S> {
                     continue;
                 }
             };
+            // Events already waiting are applied in a run, and the watchers they concern are
+            // woken once for the run (`publish_deferred`, then `flush` before waiting again):
+            // under load, one wake-up per watcher and burst rather than per event.
+            let mut run = 0;
             loop {
-                tokio::select! {
-                    item = stream.next() => match item {
-                        Some(Ok(event)) => {
-                            self.apply(event);
-                            self.backoff.reset();
-                        }
-                        Some(Err(SourceError::Compacted { compact_revision })) => {
-                            debug!(resource = %self.config.resource, %compact_revision, "watch compacted");
-                            return Stop::Relist;
-                        }
-                        Some(Err(e)) => {
-                            warn!(resource = %self.config.resource, error = %e, "watch broke");
-                            tokio::time::sleep(self.backoff.delay()).await;
-                            break;
-                        }
-                        None => {
-                            tokio::time::sleep(self.backoff.delay()).await;
-                            break;
-                        }
-                    },
-                    _ = bookmarks.tick() => {
-                        if let Some(publisher) = self.publisher.as_mut() {
-                            publisher.send_bookmarks();
+                let ready = if run < MAX_RUN {
+                    stream.next().now_or_never()
+                } else {
+                    None
+                };
+                let item = match ready {
+                    Some(item) => {
+                        run += 1;
+                        item
+                    }
+                    None => {
+                        run = 0;
+                        self.flush();
+                        tokio::select! {
+                            item = stream.next() => item,
+                            _ = bookmarks.tick() => {
+                                if let Some(publisher) = self.publisher.as_mut() {
+                                    publisher.send_bookmarks();
+                                }
+                                continue;
+                            }
+                            _ = retention.tick() => {
+                                self.retain();
+                                continue;
+                            }
                         }
                     }
-                    _ = retention.tick() => self.retain(),
+                };
+                match item {
+                    Some(Ok(event)) => {
+                        self.apply(event);
+                        self.backoff.reset();
+                    }
+                    Some(Err(SourceError::Compacted { compact_revision })) => {
+                        self.flush();
+                        debug!(resource = %self.config.resource, %compact_revision, "watch compacted");
+                        return Stop::Relist;
+                    }
+                    Some(Err(e)) => {
+                        self.flush();
+                        warn!(resource = %self.config.resource, error = %e, "watch broke");
+                        tokio::time::sleep(self.backoff.delay()).await;
+                        break;
+                    }
+                    None => {
+                        self.flush();
+                        tokio::time::sleep(self.backoff.delay()).await;
+                        break;
+                    }
                 }
             }
         }

@@ -418,6 +418,17 @@ impl Publisher {
     /// Bookmarks take no history slot: [`progress`](Self::progress) moves the revision they
     /// carry, and [`send_bookmarks`](Self::send_bookmarks) sends them.
     pub fn publish(&mut self, event: Event) -> Result<Seq, PublishError> {
+        let seq = self.publish_deferred(event)?;
+        self.flush();
+        Ok(seq)
+    }
+
+    /// Publishes like [`publish`](Self::publish) but leaves the watchers it concerns to be
+    /// woken by the next [`flush`](Self::flush) (or `publish`, or the close): a writer with a
+    /// burst of events wakes each watcher once and the executor once for the whole burst,
+    /// instead of once per event. Until then the events are readable (a watcher that polls
+    /// finds them); only the wake-ups wait.
+    pub fn publish_deferred(&mut self, event: Event) -> Result<Seq, PublishError> {
         let revision = event.revision();
         if matches!(event, Event::Bookmark { .. }) {
             return Err(PublishError::Bookmark);
@@ -450,8 +461,13 @@ impl Publisher {
         shared.progress.store(revision.get(), Ordering::Release);
         drop(registry);
         self.last = revision;
-        self.wake();
         Ok(seq)
+    }
+
+    /// Wakes the watchers that events published with
+    /// [`publish_deferred`](Self::publish_deferred) concern; returns how many.
+    pub fn flush(&mut self) -> usize {
+        self.wake()
     }
 
     /// The source reached `revision` with no change for this hub: moves the revision that
@@ -652,7 +668,9 @@ impl Watcher {
                         if entry.revision() > self.skip_through {
                             self.position = entry.revision();
                             if let Some(d) = self.filter.deliver(event) {
-                                return Poll::Ready(Some(Ok(f(d))));
+                                let out = f(d);
+                                self.park_ahead(&guard, cx);
+                                return Poll::Ready(Some(Ok(out)));
                             }
                         }
                         budget -= 1;
@@ -722,6 +740,28 @@ impl Watcher {
             }
             self.parked = true;
             return Poll::Pending;
+        }
+    }
+
+    /// After delivering the last event its bucket has so far (its chain's link is pending),
+    /// files the watcher at once rather than at its next poll: from then on the writer stamps
+    /// it with its bucket's next event, so it never needs the entry it delivered again, and
+    /// traffic that laps that entry meanwhile cannot lap the watcher. Re-checks the link after
+    /// filing, as parking does (claim 5 of `protocol.rs`).
+    fn park_ahead(&mut self, guard: &epoch::Guard, cx: &Context<'_>) {
+        let ring = &*self.shared.ring;
+        if self.chain.is_none() || !matches!(self.look_again(ring, guard), Next::Idle) {
+            return;
+        }
+        self.cell.set_waker(cx.waker());
+        self.bucket.file(self.id, &self.cell);
+        // (`RECHECK_LINK_AFTER_PARK` is true except in the loom model that shows why.)
+        if crate::loom::weaken::RECHECK_LINK_AFTER_PARK
+            && (matches!(self.look_again(ring, guard), Next::More) || self.shared.closed_at().is_some())
+        {
+            self.bucket.unfile(self.id, &self.cell);
+        } else {
+            self.parked = true;
         }
     }
 

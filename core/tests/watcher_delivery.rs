@@ -692,11 +692,51 @@ fn an_awake_selective_watcher_goes_from_its_event_to_its_next_without_reading_ot
     })
     .unwrap();
     // Scanning 3,000 others' events would take several polls (it yields every 512); following
-    // the chain takes one, and never wakes itself to yield.
+    // the chain (or the stamp of its next event) takes one, and it never wakes itself to
+    // yield: its one wake-up is the writer's, for its event.
     match kubelet.poll() {
         Poll::Ready(Some(Ok(e))) => assert_eq!(e.revision, Revision::new(3002)),
         other => panic!("{other:?}"),
     }
     assert!(kubelet.poll().is_pending());
-    assert_eq!(kubelet.woken(), 0, "it never yielded");
+    assert_eq!(kubelet.woken(), 1, "woken once, by the writer");
+}
+
+#[test]
+fn a_watcher_that_read_its_last_event_is_not_lapped_by_others_before_its_next_poll() {
+    for cap in SIZES {
+        let (mut p, hub) = hub(cap);
+        let mut kubelet = Probe::new(
+            hub.watch(WatchSpec::new(
+                Filter::parse(None, "", "spec.nodeName=mine").unwrap(),
+            ))
+            .unwrap(),
+        );
+        p.publish(Event::Added {
+            object: pod("ns", "a", 1, "a", "mine"),
+        })
+        .unwrap();
+        // Delivered, and not polled again while the ring wraps many times over it.
+        assert!(matches!(kubelet.poll(), Poll::Ready(Some(Ok(_)))));
+        let mut rev = 1;
+        for _ in 0..cap * 5 {
+            rev += 1;
+            p.publish(Event::Added {
+                object: pod("ns", "b", rev, "a", "other"),
+            })
+            .unwrap();
+        }
+        assert!(kubelet.poll().is_pending(), "ring of {cap}: not lapped");
+        rev += 1;
+        p.publish(Event::Added {
+            object: pod("ns", "a", rev, "a", "mine"),
+        })
+        .unwrap();
+        let got: Vec<_> = kubelet
+            .drain()
+            .into_iter()
+            .map(|e| summary(&e.unwrap()))
+            .collect();
+        assert_eq!(got, vec![("ADDED", rev, rev, "a".into())], "ring of {cap}");
+    }
 }

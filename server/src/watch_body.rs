@@ -28,6 +28,9 @@ use crate::metrics::{self, Metrics};
 /// How much one poll copies before handing the chunk to hyper.
 const FLUSH_BYTES: usize = 64 * 1024;
 
+/// The most spare capacity a watch keeps in its frame buffer between polls.
+const RETAIN_BYTES: usize = 16 * 1024;
+
 pub(crate) struct WatchBody {
     pub(crate) watch: Option<CacheWatch>,
     pub(crate) frames: FrameEncoder,
@@ -37,6 +40,10 @@ pub(crate) struct WatchBody {
     pub(crate) counters: WatchCounters,
     /// Frames written before the stream starts (an in-stream error at the start).
     pub(crate) pending: Option<Bytes>,
+    /// Where frames are written; each chunk handed to hyper is split off it, and once hyper
+    /// has written and dropped the chunks, the allocation is reused (`BytesMut::reserve`).
+    /// Empty, allocating nothing, until the first frame.
+    pub(crate) buf: BytesMut,
     pub(crate) guard: Option<WatcherGuard>,
 }
 
@@ -98,14 +105,14 @@ impl Stream for WatchBody {
         let Some(watch) = this.watch.as_mut() else {
             return Poll::Ready(None);
         };
-        let mut buf = BytesMut::new();
+        let buf = &mut this.buf;
         let mut ended = false;
         let (mut events, mut bookmarks) = (0u64, 0u64);
         while buf.len() < FLUSH_BYTES {
             let frames = &this.frames;
             let polled = watch.poll_next_with(cx, |d| {
                 let is_bookmark = d.kind == EventKind::Bookmark;
-                frames.write(&d, &mut buf).map(|()| is_bookmark)
+                frames.write(&d, buf).map(|()| is_bookmark)
             });
             match polled {
                 Poll::Ready(Some(Ok(Ok(bookmark)))) => {
@@ -116,13 +123,13 @@ impl Stream for WatchBody {
                     }
                 }
                 Poll::Ready(Some(Ok(Err(e)))) => {
-                    this.frames.write_error(&errors::codec(&e), &mut buf);
+                    this.frames.write_error(&errors::codec(&e), buf);
                     ended = true;
                     break;
                 }
                 Poll::Ready(Some(Err(expired))) => {
                     this.counters.lapped.inc();
-                    this.frames.write_error(&errors::expired(&expired), &mut buf);
+                    this.frames.write_error(&errors::expired(&expired), buf);
                     ended = true;
                     break;
                 }
@@ -139,11 +146,17 @@ impl Stream for WatchBody {
         if bookmarks > 0 {
             this.counters.bookmarks.inc_by(bookmarks);
         }
+        let chunk = (!buf.is_empty()).then(|| buf.split().freeze());
+        if buf.capacity() > RETAIN_BYTES {
+            // After a burst: let the big allocation go with its last chunk rather than hold it
+            // while the watch idles.
+            *buf = BytesMut::new();
+        }
         if ended {
             this.finish();
         }
-        if !buf.is_empty() {
-            Poll::Ready(Some(Ok(buf.freeze())))
+        if let Some(chunk) = chunk {
+            Poll::Ready(Some(Ok(chunk)))
         } else if ended {
             Poll::Ready(None)
         } else {
