@@ -1,14 +1,16 @@
-//! Pagination: which positions of a snapshot one LIST page covers, how many items it has,
-//! and whether another page follows (the key a continue token resumes after).
+//! Pagination: which part of a snapshot's read plan one LIST page covers, how many items it
+//! has, and whether another page follows (the key a continue token resumes after).
+
+use std::ops::Bound;
 
 use crate::filter::Filter;
 use crate::object::ObjectKey;
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Plan, Snapshot, Span};
 
-/// One page of a snapshot: where it ends, how many items it has, and whether more follow.
+/// One page of a snapshot: what it covers, how many items it has, and whether more follow.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Page {
-    pub(crate) range: std::ops::Range<usize>,
+    pub(crate) span: Span,
     pub(crate) count: usize,
     /// The key of the last item when another selected item follows it.
     pub(crate) more_after: Option<ObjectKey>,
@@ -17,9 +19,55 @@ pub(crate) struct Page {
     pub(crate) rest: usize,
 }
 
-/// Finds the page of at most `limit` selected items starting at position `start` within
-/// `range`. Scans without collecting; an unlimited page is the whole range.
+/// Finds the page of at most `limit` selected items of `plan` after the key `after` (from
+/// the start when `None`). Looks only at the plan's candidates, without collecting them; an
+/// unlimited page is the rest of the plan.
 pub(crate) fn page(
+    snapshot: &Snapshot,
+    plan: Plan,
+    after: Option<&ObjectKey>,
+    limit: Option<usize>,
+    filter: &Filter,
+    filter_selects_all: bool,
+) -> Page {
+    match plan {
+        Plan::Range(range) => {
+            let start = after.map_or(range.start, |k| match snapshot.position(k) {
+                Ok(i) => i + 1,
+                Err(i) => i,
+            });
+            range_page(snapshot, range, start, limit, filter, filter_selects_all)
+        }
+        Plan::Set(set) => {
+            let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
+            let mut candidates = set
+                .range::<_, ObjectKey>((lower, Bound::Unbounded))
+                .filter(|o| filter.matches(&o.0));
+            let mut count = 0;
+            let mut through = None;
+            while limit.is_none_or(|l| count < l) {
+                let Some(o) = candidates.next() else { break };
+                count += 1;
+                through = Some(o);
+            }
+            let more = limit.is_some() && candidates.next().is_some();
+            let through = through.map(|o| o.0.key().clone());
+            Page {
+                span: Span::Set {
+                    set: set.clone(),
+                    after: after.cloned(),
+                    through: through.clone().filter(|_| limit.is_some()),
+                },
+                count,
+                more_after: through.filter(|_| more),
+                rest: 0,
+            }
+        }
+    }
+}
+
+/// [`page`] over positions `start..range.end`.
+fn range_page(
     snapshot: &Snapshot,
     range: std::ops::Range<usize>,
     start: usize,
@@ -37,7 +85,7 @@ pub(crate) fn page(
                 .count()
         };
         return Page {
-            range: start..range.end,
+            span: Span::Range(start..range.end),
             count,
             more_after: None,
             rest: 0,
@@ -63,7 +111,7 @@ pub(crate) fn page(
         None
     };
     Page {
-        range: start..end,
+        span: Span::Range(start..end),
         count,
         more_after,
         rest: range.end - end,
@@ -82,21 +130,21 @@ mod tests {
     fn pages_stop_at_the_limit_and_say_whether_more_follow() {
         let s = three_namespaces();
         let all = Filter::everything();
-        let p = page(&s, 1..4, 1, Some(2), &all, true);
+        let p = range_page(&s, 1..4, 1, Some(2), &all, true);
         assert_eq!(
             p,
             Page {
-                range: 1..3,
+                span: Span::Range(1..3),
                 count: 2,
                 more_after: Some(ObjectKey::new("b", "2")),
                 rest: 1
             }
         );
-        let p = page(&s, 1..4, 3, Some(2), &all, true);
+        let p = range_page(&s, 1..4, 3, Some(2), &all, true);
         assert_eq!(
             p,
             Page {
-                range: 3..4,
+                span: Span::Range(3..4),
                 count: 1,
                 more_after: None,
                 rest: 0
@@ -104,18 +152,18 @@ mod tests {
         );
         // A filter: only "1"s. From the start, one selected item, and another (c/1) after it.
         let ones = Filter::parse(None, "", "metadata.name=1").unwrap();
-        let p = page(&s, 0..5, 0, Some(1), &ones, false);
+        let p = range_page(&s, 0..5, 0, Some(1), &ones, false);
         assert_eq!(
-            (p.range, p.count, p.more_after),
-            (0..1, 1, Some(ObjectKey::new("a", "1")))
+            (p.span, p.count, p.more_after),
+            (Span::Range(0..1), 1, Some(ObjectKey::new("a", "1")))
         );
-        let p = page(&s, 0..5, 1, Some(1), &ones, false);
+        let p = range_page(&s, 0..5, 1, Some(1), &ones, false);
         assert_eq!(
-            (p.range, p.count, p.more_after),
-            (1..2, 1, Some(ObjectKey::new("b", "1")))
+            (p.span, p.count, p.more_after),
+            (Span::Range(1..2), 1, Some(ObjectKey::new("b", "1")))
         );
-        let p = page(&s, 0..5, 2, Some(5), &ones, false);
-        assert_eq!((p.range, p.count, p.more_after), (2..5, 1, None));
+        let p = range_page(&s, 0..5, 2, Some(5), &ones, false);
+        assert_eq!((p.span, p.count, p.more_after), (Span::Range(2..5), 1, None));
         let mut items = ListItems::new(Arc::new(s), 2..5, ones, 1);
         assert_eq!(
             items.next_item().map(|o| o.key().to_string()),

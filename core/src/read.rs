@@ -132,17 +132,10 @@ impl<S: Source> Cache<S> {
             }
         };
         let filter = &opts.filter;
-        let range = snapshot.range_of(filter.required_namespace());
-        let start = match &start_after {
-            Some(key) => match snapshot.position(key) {
-                Ok(i) => i + 1,
-                Err(i) => i,
-            },
-            None => range.start,
-        };
         let selects_all = filter.selects_all_in_namespace();
         let limit = opts.limit.filter(|&l| l > 0);
-        let page = page(&snapshot, range, start, limit, filter, selects_all);
+        let plan = snapshot.plan(filter);
+        let page = page(&snapshot, plan, start_after.as_ref(), limit, filter, selects_all);
         let continue_token = match &page.more_after {
             Some(k) => Some(self.tokens()?.encode(revision, k)),
             None => None,
@@ -152,7 +145,7 @@ impl<S: Source> Cache<S> {
             revision,
             continue_token,
             remaining_item_count,
-            items: ListItems::new(snapshot, page.range, filter.clone(), page.count),
+            items: ListItems::from_span(snapshot, page.span, filter.clone(), page.count),
         })
     }
 }

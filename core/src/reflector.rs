@@ -197,7 +197,11 @@ impl<S: Source> Reflector<S> {
             .iter()
             .filter_map(|i| self.decode(&i.key, &i.value, i.mod_revision))
             .collect();
-        let snapshot = Arc::new(Snapshot::new(list.revision, items));
+        let mut snapshot = Snapshot::new(list.revision, items);
+        if let Some(field) = &config.trigger_field {
+            snapshot = snapshot.with_index(field);
+        }
+        let snapshot = Arc::new(snapshot);
         let mut builder = WatchHub::builder().capacity(config.capacity).start(list.revision);
         for f in config
             .fields

@@ -7,11 +7,20 @@
 //! entry of its history window, as the apiserver's snapshottable watch cache keeps one per
 //! revision, and serves LIST at an exact revision and continue tokens from them.
 //!
-//! [`ListItems`] reads a range of one snapshot through a filter, lending one item at a time:
-//! what a LIST page or a watch's initial events hand to an encoder. Which range a page covers
-//! is decided in [`page`](crate::page).
+//! A snapshot may also index its objects by one field (the resource's trigger field, e.g.
+//! pods by `spec.nodeName`): a persistent map from value to the objects with it, in key
+//! order, updated in O(log n) by each change like the sequence. [`Snapshot::plan`] picks what
+//! a filtered read looks at: one key (a name in a namespace), the objects of one name across
+//! namespaces, the objects with one trigger value, or a namespace's run of keys; so reading
+//! one node's pods among 150,000 looks at that node's pods only.
+//!
+//! [`ListItems`] reads a plan's span of one snapshot through a filter, lending one item at a
+//! time: what a LIST page or a watch's initial events hand to an encoder. Which span a page
+//! covers is decided in [`page`](crate::page).
 
+use std::borrow::Borrow;
 use std::cmp::Ordering;
+use std::ops::Bound;
 
 use crate::event::Event;
 use crate::filter::Filter;
@@ -24,6 +33,107 @@ use std::sync::Arc;
 pub struct Snapshot {
     revision: Revision,
     items: imbl::Vector<Arc<ObjectVersion>>,
+    index: Option<FieldIndex>,
+}
+
+/// An object version ordered by its key: an element of a [`FieldIndex`] set.
+#[derive(Clone, Debug)]
+pub(crate) struct ByKey(pub(crate) Arc<ObjectVersion>);
+
+impl PartialEq for ByKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.key() == other.0.key()
+    }
+}
+
+impl Eq for ByKey {}
+
+impl PartialOrd for ByKey {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ByKey {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.key().cmp(other.0.key())
+    }
+}
+
+impl Borrow<ObjectKey> for ByKey {
+    fn borrow(&self) -> &ObjectKey {
+        self.0.key()
+    }
+}
+
+/// Objects in key order, shared between snapshots.
+pub(crate) type KeySet = imbl::OrdSet<ByKey>;
+
+/// The objects of a snapshot by the value of one field (a missing field counts as "").
+#[derive(Clone, Debug)]
+struct FieldIndex {
+    field: Arc<str>,
+    by_value: imbl::OrdMap<Box<str>, KeySet>,
+}
+
+impl FieldIndex {
+    fn new(field: &str, items: &imbl::Vector<Arc<ObjectVersion>>) -> Self {
+        let mut index = FieldIndex {
+            field: field.into(),
+            by_value: imbl::OrdMap::new(),
+        };
+        for o in items {
+            index.insert(o);
+        }
+        index
+    }
+
+    fn value<'a>(&self, object: &'a ObjectVersion) -> &'a str {
+        object.field(&self.field).unwrap_or("")
+    }
+
+    fn insert(&mut self, object: &Arc<ObjectVersion>) {
+        let value = self.value(object);
+        let mut set = self.by_value.get(value).cloned().unwrap_or_default();
+        set.insert(ByKey(Arc::clone(object)));
+        self.by_value.insert(value.into(), set);
+    }
+
+    fn remove(&mut self, object: &ObjectVersion) {
+        let value = self.value(object);
+        if let Some(mut set) = self.by_value.get(value).cloned() {
+            set.remove(object.key());
+            if set.is_empty() {
+                self.by_value.remove(value);
+            } else {
+                self.by_value.insert(value.into(), set);
+            }
+        }
+    }
+}
+
+/// What a filtered read of a snapshot looks at: positions of its key sequence, or a set of
+/// objects in key order. Every object the filter can select is in it.
+#[derive(Clone, Debug)]
+pub(crate) enum Plan {
+    /// Positions of the key sequence (a namespace's run, one key, or everything).
+    Range(std::ops::Range<usize>),
+    /// Objects from the field index, or one name's objects across namespaces.
+    Set(KeySet),
+}
+
+/// Which part of a [`Plan`] one page covers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Span {
+    /// Positions of the key sequence.
+    Range(std::ops::Range<usize>),
+    /// The objects of a set after `after` (all when `None`) up to and including `through`
+    /// (to the end when `None`).
+    Set {
+        set: KeySet,
+        after: Option<ObjectKey>,
+        through: Option<ObjectKey>,
+    },
 }
 
 impl Snapshot {
@@ -41,7 +151,58 @@ impl Snapshot {
         Snapshot {
             revision,
             items: items.into_iter().collect(),
+            index: None,
         }
+    }
+
+    /// This snapshot with its objects indexed by `field` (a missing field counts as ""), so
+    /// that reads selecting one value of it look at those objects only. Kept up to date by
+    /// [`apply`](Self::apply).
+    pub fn with_index(mut self, field: &str) -> Self {
+        self.index = Some(FieldIndex::new(field, &self.items));
+        self
+    }
+
+    /// What a read through `filter` looks at: the narrowest of one key (a name in a
+    /// namespace), one name across namespaces, the objects with the indexed field's required
+    /// value, and the filter's namespace (or everything).
+    pub(crate) fn plan(&self, filter: &Filter) -> Plan {
+        let namespace = filter.required_namespace();
+        if let Some(name) = filter.fields().equality("metadata.name") {
+            return match namespace {
+                Some(ns) => {
+                    let key = ObjectKey::new(ns, name);
+                    match self.position(&key) {
+                        Ok(i) => Plan::Range(i..i + 1),
+                        Err(i) => Plan::Range(i..i),
+                    }
+                }
+                None => Plan::Set(self.named(name)),
+            };
+        }
+        if let Some(index) = &self.index
+            && let Some(value) = filter.fields().equality(&index.field)
+        {
+            return Plan::Set(index.by_value.get(value).cloned().unwrap_or_default());
+        }
+        Plan::Range(self.range_of(namespace))
+    }
+
+    /// The objects named `name`, one per namespace at most: a binary search per namespace,
+    /// jumping from one namespace's run to the next.
+    fn named(&self, name: &str) -> KeySet {
+        let mut found = KeySet::new();
+        let mut at = 0;
+        while let Some(first) = self.items.get(at) {
+            let ns = first.key().namespace();
+            let run = self.range_of(Some(ns));
+            if let Ok(i) = self.position(&ObjectKey::new(ns, name)) {
+                found.insert(ByKey(Arc::clone(&self.items[i])));
+            }
+            // `run` holds `at` (keys sort by namespace first), so this always moves on.
+            at = run.end.max(at + 1);
+        }
+        found
     }
 
     /// The revision this snapshot is the state at.
@@ -113,9 +274,19 @@ impl Snapshot {
             }
             Event::Bookmark { .. } => {}
         }
+        let mut index = self.index.clone();
+        if let Some(index) = &mut index {
+            if let Some(prev) = event.prev() {
+                index.remove(prev);
+            }
+            if let Event::Added { object } | Event::Modified { object, .. } = event {
+                index.insert(object);
+            }
+        }
         Snapshot {
             revision: event.revision(),
             items,
+            index,
         }
     }
 }
@@ -135,17 +306,51 @@ pub(crate) fn partition_point<T: Clone>(items: &imbl::Vector<T>, pred: impl Fn(&
     }
 }
 
-/// The items of one LIST page: positions `next..end` of a snapshot that its filter selects.
-/// Holds the snapshot (shared), never a copy of the items.
+/// The items of one LIST page (or a watch's initial events): a span of a snapshot, through
+/// a filter. Holds the snapshot (shared), never a copy of the items.
 #[derive(Clone, Debug)]
 pub struct ListItems {
     snapshot: Arc<Snapshot>,
-    next: usize,
-    end: usize,
+    cursor: Cursor,
     filter: Filter,
     remaining: usize,
-    /// The position of the item `next_item` returned last.
-    current: Option<usize>,
+}
+
+/// Where a [`ListItems`] is in its span, and the item it lent last.
+#[derive(Clone, Debug)]
+enum Cursor {
+    Range {
+        next: usize,
+        end: usize,
+        /// The position of the item lent last.
+        current: Option<usize>,
+    },
+    Set {
+        set: KeySet,
+        /// The item lent last (the next comes after it), or the key the span starts after.
+        after: SetPosition,
+        through: Option<ObjectKey>,
+        /// Whether `after` is the item lent last.
+        lent: bool,
+    },
+}
+
+/// A position in a set span.
+#[derive(Clone, Debug)]
+enum SetPosition {
+    Start,
+    AfterKey(ObjectKey),
+    After(ByKey),
+}
+
+/// What one bounded step through a [`ListItems`] found.
+pub(crate) enum Step<'a> {
+    /// The next selected item.
+    Item(&'a Arc<ObjectVersion>),
+    /// The budget ran out before a selected item was found; call again.
+    Exhausted,
+    /// No more items.
+    Done,
 }
 
 impl ListItems {
@@ -155,13 +360,29 @@ impl ListItems {
         filter: Filter,
         count: usize,
     ) -> Self {
+        ListItems::from_span(snapshot, Span::Range(range), filter, count)
+    }
+
+    /// The `count` items of `span` that `filter` selects.
+    pub(crate) fn from_span(snapshot: Arc<Snapshot>, span: Span, filter: Filter, count: usize) -> Self {
+        let cursor = match span {
+            Span::Range(range) => Cursor::Range {
+                next: range.start,
+                end: range.end,
+                current: None,
+            },
+            Span::Set { set, after, through } => Cursor::Set {
+                set,
+                after: after.map_or(SetPosition::Start, SetPosition::AfterKey),
+                through,
+                lent: false,
+            },
+        };
         ListItems {
             snapshot,
-            next: range.start,
-            end: range.end,
+            cursor,
             filter,
             remaining: count,
-            current: None,
         }
     }
 
@@ -176,56 +397,130 @@ impl ListItems {
         self.remaining
     }
 
-    /// The next item, lent: touches no shared reference count.
+    /// The next item, lent. From a key range it touches no shared reference count; from an
+    /// index set, one per selected item (the cursor holds the item it lent).
     pub fn next_item(&mut self) -> Option<&Arc<ObjectVersion>> {
-        self.current = None;
-        while self.next < self.end {
-            let i = self.next;
-            self.next += 1;
-            if self.snapshot.at(i).is_some_and(|o| self.filter.matches(o)) {
-                self.remaining -= 1;
-                self.current = Some(i);
-                break;
-            }
+        match self.step(usize::MAX) {
+            Step::Item(_) => self.current(),
+            Step::Exhausted | Step::Done => None,
         }
-        self.current()
+    }
+
+    /// Looks at no more than `budget` candidates for the next selected item.
+    pub(crate) fn step(&mut self, mut budget: usize) -> Step<'_> {
+        let found = match &mut self.cursor {
+            Cursor::Range { next, end, current } => {
+                *current = None;
+                loop {
+                    if *next >= *end {
+                        break Step::Done;
+                    }
+                    if budget == 0 {
+                        break Step::Exhausted;
+                    }
+                    budget -= 1;
+                    let i = *next;
+                    *next += 1;
+                    if self.snapshot.at(i).is_some_and(|o| self.filter.matches(o)) {
+                        *current = Some(i);
+                        break Step::Item(&self.snapshot.items[i]);
+                    }
+                }
+            }
+            Cursor::Set {
+                set,
+                after,
+                through,
+                lent,
+            } => {
+                *lent = false;
+                loop {
+                    let candidate = match &*after {
+                        SetPosition::Start => set.iter().next(),
+                        SetPosition::AfterKey(k) => set
+                            .range::<_, ObjectKey>((Bound::Excluded(k), Bound::Unbounded))
+                            .next(),
+                        SetPosition::After(b) => set
+                            .range::<_, ByKey>((Bound::Excluded(b), Bound::Unbounded))
+                            .next(),
+                    };
+                    let Some(candidate) =
+                        candidate.filter(|c| through.as_ref().is_none_or(|t| c.0.key() <= t))
+                    else {
+                        break Step::Done;
+                    };
+                    if budget == 0 {
+                        break Step::Exhausted;
+                    }
+                    budget -= 1;
+                    *after = SetPosition::After(candidate.clone());
+                    if self.filter.matches(&candidate.0) {
+                        *lent = true;
+                        let SetPosition::After(b) = &*after else {
+                            unreachable!("just set")
+                        };
+                        break Step::Item(&b.0);
+                    }
+                }
+            }
+        };
+        if let Step::Item(_) = found {
+            self.remaining -= 1;
+        }
+        found
     }
 
     /// Lends the next items to `f` in order while it returns true; true when the items ran
     /// out, false when `f` stopped (the item it stopped at has been consumed and stays
     /// [`current`](Self::current)).
     ///
-    /// The same as calling [`next_item`](Self::next_item) in a loop, but walking the
-    /// snapshot leaf by leaf rather than looking each position up from the root: what an
-    /// encoder that copies many items in a row wants.
+    /// The same as calling [`next_item`](Self::next_item) in a loop, but walking a key range
+    /// leaf by leaf rather than looking each position up from the root: what an encoder that
+    /// copies many items in a row wants.
     pub fn lend_while(&mut self, mut f: impl FnMut(&Arc<ObjectVersion>) -> bool) -> bool {
-        self.current = None;
+        let Cursor::Range { next, end, current } = &mut self.cursor else {
+            while let Some(o) = self.next_item() {
+                if !f(o) {
+                    return false;
+                }
+            }
+            return true;
+        };
+        *current = None;
         let mut focus = self.snapshot.items.focus();
-        while self.next < self.end {
-            let (leaf_range, leaf) = focus.chunk_at(self.next);
-            let upto = leaf_range.end.min(self.end);
-            for object in &leaf[self.next - leaf_range.start..upto - leaf_range.start] {
-                let i = self.next;
-                self.next += 1;
+        while *next < *end {
+            let (leaf_range, leaf) = focus.chunk_at(*next);
+            let upto = leaf_range.end.min(*end);
+            for object in &leaf[*next - leaf_range.start..upto - leaf_range.start] {
+                let i = *next;
+                *next += 1;
                 if !self.filter.matches(object) {
                     continue;
                 }
                 self.remaining -= 1;
-                self.current = Some(i);
+                *current = Some(i);
                 if !f(object) {
                     return false;
                 }
             }
         }
-        self.current = None;
+        *current = None;
         true
     }
 
     /// The item [`next_item`](Self::next_item) (or [`lend_while`](Self::lend_while)) lent
-    /// last, lent again (`None` before the first item and after the last). An encoder that stops inside an item picks it up here
-    /// rather than holding a reference count on it.
+    /// last, lent again (`None` before the first item and after the last). An encoder that
+    /// stops inside an item picks it up here rather than holding a reference count on it.
     pub fn current(&self) -> Option<&Arc<ObjectVersion>> {
-        self.current.and_then(|i| self.snapshot.at(i))
+        match &self.cursor {
+            Cursor::Range { current, .. } => current.and_then(|i| self.snapshot.at(i)),
+            Cursor::Set {
+                after: SetPosition::After(b),
+                lent: true,
+                ..
+            } => Some(&b.0),
+            Cursor::Set { .. } => None,
+        }
     }
 }
 
@@ -355,6 +650,120 @@ mod tests {
         assert_eq!(key(items.current()), Some("a/3".into()));
         assert_eq!(key(items.next_item()), None);
         assert_eq!(key(items.current()), None);
+    }
+
+    fn on_node(ns: &str, name: &str, node: &str, rev: u64) -> Arc<ObjectVersion> {
+        Arc::new(
+            ObjectVersion::builder(ObjectKey::new(ns, name), Revision::new(rev))
+                .field("spec.nodeName", node)
+                .build(),
+        )
+    }
+
+    fn planned(s: &Snapshot, filter: &Filter) -> Vec<String> {
+        match s.plan(filter) {
+            Plan::Range(r) => r.map(|i| s.at(i).unwrap().key().to_string()).collect(),
+            Plan::Set(set) => set.iter().map(|o| o.0.key().to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn a_plan_looks_only_at_the_objects_the_index_or_the_name_selects() {
+        // 3 namespaces × 100 pods over 10 nodes.
+        let pods: Vec<_> = (0..300u64)
+            .map(|i| {
+                on_node(
+                    &format!("ns{}", i % 3),
+                    &format!("p{:03}", i / 3),
+                    &format!("n{}", i % 10),
+                    i + 1,
+                )
+            })
+            .collect();
+        let s0 = Snapshot::new(Revision::new(300), pods).with_index("spec.nodeName");
+        let node = |n: &str| Filter::parse(None, "", &format!("spec.nodeName={n}")).unwrap();
+        assert_eq!(
+            planned(&s0, &node("n3")).len(),
+            30,
+            "one node's pods, not all 300"
+        );
+        assert!(planned(&s0, &node("nope")).is_empty());
+        let name = Filter::parse(None, "", "metadata.name=p007").unwrap();
+        assert_eq!(planned(&s0, &name), ["ns0/p007", "ns1/p007", "ns2/p007"]);
+        let one = Filter::parse(Some("ns1"), "", "metadata.name=p007").unwrap();
+        assert_eq!(planned(&s0, &one), ["ns1/p007"]);
+        let absent = Filter::parse(Some("ns1"), "", "metadata.name=zzz").unwrap();
+        assert!(planned(&s0, &absent).is_empty());
+        assert_eq!(planned(&s0, &Filter::everything().in_namespace("ns2")).len(), 100);
+
+        // The index follows every change; the old snapshot's is unchanged.
+        let moved = s0.apply(&Event::Modified {
+            object: on_node("ns0", "p000", "n9", 301),
+            prev: s0.get(&ObjectKey::new("ns0", "p000")).unwrap().clone(),
+        });
+        let gone = moved.apply(&Event::Deleted {
+            revision: Revision::new(302),
+            prev: moved.get(&ObjectKey::new("ns1", "p000")).unwrap().clone(),
+        });
+        let added = gone.apply(&Event::Added {
+            object: on_node("ns9", "new", "n0", 303),
+        });
+        let n0 = |s: &Snapshot| planned(s, &node("n0"));
+        assert_eq!(n0(&s0).len(), 30);
+        assert!(n0(&moved).iter().all(|k| k != "ns0/p000") && n0(&moved).len() == 29);
+        assert_eq!(planned(&moved, &node("n9")).len(), 31);
+        assert!(planned(&gone, &node("n1")).iter().all(|k| k != "ns1/p000"));
+        assert_eq!(n0(&added).last().map(String::as_str), Some("ns9/new"));
+        // Every object the plan returns is one the snapshot holds at that revision.
+        for s in [&s0, &moved, &gone, &added] {
+            for n in ["n0", "n1", "n9"] {
+                let want: Vec<String> = s
+                    .iter()
+                    .filter(|o| o.field("spec.nodeName") == Some(n))
+                    .map(|o| o.key().to_string())
+                    .collect();
+                assert_eq!(planned(s, &node(n)), want, "{n} at {}", s.revision());
+            }
+        }
+    }
+
+    #[test]
+    fn set_spans_page_resume_after_a_key_and_lend_their_items() {
+        let pods: Vec<_> = (0..50u64)
+            .map(|i| {
+                on_node(
+                    "ns",
+                    &format!("p{i:02}"),
+                    if i % 2 == 0 { "even" } else { "odd" },
+                    i + 1,
+                )
+            })
+            .collect();
+        let s = Arc::new(Snapshot::new(Revision::new(50), pods).with_index("spec.nodeName"));
+        let even = Filter::parse(None, "", "spec.nodeName=even").unwrap();
+        let mut after = None;
+        let mut seen = Vec::new();
+        loop {
+            let p = crate::page::page(&s, s.plan(&even), after.as_ref(), Some(7), &even, false);
+            let mut items = ListItems::from_span(s.clone(), p.span, even.clone(), p.count);
+            let mut n = 0;
+            while let Some(o) = items.next_item() {
+                seen.push(o.key().name().to_owned());
+                n += 1;
+            }
+            assert_eq!((n, items.remaining()), (p.count, 0));
+            match p.more_after {
+                Some(k) => after = Some(k),
+                None => break,
+            }
+        }
+        let want: Vec<String> = (0..50).step_by(2).map(|i| format!("p{i:02}")).collect();
+        assert_eq!(seen, want);
+        // A budget of one candidate per step: each step finds one (every candidate matches).
+        let p = crate::page::page(&s, s.plan(&even), None, None, &even, false);
+        let mut items = ListItems::from_span(s.clone(), p.span, even.clone(), p.count);
+        assert!(matches!(items.step(1), Step::Item(_)));
+        assert!(matches!(items.step(0), Step::Exhausted));
     }
 
     #[test]

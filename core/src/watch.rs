@@ -13,9 +13,12 @@ use crate::event::{Delivery, EventKind, WatchEvent};
 use crate::filter::Filter;
 use crate::page::page;
 use crate::rv::Revision;
-use crate::snapshot::{ListItems, Snapshot};
+use crate::snapshot::{ListItems, Snapshot, Step};
 use crate::source::Source;
 use crate::watcher::{Expired, WatchError, WatchSpec, Watcher};
+
+/// How many candidates of the initial events one poll looks at before it yields.
+const INITIAL_SCAN_BUDGET: usize = if cfg!(watchcache_loom) { 2 } else { 512 };
 
 /// A WATCH request.
 #[derive(Clone, Debug, Default)]
@@ -81,16 +84,16 @@ impl<S: Source> Cache<S> {
 /// The objects of `snapshot` that `filter` selects, as ADDED events to come, with their
 /// exact count.
 fn initial_events(snapshot: &Arc<Snapshot>, filter: &Filter) -> ListItems {
-    let range = snapshot.range_of(filter.required_namespace());
+    let plan = snapshot.plan(filter);
     let all = page(
         snapshot,
-        range.clone(),
-        range.start,
+        plan,
+        None,
         None,
         filter,
         filter.selects_all_in_namespace(),
     );
-    ListItems::new(Arc::clone(snapshot), all.range, filter.clone(), all.count)
+    ListItems::from_span(Arc::clone(snapshot), all.span, filter.clone(), all.count)
 }
 
 /// A watch on the cache: initial events when asked for, then the live watcher.
@@ -109,17 +112,24 @@ impl CacheWatch {
         f: impl FnOnce(Delivery<'_>) -> R,
     ) -> Poll<Option<Result<R, Expired>>> {
         if let Some(items) = &mut self.initial {
-            if let Some(object) = items.next_item() {
-                let revision = object.revision();
-                let d = Delivery {
-                    kind: EventKind::Added,
-                    revision,
-                    object: Some(object),
-                    initial_events_end: false,
-                };
-                return Poll::Ready(Some(Ok(f(d))));
+            match items.step(INITIAL_SCAN_BUDGET) {
+                Step::Item(object) => {
+                    let revision = object.revision();
+                    let d = Delivery {
+                        kind: EventKind::Added,
+                        revision,
+                        object: Some(object),
+                        initial_events_end: false,
+                    };
+                    return Poll::Ready(Some(Ok(f(d))));
+                }
+                // Many candidates filtered out: yield to the executor, as live delivery does.
+                Step::Exhausted => {
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                Step::Done => self.initial = None,
             }
-            self.initial = None;
         }
         if let Some(revision) = self.end_bookmark.take() {
             let d = Delivery {

@@ -22,6 +22,7 @@ const CASES: u64 = if cfg!(miri) { 3 } else { 1_000 };
 const NAMESPACES: [&str; 3] = ["a", "a-b", "b"];
 const APPS: [&str; 2] = ["web", "api"];
 const NODES: [&str; 3] = ["n1", "n2", "n3"];
+const NAMES: [&str; 4] = ["p0", "p1", "p2", "p3"];
 
 struct Rng(u64);
 
@@ -107,17 +108,21 @@ enum Sel {
     NotApp(&'static str),
     Node(&'static str),
     NsNode(&'static str, &'static str),
+    Name(&'static str),
+    NsName(&'static str, &'static str),
 }
 
 impl Sel {
     fn random(rng: &mut Rng) -> Sel {
-        match rng.below(6) {
+        match rng.below(8) {
             0 => Sel::All,
             1 => Sel::Ns(rng.pick(&NAMESPACES)),
             2 => Sel::App(rng.pick(&APPS)),
             3 => Sel::NotApp(rng.pick(&APPS)),
             4 => Sel::Node(rng.pick(&NODES)),
-            _ => Sel::NsNode(rng.pick(&NAMESPACES), rng.pick(&NODES)),
+            5 => Sel::NsNode(rng.pick(&NAMESPACES), rng.pick(&NODES)),
+            6 => Sel::Name(rng.pick(&NAMES)),
+            _ => Sel::NsName(rng.pick(&NAMESPACES), rng.pick(&NAMES)),
         }
     }
     fn filter(self) -> Filter {
@@ -128,6 +133,8 @@ impl Sel {
             Sel::NotApp(a) => Filter::parse(None, &format!("app notin ({a})"), "").unwrap(),
             Sel::Node(n) => Filter::parse(None, "", &format!("spec.nodeName={n}")).unwrap(),
             Sel::NsNode(ns, n) => Filter::parse(Some(ns), "", &format!("spec.nodeName=={n}")).unwrap(),
+            Sel::Name(n) => Filter::parse(None, "", &format!("metadata.name={n}")).unwrap(),
+            Sel::NsName(ns, n) => Filter::parse(Some(ns), "", &format!("metadata.name={n}")).unwrap(),
         }
     }
     fn matches(self, o: &Obj) -> bool {
@@ -138,6 +145,8 @@ impl Sel {
             Sel::NotApp(a) => o.app != a,
             Sel::Node(n) => o.node == n,
             Sel::NsNode(ns, n) => o.ns == ns && o.node == n,
+            Sel::Name(n) => o.name == n,
+            Sel::NsName(ns, n) => o.ns == ns && o.name == n,
         }
     }
     /// Whether the engine may report remainingItemCount (no label or field selector).
@@ -174,7 +183,7 @@ fn expected_events(model: &Model, after: u64, sel: Sel) -> Vec<Seen> {
 fn write(rng: &mut Rng, store: &MemorySource, model: &mut Model) {
     let (_, mut state) = model.current().clone();
     let ns = rng.pick(&NAMESPACES).to_string();
-    let name = format!("p{}", rng.below(4));
+    let name = rng.pick(&NAMES).to_owned();
     let k = format!("{ns}/{name}");
     let skey = format!("pods/{ns}/{name}");
     let (app, node) = (rng.pick(&APPS).to_string(), rng.pick(&NODES).to_string());

@@ -548,6 +548,57 @@ async fn send_initial_events_false_sends_none_and_unset_sends_them_only_from_zer
     );
 }
 
+/// Initial events look at no more than a bounded number of candidates per poll: a selector
+/// that matches one object in thousands yields to the executor instead of scanning them all
+/// in one poll, and an indexed field's initial events look at that value's objects only.
+#[tokio::test]
+async fn initial_events_yield_while_they_scan_and_use_the_index() {
+    let (s, cache) = started(config()).await;
+    for i in 0..2000 {
+        let node = if i == 1234 { "lone" } else { "busy" };
+        s.create(
+            &format!("pods/ns/p{i:04}"),
+            text_pod("ns", &format!("p{i:04}"), "web", node),
+        )
+        .unwrap();
+    }
+    s.create("pods/ns/special", text_pod("ns", "special", "rare", "busy"))
+        .unwrap();
+    let waker = Arc::new(CountingWaker::default());
+    let waker_ref = std::task::Waker::from(Arc::clone(&waker));
+    let mut cx = std::task::Context::from_waker(&waker_ref);
+    let initial = |filter: Filter| WatchOptions {
+        resource_version: None,
+        send_initial_events: Some(true),
+        allow_bookmarks: true,
+        filter,
+    };
+    // By label: every pod is a candidate; one matches, the last.
+    let mut w = cache
+        .watch(initial(Filter::parse(None, "app=rare", "").unwrap()))
+        .await
+        .unwrap();
+    let mut pendings = 0;
+    let got = loop {
+        match w.poll_next_with(&mut cx, |d| (d.kind, d.object.map(|o| o.key().to_string()))) {
+            std::task::Poll::Pending => pendings += 1,
+            std::task::Poll::Ready(e) => break e.unwrap().unwrap(),
+        }
+    };
+    assert_eq!(got, (EventKind::Added, Some("ns/special".to_owned())));
+    assert!(pendings >= 3, "yielded {pendings} times over 2,001 candidates");
+    assert_eq!(waker.count(), pendings, "each yield woke the task to come back");
+    // By the indexed field: the one pod on its node, at once.
+    let mut w = cache
+        .watch(initial(Filter::parse(None, "", "spec.nodeName=lone").unwrap()))
+        .await
+        .unwrap();
+    match w.poll_next_with(&mut cx, |d| d.object.map(|o| o.key().to_string())) {
+        std::task::Poll::Ready(Some(Ok(key))) => assert_eq!(key.as_deref(), Some("ns/p1234")),
+        other => panic!("{other:?}"),
+    }
+}
+
 #[tokio::test]
 async fn send_initial_events_ends_with_an_annotated_bookmark_then_goes_live() {
     let (s, cache) = started(config()).await;
