@@ -13,6 +13,8 @@
 //! - [`Design::NaiveShared`]: a bounded channel per watcher carrying the shared encoded bytes
 //!   (encode once, but a queue per watcher, as kube-apiserver's cacheWatcher).
 //! - [`Design::TokioBroadcast`]: `tokio::sync::broadcast` of the shared encoded bytes.
+//! - [`Design::CopyOnly`]: the limit of this machine rather than a design: every watcher
+//!   copies its frames from a shared pool with no writer, queue or wake-up at all.
 //!
 //! With [`Params::selective`], each event is for one watcher only (a pod for the kubelet of its
 //! node): the ring's watchers filter on `spec.nodeName`, the key of their bucket in the
@@ -59,15 +61,19 @@ pub enum Design {
     NaiveShared,
     /// `tokio::sync::broadcast` of shared encoded bytes.
     TokioBroadcast,
+    /// The limit, not a design: each watcher copies the frames of its events from a shared
+    /// pool with no coordination at all (no writer, no queue, no wake-up).
+    CopyOnly,
 }
 
 impl Design {
     /// Every design, ours first.
-    pub const ALL: [Design; 4] = [
+    pub const ALL: [Design; 5] = [
         Design::Ring,
         Design::NaiveCopy,
         Design::NaiveShared,
         Design::TokioBroadcast,
+        Design::CopyOnly,
     ];
 
     /// The design's name in reports.
@@ -77,6 +83,7 @@ impl Design {
             Design::NaiveCopy => "naive_copy",
             Design::NaiveShared => "naive_shared",
             Design::TokioBroadcast => "tokio_broadcast",
+            Design::CopyOnly => "copy_only",
         }
     }
 
@@ -502,6 +509,40 @@ pub fn run(design: Design, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Outco
                 channel_per_watcher(&rt, &shared, p, encoded, |out, object| out.put_slice(object));
             (publish, false, handles)
         }
+        Design::CopyOnly => {
+            // Each watcher waits for the start, then copies its events' frames one after
+            // another; the "writer" only opens the start.
+            let (go, ready) = tokio::sync::watch::channel(false);
+            let encoded = Arc::new(encoded);
+            let handles = (0..p.watchers)
+                .map(|i| {
+                    let mut sink = Sink::new(shared.clone(), i, p);
+                    sink.probe = false;
+                    let mut ready = ready.clone();
+                    let (encoded, stride) = (encoded.clone(), sink.stride);
+                    rt.spawn(async move {
+                        sink.start();
+                        let _ = ready.wait_for(|&go| go).await;
+                        for k in 0..sink.expected {
+                            let seq = stride.map_or(k, |w| i as u64 + k * w);
+                            let out = sink.room();
+                            out.put_slice(PREFIX);
+                            out.put_slice(&encoded[seq as usize % POOL]);
+                            out.put_slice(SUFFIX);
+                            sink.received(seq);
+                        }
+                        sink.finish()
+                    })
+                })
+                .collect();
+            let mut go = Some(go);
+            let publish = move |_seq: u64| {
+                if let Some(go) = go.take() {
+                    let _ = go.send(true);
+                }
+            };
+            (Box::new(publish), false, handles)
+        }
         Design::TokioBroadcast => {
             let (tx, _) = broadcast::channel::<(u64, Bytes)>(p.history);
             let handles = (0..p.watchers)
@@ -672,8 +713,10 @@ mod tests {
                 "{design:?}: {} bytes copied",
                 out.bytes_copied
             );
-            // Probes: every 8th watcher (7, 15, 23, 31) and the last one.
-            assert_eq!(out.latencies_ns.len(), 5 * 300, "{design:?}");
+            // Probes: every 8th watcher (7, 15, 23, 31) and the last one; copy_only has no
+            // publication to measure latency from.
+            let probes = if design == Design::CopyOnly { 0 } else { 5 * 300 };
+            assert_eq!(out.latencies_ns.len(), probes, "{design:?}");
             assert!(out.elapsed > Duration::ZERO);
         }
     }
@@ -689,7 +732,8 @@ mod tests {
             let out = run(design, &p, &|_| ());
             assert_eq!(out.lapped, 0, "{design:?}");
             assert_eq!(out.deliveries, 400, "{design:?}: each event once");
-            assert_eq!(out.latencies_ns.len(), 400, "{design:?}: every watcher probes");
+            let probes = if design == Design::CopyOnly { 0 } else { 400 };
+            assert_eq!(out.latencies_ns.len(), probes, "{design:?}: every watcher probes");
             assert_eq!((0..13).map(|i| p.expected(i)).sum::<u64>(), 400);
         }
     }

@@ -259,7 +259,7 @@ impl Bucket {
     }
 
     fn shard(&self, id: u64) -> &Shard {
-        match (id % (self.rest.len() as u64 + 1)) as usize {
+        match self.shard_of(id) {
             0 => &self.first,
             i => &self.rest[i - 1],
         }
@@ -295,15 +295,22 @@ impl Bucket {
         self.shards().map(|s| lock(s).len()).sum()
     }
 
+    /// The shard watcher `id` parks in.
+    fn shard_of(&self, id: u64) -> usize {
+        (id % (self.rest.len() as u64 + 1)) as usize
+    }
+
     /// Unfiles every parked watcher, stamping each with `seq`; their cells go to `woken`.
-    fn drain(&self, seq: Seq, woken: &mut Vec<Arc<WakeCell>>) {
+    /// Shards no registered watcher parks in (`registered[i] == 0`) are not locked: a wide
+    /// bucket with a few watchers costs the writer a lock per watcher, not per shard.
+    fn drain(&self, seq: Seq, registered: &[u32], woken: &mut Vec<Arc<WakeCell>>) {
         let mut stamp = |cell: Arc<WakeCell>| {
             // Release pairs with the Acquire load in `WakeCell::take_wake`: the watcher that
             // sees the stamp sees the event (stored before this, under the shard's lock).
             cell.wake_at.store(seq.get(), Ordering::Release);
             woken.push(cell);
         };
-        for shard in self.shards() {
+        for (shard, _) in self.shards().zip(registered).filter(|(_, n)| **n > 0) {
             match &mut *lock(shard) {
                 Parked::Few(v) => v.drain(..).for_each(|(_, cell)| stamp(cell)),
                 Parked::Many(m) => m.drain().for_each(|(_, cell)| stamp(cell)),
@@ -317,6 +324,9 @@ impl Bucket {
 struct Registered {
     bucket: Arc<Bucket>,
     watchers: usize,
+    /// Watchers registered per shard (changed under the registry's lock, which the writer
+    /// holds while it drains).
+    per_shard: Box<[u32]>,
     /// The last entry published into this bucket and the role it plays there.
     last: Option<(Seq, Role)>,
 }
@@ -379,6 +389,7 @@ impl Registry {
         let new = |shards| Registered {
             bucket: Arc::new(Bucket::new(shards, tail)),
             watchers: 0,
+            per_shard: vec![0; shards].into_boxed_slice(),
             last: None,
         };
         let slot = match interest {
@@ -391,13 +402,15 @@ impl Registry {
             Interest::All => self.all.get_or_insert_with(|| new(WIDE_SHARDS)),
         };
         slot.watchers += 1;
+        slot.per_shard[slot.bucket.shard_of(id)] += 1;
         Arc::clone(&slot.bucket)
     }
 
-    /// Deregisters a watcher; the bucket goes with its last watcher.
-    pub(crate) fn deregister(&mut self, interest: &Interest) {
+    /// Deregisters watcher `id`; the bucket goes with its last watcher.
+    pub(crate) fn deregister(&mut self, interest: &Interest, id: u64) {
         let Some(slot) = self.slot(interest) else { return };
         slot.watchers -= 1;
+        slot.per_shard[slot.bucket.shard_of(id)] -= 1;
         if slot.watchers > 0 {
             return;
         }
@@ -447,7 +460,7 @@ impl Registry {
                 ring.with_entry(last, &mut |e| e.link(last_role, seq));
             }
             slot.last = Some((seq, role));
-            slot.bucket.drain(seq, woken);
+            slot.bucket.drain(seq, &slot.per_shard, woken);
         };
         chain(self.by_namespace.get_mut(key.namespace()), Role::Namespace);
         chain(new_value.and_then(|v| self.by_trigger.get_mut(v)), Role::Trigger);
@@ -457,14 +470,14 @@ impl Registry {
         );
         chain(self.by_name.get_mut(key.name()), Role::Name);
         if let Some(all) = &self.all {
-            all.bucket.drain(seq, woken);
+            all.bucket.drain(seq, &all.per_shard, woken);
         }
     }
 
     /// Drains every bucket (the hub closed), stamping `seq`.
     pub(crate) fn drain_all(&mut self, seq: Seq, woken: &mut Vec<Arc<WakeCell>>) {
         for r in self.buckets() {
-            r.bucket.drain(seq, woken);
+            r.bucket.drain(seq, &r.per_shard, woken);
         }
     }
 

@@ -863,6 +863,6 @@ impl Drop for Watcher {
         if self.parked {
             self.bucket.unfile(self.id, &self.cell);
         }
-        lock(&self.shared.registry).deregister(&self.interest);
+        lock(&self.shared.registry).deregister(&self.interest, self.id);
     }
 }
