@@ -317,8 +317,12 @@ impl Sink {
 const PREFIX: &[u8] = br#"{"type":"ADDED","object":"#;
 const SUFFIX: &[u8] = b"}\n";
 
-/// Events the ring's writer publishes before it wakes the watchers they concern.
+/// Events the ring's writer publishes before it wakes the watchers they concern (it also
+/// wakes them before it waits).
 const WAKE_BURST: u64 = 16;
+
+/// Passed to a design's writer instead of an event: send any wake-ups held back, now.
+const FLUSH: u64 = u64::MAX - 1;
 
 /// Distinct objects the writer cycles through.
 const POOL: usize = 64;
@@ -368,6 +372,9 @@ fn channel_per_watcher<T: Clone + Send + Sync + 'static>(
         .map(|(i, n)| (n.as_str().into(), i))
         .collect();
     let publish = move |seq: u64| {
+        if seq == FLUSH {
+            return;
+        }
         let object = &pool[seq as usize % POOL];
         if params.selective {
             let node = nodes[params.target(seq)].as_str();
@@ -466,6 +473,10 @@ pub fn run(design: Design, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Outco
             let nodes: Vec<String> = (0..params.watchers).map(|i| format!("n{i}")).collect();
             let publish = move |seq: u64| {
                 let Some(writer) = publisher.as_mut() else { return };
+                if seq == FLUSH {
+                    writer.flush();
+                    return;
+                }
                 let body = encoded[seq as usize % POOL].clone();
                 let object = ObjectVersion::builder(
                     ObjectKey::new("ns-0", names[(seq % 1000) as usize].as_str()),
@@ -580,6 +591,9 @@ pub fn run(design: Design, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Outco
                 .collect();
             let mut tx = Some(tx);
             let publish = move |seq: u64| {
+                if seq == FLUSH {
+                    return;
+                }
                 if let Some(sender) = &tx {
                     let _ = sender.send((seq, encoded[seq as usize % POOL].clone()));
                 }
@@ -625,6 +639,8 @@ pub fn run(design: Design, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Outco
                     // need, and publishing in bursts between waits).
                     let target = (seq + 1 + window / 4).saturating_sub(window);
                     if slowest <= target && target < events {
+                        // Wake-ups held back for a burst go out before the writer waits.
+                        publish(FLUSH);
                         shared.awaited.store(target, Ordering::SeqCst);
                         if !shared.delivered[target as usize].load(Ordering::SeqCst) {
                             std::thread::park_timeout(Duration::from_millis(1));
@@ -645,6 +661,7 @@ pub fn run(design: Design, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Outco
                         // Yield first, then sleep: the writer must not take a core from the
                         // watchers it waits for (the channel designs' writer parks in
                         // `blocking_send` too).
+                        publish(FLUSH);
                         waited += 1;
                         if waited < 64 {
                             std::thread::yield_now();

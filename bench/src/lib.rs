@@ -2,13 +2,15 @@
 //!
 //! The designs live here, in the bench crate only: [`fanout`] (the shared ring against a
 //! channel per watcher with deep copies, a channel per watcher with shared bytes, and
-//! `tokio::sync::broadcast`), [`list`] (streaming against buffered and a materialised
+//! `tokio::sync::broadcast`), [`cluster`] (the same designs serving a cluster's watchers:
+//! kubelets, Node watchers, controllers, operators), [`list`] (streaming against buffered and a materialised
 //! `Value` list, with a memcpy reference), [`idle`] (a parked cursor against a task and a
 //! channel per watcher), [`http`] (the whole server over loopback) and [`soak`] (the server
 //! for minutes under reconnecting, stalled and listing clients). The criterion benches
 //! in `benches/` and the scenario runner (`src/main.rs`) both drive them.
 
 pub mod alloc;
+pub mod cluster;
 pub mod fanout;
 pub mod http;
 pub mod idle;

@@ -17,7 +17,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Map, Value, json};
 use watchcache_bench::alloc::{self, Counting};
 use watchcache_bench::report::{self, Column, human, human_bytes, quantile, round3};
-use watchcache_bench::{fanout, http, idle, list, soak};
+use watchcache_bench::{cluster, fanout, http, idle, list, soak};
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -36,6 +36,9 @@ struct Cli {
 enum Scenario {
     /// One writer, W watchers copying every event into their own output buffer.
     Fanout(FanoutArgs),
+    /// A cluster's watchers (kubelets, Node watchers, controllers, operators) under pod and
+    /// node churn.
+    Cluster(ClusterArgs),
     /// C concurrent LISTs of a whole collection.
     List(ListArgs),
     /// Memory per idle watcher.
@@ -82,6 +85,36 @@ struct FanoutArgs {
     #[arg(long)]
     selective: bool,
     /// Write an SVG plot of deliveries per second against watchers here.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    #[command(flatten)]
+    out: Output,
+}
+
+#[derive(Args)]
+struct ClusterArgs {
+    /// Nodes (a pods watcher and a Node watcher each); a comma-separated list sweeps.
+    #[arg(long, value_delimiter = ',', default_value = "5000")]
+    nodes: Vec<usize>,
+    /// Events published [default: 200,000; naive_copy 50,000; tokio_broadcast 20 million
+    /// reads' worth (every receiver reads every event), at least 1,000].
+    #[arg(long)]
+    events: Option<usize>,
+    /// Encoded size of a pod (a node is half that).
+    #[arg(long, default_value_t = 2048)]
+    pod_bytes: usize,
+    /// Ring and broadcast capacity per resource, in events (a power of two, at least 64).
+    #[arg(long, default_value_t = 1024)]
+    history: usize,
+    /// Queue depth of each per-watcher channel.
+    #[arg(long, default_value_t = 16)]
+    queue: usize,
+    /// Events per second offered (default: as fast as each design takes them). At a rate
+    /// every design sustains, latency is the delivery path's, not the depth of its queues.
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Write SVG plots of deliveries per second and of p99 latency against nodes here (the
+    /// second gets `-p99` before the extension).
     #[arg(long)]
     plot: Option<PathBuf>,
     #[command(flatten)]
@@ -149,6 +182,7 @@ fn main() {
     let result = match cli.scenario {
         Scenario::Child { spec } => child(&spec),
         Scenario::Fanout(a) => run_fanout(a),
+        Scenario::Cluster(a) => run_cluster(a),
         Scenario::List(a) => run_list(a),
         Scenario::Watchers(a) => run_watchers(a),
         Scenario::Http(a) => run_http(a),
@@ -388,6 +422,111 @@ fn run_fanout(a: FanoutArgs) -> Result<(), String> {
             ("p99.9", "p999_latency_us", us),
             ("peak heap", "peak_heap_bytes", human_bytes),
             ("peak RSS", "peak_rss_bytes", human_bytes),
+            ("bytes/watcher", "bytes_per_watcher", human_bytes),
+        ],
+        a.out.json,
+    );
+    Ok(())
+}
+
+/// Events for a cluster point when `--events` is not given (see `ClusterArgs::events`).
+fn cluster_events(design: cluster::Design, nodes: usize) -> usize {
+    match design {
+        cluster::Design::NaiveCopy => 50_000,
+        cluster::Design::TokioBroadcast => (20_000_000 / (2 * nodes).max(1)).clamp(1_000, 200_000),
+        _ => 200_000,
+    }
+}
+
+fn run_cluster(a: ClusterArgs) -> Result<(), String> {
+    let designs = pick(&cluster::Design::ALL, cluster::Design::name, &a.out.designs)?;
+    if !a.history.is_power_of_two() || a.history < 64 {
+        return Err("--history must be a power of two of at least 64".into());
+    }
+    if a.nodes.contains(&0) || a.events == Some(0) || a.queue == 0 {
+        return Err("--nodes, --events and --queue must be positive".into());
+    }
+    if a.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
+        return Err("--rate must be a positive number of events per second".into());
+    }
+    let mut rows = Vec::new();
+    for &nodes in &a.nodes {
+        for &design in &designs {
+            let events = a.events.unwrap_or_else(|| cluster_events(design, nodes));
+            let spec = |mode: &str, events: usize| {
+                json!({"scenario": "cluster", "design": design.name(), "mode": mode, "nodes": nodes,
+                       "events": events, "pod_bytes": a.pod_bytes, "history": a.history, "queue": a.queue,
+                       "rate": a.rate})
+            };
+            let label = format!("{} N={nodes}", design.name());
+            let mut row = run_child(&spec("time", events), events as u64, &format!("{label} time"))?;
+            let mem_events = events.min(4 * a.history);
+            let memory = run_child(
+                &spec("memory", mem_events),
+                mem_events as u64,
+                &format!("{label} memory"),
+            )?;
+            merge(&mut row, &memory);
+            rows.push(row);
+        }
+    }
+    let mut ratios = Map::new();
+    let mut pairs = Vec::new();
+    for baseline in ["naive_copy", "naive_shared", "tokio_broadcast", "copy_only"] {
+        pairs.push(("ring", baseline, "deliveries_per_sec", "deliveries"));
+    }
+    for baseline in ["naive_copy", "naive_shared", "tokio_broadcast"] {
+        // Above 1: the ring's p99 is that many times lower.
+        pairs.push((baseline, "ring", "p99_latency_us", "p99"));
+    }
+    report::ratios(&rows, "nodes", &pairs, &mut ratios);
+    if let Some(path) = &a.plot {
+        report::plot(
+            path,
+            "cluster: deliveries per second",
+            &rows,
+            ("nodes", "nodes"),
+            ("deliveries_per_sec", "deliveries per second"),
+        )?;
+        let p99 = path.with_file_name(format!(
+            "{}-p99.{}",
+            path.file_stem().and_then(|s| s.to_str()).unwrap_or("cluster"),
+            path.extension().and_then(|s| s.to_str()).unwrap_or("svg")
+        ));
+        let latency_rows: Vec<Value> = rows
+            .iter()
+            .filter(|r| r.get("p99_latency_us").is_some())
+            .cloned()
+            .collect();
+        report::plot(
+            &p99,
+            "cluster: p99 latency (µs)",
+            &latency_rows,
+            ("nodes", "nodes"),
+            ("p99_latency_us", "p99 latency, µs"),
+        )?;
+        eprintln!("plots written to {} and {}", path.display(), p99.display());
+    }
+    let params = json!({"nodes": a.nodes, "events": a.events.map_or(json!("auto"), |e| json!(e)),
+                        "pod_bytes": a.pod_bytes, "history": a.history, "queue": a.queue, "rate": a.rate,
+                        "watchers_per_node": 2, "all_pods_watchers": cluster::ALL_PODS_WATCHERS,
+                        "namespace_watchers": cluster::NAMESPACE_WATCHERS});
+    finish(
+        "cluster",
+        params,
+        rows,
+        ratios,
+        &[
+            ("design", "design", human),
+            ("nodes", "nodes", human),
+            ("watchers", "watchers", human),
+            ("events", "events", human),
+            ("deliveries/s", "deliveries_per_sec", human),
+            ("publish/event", "publish_ns_per_event", ns),
+            ("p50", "p50_latency_us", us),
+            ("p99", "p99_latency_us", us),
+            ("p99.9", "p999_latency_us", us),
+            ("peak heap", "peak_heap_bytes", human_bytes),
             ("bytes/watcher", "bytes_per_watcher", human_bytes),
         ],
         a.out.json,
@@ -776,6 +915,7 @@ fn child(spec: &str) -> Result<(), String> {
     let design = spec["design"].as_str().unwrap_or_default();
     let mut row = match spec["scenario"].as_str() {
         Some("fanout") => child_fanout(&spec, design, memory)?,
+        Some("cluster") => child_cluster(&spec, design, memory)?,
         Some("list") => child_list(&spec, design, memory)?,
         Some("watchers") => child_watchers(&spec, design)?,
         other => return Err(format!("unknown scenario {other:?}")),
@@ -824,6 +964,48 @@ fn child_fanout(spec: &Value, design: &str, memory: bool) -> Result<Value, Strin
         "deliveries_per_sec": round3(out.deliveries as f64 / secs),
         "publish_ns_per_event": round3(out.publish_busy.as_nanos() as f64 / p.events as f64),
         "copied_bytes_per_sec": round3(out.bytes_copied as f64 / secs),
+    });
+    for (name, q) in [
+        ("p50_latency_us", 0.5),
+        ("p99_latency_us", 0.99),
+        ("p999_latency_us", 0.999),
+    ] {
+        if let Some(v) = quantile(&mut out.latencies_ns, q) {
+            row[name] = json!(round3(v as f64 / 1000.0));
+        }
+    }
+    Ok(row)
+}
+
+fn child_cluster(spec: &Value, design: &str, memory: bool) -> Result<Value, String> {
+    let design = cluster::Design::from_name(design).ok_or("unknown cluster design")?;
+    let mut p = cluster::Params::new(field(spec, "nodes")?, field(spec, "events")?);
+    p.pod_bytes = field(spec, "pod_bytes")?;
+    p.history = field(spec, "history")?;
+    p.queue = field(spec, "queue")?;
+    p.rate = spec["rate"].as_f64();
+    let base = Counting::reset_peak();
+    let mut out = cluster::run(design, &p, &progress);
+    if out.lapped > 0 {
+        return Err(format!("{} of {} watchers lost events", out.lapped, p.watchers()));
+    }
+    if memory {
+        let peak = Counting::peak() - base;
+        return Ok(json!({
+            "peak_heap_bytes": peak,
+            "bytes_per_watcher": round3(out.setup_heap as f64 / p.watchers() as f64),
+        }));
+    }
+    let secs = out.elapsed.as_secs_f64().max(1e-9);
+    let mut row = json!({
+        "design": design.name(),
+        "nodes": p.nodes,
+        "watchers": p.watchers(),
+        "events": p.events,
+        "elapsed_s": round3(secs),
+        "deliveries": out.deliveries,
+        "deliveries_per_sec": round3(out.deliveries as f64 / secs),
+        "publish_ns_per_event": round3(out.publish_busy.as_nanos() as f64 / p.events as f64),
     });
     for (name, q) in [
         ("p50_latency_us", 0.5),
