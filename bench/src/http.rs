@@ -2,11 +2,14 @@
 //! loopback, the server's own churn writing pods, for a bounded time.
 //!
 //! Each churned pod carries the time it was written (annotation
-//! `watchcache.dev/written-at-us`, set by the server's workload generator); a client
+//! `watchcache.dev/written-at-us`, set by the server's workload generator); a sampled client
 //! subtracts it from its clock on receipt, so latency covers store, cache, encoding, HTTP and
 //! the client's own scheduling. The measurement window opens once every client's watch has
-//! answered: only events written inside it count. Client and server share the machine's two
-//! cores.
+//! answered. Client and server share the machine's two cores, so the clients are made cheap:
+//! most only count the frames they receive in the window (a newline count per chunk); one in
+//! `watchers / 64` parses each frame for its write time, counting only events written inside
+//! the window, and records latencies. The server's CPU per delivered frame and its resident
+//! memory per connected (idle) watch come from `/proc`.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -57,6 +60,10 @@ pub struct Outcome {
     pub server_peak_rss: u64,
     /// The server's resident set once every client was connected.
     pub server_rss_connected: u64,
+    /// The server's resident set before any client connected.
+    pub server_rss_before: u64,
+    /// Of the sampled clients, the most events written inside the window that one received.
+    pub written_in_window: u64,
     /// CPU the server used during the window, in cores (1.0 = one core busy throughout).
     pub server_cores: f64,
     /// CPU this process (the clients) used during the window, in cores.
@@ -100,6 +107,8 @@ struct ClientResult {
     deliveries: u64,
     latencies: Vec<u64>,
     failed: bool,
+    /// Sampled: events written inside the window that it received.
+    written_in_window: u64,
 }
 
 /// When the measurement runs, shared by the runner and the clients.
@@ -113,13 +122,15 @@ struct Window {
     deadline: tokio::sync::watch::Receiver<Option<tokio::time::Instant>>,
 }
 
-/// One watch client: reads frames until the deadline, counting the events written inside the
-/// window and recording their latency.
-async fn watch(addr: SocketAddr, path: String, window: Arc<Window>) -> ClientResult {
+/// One watch client: reads frames until the deadline. Sampled, it parses each frame for its
+/// write time, counting the events written inside the window and recording their latency;
+/// otherwise it only counts the frames it receives once the window is open.
+async fn watch(addr: SocketAddr, path: String, window: Arc<Window>, sampled: bool) -> ClientResult {
     let mut out = ClientResult {
         deliveries: 0,
         latencies: Vec::new(),
         failed: true,
+        written_in_window: 0,
     };
     let Ok(stream) = TcpStream::connect(addr).await else {
         return out;
@@ -162,6 +173,11 @@ async fn watch(addr: SocketAddr, path: String, window: Arc<Window>) -> ClientRes
             }
             Ok(Some(Ok(frame))) => {
                 let Ok(data) = frame.into_data() else { continue };
+                if !sampled {
+                    // Frames are newline-terminated: count them, look at nothing else.
+                    out.deliveries += memchr::memchr_iter(b'\n', &data).count() as u64;
+                    continue;
+                }
                 let received = now_us();
                 partial.extend_from_slice(&data);
                 let mut start = 0;
@@ -171,20 +187,22 @@ async fn watch(addr: SocketAddr, path: String, window: Arc<Window>) -> ClientRes
                     if line.starts_with(br#"{"type":"ERROR""#) {
                         return out;
                     }
+                    out.deliveries += 1;
                     let written = finder.find(line).and_then(|at| {
                         let digits = &line[at + WRITTEN_AT.len()..];
                         let end = digits.iter().position(|b| !b.is_ascii_digit()).unwrap_or(0);
                         std::str::from_utf8(&digits[..end]).ok()?.parse::<u64>().ok()
                     });
                     // Events written before the window (while clients were still
-                    // connecting, replayed from the list's revision) are not counted.
+                    // connecting) have no latency here.
                     if let Some(written) = written.filter(|w| *w >= from) {
-                        out.deliveries += 1;
+                        out.written_in_window += 1;
                         out.latencies.push(received.saturating_sub(written));
                     }
                 }
                 partial.drain(..start);
             }
+            // The stream ended before the deadline (an ERROR frame ends it): failed.
             Ok(_) => return out,
         }
     }
@@ -229,6 +247,71 @@ pub(crate) async fn wait_ready(addr: SocketAddr, binary: &Path) -> Result<(), St
     Ok(())
 }
 
+/// The server's resident memory per idle watch: `binary serve` with no churn, `watchers`
+/// watches opened and left idle (nothing is written, so nothing is sent), and the growth of
+/// its resident set between before the first connection and a second after the last one,
+/// divided by the watches. Includes everything a watch holds: the connection's task and
+/// buffers, the watcher, its timers, and the allocator's share.
+pub fn idle_rss_per_watch(binary: &Path, watchers: usize, seed_pods: usize) -> Result<f64, String> {
+    let (server, addr) = start_server(
+        binary,
+        &[
+            "--seed-pods",
+            &seed_pods.to_string(),
+            "--churn",
+            "0",
+            "--max-watchers",
+            &(watchers + 16).to_string(),
+        ],
+        &[],
+    )?;
+    let pid = server.0.id();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        wait_ready(addr, binary).await?;
+        // Warm the server's allocator and buffers with a few watches first.
+        let open = |n: usize| {
+            (0..n)
+                .map(|_| {
+                    tokio::spawn(async move {
+                        let stream = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+                        let (mut sender, conn) = http1::handshake(TokioIo::new(stream))
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        tokio::spawn(conn);
+                        let req = http::Request::get("/api/v1/pods?watch=1&resourceVersion=0&sendInitialEvents=false&resourceVersionMatch=NotOlderThan")
+                            .header("host", addr.to_string())
+                            .body(Empty::<Bytes>::new())
+                            .map_err(|e| e.to_string())?;
+                        let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+                        if resp.status() != 200 {
+                            return Err(format!("WATCH answered {}", resp.status()));
+                        }
+                        Ok::<_, String>((sender, resp))
+                    })
+                })
+                .collect::<Vec<_>>()
+        };
+        let mut held = Vec::new();
+        for h in open(16) {
+            held.push(h.await.map_err(|e| e.to_string())??);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let before = rss_bytes(pid).ok_or("no RSS for the server")?;
+        for h in open(watchers) {
+            held.push(h.await.map_err(|e| e.to_string())??);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let after = rss_bytes(pid).ok_or("no RSS for the server")?;
+        drop(held);
+        Ok(after.saturating_sub(before) as f64 / watchers as f64)
+    })
+}
+
 /// Starts `binary serve`, connects `p.watchers` clients, watches for `p.seconds`, calling
 /// `progress(elapsed seconds)`.
 pub fn run(binary: &Path, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Result<Outcome, String> {
@@ -252,16 +335,18 @@ pub fn run(binary: &Path, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Result
         .map_err(|e| e.to_string())?;
     rt.block_on(async {
         wait_ready(addr, binary).await?;
-        let (code, list) = get(addr, "/api/v1/pods?limit=1").await?;
+        let (code, _) = get(addr, "/api/v1/pods?limit=1").await?;
         if code != 200 {
             return Err(format!("LIST answered {code}"));
         }
-        let list: serde_json::Value = serde_json::from_slice(&list).map_err(|e| e.to_string())?;
-        let rv = list["metadata"]["resourceVersion"]
-            .as_str()
-            .unwrap_or("0")
+        // Each watch starts from the cache's revision when it opens, as an informer's starts
+        // from its own fresh LIST: no client replays what was written while the others were
+        // still connecting.
+        let path = "/api/v1/pods?watch=1&resourceVersion=0&sendInitialEvents=false\
+                    &resourceVersionMatch=NotOlderThan"
             .to_owned();
-        let path = format!("/api/v1/pods?watch=1&resourceVersion={rv}");
+        let rss_before = rss_bytes(pid).unwrap_or(0);
+        let sample_every = p.watchers.div_ceil(64).max(1);
         let (set_deadline, deadline) = tokio::sync::watch::channel(None);
         let window = Arc::new(Window {
             connected: AtomicUsize::new(0),
@@ -269,7 +354,7 @@ pub fn run(binary: &Path, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Result
             deadline,
         });
         let clients: Vec<_> = (0..p.watchers)
-            .map(|_| tokio::spawn(watch(addr, path.clone(), window.clone())))
+            .map(|i| tokio::spawn(watch(addr, path.clone(), window.clone(), i % sample_every == 0)))
             .collect();
         // The window opens once every client's watch has answered (or after 60 s, with
         // whoever made it; the others count as failed).
@@ -296,6 +381,7 @@ pub fn run(binary: &Path, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Result
         };
         let mut out = Outcome {
             server_rss_connected: rss_connected,
+            server_rss_before: rss_before,
             server_cores: cores(cpu_at_start.0, pid),
             client_cores: cores(cpu_at_start.1, std::process::id()),
             ..Outcome::default()
@@ -303,6 +389,7 @@ pub fn run(binary: &Path, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Result
         for c in clients {
             let r = c.await.map_err(|e| e.to_string())?;
             out.deliveries += r.deliveries;
+            out.written_in_window = out.written_in_window.max(r.written_in_window);
             out.failed += usize::from(r.failed);
             out.latencies_us.extend(r.latencies);
         }

@@ -836,19 +836,27 @@ fn run_http(a: HttpArgs) -> Result<(), String> {
     );
     bar.set_prefix(format!("ring W={} churn={}/s", a.watchers, a.churn));
     let b = bar.clone();
+    let idle = http::idle_rss_per_watch(&binary, a.watchers, a.seed_pods)?;
     let mut out = http::run(&binary, &p, &move |s| b.set_position(s))?;
     bar.finish_and_clear();
     let secs = out.elapsed.as_secs_f64().max(1e-9);
+    let frames = out.deliveries.max(1) as f64;
     let mut row = json!({
         "design": "ring",
         "watchers": a.watchers,
         "deliveries": out.deliveries,
         "deliveries_per_sec": round3(out.deliveries as f64 / secs),
         "expected_deliveries_per_sec": round3(a.churn * a.watchers as f64),
+        "written_in_window_per_watcher": out.written_in_window,
         "failed_watchers": out.failed,
         "peak_rss_bytes": out.server_peak_rss,
         "server_rss_bytes": out.server_rss_connected,
+        "server_rss_bytes_per_watch": round3(idle),
+        "server_rss_bytes_per_busy_watch": round3(
+            out.server_rss_connected.saturating_sub(out.server_rss_before) as f64 / a.watchers as f64
+        ),
         "server_cores": round3(out.server_cores),
+        "server_cpu_us_per_frame": round3(out.server_cores * secs * 1e6 / frames),
         "client_cores": round3(out.client_cores),
         "latency_samples": out.latencies_us.len(),
     });
@@ -868,6 +876,15 @@ fn run_http(a: HttpArgs) -> Result<(), String> {
     ) {
         ratios.insert("delivered_vs_expected".into(), json!(round3(d / e)));
     }
+    // Every watcher receives every event: against what the sampled clients saw written in
+    // the window (the churn's actual rate, rather than its nominal one).
+    if out.written_in_window > 0 {
+        let per_watcher = out.deliveries as f64 / a.watchers as f64;
+        ratios.insert(
+            "delivered_vs_written".into(),
+            json!(round3(per_watcher / out.written_in_window as f64)),
+        );
+    }
     finish(
         "http",
         json!({"watchers": a.watchers, "churn": a.churn, "seconds": a.seconds, "seed_pods": a.seed_pods}),
@@ -882,8 +899,10 @@ fn run_http(a: HttpArgs) -> Result<(), String> {
             ("p99", "p99_latency_us", us),
             ("p99.9", "p999_latency_us", us),
             ("server RSS", "server_rss_bytes", human_bytes),
+            ("RSS/idle watch", "server_rss_bytes_per_watch", human_bytes),
             ("server peak RSS", "peak_rss_bytes", human_bytes),
             ("server CPU", "server_cores", cores),
+            ("CPU/frame", "server_cpu_us_per_frame", us),
             ("client CPU", "client_cores", cores),
             ("failed", "failed_watchers", human),
         ],

@@ -123,8 +123,9 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::snapshot::ListItems;
-    use crate::snapshot::fixtures::three_namespaces;
+    use crate::rv::Revision;
+    use crate::snapshot::fixtures::{on_node, three_namespaces};
+    use crate::snapshot::{ListItems, Step};
 
     #[test]
     fn pages_stop_at_the_limit_and_say_whether_more_follow() {
@@ -170,5 +171,44 @@ mod tests {
             Some("c/1".to_string())
         );
         assert!(items.next_item().is_none());
+    }
+
+    #[test]
+    fn set_spans_page_resume_after_a_key_and_lend_their_items() {
+        let pods: Vec<_> = (0..50u64)
+            .map(|i| {
+                on_node(
+                    "ns",
+                    &format!("p{i:02}"),
+                    if i % 2 == 0 { "even" } else { "odd" },
+                    i + 1,
+                )
+            })
+            .collect();
+        let s = Arc::new(Snapshot::new(Revision::new(50), pods).with_index("spec.nodeName"));
+        let even = Filter::parse(None, "", "spec.nodeName=even").unwrap();
+        let mut after = None;
+        let mut seen = Vec::new();
+        loop {
+            let p = page(&s, s.plan(&even), after.as_ref(), Some(7), &even, false);
+            let mut items = ListItems::from_span(s.clone(), p.span, even.clone(), p.count);
+            let mut n = 0;
+            while let Some(o) = items.next_item() {
+                seen.push(o.key().name().to_owned());
+                n += 1;
+            }
+            assert_eq!((n, items.remaining()), (p.count, 0));
+            match p.more_after {
+                Some(k) => after = Some(k),
+                None => break,
+            }
+        }
+        let want: Vec<String> = (0..50).step_by(2).map(|i| format!("p{i:02}")).collect();
+        assert_eq!(seen, want);
+        // A budget of one candidate per step: each step finds one (every candidate matches).
+        let p = page(&s, s.plan(&even), None, None, &even, false);
+        let mut items = ListItems::from_span(s.clone(), p.span, even.clone(), p.count);
+        assert!(matches!(items.step(1), Step::Item(_)));
+        assert!(matches!(items.step(0), Step::Exhausted));
     }
 }

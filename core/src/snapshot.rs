@@ -547,6 +547,15 @@ pub(crate) mod fixtures {
         Arc::new(ObjectVersion::builder(ObjectKey::new(ns, name), Revision::new(rev)).build())
     }
 
+    /// An object with `spec.nodeName` set to `node`.
+    pub(crate) fn on_node(ns: &str, name: &str, node: &str, rev: u64) -> Arc<ObjectVersion> {
+        Arc::new(
+            ObjectVersion::builder(ObjectKey::new(ns, name), Revision::new(rev))
+                .field("spec.nodeName", node)
+                .build(),
+        )
+    }
+
     /// `a/1`, `b/1`, `b/2`, `b/3`, `c/1` at revision 1.
     pub(crate) fn three_namespaces() -> Snapshot {
         let names = [("a", "1"), ("b", "1"), ("b", "2"), ("b", "3"), ("c", "1")];
@@ -559,7 +568,7 @@ pub(crate) mod fixtures {
 
 #[cfg(test)]
 mod tests {
-    use super::fixtures::{obj, three_namespaces};
+    use super::fixtures::{obj, on_node, three_namespaces};
     use super::*;
 
     fn keys(s: &Snapshot) -> Vec<String> {
@@ -652,14 +661,6 @@ mod tests {
         assert_eq!(key(items.current()), None);
     }
 
-    fn on_node(ns: &str, name: &str, node: &str, rev: u64) -> Arc<ObjectVersion> {
-        Arc::new(
-            ObjectVersion::builder(ObjectKey::new(ns, name), Revision::new(rev))
-                .field("spec.nodeName", node)
-                .build(),
-        )
-    }
-
     fn planned(s: &Snapshot, filter: &Filter) -> Vec<String> {
         match s.plan(filter) {
             Plan::Range(r) => r.map(|i| s.at(i).unwrap().key().to_string()).collect(),
@@ -725,45 +726,6 @@ mod tests {
                 assert_eq!(planned(s, &node(n)), want, "{n} at {}", s.revision());
             }
         }
-    }
-
-    #[test]
-    fn set_spans_page_resume_after_a_key_and_lend_their_items() {
-        let pods: Vec<_> = (0..50u64)
-            .map(|i| {
-                on_node(
-                    "ns",
-                    &format!("p{i:02}"),
-                    if i % 2 == 0 { "even" } else { "odd" },
-                    i + 1,
-                )
-            })
-            .collect();
-        let s = Arc::new(Snapshot::new(Revision::new(50), pods).with_index("spec.nodeName"));
-        let even = Filter::parse(None, "", "spec.nodeName=even").unwrap();
-        let mut after = None;
-        let mut seen = Vec::new();
-        loop {
-            let p = crate::page::page(&s, s.plan(&even), after.as_ref(), Some(7), &even, false);
-            let mut items = ListItems::from_span(s.clone(), p.span, even.clone(), p.count);
-            let mut n = 0;
-            while let Some(o) = items.next_item() {
-                seen.push(o.key().name().to_owned());
-                n += 1;
-            }
-            assert_eq!((n, items.remaining()), (p.count, 0));
-            match p.more_after {
-                Some(k) => after = Some(k),
-                None => break,
-            }
-        }
-        let want: Vec<String> = (0..50).step_by(2).map(|i| format!("p{i:02}")).collect();
-        assert_eq!(seen, want);
-        // A budget of one candidate per step: each step finds one (every candidate matches).
-        let p = crate::page::page(&s, s.plan(&even), None, None, &even, false);
-        let mut items = ListItems::from_span(s.clone(), p.span, even.clone(), p.count);
-        assert!(matches!(items.step(1), Step::Item(_)));
-        assert!(matches!(items.step(0), Step::Exhausted));
     }
 
     #[test]

@@ -5,12 +5,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 
-use tokio_util::sync::CancellationToken;
 use watchcache_core::MemorySource;
 
 use crate::config::ServeConfig;
 use crate::metrics::Metrics;
 use crate::resources::Resource;
+use crate::switch::Switch;
 
 /// Shared by every request.
 pub(crate) struct AppState {
@@ -18,7 +18,8 @@ pub(crate) struct AppState {
     pub(crate) resources: BTreeMap<&'static str, Arc<Resource>>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) config: ServeConfig,
-    pub(crate) shutdown: CancellationToken,
+    /// Thrown when the server shuts down: watches end, connections close after their response.
+    pub(crate) shutdown: Switch,
     pub(crate) open_watchers: Arc<AtomicUsize>,
     pub(crate) addr: SocketAddr,
 }

@@ -6,7 +6,6 @@
 //! writes stay blocked past a watch's deadline (see [`Connection::end_if_stalled_after`]), and
 //! all are children of one switch, thrown when a shutdown's grace period runs out.
 
-use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -15,21 +14,22 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use axum::extract::connect_info::Connected;
-use axum::serve::{IncomingStream, Listener};
+use axum::serve::Listener;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+use tokio_util::sync::CancellationToken;
+
+use crate::switch::{Signal, Switch};
 
 /// Accepts TCP connections as [`KillableIo`]s, each described by a [`Connection`].
 pub(crate) struct KillableListener {
     inner: TcpListener,
-    all: CancellationToken,
+    all: Switch,
 }
 
 impl KillableListener {
-    /// Wraps `inner`; cancelling `all` ends every connection it accepted.
-    pub(crate) fn new(inner: TcpListener, all: CancellationToken) -> Self {
+    /// Wraps `inner`; throwing `all` ends every connection it accepted.
+    pub(crate) fn new(inner: TcpListener, all: Switch) -> Self {
         KillableListener { inner, all }
     }
 }
@@ -39,7 +39,7 @@ impl KillableListener {
 #[derive(Clone, Debug)]
 pub(crate) struct Connection {
     peer: SocketAddr,
-    kill: CancellationToken,
+    kill: Switch,
     state: Arc<ConnState>,
 }
 
@@ -98,7 +98,7 @@ impl Connection {
                     None => return,
                     Some(stalled) if stalled >= grace => {
                         tracing::info!(%peer, ?stalled, "a watch's client stopped reading past its deadline: dropping the connection");
-                        kill.cancel();
+                        kill.throw();
                         return;
                     }
                     Some(_) => wait = grace,
@@ -112,20 +112,22 @@ impl Connection {
 /// whether its writes get through.
 pub(crate) struct KillableIo {
     inner: TcpStream,
-    killed: Pin<Box<WaitForCancellationFutureOwned>>,
+    /// Checked on every read and write: two flag loads, the switch's token polled only when
+    /// the connection task's waker changes (see `switch.rs`).
+    killed: Signal,
     state: Arc<ConnState>,
 }
 
 impl KillableIo {
     /// `Err` once the switch is thrown; otherwise registers the task to be woken when it is.
     fn check(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
-        match self.killed.as_mut().poll(cx) {
-            Poll::Ready(()) => Err(io::Error::new(
+        if self.killed.poll_thrown(cx) {
+            return Err(io::Error::new(
                 io::ErrorKind::ConnectionAborted,
                 "the server ended this connection",
-            )),
-            Poll::Pending => Ok(()),
+            ));
         }
+        Ok(())
     }
 
     /// Records what a write did: progress, or a full socket.
@@ -204,11 +206,11 @@ impl Listener for KillableListener {
                     if let Err(e) = stream.set_nodelay(true) {
                         tracing::warn!(error = %e, "cannot set TCP_NODELAY");
                     }
-                    let kill = self.all.child_token();
+                    let kill = self.all.child();
                     let state = Arc::new(ConnState::new());
                     let io = KillableIo {
                         inner: stream,
-                        killed: Box::pin(kill.clone().cancelled_owned()),
+                        killed: kill.signal(),
                         state: Arc::clone(&state),
                     };
                     return (io, Connection { peer, kill, state });
@@ -226,14 +228,8 @@ impl Listener for KillableListener {
     fn local_addr(&self) -> io::Result<Self::Addr> {
         Ok(Connection {
             peer: self.inner.local_addr()?,
-            kill: self.all.child_token(),
+            kill: self.all.child(),
             state: Arc::new(ConnState::new()),
         })
-    }
-}
-
-impl Connected<IncomingStream<'_, KillableListener>> for Connection {
-    fn connect_info(stream: IncomingStream<'_, KillableListener>) -> Self {
-        stream.remote_addr().clone()
     }
 }

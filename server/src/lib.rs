@@ -26,6 +26,7 @@ pub mod resources;
 mod response;
 mod routes;
 mod server;
+mod switch;
 mod target;
 mod watch_body;
 pub mod workload;

@@ -102,9 +102,8 @@ pub(crate) async fn watch(
         watch,
         frames: r.frames.clone(),
         deadline: Box::pin(tokio::time::sleep(timeout)),
-        // A child token of its own: polling a token locks its node, and every watch polling
-        // the server's one token would share that lock on every delivery.
-        shutdown: Box::pin(state.shutdown.child_token().cancelled_owned()),
+        deadline_waker: None,
+        shutdown: state.shutdown.signal(),
         buf: BytesMut::new(),
         counters: WatchCounters::new(&state.metrics, resource),
         pending,

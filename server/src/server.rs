@@ -5,13 +5,21 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 
-use tokio_util::sync::CancellationToken;
+use axum::Router;
+use axum::extract::ConnectInfo;
+use axum::serve::Listener;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio_util::task::TaskTracker;
+use tower::ServiceExt;
 use watchcache_core::MemorySource;
 
 use crate::app::AppState;
 use crate::config::ServeConfig;
-use crate::connection::{Connection, KillableListener};
+use crate::connection::KillableListener;
 use crate::metrics::Metrics;
+use crate::switch::Switch;
 use crate::{resources, routes, workload};
 
 /// Why the server could not start.
@@ -30,13 +38,54 @@ pub enum ServeError {
     },
 }
 
+/// Serves HTTP/1.1 connections from `listener` with `app` until `shutdown`, then stops
+/// accepting, asks every connection to end after its current response (watches end at
+/// shutdown on their own) and waits for them to close.
+///
+/// Rather than `axum::serve`: its connection tasks each poll one channel shared by the whole
+/// server for the shutdown signal, locking that channel's waiter list whenever a watch event
+/// wakes them. Here each connection checks a flag and registers with the shutdown token only
+/// when its waker changes (see `switch.rs`).
+async fn serve(mut listener: KillableListener, app: Router, shutdown: Switch) -> std::io::Result<()> {
+    let connections = TaskTracker::new();
+    let mut http = hyper::server::conn::http1::Builder::new();
+    // Enforces hyper's default header read timeout (30 s) against clients that trickle a
+    // request in.
+    http.timer(TokioTimer::new());
+    loop {
+        let (io, conn) = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shutdown.thrown() => break,
+        };
+        let service = app.clone().map_request(move |req: hyper::Request<Incoming>| {
+            let mut req = req.map(axum::body::Body::new);
+            req.extensions_mut().insert(ConnectInfo(conn.clone()));
+            req
+        });
+        let mut connection =
+            Box::pin(http.serve_connection(TokioIo::new(io), TowerToHyperService::new(service)));
+        let mut stop = shutdown.signal();
+        let mut stopping = false;
+        connections.spawn(std::future::poll_fn(move |cx| {
+            if !stopping && stop.poll_thrown(cx) {
+                stopping = true;
+                connection.as_mut().graceful_shutdown();
+            }
+            connection.as_mut().poll(cx).map(|_| ())
+        }));
+    }
+    connections.close();
+    connections.wait().await;
+    Ok(())
+}
+
 /// A running server.
 pub struct Server {
     addr: SocketAddr,
     store: MemorySource,
     state: Arc<AppState>,
     /// Ends every connection at once: thrown when the grace period of a shutdown runs out.
-    kill_all: CancellationToken,
+    kill_all: Switch,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
@@ -65,7 +114,7 @@ impl Server {
         })?;
         workload::seed(&store, config.seed_pods);
         let resources = resources::build(&store, &config)?;
-        let shutdown = CancellationToken::new();
+        let shutdown = Switch::new();
         let metrics = Arc::new(Metrics::default());
         let state = Arc::new(AppState {
             store: store.clone(),
@@ -80,16 +129,12 @@ impl Server {
             store.clone(),
             config.seed_pods,
             config.churn,
-            shutdown.clone(),
+            shutdown.token(),
         ));
-        let app = routes::router(state.clone()).into_make_service_with_connect_info::<Connection>();
-        let kill_all = CancellationToken::new();
+        let app = routes::router(state.clone());
+        let kill_all = Switch::new();
         let listener = KillableListener::new(listener, kill_all.clone());
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown.cancelled_owned())
-                .await
-        });
+        let task = tokio::spawn(serve(listener, app, shutdown));
         tracing::info!(%addr, "watchcache serving");
         Ok(Server {
             addr,
@@ -119,7 +164,7 @@ impl Server {
     /// connection still open after the grace period (`shutdown_grace`: a client that stopped
     /// reading, so its watch cannot even be ended) is dropped.
     pub async fn shutdown(mut self) -> std::io::Result<()> {
-        self.state.shutdown.cancel();
+        self.state.shutdown.throw();
         let grace = self.state.config.shutdown_grace;
         let joined = match tokio::time::timeout(grace, &mut self.task).await {
             Ok(joined) => joined,
@@ -128,7 +173,7 @@ impl Server {
                     ?grace,
                     "connections still open after the grace period: dropping them"
                 );
-                self.kill_all.cancel();
+                self.kill_all.throw();
                 self.task.await
             }
         };

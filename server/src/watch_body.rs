@@ -18,12 +18,12 @@ use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use futures_core::Stream;
-use tokio_util::sync::WaitForCancellationFutureOwned;
 use watchcache_core::{CacheWatch, EventKind};
 use watchcache_encoders::FrameEncoder;
 
 use crate::errors;
 use crate::metrics::{self, Metrics};
+use crate::switch::Signal;
 
 /// How much one poll copies before handing the chunk to hyper.
 const FLUSH_BYTES: usize = 64 * 1024;
@@ -35,7 +35,10 @@ pub(crate) struct WatchBody {
     pub(crate) watch: Option<CacheWatch>,
     pub(crate) frames: FrameEncoder,
     pub(crate) deadline: Pin<Box<tokio::time::Sleep>>,
-    pub(crate) shutdown: Pin<Box<WaitForCancellationFutureOwned>>,
+    /// The waker `deadline` was last polled with: it is polled again (to register) only when
+    /// the task's waker changes, and otherwise checked with `is_elapsed`.
+    pub(crate) deadline_waker: Option<std::task::Waker>,
+    pub(crate) shutdown: Signal,
     /// This resource's counters, looked up once: a poll allocates and locks nothing for them.
     pub(crate) counters: WatchCounters,
     /// Frames written before the stream starts (an in-stream error at the start).
@@ -82,6 +85,23 @@ impl Drop for WatcherGuard {
     }
 }
 
+/// Whether `deadline` has passed; registers the task of `cx` with it only when that task's
+/// waker is new to it (polling a `Sleep` registers with the timer every time).
+fn poll_deadline(
+    deadline: &mut Pin<Box<tokio::time::Sleep>>,
+    registered: &mut Option<std::task::Waker>,
+    cx: &mut Context<'_>,
+) -> bool {
+    if deadline.is_elapsed() {
+        return true;
+    }
+    if registered.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+        return false;
+    }
+    *registered = Some(cx.waker().clone());
+    deadline.as_mut().poll(cx).is_ready()
+}
+
 impl WatchBody {
     fn finish(&mut self) {
         self.watch = None;
@@ -97,7 +117,7 @@ impl Stream for WatchBody {
         if let Some(first) = this.pending.take() {
             return Poll::Ready(Some(Ok(first)));
         }
-        if this.shutdown.as_mut().poll(cx).is_ready() || this.deadline.as_mut().poll(cx).is_ready() {
+        if this.shutdown.poll_thrown(cx) || poll_deadline(&mut this.deadline, &mut this.deadline_waker, cx) {
             // A clean end: the client re-watches from its last resourceVersion.
             this.finish();
             return Poll::Ready(None);
