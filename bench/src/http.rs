@@ -27,6 +27,9 @@ use tokio::net::TcpStream;
 
 use crate::alloc::{cpu_seconds, peak_rss_of, rss_bytes};
 
+/// How long the clients read before the window opens (see `run`).
+const SETTLE: Duration = Duration::from_secs(2);
+
 /// The annotation the server's churn stamps (see `watchcache_server::workload`).
 const WRITTEN_AT: &[u8] = br#""watchcache.dev/written-at-us":""#;
 
@@ -153,58 +156,70 @@ async fn watch(addr: SocketAddr, path: String, window: Arc<Window>, sampled: boo
         return out;
     }
     window.connected.fetch_add(1, Ordering::Relaxed);
-    let mut deadline = window.deadline.clone();
-    let Ok(deadline) = deadline
-        .wait_for(Option::is_some)
-        .await
-        .map(|d| d.unwrap_or_else(tokio::time::Instant::now))
-    else {
-        return out;
-    };
-    let from = window.from_us.load(Ordering::Relaxed);
+    // Frames are read from the start (a client that did not read until the window opened
+    // would find a backlog there), and counted once the window is open.
+    let mut deadline_rx = window.deadline.clone();
+    let mut deadline: Option<tokio::time::Instant> = None;
     let mut body = resp.into_body();
     let finder = memmem::Finder::new(WRITTEN_AT);
     let mut partial: Vec<u8> = Vec::new();
     loop {
-        match tokio::time::timeout_at(deadline, body.frame()).await {
-            Err(_) => {
-                out.failed = false;
-                return out;
-            }
-            Ok(Some(Ok(frame))) => {
-                let Ok(data) = frame.into_data() else { continue };
-                if !sampled {
-                    // Frames are newline-terminated: count them, look at nothing else.
-                    out.deliveries += memchr::memchr_iter(b'\n', &data).count() as u64;
-                    continue;
+        let frame = match deadline {
+            Some(d) => match tokio::time::timeout_at(d, body.frame()).await {
+                Err(_) => {
+                    out.failed = false;
+                    return out;
                 }
-                let received = now_us();
-                partial.extend_from_slice(&data);
-                let mut start = 0;
-                while let Some(nl) = memchr::memchr(b'\n', &partial[start..]) {
-                    let line = &partial[start..start + nl];
-                    start += nl + 1;
-                    if line.starts_with(br#"{"type":"ERROR""#) {
+                Ok(frame) => frame,
+            },
+            None => tokio::select! {
+                frame = body.frame() => frame,
+                changed = deadline_rx.changed() => {
+                    if changed.is_err() {
                         return out;
                     }
-                    out.deliveries += 1;
-                    let written = finder.find(line).and_then(|at| {
-                        let digits = &line[at + WRITTEN_AT.len()..];
-                        let end = digits.iter().position(|b| !b.is_ascii_digit()).unwrap_or(0);
-                        std::str::from_utf8(&digits[..end]).ok()?.parse::<u64>().ok()
-                    });
-                    // Events written before the window (while clients were still
-                    // connecting) have no latency here.
-                    if let Some(written) = written.filter(|w| *w >= from) {
-                        out.written_in_window += 1;
-                        out.latencies.push(received.saturating_sub(written));
-                    }
+                    deadline = *deadline_rx.borrow();
+                    continue;
                 }
-                partial.drain(..start);
-            }
+            },
+        };
+        let Some(Ok(frame)) = frame else {
             // The stream ended before the deadline (an ERROR frame ends it): failed.
-            Ok(_) => return out,
+            return out;
+        };
+        let Ok(data) = frame.into_data() else { continue };
+        if deadline.is_none() {
+            continue;
         }
+        if !sampled {
+            // Frames are newline-terminated: count them, look at nothing else.
+            out.deliveries += memchr::memchr_iter(b'\n', &data).count() as u64;
+            continue;
+        }
+        let from = window.from_us.load(Ordering::Relaxed);
+        let received = now_us();
+        partial.extend_from_slice(&data);
+        let mut start = 0;
+        while let Some(nl) = memchr::memchr(b'\n', &partial[start..]) {
+            let line = &partial[start..start + nl];
+            start += nl + 1;
+            if line.starts_with(br#"{"type":"ERROR""#) {
+                return out;
+            }
+            out.deliveries += 1;
+            let written = finder.find(line).and_then(|at| {
+                let digits = &line[at + WRITTEN_AT.len()..];
+                let end = digits.iter().position(|b| !b.is_ascii_digit()).unwrap_or(0);
+                std::str::from_utf8(&digits[..end]).ok()?.parse::<u64>().ok()
+            });
+            // Events written before the window (while clients were still connecting) have
+            // no latency here.
+            if let Some(written) = written.filter(|w| *w >= from) {
+                out.written_in_window += 1;
+                out.latencies.push(received.saturating_sub(written));
+            }
+        }
+        partial.drain(..start);
     }
 }
 
@@ -363,6 +378,9 @@ pub fn run(binary: &Path, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Result
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         let rss_connected = rss_bytes(pid).unwrap_or(0);
+        // Opening thousands of watches at once takes the server's time: the window opens a
+        // little after, in the steady state.
+        tokio::time::sleep(SETTLE).await;
         // Relaxed: the deadline's watch channel publishes it to the clients.
         window.from_us.store(now_us(), Ordering::Relaxed);
         let started = Instant::now();
