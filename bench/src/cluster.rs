@@ -38,47 +38,8 @@ use watchcache_encoders::{FrameEncoder, ResourceInfo};
 
 use crate::objects;
 
-/// A design of the cluster scenario.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Design {
-    /// Ours: two hubs, every watcher a cursor.
-    Ring,
-    /// A channel per watcher, a deep copy per delivery.
-    NaiveCopy,
-    /// A channel per watcher carrying shared bytes.
-    NaiveShared,
-    /// One broadcast channel per resource.
-    TokioBroadcast,
-    /// The limit: copies with no coordination.
-    CopyOnly,
-}
-
-impl Design {
-    /// Every design, ours first.
-    pub const ALL: [Design; 5] = [
-        Design::Ring,
-        Design::NaiveCopy,
-        Design::NaiveShared,
-        Design::TokioBroadcast,
-        Design::CopyOnly,
-    ];
-
-    /// The design's name in reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            Design::Ring => "ring",
-            Design::NaiveCopy => "naive_copy",
-            Design::NaiveShared => "naive_shared",
-            Design::TokioBroadcast => "tokio_broadcast",
-            Design::CopyOnly => "copy_only",
-        }
-    }
-
-    /// The design called `name`.
-    pub fn from_name(name: &str) -> Option<Design> {
-        Design::ALL.into_iter().find(|d| d.name() == name)
-    }
-}
+/// The designs are [`fanout`](crate::fanout)'s, serving the cluster's watchers.
+pub use crate::fanout::Design;
 
 /// Watchers of every pod.
 pub const ALL_PODS_WATCHERS: usize = 50;
@@ -260,6 +221,15 @@ impl Sink {
             self.out.clear();
         }
         &mut self.out
+    }
+
+    /// Copies event `seq`'s frame around `object` into the buffer and counts it.
+    fn deliver(&mut self, seq: u64, object: &[u8]) {
+        let out = self.room();
+        out.put_slice(PREFIX);
+        out.put_slice(object);
+        out.put_slice(SUFFIX);
+        self.received(seq);
     }
 
     fn received(&mut self, seq: u64) {
@@ -738,11 +708,7 @@ fn broadcasts(
                                 }
                                 _ => continue,
                             };
-                            let out = sink.room();
-                            out.put_slice(PREFIX);
-                            out.put_slice(object);
-                            out.put_slice(SUFFIX);
-                            sink.received(seq);
+                            sink.deliver(seq, object);
                         }
                         Err(broadcast::error::RecvError::Lagged(_)) => {
                             sink.receipt.lapped = true;
@@ -812,11 +778,7 @@ fn copy_only(
                         Load::Pod { pod, .. } => &pods[pod % POOL],
                         Load::Node { node } => &node_objects[node % POOL],
                     };
-                    let out = sink.room();
-                    out.put_slice(PREFIX);
-                    out.put_slice(object);
-                    out.put_slice(SUFFIX);
-                    sink.received(seq);
+                    sink.deliver(seq, object);
                 }
                 sink.finish()
             })

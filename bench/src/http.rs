@@ -89,9 +89,20 @@ fn now_us() -> u64 {
         .map_or(0, |d| d.as_micros() as u64)
 }
 
-/// One GET on a fresh connection: the status and the whole body.
-pub(crate) async fn get(addr: SocketAddr, path: &str) -> Result<(u16, Bytes), String> {
+/// A GET of `path` on a fresh connection, up to its response's head: the sender (which keeps
+/// the connection open) and the response, whose body streams.
+pub(crate) async fn open(
+    addr: SocketAddr,
+    path: &str,
+) -> Result<
+    (
+        http1::SendRequest<Empty<Bytes>>,
+        hyper::Response<hyper::body::Incoming>,
+    ),
+    String,
+> {
     let stream = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+    let _ = stream.set_nodelay(true);
     let (mut sender, conn) = http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| e.to_string())?;
@@ -101,10 +112,30 @@ pub(crate) async fn get(addr: SocketAddr, path: &str) -> Result<(u16, Bytes), St
         .body(Empty::<Bytes>::new())
         .map_err(|e| e.to_string())?;
     let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+    Ok((sender, resp))
+}
+
+/// One GET on a fresh connection: the status and the whole body.
+pub(crate) async fn get(addr: SocketAddr, path: &str) -> Result<(u16, Bytes), String> {
+    let (_sender, resp) = open(addr, path).await?;
     let code = resp.status().as_u16();
     let body = resp.into_body().collect().await.map_err(|e| e.to_string())?;
     Ok((code, body.to_bytes()))
 }
+
+/// The clients' runtime: two workers, as the server has.
+pub(crate) fn clients_runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+/// What every watch client asks for: the pods, from the revision current when it opens (as an
+/// informer's watch starts from its own fresh LIST), with no initial events.
+const WATCH_PATH: &str =
+    "/api/v1/pods?watch=1&resourceVersion=0&sendInitialEvents=false&resourceVersionMatch=NotOlderThan";
 
 struct ClientResult {
     deliveries: u64,
@@ -135,21 +166,7 @@ async fn watch(addr: SocketAddr, path: String, window: Arc<Window>, sampled: boo
         failed: true,
         written_in_window: 0,
     };
-    let Ok(stream) = TcpStream::connect(addr).await else {
-        return out;
-    };
-    let _ = stream.set_nodelay(true);
-    let Ok((mut sender, conn)) = http1::handshake(TokioIo::new(stream)).await else {
-        return out;
-    };
-    tokio::spawn(conn);
-    let Ok(req) = http::Request::get(path)
-        .header("host", addr.to_string())
-        .body(Empty::<Bytes>::new())
-    else {
-        return out;
-    };
-    let Ok(resp) = sender.send_request(req).await else {
+    let Ok((_sender, resp)) = open(addr, &path).await else {
         return out;
     };
     if resp.status() != 200 {
@@ -281,11 +298,7 @@ pub fn idle_rss_per_watch(binary: &Path, watchers: usize, seed_pods: usize) -> R
         &[],
     )?;
     let pid = server.0.id();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let rt = clients_runtime()?;
     rt.block_on(async {
         wait_ready(addr, binary).await?;
         // Warm the server's allocator and buffers with a few watches first.
@@ -293,16 +306,7 @@ pub fn idle_rss_per_watch(binary: &Path, watchers: usize, seed_pods: usize) -> R
             (0..n)
                 .map(|_| {
                     tokio::spawn(async move {
-                        let stream = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
-                        let (mut sender, conn) = http1::handshake(TokioIo::new(stream))
-                            .await
-                            .map_err(|e| e.to_string())?;
-                        tokio::spawn(conn);
-                        let req = http::Request::get("/api/v1/pods?watch=1&resourceVersion=0&sendInitialEvents=false&resourceVersionMatch=NotOlderThan")
-                            .header("host", addr.to_string())
-                            .body(Empty::<Bytes>::new())
-                            .map_err(|e| e.to_string())?;
-                        let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+                        let (sender, resp) = open(addr, WATCH_PATH).await?;
                         if resp.status() != 200 {
                             return Err(format!("WATCH answered {}", resp.status()));
                         }
@@ -343,11 +347,7 @@ pub fn run(binary: &Path, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Result
         &[("GLIBC_TUNABLES", p.glibc_tunables.as_str())],
     )?;
     let pid = server.0.id();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let rt = clients_runtime()?;
     rt.block_on(async {
         wait_ready(addr, binary).await?;
         let (code, _) = get(addr, "/api/v1/pods?limit=1").await?;
@@ -357,9 +357,7 @@ pub fn run(binary: &Path, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Result
         // Each watch starts from the cache's revision when it opens, as an informer's starts
         // from its own fresh LIST: no client replays what was written while the others were
         // still connecting.
-        let path = "/api/v1/pods?watch=1&resourceVersion=0&sendInitialEvents=false\
-                    &resourceVersionMatch=NotOlderThan"
-            .to_owned();
+        let path = WATCH_PATH.to_owned();
         let rss_before = rss_bytes(pid).unwrap_or(0);
         let sample_every = p.watchers.div_ceil(64).max(1);
         let (set_deadline, deadline) = tokio::sync::watch::channel(None);

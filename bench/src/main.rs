@@ -269,6 +269,24 @@ fn run_child(spec: &Value, total: u64, label: &str) -> Result<Value, String> {
     serde_json::from_str(last).map_err(|e| format!("{label}: unreadable result {last:?}: {e}"))
 }
 
+/// A design's timing run (`events`) and memory run (`mem_events`), in two children, merged
+/// into one row; `spec(mode, events)` describes a child.
+fn time_and_memory(
+    spec: impl Fn(&str, usize) -> Value,
+    events: usize,
+    mem_events: usize,
+    label: &str,
+) -> Result<Value, String> {
+    let mut row = run_child(&spec("time", events), events as u64, &format!("{label} time"))?;
+    let memory = run_child(
+        &spec("memory", mem_events),
+        mem_events as u64,
+        &format!("{label} memory"),
+    )?;
+    merge(&mut row, &memory);
+    Ok(row)
+}
+
 fn merge(into: &mut Value, from: &Value) {
     if let (Some(a), Some(b)) = (into.as_object_mut(), from.as_object()) {
         for (k, v) in b {
@@ -366,17 +384,9 @@ fn run_fanout(a: FanoutArgs) -> Result<(), String> {
                        "events": events, "object_bytes": a.object_bytes, "history": history, "queue": a.queue,
                        "selective": a.selective})
             };
-            let label = format!("{} W={watchers}", design.name());
-            let mut row = run_child(&spec("time", events), events as u64, &format!("{label} time"))?;
             // The memory peak is reached once the history (or the queues) is full.
-            let mem_events = events.min(2 * history);
-            let memory = run_child(
-                &spec("memory", mem_events),
-                mem_events as u64,
-                &format!("{label} memory"),
-            )?;
-            merge(&mut row, &memory);
-            rows.push(row);
+            let label = format!("{} W={watchers}", design.name());
+            rows.push(time_and_memory(spec, events, events.min(2 * history), &label)?);
         }
     }
     let mut ratios = Map::new();
@@ -459,15 +469,7 @@ fn run_cluster(a: ClusterArgs) -> Result<(), String> {
                        "rate": a.rate})
             };
             let label = format!("{} N={nodes}", design.name());
-            let mut row = run_child(&spec("time", events), events as u64, &format!("{label} time"))?;
-            let mem_events = events.min(4 * a.history);
-            let memory = run_child(
-                &spec("memory", mem_events),
-                mem_events as u64,
-                &format!("{label} memory"),
-            )?;
-            merge(&mut row, &memory);
-            rows.push(row);
+            rows.push(time_and_memory(spec, events, events.min(4 * a.history), &label)?);
         }
     }
     let mut ratios = Map::new();

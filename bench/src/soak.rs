@@ -292,11 +292,7 @@ pub fn run(binary: &Path, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Result
         &[],
     )?;
     let pid = server.0.id();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let rt = crate::http::clients_runtime()?;
     rt.block_on(async {
         wait_ready(addr, binary).await?;
         let stop = Arc::new(AtomicBool::new(false));
