@@ -31,7 +31,7 @@
 //! events kept (one that is idle, or has read its bucket's last event, is never lapped by
 //! others' traffic), so there the writer paces on the oldest event not delivered yet, and
 //! parks until a quarter window has drained, woken by the watcher that delivers it. The
-//! ring's writer wakes watchers per burst of [`WAKE_BURST`] events, as the reflector does for
+//! ring's writer wakes watchers per burst of 16 events (`WAKE_BURST`), as the reflector does for
 //! the events it finds waiting. No design loses an event in a run, and a run that did would
 //! say so in [`Outcome::lapped`].
 

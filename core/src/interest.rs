@@ -51,7 +51,8 @@ const PENDING: u64 = u64::MAX;
 const WIDE_SHARDS: usize = if cfg!(watchcache_loom) { 2 } else { 8 };
 
 /// How many groups the watchers that asked for bookmarks are spread over: each
-/// [`Registry::bookmark_phase`] call (one per interval / `BOOKMARK_PHASES`) reaches one group.
+/// [`Publisher::send_bookmarks`](crate::Publisher::send_bookmarks) call (one per interval /
+/// `BOOKMARK_PHASES`) reaches one group.
 pub const BOOKMARK_PHASES: usize = if cfg!(watchcache_loom) { 2 } else { 16 };
 
 /// Where a watcher is registered.

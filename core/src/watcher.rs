@@ -480,7 +480,7 @@ impl Publisher {
         }
     }
 
-    /// Sends the next group of bookmarks: flags one of [`BOOKMARK_PHASES`] groups of the
+    /// Sends the next group of bookmarks: flags one of [`BOOKMARK_PHASES`](crate::BOOKMARK_PHASES) groups of the
     /// watchers that asked for bookmarks and wakes them; each sends a bookmark at the hub's
     /// revision once it has read everything up to it. Called every bookmark interval /
     /// `BOOKMARK_PHASES`, it gives each such watcher one bookmark per interval, and never
