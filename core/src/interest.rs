@@ -33,7 +33,7 @@ use crate::event::Event;
 use crate::loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::loom::sync::{Arc, Mutex};
 use crate::loom::{WakerSlot, lock};
-use crate::ring::Seq;
+use crate::ring::{EventRing, Read, Seq};
 
 /// The registry's maps: foldhash, seeded per map, rather than SipHash, whose cost showed in the
 /// writer's profile (three lookups per event). The keys are watched names, trigger values and
@@ -358,12 +358,6 @@ impl Default for Registry {
     }
 }
 
-/// What the writer reads back from its ring to link an entry: the entry at a sequence number,
-/// if the ring still holds it.
-pub(crate) trait Entries {
-    fn with_entry(&self, seq: Seq, f: &mut dyn FnMut(&HubEntry));
-}
-
 impl Registry {
     fn slot(&mut self, interest: &Interest) -> Option<&mut Registered> {
         match interest {
@@ -445,7 +439,7 @@ impl Registry {
         seq: Seq,
         event: &Event,
         trigger: Option<&str>,
-        ring: &dyn Entries,
+        ring: &EventRing<HubEntry>,
         woken: &mut Vec<Arc<WakeCell>>,
     ) {
         let Some(object) = event.object() else { return };
@@ -458,7 +452,12 @@ impl Registry {
         let mut chain = |slot: Option<&mut Registered>, role: Role| {
             let Some(slot) = slot else { return };
             if let Some((last, last_role)) = slot.last {
-                ring.with_entry(last, &mut |e| e.link(last_role, seq));
+                let guard = crossbeam_epoch::pin();
+                // SAFETY: `guard` is `crossbeam_epoch::pin()`'s, a guard of the default collector.
+                // (An entry the ring no longer holds has no reader left to follow its link.)
+                if let Read::Ready(e) = unsafe { ring.read_unchecked(last, &guard) } {
+                    e.value().link(last_role, seq);
+                }
             }
             slot.last = Some((seq, role));
             slot.bucket.drain(seq, &slot.per_shard, woken);

@@ -26,7 +26,7 @@ use futures_core::Stream;
 
 use crate::event::{Delivery, Event, EventKind, WatchEvent};
 use crate::filter::Filter;
-use crate::interest::{Bucket, Entries, HubEntry, Interest, Registry, Role, WakeCell, wake_all};
+use crate::interest::{Bucket, HubEntry, Interest, Registry, Role, WakeCell, wake_all};
 use crate::loom::lock;
 use crate::loom::sync::atomic::{AtomicU64, Ordering};
 use crate::loom::sync::{Arc, Mutex};
@@ -397,19 +397,6 @@ pub struct Publisher {
     woken: Vec<Arc<WakeCell>>,
 }
 
-/// The writer's view of its own ring, for linking an entry to the next one of its bucket.
-struct OwnRing<'a>(&'a EventRing<HubEntry>);
-
-impl Entries for OwnRing<'_> {
-    fn with_entry(&self, seq: Seq, f: &mut dyn FnMut(&HubEntry)) {
-        let guard = epoch::pin();
-        // SAFETY: `guard` is `epoch::pin()`'s, a guard of the default collector.
-        if let Read::Ready(entry) = unsafe { self.0.read_unchecked(seq, &guard) } {
-            f(entry.value());
-        }
-    }
-}
-
 impl Publisher {
     /// Publishes an object event and wakes the parked watchers it may concern. Its revision
     /// must be above every earlier one. Never waits for a watcher: it takes the lock of each
@@ -452,7 +439,7 @@ impl Publisher {
                     seq,
                     &entry.value().event,
                     shared.trigger.as_deref(),
-                    &OwnRing(&shared.ring),
+                    &shared.ring,
                     &mut self.woken,
                 );
             }

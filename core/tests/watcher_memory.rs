@@ -18,6 +18,9 @@ static LIVE: AtomicIsize = AtomicIsize::new(0);
 /// Allocations made by the thread that set `COUNTING` (the test's own), while it is set.
 static ALLOCS: AtomicIsize = AtomicIsize::new(0);
 
+/// The tests of this file measure the process's allocations: one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 thread_local! {
     static COUNTING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
@@ -82,6 +85,7 @@ fn bytes_per_idle_watcher(filter: impl Fn(usize) -> Filter) -> f64 {
 
 #[test]
 fn an_idle_watcher_costs_well_under_a_kibibyte() {
+    let _one_at_a_time = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let all = bytes_per_idle_watcher(|_| Filter::everything());
     let ns = bytes_per_idle_watcher(|i| Filter::everything().in_namespace(&format!("ns-{}", i % 100)));
     let node =
@@ -110,6 +114,7 @@ fn allocations<R>(f: impl FnOnce() -> R) -> (R, isize) {
 
 #[test]
 fn a_steady_state_delivery_or_park_allocates_nothing() {
+    let _one_at_a_time = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let (mut publisher, hub) = WatchHub::builder()
         .capacity(256)
         .trigger_field("spec.nodeName")
