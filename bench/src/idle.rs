@@ -1,7 +1,7 @@
 //! What an idle watcher costs, two ways.
 //!
 //! - [`Design::Ring`] (ours): a `Watcher` parked on the hub: a cursor, a filter and a wake
-//!   cell in the interest index.
+//!   cell in its bucket of the interest registry.
 //! - [`Design::TaskChannel`]: the per-watcher machinery of a queue-per-watcher cache: a
 //!   bounded channel and a task waiting on it (kube-apiserver's cacheWatcher has a channel and
 //!   a goroutine each).

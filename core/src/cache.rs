@@ -18,7 +18,7 @@
 //! | WATCH, rv N | every event after N from the history window, then live; N older than the window is `Expired`; N ahead of the cache starts at once |
 //! | WATCH, sendInitialEvents=true | ADDED for the state, a bookmark marking the end of the initial events, then live |
 //! | WATCH, sendInitialEvents=false | no initial events: live from rv (rv unset or "0": from now) |
-//! | WATCH, bookmarks | periodic bookmarks with the cache's revision, and one after each progress notification |
+//! | WATCH, bookmarks | a bookmark with the cache's revision once per `bookmark_interval` for each watcher that asked (the watchers are spread over the interval); progress notifications move that revision and wake no one |
 
 use std::fmt;
 use std::sync::Arc;

@@ -16,8 +16,9 @@
 //! * [`ObjectVersion`], [`ObjectKey`], [`Codec`], [`Encoding`]: shared, immutable object versions.
 //! * [`Event`], [`Delivery`], [`WatchEvent`]: what is published and what one watcher receives.
 //! * [`EventRing`], [`Seq`]: the lock-free, epoch-reclaimed history window and positions in it.
-//! * [`WatchHub`], [`Publisher`], [`Watcher`]: fan-out with an interest index, so an event
-//!   wakes only the watchers that may care.
+//! * [`WatchHub`], [`Publisher`], [`Watcher`]: fan-out through an interest registry (by name,
+//!   trigger value, namespace), so an event wakes only the watchers that may care, and a
+//!   selective watcher goes from one of its events to the next without reading others'.
 //! * [`LabelSelector`], [`FieldSelector`], [`Filter`]: selectors with the apiserver's
 //!   transition rules (entering the selection is ADDED, leaving it DELETED).
 //! * [`Snapshot`], [`ListItems`]: immutable states of a resource, and a filtered range of one
