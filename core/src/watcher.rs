@@ -628,19 +628,7 @@ impl Watcher {
         let guard = epoch::pin();
         let mut budget = SCAN_BUDGET;
         loop {
-            if let Some((at, role)) = self.chain {
-                // SAFETY: `guard` is `epoch::pin()`'s, a guard of the default collector.
-                match unsafe { ring.read_unchecked(at, &guard) } {
-                    Read::Ready(entry) => {
-                        if let Some(next) = entry.value().next_in(role) {
-                            self.cursor = next;
-                            self.chain = None;
-                        }
-                    }
-                    // Overwritten: scan on from the cursor (just past it).
-                    _ => self.chain = None,
-                }
-            }
+            follow_link(&mut self.chain, &mut self.cursor, ring, &guard);
             if self.chain.is_none() {
                 // SAFETY: `guard` is `epoch::pin()`'s, a guard of the default collector.
                 match unsafe { ring.read_unchecked(self.cursor, &guard) } {
@@ -730,14 +718,15 @@ impl Watcher {
         }
     }
 
-    /// After delivering the last event its bucket has so far (its chain's link is pending),
-    /// files the watcher at once rather than at its next poll: from then on the writer stamps
-    /// it with its bucket's next event, so it never needs the entry it delivered again, and
-    /// traffic that laps that entry meanwhile cannot lap the watcher. Re-checks the link after
-    /// filing, as parking does (claim 5 of `protocol.rs`).
+    /// After a delivery from its bucket's chain, so that the watcher never needs that entry
+    /// again: if the writer has linked the next event already, moves the cursor there now;
+    /// if the bucket has no later event yet, files the watcher at once rather than at its
+    /// next poll, and from then on the writer stamps it with that event. Either way traffic
+    /// that laps the delivered entry before the next poll cannot lap the watcher. Re-checks
+    /// the link after filing, as parking does (claim 5 of `protocol.rs`).
     fn park_ahead(&mut self, guard: &epoch::Guard, cx: &Context<'_>) {
         let ring = &*self.shared.ring;
-        if self.chain.is_none() || !matches!(self.look_again(ring, guard), Next::Idle) {
+        if follow_link(&mut self.chain, &mut self.cursor, ring, guard) || self.chain.is_none() {
             return;
         }
         self.cell.set_waker(cx.waker());
@@ -747,6 +736,7 @@ impl Watcher {
             && (matches!(self.look_again(ring, guard), Next::More) || self.shared.closed_at().is_some())
         {
             self.bucket.unfile(self.id, &self.cell);
+            follow_link(&mut self.chain, &mut self.cursor, ring, guard);
         } else {
             self.parked = true;
         }
@@ -823,6 +813,37 @@ impl Watcher {
         self.cursor = self.cursor.max(at);
         self.chain = None;
         true
+    }
+}
+
+/// On a chain whose link is stored, moves `cursor` to the linked entry and leaves the chain
+/// (true); on one whose entry is gone, leaves the chain to scan on from the cursor. Takes the
+/// watcher's fields, not the watcher, so that its caller may hold the ring it borrowed from it.
+fn follow_link(
+    chain: &mut Option<(Seq, Role)>,
+    cursor: &mut Seq,
+    ring: &EventRing<HubEntry>,
+    guard: &epoch::Guard,
+) -> bool {
+    let Some((at, role)) = *chain else {
+        return false;
+    };
+    // SAFETY: `guard` is `epoch::pin()`'s (every caller pinned it), a guard of the default
+    // collector.
+    match unsafe { ring.read_unchecked(at, guard) } {
+        Read::Ready(entry) => match entry.value().next_in(role) {
+            Some(next) => {
+                *cursor = next;
+                *chain = None;
+                true
+            }
+            None => false,
+        },
+        // Overwritten: scan on from the cursor (just past it).
+        _ => {
+            *chain = None;
+            false
+        }
     }
 }
 

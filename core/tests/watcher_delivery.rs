@@ -743,3 +743,35 @@ fn a_watcher_that_read_its_last_event_is_not_lapped_by_others_before_its_next_po
         assert_eq!(got, vec![("ADDED", rev, rev, "a".into())], "ring of {cap}");
     }
 }
+
+#[test]
+fn a_watcher_whose_next_event_is_linked_when_it_delivers_moves_on_at_once() {
+    let (mut p, hub) = hub(8);
+    let mut kubelet = Probe::new(
+        hub.watch(WatchSpec::new(
+            Filter::parse(None, "", "spec.nodeName=mine").unwrap(),
+        ))
+        .unwrap(),
+    );
+    // Its event, another's, its next: linked before it reads the first.
+    for (rev, node) in [(1, "mine"), (2, "other"), (3, "mine")] {
+        p.publish(Event::Added {
+            object: pod("ns", &format!("p{rev}"), rev, "a", node),
+        })
+        .unwrap();
+    }
+    assert!(matches!(kubelet.poll(), Poll::Ready(Some(Ok(e))) if e.revision == Revision::new(1)));
+    // Before its next poll the ring wraps past the first two entries (not the third).
+    for rev in 4..=10 {
+        p.publish(Event::Added {
+            object: pod("ns", "b", rev, "a", "other"),
+        })
+        .unwrap();
+    }
+    let got: Vec<_> = kubelet
+        .drain()
+        .into_iter()
+        .map(|e| summary(&e.unwrap()))
+        .collect();
+    assert_eq!(got, vec![("ADDED", 3, 3, "p3".into())]);
+}
