@@ -22,15 +22,17 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::config::{BuildError, CacheConfig};
 use crate::continue_token::Tokens;
-use crate::object::Codec;
+use crate::object::{Codec, ObjectKey, ObjectVersion};
 use crate::reflector;
 use crate::rv::Revision;
 use crate::selector::SelectorError;
-use crate::source::{Source, SourceError};
+use crate::snapshot::Snapshot;
+use crate::source::{Source, SourceError, storage_key};
 use crate::stats::CacheStats;
 use crate::store::{Store, View};
 use crate::watcher::Expired;
@@ -100,12 +102,45 @@ impl From<SelectorError> for CacheError {
     }
 }
 
-#[derive(Debug)]
+/// How long a read waits for a cache whose source cannot order progress notifications before
+/// it reads from the source instead: enough for the watch to bring a write just made.
+const UNORDERED_WAIT: Duration = Duration::from_millis(100);
+
+/// The state a read is served from: the current view (its hub serves the live part of a
+/// watch), and the snapshot and revision of the answer: the view's own, or one read from the
+/// source when the cache could not prove it had reached the revision the read needs.
+pub(crate) struct Basis {
+    pub(crate) view: Arc<View>,
+    pub(crate) snapshot: Arc<Snapshot>,
+    pub(crate) revision: Revision,
+}
+
+impl Basis {
+    pub(crate) fn of(view: Arc<View>) -> Basis {
+        Basis {
+            snapshot: Arc::clone(view.current()),
+            revision: view.revision,
+            view,
+        }
+    }
+}
+
 struct Inner<S> {
     config: Arc<CacheConfig>,
     store: Arc<Store>,
     source: Arc<S>,
+    codec: Arc<dyn Codec>,
     reflector: tokio::task::JoinHandle<()>,
+}
+
+impl<S: fmt::Debug> fmt::Debug for Inner<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Inner")
+            .field("config", &self.config)
+            .field("store", &self.store)
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<S> Drop for Inner<S> {
@@ -173,7 +208,7 @@ impl<S: Source> Cache<S> {
         let source = Arc::new(source);
         let reflector = runtime.spawn(reflector::supervise(
             Arc::clone(&source),
-            codec,
+            Arc::clone(&codec),
             Arc::clone(&config),
             Arc::clone(&store),
         ));
@@ -182,6 +217,7 @@ impl<S: Source> Cache<S> {
                 config,
                 store,
                 source,
+                codec,
                 reflector,
             }),
         })
@@ -267,22 +303,29 @@ impl<S: Source> Cache<S> {
     }
 
     /// The view once the cache has reached `revision`; asks the source for a progress
-    /// notification when it must wait, so a quiet resource catches up at once.
+    /// notification when it must wait, so a quiet resource catches up at once. On a source
+    /// whose requested notifications cannot be trusted (and so never arrive), it waits only
+    /// briefly for the watch to bring the revision: its callers then read from the source.
     pub(crate) async fn fresh_view(&self, revision: Revision) -> Result<Arc<View>, CacheError> {
         let view = self.ready_view().await?;
         if view.revision >= revision {
             return Ok(view);
         }
         let mut rx = self.inner.store.subscribe();
-        // A failed request only means we wait for the periodic notification or a write.
-        let _ = self.inner.source.request_progress().await;
+        let ordered = self.inner.source.progress_requests_are_ordered();
+        if ordered {
+            // A failed request only means we wait for the periodic notification or a write.
+            let _ = self.inner.source.request_progress().await;
+        }
+        let timeout = if ordered {
+            self.config().fresh_timeout
+        } else {
+            self.config().fresh_timeout.min(UNORDERED_WAIT)
+        };
         let wait = rx.wait_for(|r| *r >= revision);
         // Reduced to a bool at once: the `Ref` a wait returns holds a lock and must not live
         // across the await below (it would also make this future !Send).
-        let reached = matches!(
-            tokio::time::timeout(self.config().fresh_timeout, wait).await,
-            Ok(Ok(_))
-        );
+        let reached = matches!(tokio::time::timeout(timeout, wait).await, Ok(Ok(_)));
         let view = self.ready_view().await?;
         if reached && view.revision >= revision {
             // The view is stored before its revision is announced, so it is at least as new.
@@ -295,25 +338,146 @@ impl<S: Source> Cache<S> {
         }
     }
 
-    /// A consistent read's view: at least the source's current revision.
-    pub(crate) async fn consistent_view(&self) -> Result<Arc<View>, CacheError> {
-        self.ready_view().await?;
-        let current = self
-            .inner
-            .source
-            .current_revision()
-            .await
-            .map_err(CacheError::Source)?;
-        self.fresh_view(current).await
+    /// The source's current revision, for a consistent read; bounded by the fresh timeout, so
+    /// that a source without quorum answers 504 rather than holding the request.
+    pub(crate) async fn current_revision(&self) -> Result<Revision, CacheError> {
+        let read = self.inner.source.current_revision();
+        match tokio::time::timeout(self.config().fresh_timeout, read).await {
+            Ok(r) => r.map_err(CacheError::Source),
+            Err(_) => Err(CacheError::Source(SourceError::Unavailable(
+                "the source did not give its current revision in time".into(),
+            ))),
+        }
     }
 
-    /// The view a request at `rv` is served from: consistent (unset), any (`0`), or at least
-    /// `rv`.
-    pub(crate) async fn view_for(&self, rv: Option<Revision>) -> Result<Arc<View>, CacheError> {
+    /// The basis of a read at `rv`: consistent (unset), any (`0`), or at least `rv`.
+    pub(crate) async fn basis_for(&self, rv: Option<Revision>) -> Result<Basis, CacheError> {
         match rv {
-            None => self.consistent_view().await,
-            Some(Revision::ZERO) => self.ready_view().await,
-            Some(n) => self.fresh_view(n).await,
+            None => {
+                self.ready_view().await?;
+                let current = self.current_revision().await?;
+                self.basis_at_least(current).await
+            }
+            Some(Revision::ZERO) => Ok(Basis::of(self.ready_view().await?)),
+            Some(n) => self.basis_at_least(n).await,
         }
+    }
+
+    /// The cache's state once it has reached `revision`; on a source whose progress cannot be
+    /// trusted, when the cache has not reached it at once, a list of the source instead (as
+    /// the apiserver's delegator reads etcd when it may not serve a consistent read from its
+    /// cache).
+    async fn basis_at_least(&self, revision: Revision) -> Result<Basis, CacheError> {
+        match self.fresh_view(revision).await {
+            Ok(view) => Ok(Basis::of(view)),
+            Err(CacheError::TooLargeResourceVersion { requested, .. })
+                if !self.inner.source.progress_requests_are_ordered() =>
+            {
+                let view = self.ready_view().await?;
+                let snapshot = self.source_snapshot(None).await?;
+                if snapshot.revision() < requested {
+                    return Err(CacheError::TooLargeResourceVersion {
+                        requested,
+                        current: snapshot.revision(),
+                    });
+                }
+                self.inner
+                    .store
+                    .stats
+                    .source_reads
+                    .fetch_add(1, Ordering::Relaxed);
+                Ok(Basis {
+                    revision: snapshot.revision(),
+                    snapshot,
+                    view,
+                })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The state at exactly `revision`: the cache's snapshot of it, or, when the cache no
+    /// longer (or not yet) holds it, the source's while the source retains it. Below the
+    /// source's compacted revision it is `Expired`, whatever the cache still holds, as the
+    /// apiserver answers.
+    pub(crate) async fn snapshot_at(
+        &self,
+        revision: Revision,
+    ) -> Result<(Arc<View>, Arc<Snapshot>), CacheError> {
+        let compacted = self.inner.source.compacted_revision();
+        if revision < compacted {
+            return Err(CacheError::Expired(Expired {
+                requested: revision,
+                oldest: compacted,
+            }));
+        }
+        let view = match self.fresh_view(revision).await {
+            Ok(view) => match view.at(revision) {
+                Ok(snapshot) => return Ok((view, snapshot)),
+                Err(_) => view,
+            },
+            Err(CacheError::TooLargeResourceVersion { .. })
+                if !self.inner.source.progress_requests_are_ordered() =>
+            {
+                self.ready_view().await?
+            }
+            Err(e) => return Err(e),
+        };
+        let snapshot = self.source_snapshot(Some(revision)).await?;
+        self.inner
+            .store
+            .stats
+            .source_reads
+            .fetch_add(1, Ordering::Relaxed);
+        Ok((view, snapshot))
+    }
+
+    /// The source's state of the prefix at `at` (or now), decoded with the cache's codec as
+    /// the reflector decodes it.
+    async fn source_snapshot(&self, at: Option<Revision>) -> Result<Arc<Snapshot>, CacheError> {
+        let config = self.config();
+        let list = match self.inner.source.list(&config.prefix, at).await {
+            Ok(list) => list,
+            Err(SourceError::Compacted { compact_revision }) => {
+                return Err(CacheError::Expired(Expired {
+                    requested: at.unwrap_or(Revision::ZERO),
+                    oldest: compact_revision,
+                }));
+            }
+            Err(e) => return Err(CacheError::Source(e)),
+        };
+        let items = list
+            .items
+            .iter()
+            .filter_map(|i| reflector::decode(&self.inner.codec, config, &self.inner.store.stats, i))
+            .collect();
+        let mut snapshot = Snapshot::new(list.revision, items);
+        if let Some(field) = &config.trigger_field {
+            snapshot = snapshot.with_index(field);
+        }
+        Ok(Arc::new(snapshot))
+    }
+
+    /// A consistent GET the cache has not reached, from the source: the object and the
+    /// revision read at.
+    pub(crate) async fn source_get(
+        &self,
+        key: &ObjectKey,
+    ) -> Result<(Option<Arc<ObjectVersion>>, Revision), CacheError> {
+        let config = self.config();
+        let (item, revision) = self
+            .inner
+            .source
+            .read(&storage_key(&config.prefix, key))
+            .await
+            .map_err(CacheError::Source)?;
+        self.inner
+            .store
+            .stats
+            .source_reads
+            .fetch_add(1, Ordering::Relaxed);
+        let object =
+            item.and_then(|i| reflector::decode(&self.inner.codec, config, &self.inner.store.stats, &i));
+        Ok((object, revision))
     }
 }

@@ -43,6 +43,13 @@ pub struct CacheConfig {
     pub backoff_initial: Duration,
     /// The longest relist or rewatch delay.
     pub backoff_max: Duration,
+    /// Whether the first list fills the history window from the source's retained history:
+    /// it is read at an older revision (the newer of the source's compacted revision and
+    /// `16 × capacity` revisions back), and the changes since are replayed into the window
+    /// before the cache is published. A client that resumes a watch from a revision it saw
+    /// before this cache started then goes on without a 410 and a relist. Default off (the
+    /// apiserver's behaviour: the window starts at the first list).
+    pub history_fill: bool,
 }
 
 impl CacheConfig {
@@ -63,6 +70,7 @@ impl CacheConfig {
             fields: Vec::new(),
             backoff_initial: Duration::from_millis(100),
             backoff_max: Duration::from_secs(5),
+            history_fill: false,
         }
     }
 

@@ -70,8 +70,35 @@ impl<S: Source> Cache<S> {
         key: &ObjectKey,
         resource_version: Option<Revision>,
     ) -> Result<(Option<Arc<ObjectVersion>>, Revision), CacheError> {
-        let view = self.view_for(resource_version).await?;
-        Ok((view.current().get(key).cloned(), view.revision))
+        let needed = match resource_version {
+            Some(Revision::ZERO) => {
+                let view = self.ready_view().await?;
+                return Ok((view.current().get(key).cloned(), view.revision));
+            }
+            Some(n) => n,
+            None => {
+                self.ready_view().await?;
+                self.current_revision().await?
+            }
+        };
+        match self.fresh_view(needed).await {
+            Ok(view) => Ok((view.current().get(key).cloned(), view.revision)),
+            // The cache could not prove it reached the revision: read the one key from the
+            // source (see `Cache::basis_for`).
+            Err(CacheError::TooLargeResourceVersion { requested, .. })
+                if !self.source().progress_requests_are_ordered() =>
+            {
+                let (object, revision) = self.source_get(key).await?;
+                if revision < requested {
+                    return Err(CacheError::TooLargeResourceVersion {
+                        requested,
+                        current: revision,
+                    });
+                }
+                Ok((object, revision))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// LIST; see the module docs for the resourceVersion rules.
@@ -102,22 +129,20 @@ impl<S: Source> Cache<S> {
 
         let (snapshot, revision, start_after) = match &opts.continue_token {
             Some(token) => {
-                let view = self.ready_view().await?;
+                self.ready_view().await?;
                 let c = self
                     .tokens()?
                     .decode(token)
                     .map_err(CacheError::InvalidContinue)?;
-                if c.revision > view.revision {
-                    return Err(CacheError::InvalidContinue(
-                        "the token is newer than this cache".into(),
-                    ));
-                }
-                // A genuine token whose snapshot is gone: 410, so that pagers list afresh.
-                let snapshot = view.at(c.revision).map_err(CacheError::ContinueExpired)?;
+                // A genuine token (from this replica or another over the same store) whose
+                // state is gone: 410, so that pagers list afresh.
+                let (_, snapshot) = self.snapshot_at(c.revision).await.map_err(|e| match e {
+                    CacheError::Expired(e) => CacheError::ContinueExpired(e),
+                    e => e,
+                })?;
                 (snapshot, c.revision, Some(c.after))
             }
             None => {
-                let view = self.view_for(rv).await?;
                 // A revision with a limit and no match is Exact too (the API concepts table):
                 // the pages of a paginated list are all read at that revision.
                 let exact = match (opts.resource_version_match, rv) {
@@ -126,8 +151,11 @@ impl<S: Source> Cache<S> {
                     _ => None,
                 };
                 match exact {
-                    Some(n) => (view.at(n)?, n, None),
-                    None => (Arc::clone(view.current()), view.revision, None),
+                    Some(n) => (self.snapshot_at(n).await?.1, n, None),
+                    None => {
+                        let basis = self.basis_for(rv).await?;
+                        (basis.snapshot, basis.revision, None)
+                    }
                 }
             }
         };

@@ -27,12 +27,22 @@ use crate::object::{Codec, ObjectVersion};
 use crate::retention::Retention;
 use crate::rv::Revision;
 use crate::snapshot::Snapshot;
-use crate::source::{Source, SourceError, SourceEvent, SourceList, parse_storage_key};
+use crate::source::{Source, SourceError, SourceEvent, SourceItem, SourceList, parse_storage_key};
+use crate::stats::CacheStats;
 use crate::store::{Store, View};
 use crate::watcher::{Publisher, WatchHub};
 
 /// The most events applied in one run before the watchers they concern are woken.
 const MAX_RUN: usize = 256;
+
+/// How far back a history fill reaches, in revisions per slot of the history window.
+const FILL_REVISIONS_PER_SLOT: u64 = 16;
+
+/// A filling cache is published once it reaches the revision the source had when the fill
+/// began, or once its watch has had nothing to replay for this long (a quiet prefix on a
+/// source whose progress notifications come seldom: publishing then is only as stale as an
+/// rv=0 read may be).
+const FILL_IDLE: Duration = Duration::from_millis(250);
 
 /// Exponential backoff with full jitter between half and the whole delay.
 #[derive(Debug)]
@@ -59,6 +69,42 @@ impl Backoff {
         let d = self.next;
         self.next = (self.next * 2).min(self.max);
         d.mul_f64(0.5 + fastrand::f64() * 0.5)
+    }
+}
+
+/// Decodes one listed item, checking it is the object its key says (see [`decode_value`]).
+pub(crate) fn decode(
+    codec: &Arc<dyn Codec>,
+    config: &CacheConfig,
+    stats: &CacheStats,
+    item: &SourceItem,
+) -> Option<Arc<ObjectVersion>> {
+    decode_value(codec, config, stats, &item.key, &item.value, item.mod_revision)
+}
+
+/// Decodes one source value, checking it is the object its key says; a value that is not is
+/// counted, logged and skipped (a cache must not stop on one bad value).
+fn decode_value(
+    codec: &Arc<dyn Codec>,
+    config: &CacheConfig,
+    stats: &CacheStats,
+    key: &str,
+    value: &[u8],
+    revision: Revision,
+) -> Option<Arc<ObjectVersion>> {
+    let expected = parse_storage_key(&config.prefix, key);
+    let decoded = codec.decode(value, revision);
+    match (expected, decoded) {
+        (Some(k), Ok(o)) if *o.key() == k => Some(Arc::new(o)),
+        (k, o) => {
+            stats.decode_errors.fetch_add(1, Ordering::Relaxed);
+            warn!(
+                resource = %config.resource, key, revision = %revision,
+                error = ?o.err(), key_ok = k.is_some(),
+                "skipping a value that does not decode to the object its key names"
+            );
+            None
+        }
     }
 }
 
@@ -111,6 +157,11 @@ pub(crate) struct Reflector<S> {
     backoff: Backoff,
     /// What history is kept: the ring's entries and the snapshots.
     retention: Retention,
+    /// While a history fill replays: the view built so far, not yet published, and the
+    /// revision at which it will be.
+    held: Option<(Arc<View>, Revision)>,
+    /// Whether the next list is the generation's first (and may fill history).
+    first: bool,
 }
 
 /// Why following the watch stopped.
@@ -135,6 +186,64 @@ impl<S: Source> Reflector<S> {
             backoff,
             retention: Retention::new(&config),
             config,
+            held: None,
+            first: true,
+        }
+    }
+
+    /// The list a generation starts from: at the current revision; or, for the first list
+    /// with `history_fill`, at an older retained revision, with the revision to catch up to
+    /// before publishing.
+    async fn initial_list(&mut self) -> Result<(SourceList, Option<Revision>), SourceError> {
+        let prefix = &self.config.prefix;
+        if !(self.first && self.config.history_fill) {
+            return Ok((self.source.list(prefix, None).await?, None));
+        }
+        let current = self.source.current_revision().await?;
+        let span = self.config.capacity as u64 * FILL_REVISIONS_PER_SLOT;
+        let mut at = Revision::new(
+            current
+                .get()
+                .saturating_sub(span)
+                .max(self.source.compacted_revision().get())
+                .max(1),
+        );
+        // Compacted under us: once more from what the source says is left, then from now.
+        for _ in 0..2 {
+            match self.source.list(prefix, Some(at)).await {
+                Ok(list) => return Ok((list, Some(current))),
+                Err(SourceError::Compacted { compact_revision })
+                    if compact_revision > at && compact_revision <= current =>
+                {
+                    at = compact_revision;
+                }
+                Err(SourceError::Compacted { .. }) => break,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok((self.source.list(prefix, None).await?, None))
+    }
+
+    /// Publishes `view`, or holds it while a history fill has not caught up.
+    fn publish(&mut self, view: View) {
+        if let Some((_, target)) = &self.held
+            && view.revision < *target
+        {
+            let target = *target;
+            self.held = Some((Arc::new(view), target));
+            return;
+        }
+        self.held = None;
+        self.store.publish(view);
+        self.store.set_up(true);
+    }
+
+    /// Publishes the view a history fill holds, caught up or not.
+    fn release_held(&mut self) {
+        if let Some((view, _)) = self.held.take() {
+            debug!(resource = %self.config.resource, revision = %view.revision, "history fill published before its target: the watch went quiet");
+            self.store.publish_arc(view);
+            self.store.set_up(true);
         }
     }
 
@@ -150,9 +259,10 @@ impl<S: Source> Reflector<S> {
                     }
                 }
             }
-            match self.source.list(&self.config.prefix, None).await {
-                Ok(list) => {
-                    self.install(list);
+            match self.initial_list().await {
+                Ok((list, fill_to)) => {
+                    self.first = false;
+                    self.install(list, fill_to);
                     self.backoff.reset();
                     match self.follow().await {
                         Stop::Relist => continue,
@@ -167,31 +277,22 @@ impl<S: Source> Reflector<S> {
     }
 
     fn view(&self) -> Arc<View> {
-        self.store.load().expect("installed before following")
+        match &self.held {
+            Some((view, _)) => Arc::clone(view),
+            None => self.store.load().expect("installed before following"),
+        }
     }
 
     /// Decodes one source value, checking it is the object its key says.
     fn decode(&self, key: &str, value: &[u8], revision: Revision) -> Option<Arc<ObjectVersion>> {
-        let expected = parse_storage_key(&self.config.prefix, key);
-        let decoded = self.codec.decode(value, revision);
-        match (expected, decoded) {
-            (Some(k), Ok(o)) if *o.key() == k => Some(Arc::new(o)),
-            (k, o) => {
-                self.store.stats.decode_errors.fetch_add(1, Ordering::Relaxed);
-                warn!(
-                    resource = %self.config.resource, key, revision = %revision,
-                    error = ?o.err(), key_ok = k.is_some(),
-                    "skipping a value that does not decode to the object its key names"
-                );
-                None
-            }
-        }
+        decode_value(&self.codec, &self.config, &self.store.stats, key, value, revision)
     }
 
     /// Installs a new generation from a list: new snapshot history, new ring; the old hub is
-    /// closed so its watchers end with Expired.
-    fn install(&mut self, list: SourceList) {
-        let config = &self.config;
+    /// closed so its watchers end with Expired. With `fill_to`, the generation is held back
+    /// until the events replayed after the list reach that revision.
+    fn install(&mut self, list: SourceList, fill_to: Option<Revision>) {
+        let config = Arc::clone(&self.config);
         let items: Vec<_> = list
             .items
             .iter()
@@ -218,17 +319,23 @@ impl<S: Source> Reflector<S> {
             // The capacity was validated when the cache was built.
             Err(e) => unreachable!("cache config validated at construction: {e}"),
         };
-        // Published before the old hub is closed: a watcher the close ends and that retries
-        // finds the new generation.
-        self.store.publish(View {
+        let view = View {
             hub,
             snapshots: imbl::vector![snapshot],
             revision: list.revision,
-        });
+        };
+        match fill_to {
+            Some(target) if target > list.revision => {
+                debug!(resource = %config.resource, from = %list.revision, to = %target, "filling history");
+                self.held = Some((Arc::new(view), target));
+            }
+            // Published before the old hub is closed: a watcher the close ends and that
+            // retries finds the new generation.
+            _ => self.publish(view),
+        }
         if let Some(old) = self.publisher.replace(publisher) {
             old.close(list.revision);
         }
-        self.store.set_up(true);
         self.retention.clear();
         self.store.stats.lists.fetch_add(1, Ordering::Relaxed);
         debug!(resource = %config.resource, revision = %list.revision, "listed");
@@ -281,7 +388,7 @@ impl<S: Source> Reflector<S> {
             .stats
             .history_bytes
             .store(self.retention.bytes() as u64, Ordering::Relaxed);
-        self.store.publish(View {
+        self.publish(View {
             hub: view.hub.clone(),
             snapshots,
             revision,
@@ -350,7 +457,7 @@ impl<S: Source> Reflector<S> {
         if let Some(publisher) = self.publisher.as_mut() {
             publisher.progress(revision);
         }
-        self.store.publish(View {
+        self.publish(View {
             hub: view.hub.clone(),
             snapshots: view.snapshots.clone(),
             revision,
@@ -377,6 +484,11 @@ impl<S: Source> Reflector<S> {
                     continue;
                 }
             };
+            if self.held.is_some() {
+                // A source that orders requested progress tells us at once if the replay has
+                // nothing more to give.
+                let _ = self.source.request_progress().await;
+            }
             // Events already waiting are applied in a run, and the watchers they concern are
             // woken once for the run (`publish_deferred`, then `flush` before waiting again):
             // under load, one wake-up per watcher and burst rather than per event.
@@ -395,8 +507,13 @@ impl<S: Source> Reflector<S> {
                     None => {
                         run = 0;
                         self.flush();
+                        let filling = self.held.is_some();
                         tokio::select! {
                             item = stream.next() => item,
+                            _ = tokio::time::sleep(FILL_IDLE), if filling => {
+                                self.release_held();
+                                continue;
+                            }
                             _ = bookmarks.tick() => {
                                 if let Some(publisher) = self.publisher.as_mut() {
                                     publisher.send_bookmarks();

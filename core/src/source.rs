@@ -140,6 +140,39 @@ pub trait Source: Send + Sync + 'static {
     /// cache of a quiet prefix learns it is up to date without waiting for a write.
     fn request_progress(&self) -> impl Future<Output = Result<(), SourceError>> + Send;
 
+    /// Whether a progress notification that [`request_progress`](Source::request_progress)
+    /// brings comes in order with the watch's events, so that a cache that waits for one has
+    /// seen every change up to it. A source that cannot promise it (etcd before 3.4.31 and
+    /// 3.5.13) must not yield such notifications at all, and says false here: the cache then
+    /// serves a consistent read it has not reached from the source itself, with [`list`] or
+    /// [`read`] at the revision it needs, rather than wait for a notification.
+    ///
+    /// [`list`]: Source::list
+    /// [`read`]: Source::read
+    fn progress_requests_are_ordered(&self) -> bool {
+        true
+    }
+
+    /// The newest revision the source is known to have compacted: reads at revisions below it
+    /// fail with [`SourceError::Compacted`]. A hint (0 when unknown); the cache refuses LISTs
+    /// and continue tokens below it with 410, as the apiserver does.
+    fn compacted_revision(&self) -> Revision {
+        Revision::ZERO
+    }
+
+    /// One key at the current revision, and that revision (a consistent GET the cache has not
+    /// reached). By default a list of the key as a prefix, keeping the exact key.
+    fn read(
+        &self,
+        key: &str,
+    ) -> impl Future<Output = Result<(Option<SourceItem>, Revision), SourceError>> + Send {
+        async move {
+            let list = self.list(key, None).await?;
+            let item = list.items.into_iter().find(|i| i.key == key);
+            Ok((item, list.revision))
+        }
+    }
+
     /// The store's secret for signing continue tokens: created once and kept with the data,
     /// so that every cache over the store (a restarted server, another replica) verifies the
     /// tokens any of them minted.

@@ -12,6 +12,10 @@ pub struct CacheStats {
     pub decode_errors: AtomicU64,
     /// Events applied.
     pub events: AtomicU64,
+    /// Reads served from the source rather than the cache: consistent reads the cache could not
+    /// prove it had reached (on a source whose progress cannot be trusted), and exact reads
+    /// and continues of revisions the cache no longer holds.
+    pub source_reads: AtomicU64,
     /// Reflectors replaced after a panic.
     pub reflector_restarts: AtomicU64,
     /// Bytes of superseded object versions history holds now (bounded by

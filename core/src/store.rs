@@ -117,8 +117,13 @@ impl Store {
     /// Stores `view`, then announces its revision: in that order, so a reader woken by the
     /// announcement loads this view or a newer one.
     pub(crate) fn publish(&self, view: View) {
+        self.publish_arc(Arc::new(view));
+    }
+
+    /// As [`publish`](Self::publish), for a view already shared.
+    pub(crate) fn publish_arc(&self, view: Arc<View>) {
         let revision = view.revision;
-        self.view.store(Some(Arc::new(view)));
+        self.view.store(Some(view));
         self.revision.send_replace(revision);
     }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures_core::Stream;
 
-use crate::cache::{Cache, CacheError};
+use crate::cache::{Basis, Cache, CacheError};
 use crate::event::{Delivery, EventKind, WatchEvent};
 use crate::filter::Filter;
 use crate::page::page;
@@ -55,15 +55,24 @@ impl<S: Source> Cache<S> {
         // A relist may close the hub between loading the view and starting the watcher:
         // then the newer view has a new hub; try again with it.
         for _ in 0..3 {
-            let view = match rv {
-                Some(n) if n != Revision::ZERO && !with_state => self.ready_view().await?,
-                _ => self.view_for(rv).await?,
+            let basis = match rv {
+                Some(n) if n != Revision::ZERO && !with_state => Basis::of(self.ready_view().await?),
+                _ => self.basis_for(rv).await?,
             };
+            let view = &basis.view;
             let (after, initial) = if with_state {
-                (view.revision, Some(initial_events(view.current(), &opts.filter)))
+                // The state may come from the source, ahead of the hub: the live part then
+                // starts after it, which a hub allows (see above).
+                (
+                    basis.revision,
+                    Some(initial_events(&basis.snapshot, &opts.filter)),
+                )
             } else {
                 // rv "0" without initial events: from now.
-                (rv.filter(|&n| n != Revision::ZERO).unwrap_or(view.revision), None)
+                (
+                    rv.filter(|&n| n != Revision::ZERO).unwrap_or(basis.revision),
+                    None,
+                )
             };
             let mut spec = WatchSpec::new(opts.filter.clone()).after(after);
             spec.bookmarks = opts.allow_bookmarks;

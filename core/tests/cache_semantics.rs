@@ -148,7 +148,7 @@ async fn not_older_than_waits_for_the_revision_or_reports_too_large() {
 }
 
 #[tokio::test]
-async fn exact_serves_the_retained_snapshot_or_expired() {
+async fn exact_serves_the_cache_snapshot_then_the_store_then_expired() {
     let (s, cache) = started(config()).await;
     let r1 = create(&s, "ns", "a");
     let r2 = create(&s, "ns", "b");
@@ -163,13 +163,28 @@ async fn exact_serves_the_retained_snapshot_or_expired() {
         create(&s, "other", &format!("x{i}"));
     }
     cache.list(&ListOptions::default()).await.unwrap();
+    assert!(cache.oldest_revision() > r1, "r1 has left the cache");
+    // The store still has r1: it answers, as etcd answers the apiserver.
+    let reads = source_reads(&cache);
+    let at1 = cache.list(&exact(r1)).await.unwrap();
+    assert_eq!((at1.revision, names(at1)), (r1, vec!["ns/a".to_owned()]));
+    assert_eq!(source_reads(&cache), reads + 1);
+    // Compacted past r1: 410, with the oldest revision the store keeps.
+    s.compact(r2);
     match cache.list(&exact(r1)).await {
         Err(CacheError::Expired(Expired { requested, oldest })) => {
             assert_eq!(requested, r1);
-            assert_eq!(oldest, cache.oldest_revision());
+            assert_eq!(oldest, r2);
         }
         other => panic!("{other:?}"),
     }
+}
+
+fn source_reads<S: watchcache_core::Source>(cache: &Cache<S>) -> u64 {
+    cache
+        .stats()
+        .source_reads
+        .load(std::sync::atomic::Ordering::Relaxed)
 }
 
 #[tokio::test]
@@ -317,6 +332,11 @@ async fn malformed_tampered_foreign_and_expired_continue_tokens() {
         create(&s, "ns", &format!("q{i:02}"));
     }
     cache.list(&ListOptions::default()).await.unwrap();
+    // Its snapshot has left the cache, but the store still has that revision: it answers.
+    let from_store = cache.list(&page(&token)).await.unwrap();
+    assert_eq!(from_store.items.len(), 2, "the two items after the first page");
+    // Once the store has compacted it too: 410.
+    s.compact(s.revision());
     let gone = cache.list(&page(&token)).await;
     assert!(matches!(gone, Err(CacheError::ContinueExpired(_))), "{gone:?}");
     assert!(
@@ -994,10 +1014,10 @@ async fn events_older_than_the_freshness_window_are_released_beyond_the_lower_bo
     // The newest 4 events are kept whatever their age: the floor is the 17th event's revision.
     let floor = revs[16];
     assert_eq!(cache.oldest_revision(), floor);
-    assert!(matches!(
-        cache.list(&exact(revs[10])).await,
-        Err(CacheError::Expired(_))
-    ));
+    // Released: only the store can answer for it now.
+    let reads = source_reads(&cache);
+    cache.list(&exact(revs[10])).await.unwrap();
+    assert_eq!(source_reads(&cache), reads + 1);
     assert_eq!(cache.list(&exact(floor)).await.unwrap().items.len(), 16);
     assert!(matches!(
         cache
@@ -1199,9 +1219,6 @@ async fn history_is_bounded_by_bytes_whatever_its_count_or_age() {
         .history_bytes
         .load(std::sync::atomic::Ordering::Relaxed);
     assert!(held <= 4096, "{held} bytes held");
-    assert!(matches!(
-        cache.list(&exact(first)).await,
-        Err(CacheError::Expired(_))
-    ));
+    assert!(cache.oldest_revision() > first, "the oldest versions went");
     assert!(cache.oldest_watch_revision() > first && cache.oldest_watch_revision() < last);
 }

@@ -5,8 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 
-use watchcache_core::MemorySource;
-
+use crate::backend::Backend;
 use crate::config::ServeConfig;
 use crate::metrics::Metrics;
 use crate::resources::Resource;
@@ -14,7 +13,7 @@ use crate::switch::Switch;
 
 /// Shared by every request.
 pub(crate) struct AppState {
-    pub(crate) store: MemorySource,
+    pub(crate) store: Backend,
     pub(crate) resources: BTreeMap<&'static str, Arc<Resource>>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) config: ServeConfig,

@@ -31,6 +31,16 @@ pub struct ServeConfig {
     /// how long past its deadline a watch whose client stopped reading keeps its connection.
     /// Default 10 s.
     pub shutdown_grace: Duration,
+    /// etcd client URLs to follow instead of the embedded store (needs the `etcd` feature).
+    /// Empty (the default): the embedded store.
+    pub etcd: Vec<String>,
+    /// On etcd, how often one replica compacts etcd's history, as the apiserver does
+    /// (`--etcd-compaction-interval`); zero leaves compaction to someone else. Default 5 min.
+    pub compaction_interval: Duration,
+    /// Whether each cache fills its history window from the store's retained history when it
+    /// starts, so that clients resuming watches after a restart go on without a 410 and a
+    /// relist. Default on.
+    pub history_fill: bool,
 }
 
 impl Default for ServeConfig {
@@ -46,6 +56,9 @@ impl Default for ServeConfig {
             seed_pods: 0,
             churn: 0.0,
             shutdown_grace: Duration::from_secs(10),
+            etcd: Vec::new(),
+            compaction_interval: Duration::from_secs(300),
+            history_fill: true,
         }
     }
 }

@@ -24,6 +24,15 @@ pub(crate) fn cache(e: &CacheError) -> Status {
             Status::bad_request(e.to_string())
         }
         CacheError::NotReady { retry_after } => Status::too_many_requests(e.to_string(), *retry_after),
+        // A read the source had to answer (a consistent read's revision, or a read the cache
+        // could not serve) and could not: 504 with a retry, as the apiserver answers a read
+        // etcd timed out on (a cluster without a leader, say).
+        CacheError::Source(SourceError::Unavailable(_)) => {
+            let mut s = Status::new(504, "Timeout", e.to_string());
+            s.details = Some(json!({"retryAfterSeconds": 1}));
+            s.retry_after = Some(1);
+            s
+        }
         CacheError::Source(s) => source(s, "", ""),
     }
 }
@@ -107,8 +116,8 @@ mod tests {
             ),
             (
                 CacheError::Source(SourceError::Unavailable("down".into())),
-                503,
-                "ServiceUnavailable",
+                504,
+                "Timeout",
             ),
         ];
         for (e, code, reason) in cases {

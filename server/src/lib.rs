@@ -3,7 +3,8 @@
 //!
 //! Resources `pods`, `configmaps`, `secrets` (namespaced), `namespaces` and `nodes`, each with
 //! its own cache and upstream watch on the embedded
-//! [`MemorySource`](watchcache_core::MemorySource). Discovery (`/version`,
+//! [`MemorySource`](watchcache_core::MemorySource) or, with the `etcd` feature and `--etcd`,
+//! on an etcd cluster ([`Backend`]). Discovery (`/version`,
 //! `/api`, `/apis`, `/api/v1`); LIST, GET and WATCH with the apiserver's parameters; POST,
 //! PUT and DELETE to the source; `/healthz`, `/readyz` and `/metrics`. LIST bodies are
 //! streamed in bounded chunks; watch frames are copied from shared bytes into each
@@ -12,6 +13,7 @@
 #![warn(missing_docs)]
 
 mod app;
+pub mod backend;
 pub mod config;
 mod connection;
 mod discovery;
@@ -32,6 +34,7 @@ mod watch_body;
 pub mod workload;
 mod writes;
 
+pub use backend::Backend;
 pub use config::ServeConfig;
 pub use metrics::Metrics;
 pub use server::{ServeError, Server};

@@ -22,7 +22,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve a Kubernetes-compatible API on the embedded store.
+    /// Serve a Kubernetes-compatible API on the embedded store, or on etcd (`--etcd`).
     Serve(ServeArgs),
 }
 
@@ -135,6 +135,19 @@ struct ServeArgs {
     /// The most watches open at once; more get 429.
     #[arg(long, default_value_t = 100_000, value_parser = positive_count)]
     max_watchers: usize,
+    /// Follow this etcd cluster instead of the embedded store: client URLs, comma-separated
+    /// (needs a build with the `etcd` feature).
+    #[arg(long, value_name = "URL[,URL…]", value_delimiter = ',')]
+    etcd: Vec<String>,
+    /// On etcd, seconds between compactions (one replica compacts each time, as the apiserver
+    /// does); 0 leaves compaction to someone else.
+    #[arg(long, default_value = "300", value_parser = seconds_or_zero)]
+    compaction_interval: Duration,
+    /// Fill each cache's history window from the store's retained history at start, so that
+    /// watches resumed after a restart go on without a relist (false: start empty, as the
+    /// apiserver does).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    history_fill: bool,
 }
 
 /// SIGINT or SIGTERM, registered now: a signal that arrives between this call and the first
@@ -190,6 +203,9 @@ async fn main() -> std::process::ExitCode {
         shutdown_grace: args.shutdown_grace,
         history_bytes: args.history_bytes,
         snapshot_retention: args.snapshot_retention,
+        etcd: args.etcd,
+        compaction_interval: args.compaction_interval,
+        history_fill: args.history_fill,
     };
     let server = match Server::start(config).await {
         Ok(s) => s,

@@ -3,9 +3,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use watchcache_core::{BuildError, Cache, CacheConfig, MemorySource};
+use watchcache_core::{BuildError, Cache, CacheConfig};
 use watchcache_encoders::{FrameEncoder, JsonCodec, ResourceInfo};
 
+use crate::backend::Backend;
 use crate::config::ServeConfig;
 
 /// How one resource is described and served.
@@ -21,18 +22,20 @@ pub struct Resource {
     /// Fields the apiserver sets on create when the object leaves them unset (its
     /// `PrepareForCreate` and defaulting), stored with the object: `(dotted path, value)`.
     pub create_defaults: &'static [(&'static str, &'static str)],
-    /// The source key prefix, `pods/`.
+    /// The storage key prefix, `/registry/pods/`.
     pub prefix: String,
     /// Decodes source values.
     pub codec: Arc<JsonCodec>,
     /// Writes watch frames.
     pub frames: FrameEncoder,
     /// The watch cache.
-    pub cache: Cache<MemorySource>,
+    pub cache: Cache<Backend>,
 }
 
 struct Spec {
     name: &'static str,
+    /// Where the apiserver keeps the resource under `/registry/` (nodes are `minions`).
+    storage: &'static str,
     singular: &'static str,
     kind: &'static str,
     short_names: &'static [&'static str],
@@ -48,6 +51,7 @@ struct Spec {
 const SPECS: &[Spec] = &[
     Spec {
         name: "pods",
+        storage: "pods",
         singular: "pod",
         kind: "Pod",
         short_names: &["po"],
@@ -67,6 +71,7 @@ const SPECS: &[Spec] = &[
     },
     Spec {
         name: "configmaps",
+        storage: "configmaps",
         singular: "configmap",
         kind: "ConfigMap",
         short_names: &["cm"],
@@ -78,6 +83,7 @@ const SPECS: &[Spec] = &[
     },
     Spec {
         name: "secrets",
+        storage: "secrets",
         singular: "secret",
         kind: "Secret",
         short_names: &[],
@@ -89,6 +95,7 @@ const SPECS: &[Spec] = &[
     },
     Spec {
         name: "namespaces",
+        storage: "namespaces",
         singular: "namespace",
         kind: "Namespace",
         short_names: &["ns"],
@@ -100,6 +107,7 @@ const SPECS: &[Spec] = &[
     },
     Spec {
         name: "nodes",
+        storage: "minions",
         singular: "node",
         kind: "Node",
         short_names: &["no"],
@@ -111,9 +119,18 @@ const SPECS: &[Spec] = &[
     },
 ];
 
+/// The storage key prefix of `resource` (`/registry/pods/`, `/registry/minions/` for nodes), as
+/// the apiserver lays out etcd.
+pub fn prefix(resource: &str) -> Option<String> {
+    SPECS
+        .iter()
+        .find(|s| s.name == resource)
+        .map(|s| format!("/registry/{}/", s.storage))
+}
+
 /// Starts one cache per resource over `store`.
 pub fn build(
-    store: &MemorySource,
+    store: &Backend,
     config: &ServeConfig,
 ) -> Result<BTreeMap<&'static str, Arc<Resource>>, BuildError> {
     let mut out = BTreeMap::new();
@@ -125,7 +142,7 @@ pub fn build(
                 c.with_default(f, v)
             });
         let codec = Arc::new(codec);
-        let prefix = format!("{}/", spec.name);
+        let prefix = format!("/registry/{}/", spec.storage);
         let mut cache_config = CacheConfig::new(spec.name, &prefix);
         cache_config.capacity = config.history;
         cache_config.fresh_timeout = config.fresh_timeout;
@@ -135,6 +152,7 @@ pub fn build(
         cache_config.snapshot_retention = config.snapshot_retention;
         cache_config.fields = spec.fields.iter().map(|f| (*f).to_owned()).collect();
         cache_config.trigger_field = spec.trigger.map(str::to_owned);
+        cache_config.history_fill = config.history_fill;
         let cache = Cache::new(store.clone(), codec.clone(), cache_config)?;
         let info = ResourceInfo::new(spec.name, spec.kind, "v1");
         let frames = FrameEncoder::new(info.clone(), codec.clone());

@@ -90,6 +90,9 @@ async fn api_v1(State(state): AppStateRef) -> Response {
     )
 }
 
+/// How long `/readyz` waits for the store to answer.
+const READYZ_STORE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
 async fn readyz(State(state): AppStateRef) -> Response {
     let not_ready: Vec<&str> = state
         .resources
@@ -97,14 +100,22 @@ async fn readyz(State(state): AppStateRef) -> Response {
         .filter(|(_, r)| !r.cache.is_ready())
         .map(|(k, _)| *k)
         .collect();
-    if not_ready.is_empty() {
+    let mut problems = Vec::new();
+    if !not_ready.is_empty() {
+        problems.push(format!("caches not ready: {}", not_ready.join(", ")));
+    }
+    // Reads at rv=0 go on from the caches; consistent reads need a store with a leader.
+    if !state.store.healthy(READYZ_STORE_TIMEOUT).await {
+        problems.push(
+            "the store does not answer consistent reads (etcd: no leader or no member reachable); \
+             reads at resourceVersion=0 are still served"
+                .to_owned(),
+        );
+    }
+    if problems.is_empty() {
         (StatusCode::OK, "ok").into_response()
     } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("caches not ready: {}", not_ready.join(", ")),
-        )
-            .into_response()
+        (StatusCode::SERVICE_UNAVAILABLE, problems.join("\n")).into_response()
     }
 }
 

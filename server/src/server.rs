@@ -15,6 +15,8 @@ use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 use watchcache_core::MemorySource;
 
+use crate::backend::Backend;
+
 use crate::app::AppState;
 use crate::config::ServeConfig;
 use crate::connection::KillableListener;
@@ -28,6 +30,9 @@ pub enum ServeError {
     /// The configuration is invalid.
     #[error("invalid configuration: {0}")]
     Config(#[from] watchcache_core::BuildError),
+    /// The store could not be reached, or this build cannot reach it.
+    #[error("{0}")]
+    Store(String),
     /// The address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -82,7 +87,7 @@ async fn serve(mut listener: KillableListener, app: Router, shutdown: Switch) ->
 /// A running server.
 pub struct Server {
     addr: SocketAddr,
-    store: MemorySource,
+    store: Backend,
     state: Arc<AppState>,
     /// Ends every connection at once: thrown when the grace period of a shutdown runs out.
     kill_all: Switch,
@@ -94,14 +99,48 @@ impl Server {
     /// embedded store that keeps the last `max(4 × history, 1024)` revisions and at most
     /// `history_bytes` of changed values (as an apiserver compacts etcd), so churn does not
     /// grow memory without bound.
+    ///
+    /// With `config.etcd` set, on that etcd cluster instead (the `etcd` feature), compacting
+    /// it every `compaction_interval` in turn with every other replica.
     pub async fn start(config: ServeConfig) -> Result<Server, ServeError> {
+        if !config.etcd.is_empty() {
+            return Server::start_on_etcd(config).await;
+        }
         let retention = (config.history as u64 * 4).max(1024);
         let store = MemorySource::with_limits(None, Some(retention), Some(config.history_bytes));
-        Server::start_with(config, store).await
+        Server::start_with(config, Backend::Memory(store)).await
+    }
+
+    #[cfg(feature = "etcd")]
+    async fn start_on_etcd(config: ServeConfig) -> Result<Server, ServeError> {
+        let options = watchcache_etcd::EtcdOptions::default();
+        let etcd = watchcache_etcd::EtcdSource::connect(&config.etcd, options)
+            .await
+            .map_err(|e| ServeError::Store(format!("cannot reach etcd at {}: {e}", config.etcd.join(","))))?;
+        let server = Server::start_with(config.clone(), Backend::Etcd(etcd.clone())).await?;
+        if !config.compaction_interval.is_zero() {
+            let compactor = tokio::spawn(etcd.compact_every(config.compaction_interval));
+            let stop = server.state.shutdown.token();
+            tokio::spawn(async move {
+                stop.cancelled().await;
+                compactor.abort();
+            });
+        }
+        Ok(server)
+    }
+
+    #[cfg(not(feature = "etcd"))]
+    async fn start_on_etcd(_config: ServeConfig) -> Result<Server, ServeError> {
+        Err(ServeError::Store(
+            "this build has no etcd support: rebuild with the `etcd` feature \
+             (cargo run --release -p watchcache-server --features etcd -- serve --etcd URL), which needs protoc \
+             (apt-get install -y protobuf-compiler)"
+                .into(),
+        ))
     }
 
     /// As [`start`](Self::start), over a given store.
-    pub async fn start_with(config: ServeConfig, store: MemorySource) -> Result<Server, ServeError> {
+    pub async fn start_with(config: ServeConfig, store: Backend) -> Result<Server, ServeError> {
         let listener = tokio::net::TcpListener::bind(config.addr)
             .await
             .map_err(|source| ServeError::Bind {
@@ -112,7 +151,7 @@ impl Server {
             addr: config.addr,
             source,
         })?;
-        workload::seed(&store, config.seed_pods);
+        workload::seed(&store, config.seed_pods).await;
         let resources = resources::build(&store, &config)?;
         let shutdown = Switch::new();
         let metrics = Arc::new(Metrics::default());
@@ -151,7 +190,7 @@ impl Server {
     }
 
     /// The store under the caches.
-    pub fn store(&self) -> &MemorySource {
+    pub fn store(&self) -> &Backend {
         &self.store
     }
 

@@ -6,7 +6,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-use watchcache_core::MemorySource;
+
+use crate::backend::Backend;
 
 fn now() -> String {
     humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
@@ -71,26 +72,41 @@ pub fn pod(i: usize, nodes: usize, generation: u64) -> Value {
     })
 }
 
+/// The storage key of seeded pod `i`.
+pub fn pod_key(i: usize) -> String {
+    format!("/registry/pods/ns-{}/web-{i:06}", i % NAMESPACES)
+}
+
+/// How many writes seeding keeps in flight (etcd answers each after a round of consensus).
+const SEED_IN_FLIGHT: usize = 64;
+
 /// Creates `pods` pods with their namespaces and nodes (objects that already exist are kept).
-pub fn seed(store: &MemorySource, pods: usize) {
+pub async fn seed(store: &Backend, pods: usize) {
+    use futures_util::StreamExt;
     let nodes = node_count(pods);
+    let mut writes: Vec<(String, Value)> = Vec::new();
     for n in 0..NAMESPACES.min(pods.max(1)) {
         let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": format!("ns-{n}"), "creationTimestamp": now()}, "status": {"phase": "Active"}});
-        let _ = store.create(&format!("namespaces/ns-{n}"), Bytes::from(ns.to_string()));
+        writes.push((format!("/registry/namespaces/ns-{n}"), ns));
     }
     for n in 0..nodes {
         let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": format!("node-{n}"), "creationTimestamp": now(), "labels": {"kubernetes.io/hostname": format!("node-{n}")}}, "spec": {}});
-        let _ = store.create(&format!("nodes/node-{n}"), Bytes::from(node.to_string()));
+        writes.push((format!("/registry/minions/node-{n}"), node));
     }
-    for i in 0..pods {
-        let p = pod(i, nodes, 0);
-        let key = format!("pods/ns-{}/web-{i:06}", i % NAMESPACES);
-        let _ = store.create(&key, Bytes::from(p.to_string()));
-    }
+    let objects = writes
+        .into_iter()
+        .chain((0..pods).map(|i| (pod_key(i), pod(i, nodes, 0))));
+    futures_util::stream::iter(objects)
+        .map(|(key, value)| async move {
+            let _ = store.create(&key, Bytes::from(value.to_string())).await;
+        })
+        .buffer_unordered(SEED_IN_FLIGHT)
+        .for_each(|()| async {})
+        .await;
 }
 
 /// Updates random seeded pods at `rate` per second until `stop`.
-pub async fn churn(store: MemorySource, pods: usize, rate: f64, stop: CancellationToken) {
+pub async fn churn(store: Backend, pods: usize, rate: f64, stop: CancellationToken) {
     if pods == 0 || rate <= 0.0 {
         return;
     }
@@ -109,11 +125,11 @@ pub async fn churn(store: MemorySource, pods: usize, rate: f64, stop: Cancellati
         for _ in 0..per_tick as usize {
             let i = fastrand::usize(0..pods);
             generation += 1;
-            let key = format!("pods/ns-{}/web-{i:06}", i % NAMESPACES);
+            let key = pod_key(i);
             let value = Bytes::from(pod(i, nodes, generation).to_string());
             // A pod deleted by a user is simply recreated.
-            if store.update(&key, value.clone(), None).is_err() {
-                let _ = store.create(&key, value);
+            if store.update(&key, value.clone(), None).await.is_err() {
+                let _ = store.create(&key, value).await;
             }
         }
     }

@@ -48,6 +48,7 @@ pub(crate) async fn create(
     let revision = state
         .store
         .create(&t.storage_key(name), raw)
+        .await
         .map_err(|e| errors::source(&e, &t.resource.info.resource, name))?;
     written(t, StatusCode::CREATED, &version, revision)
 }
@@ -65,6 +66,8 @@ pub(crate) async fn update(
     let (current, _) = state
         .store
         .get(&key)
+        .await
+        .map_err(|e| errors::source(&e, resource, name))?
         .ok_or_else(|| Status::not_found(resource, name))?;
     let current: Value = serde_json::from_slice(&current).map_err(|e| Status::internal(e.to_string()))?;
     let meta = metadata_mut(&mut object)?;
@@ -94,6 +97,7 @@ pub(crate) async fn update(
     let revision = state
         .store
         .update(&key, raw, expected)
+        .await
         .map_err(|e| errors::source(&e, resource, name))?;
     written(t, StatusCode::OK, &version, revision)
 }
@@ -111,12 +115,14 @@ pub(crate) async fn delete(
         let (current, revision) = state
             .store
             .get(&key)
+            .await
+            .map_err(|e| errors::source(&e, resource, name))?
             .ok_or_else(|| Status::not_found(resource, name))?;
         check_preconditions(t, name, p, &current, revision)?;
         if p.write.dry_run {
             return answer_with(t, &current, revision);
         }
-        match state.store.delete(&key, Some(revision)) {
+        match state.store.delete(&key, Some(revision)).await {
             Ok((_, prev)) => return answer_with(t, &prev, revision),
             Err(SourceError::Conflict { .. }) => continue,
             Err(e) => return Err(errors::source(&e, resource, name)),

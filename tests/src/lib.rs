@@ -1,6 +1,8 @@
 //! Helpers for the end-to-end tests: a server on a free loopback port, an HTTP client, and
 //! the external clients (kubectl builds) with the loud-when-missing policy.
 
+pub mod etcd;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -34,6 +36,11 @@ pub async fn start(config: ServeConfig) -> Server {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     panic!("the server did not become ready");
+}
+
+/// The embedded store under `server` (tests that write to it directly).
+pub fn memory(server: &Server) -> &watchcache_core::MemorySource {
+    server.store().memory().expect("a server on the embedded store")
 }
 
 /// A plain HTTP/1.1 client.

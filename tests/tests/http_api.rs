@@ -271,7 +271,9 @@ async fn too_large_resource_versions_are_504_with_a_cause_and_not_ready_is_429()
 
     let store = MemorySource::new();
     store.set_available(false);
-    let server = Server::start_with(config(0), store).await.unwrap();
+    let server = Server::start_with(config(0), watchcache_server::Backend::Memory(store))
+        .await
+        .unwrap();
     let (code, headers, body) =
         request_full(&http(), &server, "GET", "/api/v1/pods?resourceVersion=0", None).await;
     assert_eq!(code, 429);
@@ -290,7 +292,7 @@ async fn a_watch_that_starts_too_old_or_is_lapped_ends_with_an_in_stream_410() {
     let mut cfg = config(5);
     cfg.history = 8;
     let server = start(cfg).await;
-    let store = server.store().clone();
+    let store = watchcache_tests::memory(&server).clone();
     let (_, body) = request(&http(), &server, "GET", "/api/v1/pods", None).await;
     let start_rv: u64 = serde_json::from_slice::<Value>(&body).unwrap()["metadata"]["resourceVersion"]
         .as_str()
@@ -300,7 +302,7 @@ async fn a_watch_that_starts_too_old_or_is_lapped_ends_with_an_in_stream_410() {
     for g in 0..20 {
         let value = watchcache_server::workload::pod(0, 1, g + 1).to_string();
         store
-            .update("pods/ns-0/web-000000", Bytes::from(value), None)
+            .update("/registry/pods/ns-0/web-000000", Bytes::from(value), None)
             .unwrap();
     }
     request(&http(), &server, "GET", "/api/v1/pods", None).await; // caught up
@@ -596,7 +598,7 @@ async fn bodies_over_3_mib_are_413_and_history_is_bounded_by_bytes() {
     // and the store's change log compacts to match.
     let (code, _) = request(&c, &server, "POST", path, Some(cm(1 << 20, 'a'))).await;
     assert_eq!(code, 201);
-    let first = server.store().revision();
+    let first = watchcache_tests::memory(&server).revision();
     for i in 0..40u32 {
         let fill = char::from(b'a' + (i % 26) as u8);
         let (code, body) = request(
@@ -624,7 +626,7 @@ async fn bodies_over_3_mib_are_413_and_history_is_bounded_by_bytes() {
         .unwrap_or_else(|| panic!("a history_bytes gauge: {metrics}"));
     assert!(held > 4 << 20 && held <= 8 << 20, "history holds {held} bytes");
     assert!(
-        server.store().compacted_revision() > first,
+        watchcache_tests::memory(&server).compacted_revision() > first,
         "the store compacted the oldest values"
     );
     server.shutdown().await.unwrap();
@@ -658,12 +660,12 @@ async fn unknown_methods_are_405_statuses_and_add_no_metric_series() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timeout_zero_ahead_of_the_cache_and_initial_events_false_follow_the_api() {
     let server = start(config(2)).await;
-    let store = server.store().clone();
+    let store = watchcache_tests::memory(&server).clone();
     let rv = store.revision().get();
     let write = |name: &str| {
         let value = serde_json::to_vec(&pod("ns-0", name)).unwrap();
         store
-            .create(&format!("pods/ns-0/{name}"), Bytes::from(value))
+            .create(&format!("/registry/pods/ns-0/{name}"), Bytes::from(value))
             .unwrap()
     };
     // timeoutSeconds=0 is the server's default, not a watch that ends at once; a revision
@@ -695,95 +697,6 @@ async fn timeout_zero_ahead_of_the_cache_and_initial_events_false_follow_the_api
     server.shutdown().await.unwrap();
 }
 
-fn rss_bytes() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
-    pages * 4096
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_that_stops_reading_is_lapped_alone_and_memory_stays_bounded() {
-    let mut cfg = config(20);
-    cfg.history = 64;
-    // Only what a stalled client could make the server hold is measured: no snapshots kept for
-    // paging beyond the window (they would hold the 48 MB of superseded versions for 75 s).
-    cfg.snapshot_retention = Duration::ZERO;
-    let server = start(cfg).await;
-    let store = server.store().clone();
-    // A raw connection that asks for a watch and never reads a byte.
-    let mut stalled = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
-    stalled
-        .write_all(
-            format!(
-                "GET /api/v1/pods?watch=1 HTTP/1.1\r\nHost: {}\r\n\r\n",
-                server.addr()
-            )
-            .as_bytes(),
-        )
-        .await
-        .unwrap();
-    // A healthy watcher that reads everything.
-    let mut healthy = Frames::open(&server, "/api/v1/pods?watch=1&resourceVersion=0").await;
-    for _ in 0..20 {
-        assert_eq!(healthy.next().await.unwrap()["type"], "ADDED");
-    }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let rss_before = rss_bytes();
-    // 12,000 updates of about 4 KiB: 48 MB through the cache, far beyond the loopback socket
-    // buffers (about 10 MB), so whatever the server kept for the stalled client would show.
-    // The writer is paced against the healthy reader only (test pacing: the server never
-    // waits for anyone); the stalled client falls behind without bound.
-    const UPDATES: u64 = 12_000;
-    let values: Vec<Bytes> = (0..20)
-        .map(|i| Bytes::from(watchcache_server::workload::pod(i, 1, 7).to_string()))
-        .collect();
-    let seen = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let progress = seen.clone();
-    let writer = tokio::task::spawn_blocking(move || {
-        for g in 0..UPDATES {
-            while g >= progress.load(std::sync::atomic::Ordering::Acquire) + 48 {
-                std::thread::sleep(Duration::from_micros(200));
-            }
-            let i = (g % 20) as usize;
-            store
-                .update(&format!("pods/ns-{}/web-{i:06}", i % 10), values[i].clone(), None)
-                .unwrap();
-        }
-    });
-    for n in 1..=UPDATES {
-        let kind = healthy
-            .next_type()
-            .await
-            .expect("the healthy watcher keeps receiving");
-        assert_eq!(kind, "MODIFIED", "the healthy watcher is never lapped");
-        seen.store(n, std::sync::atomic::Ordering::Release);
-    }
-    writer.await.unwrap();
-    let rss_after = rss_bytes();
-    let grown = rss_after.saturating_sub(rss_before);
-    eprintln!(
-        "RSS grew by {} MiB while 48 MB passed a stalled client",
-        grown >> 20
-    );
-    assert!(
-        grown < 32 << 20,
-        "memory grew by {grown} bytes: something buffers for the stalled client"
-    );
-    // The stalled connection: reading now yields what its buffers held, then an ERROR 410.
-    let mut raw = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(20), stalled.read_to_end(&mut raw)).await;
-    let text = String::from_utf8_lossy(&raw);
-    assert!(
-        text.contains("\"type\":\"ERROR\"") && text.contains("\"code\":410"),
-        "the stalled watcher ended with 410"
-    );
-    server.shutdown().await.unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watches_beyond_max_watchers_get_429_and_the_slot_frees_when_one_ends() {
     let mut cfg = config(1);
@@ -798,12 +711,12 @@ async fn watches_beyond_max_watchers_get_429_and_the_slot_frees_when_one_ends() 
     drop(first);
     // The server notices the closed connection on its next write or poll; a bookmark or a
     // change prompts one. Retry briefly until the slot is free.
-    let store = server.store().clone();
+    let store = watchcache_tests::memory(&server).clone();
     let mut freed = false;
     for g in 0..100 {
         let value = watchcache_server::workload::pod(0, 1, g + 1).to_string();
         store
-            .update("pods/ns-0/web-000000", Bytes::from(value), None)
+            .update("/registry/pods/ns-0/web-000000", Bytes::from(value), None)
             .unwrap();
         let mut again = Frames::open_any(&server, "/api/v1/pods?watch=1&resourceVersion=0").await;
         if again.0 == 200 {

@@ -171,7 +171,7 @@ async fn write(server: &Server, rng: &mut Rng, model: &mut Model) {
         }
     };
     // Writes are sequential: the store's revision now is this write's.
-    let rev = server.store().revision().get();
+    let rev = watchcache_tests::memory(server).revision().get();
     let after = if kind == "DELETED" {
         state.remove(&key);
         None
@@ -267,7 +267,7 @@ async fn open_watch(server: &Server, rng: &mut Rng, model: &Model, lists: &[u64]
     } else {
         ""
     };
-    let current = server.store().revision().get();
+    let current = watchcache_tests::memory(server).revision().get();
     let (path, initial, after) = match rng.below(3) {
         // A consistent read first: the state at the store's revision, then what follows.
         0 => {
@@ -311,7 +311,7 @@ async fn open_watch(server: &Server, rng: &mut Rng, model: &Model, lists: &[u64]
 
 /// Injects a fault; returns the revision compacted to, if it compacted.
 async fn fault(server: &Server, rng: &mut Rng) -> Option<u64> {
-    let store = server.store();
+    let store = watchcache_tests::memory(server);
     match rng.below(3) {
         0 => {
             // Watch streams break and stay refused for a moment; the reflector re-watches
@@ -408,13 +408,14 @@ async fn schedule(seed: u64) {
     let server = watchcache_tests::start(cfg).await;
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let mut model = Model::default();
-    model
-        .states
-        .push((server.store().revision().get(), BTreeMap::new()));
+    model.states.push((
+        watchcache_tests::memory(&server).revision().get(),
+        BTreeMap::new(),
+    ));
     let mut watches = Vec::new();
     let mut lists = Vec::new();
     // The cache's history starts at its first list: a watch from before it is too old.
-    let start = server.store().revision().get();
+    let start = watchcache_tests::memory(&server).revision().get();
     let mut compactions = Vec::new();
     for _ in 0..(20 + rng.below(40)) {
         match rng.below(20) {

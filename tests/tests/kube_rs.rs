@@ -158,11 +158,11 @@ async fn kube_rs_relists_after_an_in_stream_410_and_converges() {
         let _ = tokio::time::timeout(Duration::from_millis(100), stream.next()).await;
     }
     let lapped_before = lapped(&server).await;
-    let store_handle = server.store().clone();
+    let store_handle = watchcache_tests::memory(&server).clone();
     tokio::task::spawn_blocking(move || {
         for g in 0..6000 {
             let i = g % 20;
-            let key = format!("pods/ns-{}/web-{i:06}", i % 10);
+            let key = format!("/registry/pods/ns-{}/web-{i:06}", i % 10);
             let value = watchcache_server::workload::pod(i, 1, g as u64 + 1).to_string();
             store_handle
                 .update(&key, bytes::Bytes::from(value), None)

@@ -535,6 +535,10 @@ impl Source for MemorySource {
         MemorySource::request_progress(self);
         Ok(())
     }
+
+    fn compacted_revision(&self) -> Revision {
+        MemorySource::compacted_revision(self)
+    }
 }
 
 #[cfg(test)]

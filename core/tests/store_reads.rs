@@ -1,0 +1,248 @@
+//! Reads the cache hands to its source, and history filled from the source at start:
+//!
+//! - on a source whose requested progress notifications cannot be trusted (etcd before
+//!   3.4.31 / 3.5.13), a consistent read the cache has not reached is answered by the source,
+//!   never from a cache that may be behind;
+//! - a continue token minted by another cache over the same store is honoured;
+//! - `history_fill` lets a watch resume from a revision older than the cache.
+
+mod common;
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::{TextCodec, text_pod};
+use futures_core::Stream;
+use watchcache_core::source::memory::MemoryWatch;
+use watchcache_core::{
+    Cache, CacheConfig, CacheError, EventKind, ListOptions, MemorySource, ObjectKey, Revision, Source,
+    SourceError, SourceEvent, SourceItem, SourceList, WatchOptions,
+};
+
+/// The embedded store, made to behave like etcd 3.4.23 towards a cache: it says its
+/// requested progress notifications are not ordered, and its watches drop every progress
+/// notification (the cache must do without them).
+#[derive(Clone, Debug)]
+struct Unordered(MemorySource);
+
+struct NoProgress(MemoryWatch);
+
+impl Stream for NoProgress {
+    type Item = Result<SourceEvent, SourceError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        loop {
+            match self.0.as_mut().poll_next(cx) {
+                Poll::Ready(Some(Ok(SourceEvent::Progress { .. }))) => continue,
+                other => return other,
+            }
+        }
+    }
+}
+
+impl Source for Unordered {
+    type Watch = NoProgress;
+
+    async fn list(&self, prefix: &str, at: Option<Revision>) -> Result<SourceList, SourceError> {
+        self.0.list(prefix, at).await
+    }
+    async fn watch(&self, prefix: &str, from: Revision) -> Result<NoProgress, SourceError> {
+        Ok(NoProgress(self.0.watch(prefix, from).await?))
+    }
+    async fn current_revision(&self) -> Result<Revision, SourceError> {
+        self.0.current_revision().await
+    }
+    async fn request_progress(&self) -> Result<(), SourceError> {
+        Source::request_progress(&self.0).await
+    }
+    async fn signing_key(&self) -> Result<[u8; 16], SourceError> {
+        self.0.signing_key().await
+    }
+    fn progress_requests_are_ordered(&self) -> bool {
+        false
+    }
+    fn compacted_revision(&self) -> Revision {
+        self.0.compacted_revision()
+    }
+    async fn read(&self, key: &str) -> Result<(Option<SourceItem>, Revision), SourceError> {
+        self.0.read(key).await
+    }
+}
+
+fn config() -> CacheConfig {
+    let mut c = CacheConfig::new("pods", "pods/");
+    c.capacity = 64;
+    c.fresh_timeout = Duration::from_secs(2);
+    c.ready_timeout = Duration::from_secs(2);
+    c.backoff_initial = Duration::from_millis(5);
+    c.backoff_max = Duration::from_millis(20);
+    c
+}
+
+fn pod(s: &MemorySource, name: &str) -> Revision {
+    s.create(&format!("pods/ns/{name}"), text_pod("ns", name, "web", "n1"))
+        .unwrap()
+}
+
+fn reads<S: Source>(cache: &Cache<S>) -> u64 {
+    cache.stats().source_reads.load(Ordering::Relaxed)
+}
+
+fn names(list: watchcache_core::ListResult) -> Vec<String> {
+    list.items.map(|o| o.key().name().to_owned()).collect()
+}
+
+async fn ready<S: Source>(cache: &Cache<S>) {
+    let zero = ListOptions {
+        resource_version: Some(Revision::ZERO),
+        ..Default::default()
+    };
+    cache.list(&zero).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_cache_behind_an_unordered_source_answers_consistent_reads_from_the_source() {
+    let store = MemorySource::new();
+    pod(&store, "a");
+    let cache = Cache::new(Unordered(store.clone()), Arc::new(TextCodec), config()).unwrap();
+    ready(&cache).await;
+
+    // The cache's watch stops delivering (events in flight, as when etcd's notification
+    // overtakes them): only the store knows of "b".
+    store.pause_watches(true);
+    let rb = pod(&store, "b");
+    let before = reads(&cache);
+    let list = cache.list(&ListOptions::default()).await.unwrap();
+    assert!(
+        list.revision >= rb,
+        "a consistent LIST is at least the latest write"
+    );
+    assert_eq!(names(list), ["a", "b"]);
+    let (got, revision) = cache.get(&ObjectKey::new("ns", "b"), None).await.unwrap();
+    assert!(got.is_some() && revision >= rb, "a consistent GET sees the write");
+    // A watch without a revision starts from a consistent state, and its live part follows
+    // the cache once the watch is back.
+    let mut watch = cache.watch(WatchOptions::default()).await.unwrap();
+    assert_eq!(reads(&cache), before + 3, "each was read from the store");
+    // rv=0 may be stale, and is: the cache's own state, without asking the store.
+    let any = ListOptions {
+        resource_version: Some(Revision::ZERO),
+        ..Default::default()
+    };
+    assert_eq!(names(cache.list(&any).await.unwrap()), ["a"]);
+    assert_eq!(reads(&cache), before + 3);
+
+    let mut initial = Vec::new();
+    for _ in 0..2 {
+        let e = watch.next().await.unwrap().unwrap();
+        assert_eq!(e.kind, EventKind::Added);
+        initial.push(e.object.unwrap().key().name().to_owned());
+    }
+    assert_eq!(initial, ["a", "b"]);
+    store.pause_watches(false);
+    let rc = pod(&store, "c");
+    let e = tokio::time::timeout(Duration::from_secs(5), watch.next())
+        .await
+        .expect("the live part delivers")
+        .unwrap()
+        .unwrap();
+    // "b" came with the initial state: the live part starts after it, with "c".
+    assert_eq!((e.kind, e.revision), (EventKind::Added, rc));
+}
+
+#[tokio::test]
+async fn a_quiet_prefix_on_an_unordered_source_answers_at_once_from_the_source() {
+    let store = MemorySource::new();
+    pod(&store, "a");
+    let cache = Cache::new(Unordered(store.clone()), Arc::new(TextCodec), config()).unwrap();
+    ready(&cache).await;
+    // Writes elsewhere move the store's revision; nothing ever tells this cache it is current.
+    for i in 0..5 {
+        store
+            .create(&format!("configmaps/ns/c{i}"), Bytes::from_static(b"x"))
+            .unwrap();
+    }
+    let started = Instant::now();
+    for _ in 0..3 {
+        let list = cache.list(&ListOptions::default()).await.unwrap();
+        assert_eq!(list.revision, store.revision());
+        assert_eq!(names(list), ["a"]);
+    }
+    assert!(
+        started.elapsed() < config().fresh_timeout,
+        "no read waited for a notification that never comes"
+    );
+    assert_eq!(
+        cache.revision(),
+        Revision::new(2),
+        "the cache itself did not move"
+    );
+}
+
+#[tokio::test]
+async fn a_continue_token_from_another_cache_over_the_same_store_is_honoured() {
+    let store = MemorySource::new();
+    for name in ["a", "b", "c"] {
+        pod(&store, name);
+    }
+    let one = Cache::new(store.clone(), Arc::new(TextCodec), config()).unwrap();
+    let two = Cache::new(store.clone(), Arc::new(TextCodec), config()).unwrap();
+    let first = one
+        .list(&ListOptions {
+            limit: Some(1),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let rest = two
+        .list(&ListOptions {
+            continue_token: first.continue_token.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        (rest.revision, names(rest)),
+        (first.revision, vec!["b".to_owned(), "c".to_owned()])
+    );
+}
+
+#[tokio::test]
+async fn history_fill_lets_a_watch_resume_from_before_the_cache_started() {
+    let store = MemorySource::new();
+    let mut revs = Vec::new();
+    for i in 0..10 {
+        revs.push(pod(&store, &format!("p{i}")));
+    }
+    let resume = WatchOptions {
+        resource_version: Some(revs[2]),
+        ..Default::default()
+    };
+
+    // As the apiserver starts: the window begins at the first list, so the client relists.
+    let plain = Cache::new(store.clone(), Arc::new(TextCodec), config()).unwrap();
+    ready(&plain).await;
+    assert!(matches!(
+        plain.watch(resume.clone()).await,
+        Err(CacheError::Expired(_))
+    ));
+
+    // Filled: the window reaches back, and the watch goes on from where the client was.
+    let mut filled = config();
+    filled.history_fill = true;
+    let cache = Cache::new(store.clone(), Arc::new(TextCodec), filled).unwrap();
+    ready(&cache).await;
+    assert_eq!(cache.revision(), store.revision(), "published once caught up");
+    assert!(cache.oldest_watch_revision() <= revs[2]);
+    let mut watch = cache.watch(resume).await.unwrap();
+    for want in &revs[3..] {
+        let e = watch.next().await.unwrap().unwrap();
+        assert_eq!((e.kind, e.revision), (EventKind::Added, *want));
+    }
+    let lists = cache.stats().lists.load(Ordering::Relaxed);
+    assert_eq!(lists, 1, "one initialization");
+}

@@ -1,0 +1,711 @@
+//! `EtcdSource`: a [`Source`] over an etcd v3 cluster, laid out as kube-apiserver lays out
+//! its data, so that an apiserver run with `--storage-media-type=application/json` and any
+//! number of watchcache replicas read and write the same keys.
+//!
+//! - **Keys.** `/registry/<resource>/<namespace>/<name>`, or `/registry/<resource>/<name>` for
+//!   cluster-scoped objects (the caller passes the prefix; see
+//!   [`storage_key`](watchcache_core::source::storage_key)).
+//! - **Revisions.** An object's resourceVersion is its key's `mod_revision`.
+//! - **Writes.** A create is a transaction on `mod_revision == 0`; an update or a delete is a
+//!   transaction on the expected `mod_revision` (or on the key existing, when none is
+//!   expected). A failed comparison reads the key in the same transaction, to say which of
+//!   409 or 404 it is.
+//! - **Lists** are read in pages of [`LIST_PAGE`] keys (by default), all at the first page's revision.
+//! - **Watches** start at a revision, with `prev_kv` and progress notifications, one gRPC
+//!   watch stream per watch.
+//! - **Progress.** On an etcd that answers a progress request out of band with its events
+//!   (every 3.4 before 3.4.31 and 3.5 before 3.5.13: etcd-io/etcd #15220 and #17567), a
+//!   requested notification may overtake events at or below its revision. Such a source
+//!   drops the notifications it cannot trust (those answering a request, sent under watch id
+//!   -1) and keeps the periodic ones, which etcd sends through the watch's own ordered
+//!   channel and only once the watch has sent everything up to them;
+//!   [`Source::progress_requests_are_ordered`] then says false, and the cache serves
+//!   consistent reads it has not reached from etcd itself.
+//! - **Compaction.** [`EtcdSource::compact_every`] compacts as the apiserver does: each
+//!   interval, a compare-and-swap on the version of the key `compact_rev_key` elects the
+//!   one replica that compacts, at the revision the previous interval saw; every replica
+//!   learns the compacted revision from the same key.
+//! - **The signing key** for continue tokens is stored at [`SIGNING_KEY`], created once by
+//!   whichever replica comes first, in a transaction.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, KeyValue, Txn, TxnOp, TxnOpResponse,
+    WatchOptions, WatchRequestSender, WatchResponse, WatchResponseStream,
+};
+use futures_core::Stream;
+use tracing::{debug, info, warn};
+use watchcache_core::{Revision, Source, SourceError, SourceEvent, SourceItem, SourceList};
+
+/// Keys per page of a list; every page is read at the first one's revision.
+pub const LIST_PAGE: i64 = 10_000;
+
+/// Where the continue tokens' signing key is kept: outside every `/registry/<resource>/`
+/// prefix, so no resource lists it.
+pub const SIGNING_KEY: &str = "/watchcache/continue-signing-key";
+
+/// The key whose version elects the compacting replica and whose value is the revision last
+/// compacted: the apiserver's, so watchcache replicas and apiservers over one etcd take turns.
+pub const COMPACT_KEY: &str = "compact_rev_key";
+
+/// How an [`EtcdSource`] connects.
+#[derive(Clone, Debug)]
+pub struct EtcdOptions {
+    /// Every request but a watch gives up after this long (a member that lost quorum may
+    /// otherwise hold it).
+    pub request_timeout: Duration,
+    /// Connecting to an endpoint gives up after this long.
+    pub connect_timeout: Duration,
+    /// Keys per page of a list (every page is read at the first one's revision).
+    pub list_page: i64,
+}
+
+impl Default for EtcdOptions {
+    fn default() -> Self {
+        EtcdOptions {
+            request_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(2),
+            list_page: LIST_PAGE,
+        }
+    }
+}
+
+/// A source over an etcd cluster. Cheap to clone: clones share the connection.
+#[derive(Clone)]
+pub struct EtcdSource {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: Client,
+    endpoints: Vec<String>,
+    version: String,
+    ordered_progress: bool,
+    /// The senders of open watches, for progress requests.
+    watches: Mutex<Vec<Weak<tokio::sync::Mutex<WatchRequestSender>>>>,
+    /// The newest compacted revision this replica knows of. Relaxed: a hint, raised
+    /// monotonically (`fetch_max`), ordered with nothing.
+    compacted: AtomicU64,
+    request_timeout: Duration,
+    list_page: i64,
+}
+
+impl std::fmt::Debug for EtcdSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdSource")
+            .field("endpoints", &self.inner.endpoints)
+            .field("version", &self.inner.version)
+            .field("ordered_progress", &self.inner.ordered_progress)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether etcd `version` orders requested progress notifications with events: 3.4.31 and
+/// later 3.4s, 3.5.13 and later 3.5s, and every release from 3.6 on.
+pub fn orders_requested_progress(version: &str) -> bool {
+    let mut parts = version.trim().trim_start_matches('v').split(['.', '-', '+']);
+    let mut next = || parts.next().and_then(|p| p.parse::<u64>().ok());
+    match (next(), next(), next()) {
+        (Some(3), Some(4), Some(patch)) => patch >= 31,
+        (Some(3), Some(5), Some(patch)) => patch >= 13,
+        (Some(3), Some(minor), Some(_)) => minor >= 6,
+        (Some(major), Some(_), Some(_)) => major > 3,
+        // Unknown: assume the worst, which is always safe.
+        _ => false,
+    }
+}
+
+fn unavailable(e: etcd_client::Error) -> SourceError {
+    SourceError::Unavailable(e.to_string())
+}
+
+/// Whether an etcd error says the revision asked for is compacted.
+fn is_compacted(e: &etcd_client::Error) -> bool {
+    e.to_string().contains("required revision has been compacted")
+}
+
+fn revision_of(header: Option<&etcd_client::ResponseHeader>) -> Result<Revision, SourceError> {
+    match header {
+        Some(h) if h.revision() > 0 => Ok(Revision::new(h.revision() as u64)),
+        _ => Err(SourceError::Unavailable("a response without a revision".into())),
+    }
+}
+
+fn rev(r: i64) -> Revision {
+    Revision::new(r.max(0) as u64)
+}
+
+/// The end of the key range of everything under `prefix` (etcd's prefix end).
+fn prefix_end(prefix: &str) -> Vec<u8> {
+    let mut end = prefix.as_bytes().to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+fn item(kv: &KeyValue) -> Option<SourceItem> {
+    Some(SourceItem {
+        key: std::str::from_utf8(kv.key()).ok()?.to_owned(),
+        value: Bytes::copy_from_slice(kv.value()),
+        mod_revision: rev(kv.mod_revision()),
+    })
+}
+
+impl EtcdSource {
+    /// Connects to the cluster behind `endpoints` (`http://host:port`) and reads its version.
+    /// The client balances requests over the endpoints and moves off one that dies.
+    pub async fn connect(endpoints: &[String], options: EtcdOptions) -> Result<Self, SourceError> {
+        let connect = ConnectOptions::new()
+            .with_connect_timeout(options.connect_timeout)
+            .with_timeout(options.request_timeout)
+            .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2))
+            .with_keep_alive_while_idle(true)
+            // A member cut off from its leader fails requests and watches at once rather than
+            // serving what it last knew.
+            .with_require_leader(true);
+        let client = Client::connect(endpoints, Some(connect))
+            .await
+            .map_err(unavailable)?;
+        let version = Self::read_version(&client, endpoints).await?;
+        let ordered_progress = orders_requested_progress(&version);
+        info!(
+            %version, ordered_progress, endpoints = ?endpoints,
+            "connected to etcd{}",
+            if ordered_progress { "" } else { " (requested progress notifications are not trusted: consistent reads the cache has not reached go to etcd)" }
+        );
+        let source = EtcdSource {
+            inner: Arc::new(Inner {
+                client,
+                endpoints: endpoints.to_vec(),
+                version,
+                ordered_progress,
+                watches: Mutex::new(Vec::new()),
+                compacted: AtomicU64::new(0),
+                request_timeout: options.request_timeout,
+                list_page: options.list_page.max(1),
+            }),
+        };
+        // What was compacted, as far as the apiserver-style compactor recorded it.
+        let _ = source.refresh_compacted().await;
+        Ok(source)
+    }
+
+    /// The lowest version among the reachable members: a cluster mid-upgrade is as good as its
+    /// oldest member.
+    async fn read_version(client: &Client, endpoints: &[String]) -> Result<String, SourceError> {
+        let mut oldest: Option<String> = None;
+        let mut last_error = None;
+        for endpoint in endpoints {
+            let mut m = client.maintenance_client();
+            let status = tokio::time::timeout(Duration::from_secs(2), m.status()).await;
+            match status {
+                Ok(Ok(s)) => {
+                    let v = s.version().to_owned();
+                    let older = oldest.as_ref().is_none_or(|o| version_key(&v) < version_key(o));
+                    if older {
+                        oldest = Some(v);
+                    }
+                }
+                Ok(Err(e)) => last_error = Some(e.to_string()),
+                Err(_) => last_error = Some(format!("{endpoint}: status timed out")),
+            }
+            // The maintenance client is balanced too: one answer per endpoint is not
+            // guaranteed, so a few asks are enough to see the versions in play.
+        }
+        oldest.ok_or_else(|| {
+            SourceError::Unavailable(last_error.unwrap_or_else(|| "no endpoint answered".into()))
+        })
+    }
+
+    /// The etcd version the source decided its progress handling on.
+    pub fn version(&self) -> &str {
+        &self.inner.version
+    }
+
+    /// The client, for callers that need more of etcd (tests, tools).
+    pub fn client(&self) -> Client {
+        self.inner.client.clone()
+    }
+
+    fn kv(&self) -> etcd_client::KvClient {
+        self.inner.client.kv_client()
+    }
+
+    async fn txn(&self, txn: Txn) -> Result<etcd_client::TxnResponse, SourceError> {
+        self.kv().txn(txn).await.map_err(unavailable)
+    }
+
+    /// The value and mod revision of `key`, read linearizably.
+    pub async fn get(&self, key: &str) -> Result<Option<(Bytes, Revision)>, SourceError> {
+        let resp = self.kv().get(key, None).await.map_err(unavailable)?;
+        Ok(resp
+            .kvs()
+            .first()
+            .map(|kv| (Bytes::copy_from_slice(kv.value()), rev(kv.mod_revision()))))
+    }
+
+    /// Creates `key`; `AlreadyExists` if it is there.
+    pub async fn create(&self, key: &str, value: Bytes) -> Result<Revision, SourceError> {
+        let txn = Txn::new()
+            .when([Compare::mod_revision(key, CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key, value.to_vec(), None)]);
+        let resp = self.txn(txn).await?;
+        if resp.succeeded() {
+            revision_of(resp.header())
+        } else {
+            Err(SourceError::AlreadyExists(key.to_owned()))
+        }
+    }
+
+    /// Replaces `key`'s value if it exists (at mod revision `expected`, when given).
+    pub async fn update(
+        &self,
+        key: &str,
+        value: Bytes,
+        expected: Option<Revision>,
+    ) -> Result<Revision, SourceError> {
+        let resp = self
+            .txn(
+                guarded(key, expected)
+                    .and_then([TxnOp::put(key, value.to_vec(), None)])
+                    .or_else([TxnOp::get(key, None)]),
+            )
+            .await?;
+        if resp.succeeded() {
+            revision_of(resp.header())
+        } else {
+            Err(failed_guard(key, &resp))
+        }
+    }
+
+    /// Deletes `key` if it exists (at mod revision `expected`, when given); returns the
+    /// deletion's revision and the last value.
+    pub async fn delete(
+        &self,
+        key: &str,
+        expected: Option<Revision>,
+    ) -> Result<(Revision, Bytes), SourceError> {
+        let resp = self
+            .txn(
+                guarded(key, expected)
+                    .and_then([TxnOp::delete(
+                        key,
+                        Some(etcd_client::DeleteOptions::new().with_prev_key()),
+                    )])
+                    .or_else([TxnOp::get(key, None)]),
+            )
+            .await?;
+        if !resp.succeeded() {
+            return Err(failed_guard(key, &resp));
+        }
+        let prev = resp.op_responses().into_iter().find_map(|r| match r {
+            TxnOpResponse::Delete(d) => d.prev_kvs().first().map(|kv| Bytes::copy_from_slice(kv.value())),
+            _ => None,
+        });
+        match prev {
+            Some(prev) => Ok((revision_of(resp.header())?, prev)),
+            None => Err(SourceError::NotFound(key.to_owned())),
+        }
+    }
+
+    /// The newest compacted revision this replica knows of (0 when none).
+    pub fn compacted(&self) -> Revision {
+        Revision::new(self.inner.compacted.load(Ordering::Relaxed))
+    }
+
+    fn learn_compacted(&self, revision: u64) {
+        let before = self.inner.compacted.fetch_max(revision, Ordering::Relaxed);
+        if revision > before {
+            debug!(revision, "learned of a compaction");
+        }
+    }
+
+    /// Reads the compaction key: the revision the last compactor compacted at.
+    pub async fn refresh_compacted(&self) -> Result<Revision, SourceError> {
+        let resp = self.kv().get(COMPACT_KEY, None).await.map_err(unavailable)?;
+        if let Some(r) = resp
+            .kvs()
+            .first()
+            .and_then(|kv| std::str::from_utf8(kv.value()).ok()?.parse::<u64>().ok())
+        {
+            self.learn_compacted(r);
+        }
+        Ok(self.compacted())
+    }
+
+    /// One round of the apiserver's compaction protocol. `round` is the compaction key's
+    /// version this replica last saw and `seen` the store's revision it saw then. If the key's
+    /// version is still `round`, this replica wins the round: it records `seen` in the key and
+    /// compacts at it. Either way it returns the version and revision to use next round.
+    pub async fn compact_round(&self, round: i64, seen: Revision) -> Result<(i64, Revision), SourceError> {
+        let txn = Txn::new()
+            .when([Compare::version(COMPACT_KEY, CompareOp::Equal, round)])
+            .and_then([TxnOp::put(COMPACT_KEY, seen.get().to_string(), None)])
+            .or_else([TxnOp::get(COMPACT_KEY, None)]);
+        let resp = self.txn(txn).await?;
+        let now = revision_of(resp.header())?;
+        if !resp.succeeded() {
+            // Another replica won this round; its target is what is (being) compacted.
+            let kv = resp.op_responses().into_iter().find_map(|r| match r {
+                TxnOpResponse::Get(g) => g.kvs().first().cloned(),
+                _ => None,
+            });
+            let Some(kv) = kv else {
+                return Ok((0, now));
+            };
+            if let Some(r) = std::str::from_utf8(kv.value())
+                .ok()
+                .and_then(|s| s.parse::<u64>().ok())
+            {
+                self.learn_compacted(r);
+            }
+            return Ok((kv.version(), now));
+        }
+        if seen.get() > 0 {
+            let started = std::time::Instant::now();
+            match self.kv().compact(seen.get() as i64, None).await {
+                Ok(_) => {}
+                Err(e) if is_compacted(&e) => {}
+                Err(e) => return Err(unavailable(e)),
+            }
+            self.learn_compacted(seen.get());
+            info!(revision = %seen, took = ?started.elapsed(), "compacted etcd");
+        }
+        Ok((round + 1, now))
+    }
+
+    /// Runs the compactor until the future is dropped: a round every `interval`, so etcd
+    /// keeps between one and two intervals of history.
+    pub async fn compact_every(self, interval: Duration) {
+        let mut round = 0;
+        let mut seen = Revision::ZERO;
+        let mut ticker = tokio::time::interval(interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            match self.compact_round(round, seen).await {
+                Ok((r, s)) => (round, seen) = (r, s),
+                Err(e) => warn!(error = %e, "compaction round failed"),
+            }
+        }
+    }
+
+    /// Whether a member answers as part of a cluster with a leader, within `timeout`.
+    pub async fn has_leader(&self, timeout: Duration) -> bool {
+        let mut kv = self.kv();
+        let read = kv.get(COMPACT_KEY, Some(GetOptions::new().with_count_only()));
+        matches!(tokio::time::timeout(timeout, read).await, Ok(Ok(_)))
+    }
+
+    fn register(&self, sender: &Arc<tokio::sync::Mutex<WatchRequestSender>>) {
+        let mut watches = self.inner.watches.lock().unwrap_or_else(|p| p.into_inner());
+        watches.retain(|w| w.strong_count() > 0);
+        watches.push(Arc::downgrade(sender));
+    }
+
+    async fn list_at(&self, prefix: &str, at: Option<Revision>) -> Result<SourceList, SourceError> {
+        let end = prefix_end(prefix);
+        let mut revision = at.map_or(0, |r| r.get() as i64);
+        let mut from = prefix.as_bytes().to_vec();
+        let mut items = Vec::new();
+        loop {
+            let options = GetOptions::new()
+                .with_range(end.clone())
+                .with_limit(self.inner.list_page)
+                .with_revision(revision);
+            let resp = match self.kv().get(from.clone(), Some(options)).await {
+                Ok(r) => r,
+                Err(e) if is_compacted(&e) => {
+                    // The compacted revision is at least the one asked for + 1.
+                    self.learn_compacted(revision as u64 + 1);
+                    let _ = self.refresh_compacted().await;
+                    return Err(SourceError::Compacted {
+                        compact_revision: self.compacted(),
+                    });
+                }
+                Err(e) => return Err(unavailable(e)),
+            };
+            if revision == 0 {
+                revision = revision_of(resp.header())?.get() as i64;
+            }
+            items.extend(resp.kvs().iter().filter_map(item));
+            match resp.kvs().last() {
+                Some(last) if resp.more() => {
+                    from = last.key().to_vec();
+                    from.push(0);
+                }
+                _ => break,
+            }
+        }
+        Ok(SourceList {
+            items,
+            revision: rev(revision),
+        })
+    }
+}
+
+/// A transaction whose guard holds when `key` exists at `expected` (or at all).
+fn guarded(key: &str, expected: Option<Revision>) -> Txn {
+    let compare = match expected {
+        Some(r) => Compare::mod_revision(key, CompareOp::Equal, r.get() as i64),
+        None => Compare::version(key, CompareOp::Greater, 0),
+    };
+    Txn::new().when([compare])
+}
+
+/// Why a [`guarded`] transaction failed, from the read in its else branch.
+fn failed_guard(key: &str, resp: &etcd_client::TxnResponse) -> SourceError {
+    let current = resp.op_responses().into_iter().find_map(|r| match r {
+        TxnOpResponse::Get(g) => g.kvs().first().map(|kv| rev(kv.mod_revision())),
+        _ => None,
+    });
+    match current {
+        Some(current) => SourceError::Conflict {
+            key: key.to_owned(),
+            current,
+        },
+        None => SourceError::NotFound(key.to_owned()),
+    }
+}
+
+/// Orders "3.4.23" below "3.5.0" below "3.10.1".
+fn version_key(v: &str) -> Vec<u64> {
+    v.trim_start_matches('v')
+        .split(['.', '-', '+'])
+        .map_while(|p| p.parse().ok())
+        .collect()
+}
+
+/// A watch on etcd: its events one at a time, progress notifications the source trusts, and
+/// compaction or a lost connection as errors.
+pub struct EtcdWatch {
+    responses: WatchResponseStream,
+    /// Kept for progress requests; the source holds it weakly.
+    _sender: Arc<tokio::sync::Mutex<WatchRequestSender>>,
+    pending: VecDeque<SourceEvent>,
+    /// Whether requested notifications (watch id -1) are ordered with events.
+    ordered_progress: bool,
+    source: EtcdSource,
+    ended: bool,
+}
+
+impl std::fmt::Debug for EtcdWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdWatch")
+            .field("pending", &self.pending.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The id etcd answers progress requests under.
+const REQUESTED_PROGRESS_ID: i64 = -1;
+
+impl EtcdWatch {
+    /// Turns one response into events, or the error that ends the watch.
+    fn take(&mut self, resp: WatchResponse) -> Result<(), SourceError> {
+        if resp.canceled() {
+            if resp.compact_revision() > 0 {
+                self.source.learn_compacted(resp.compact_revision() as u64);
+                return Err(SourceError::Compacted {
+                    compact_revision: rev(resp.compact_revision()),
+                });
+            }
+            return Err(SourceError::Unavailable(format!(
+                "watch canceled: {}",
+                resp.cancel_reason()
+            )));
+        }
+        if resp.created() {
+            return Ok(());
+        }
+        if resp.events().is_empty() {
+            let trusted = self.ordered_progress || resp.watch_id() != REQUESTED_PROGRESS_ID;
+            if trusted && let Ok(revision) = revision_of(resp.header()) {
+                self.pending.push_back(SourceEvent::Progress { revision });
+            }
+            return Ok(());
+        }
+        for e in resp.events() {
+            let Some(kv) = e.kv() else { continue };
+            let Ok(key) = std::str::from_utf8(kv.key()) else {
+                continue;
+            };
+            let prev = e.prev_kv().map(|p| Bytes::copy_from_slice(p.value()));
+            self.pending.push_back(match e.event_type() {
+                EventType::Put => SourceEvent::Put {
+                    key: key.to_owned(),
+                    value: Bytes::copy_from_slice(kv.value()),
+                    mod_revision: rev(kv.mod_revision()),
+                    prev,
+                },
+                EventType::Delete => SourceEvent::Delete {
+                    key: key.to_owned(),
+                    mod_revision: rev(kv.mod_revision()),
+                    prev,
+                },
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Stream for EtcdWatch {
+    type Item = Result<SourceEvent, SourceError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        loop {
+            if let Some(e) = this.pending.pop_front() {
+                return Poll::Ready(Some(Ok(e)));
+            }
+            if this.ended {
+                return Poll::Ready(None);
+            }
+            match Pin::new(&mut this.responses).poll_next(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => {
+                    this.ended = true;
+                    return Poll::Ready(Some(Err(SourceError::Unavailable(
+                        "the watch stream ended".into(),
+                    ))));
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    this.ended = true;
+                    return Poll::Ready(Some(Err(unavailable(e))));
+                }
+                Poll::Ready(Some(Ok(resp))) => {
+                    if let Err(e) = this.take(resp) {
+                        this.ended = true;
+                        return Poll::Ready(Some(Err(e)));
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Source for EtcdSource {
+    type Watch = EtcdWatch;
+
+    async fn list(&self, prefix: &str, at: Option<Revision>) -> Result<SourceList, SourceError> {
+        self.list_at(prefix, at).await
+    }
+
+    async fn watch(&self, prefix: &str, from: Revision) -> Result<Self::Watch, SourceError> {
+        let options = WatchOptions::new()
+            .with_prefix()
+            .with_start_revision(from.get() as i64)
+            .with_prev_key()
+            .with_progress_notify();
+        let mut client = self.inner.client.watch_client();
+        let stream = tokio::time::timeout(self.inner.request_timeout, client.watch(prefix, Some(options)))
+            .await
+            .map_err(|_| SourceError::Unavailable("opening the watch timed out".into()))?
+            .map_err(unavailable)?;
+        let (sender, responses) = stream.split();
+        let sender = Arc::new(tokio::sync::Mutex::new(sender));
+        self.register(&sender);
+        debug!(prefix, %from, "watching etcd");
+        Ok(EtcdWatch {
+            responses,
+            _sender: sender,
+            pending: VecDeque::new(),
+            ordered_progress: self.inner.ordered_progress,
+            source: self.clone(),
+            ended: false,
+        })
+    }
+
+    async fn current_revision(&self) -> Result<Revision, SourceError> {
+        // A linearizable count of an empty range: the header carries the store's revision.
+        let resp = self
+            .kv()
+            .get(COMPACT_KEY, Some(GetOptions::new().with_count_only()))
+            .await
+            .map_err(unavailable)?;
+        revision_of(resp.header())
+    }
+
+    async fn request_progress(&self) -> Result<(), SourceError> {
+        let senders: Vec<_> = {
+            let watches = self.inner.watches.lock().unwrap_or_else(|p| p.into_inner());
+            watches.iter().filter_map(Weak::upgrade).collect()
+        };
+        for s in senders {
+            s.lock().await.request_progress().await.map_err(unavailable)?;
+        }
+        Ok(())
+    }
+
+    async fn signing_key(&self) -> Result<[u8; 16], SourceError> {
+        let mut fresh = [0u8; 16];
+        getrandom::fill(&mut fresh).map_err(|e| SourceError::Unavailable(format!("no randomness: {e}")))?;
+        // Created by the first replica; every other one reads it back.
+        let txn = Txn::new()
+            .when([Compare::create_revision(SIGNING_KEY, CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(SIGNING_KEY, fresh.to_vec(), None)])
+            .or_else([TxnOp::get(SIGNING_KEY, None)]);
+        let resp = self.txn(txn).await?;
+        if resp.succeeded() {
+            return Ok(fresh);
+        }
+        let stored = resp.op_responses().into_iter().find_map(|r| match r {
+            TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.value().to_vec()),
+            _ => None,
+        });
+        stored
+            .and_then(|v| <[u8; 16]>::try_from(v.as_slice()).ok())
+            .ok_or_else(|| SourceError::Unavailable(format!("{SIGNING_KEY} does not hold a 16-byte key")))
+    }
+
+    fn progress_requests_are_ordered(&self) -> bool {
+        self.inner.ordered_progress
+    }
+
+    fn compacted_revision(&self) -> Revision {
+        self.compacted()
+    }
+
+    async fn read(&self, key: &str) -> Result<(Option<SourceItem>, Revision), SourceError> {
+        let resp = self.kv().get(key, None).await.map_err(unavailable)?;
+        Ok((resp.kvs().first().and_then(item), revision_of(resp.header())?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_that_order_requested_progress() {
+        for v in [
+            "3.4.31", "3.4.40", "3.5.13", "3.5.21", "3.6.0", "v3.6.4", "4.0.0", "3.10.1",
+        ] {
+            assert!(orders_requested_progress(v), "{v}");
+        }
+        for v in [
+            "3.4.23", "3.4.30", "3.5.0", "3.5.12", "3.3.27", "", "garbage", "3.4",
+        ] {
+            assert!(!orders_requested_progress(v), "{v}");
+        }
+    }
+
+    #[test]
+    fn prefix_ends_and_version_order() {
+        assert_eq!(prefix_end("/registry/pods/"), b"/registry/pods0".to_vec());
+        assert_eq!(prefix_end("a\u{7f}"), b"a\x80".to_vec());
+        assert!(version_key("3.4.23") < version_key("3.5.0"));
+        assert!(version_key("3.5.9") < version_key("3.10.1"));
+    }
+}

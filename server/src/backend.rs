@@ -1,0 +1,164 @@
+//! [`Backend`]: the store the server's caches follow and its writes go to: the embedded
+//! [`MemorySource`], or etcd (`--etcd`, with the `etcd` feature).
+//!
+//! Keys are laid out as kube-apiserver lays them out in etcd, `/registry/<resource>/…`, on
+//! both, so the same data reads the same whichever store holds it.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use futures_core::Stream;
+use watchcache_core::source::memory::MemoryWatch;
+use watchcache_core::{MemorySource, Revision, Source, SourceError, SourceEvent, SourceItem, SourceList};
+
+/// The store under the caches.
+#[derive(Clone, Debug)]
+pub enum Backend {
+    /// The embedded store (the default).
+    Memory(MemorySource),
+    /// An etcd cluster.
+    #[cfg(feature = "etcd")]
+    Etcd(watchcache_etcd::EtcdSource),
+}
+
+/// Calls the same method on whichever store this is.
+macro_rules! each {
+    ($self:expr, $s:ident => $e:expr) => {
+        match $self {
+            Backend::Memory($s) => $e,
+            #[cfg(feature = "etcd")]
+            Backend::Etcd($s) => $e,
+        }
+    };
+}
+
+impl Backend {
+    /// The embedded store, if this is it.
+    pub fn memory(&self) -> Option<&MemorySource> {
+        match self {
+            Backend::Memory(m) => Some(m),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => None,
+        }
+    }
+
+    /// The value and mod revision of `key`.
+    pub async fn get(&self, key: &str) -> Result<Option<(Bytes, Revision)>, SourceError> {
+        match self {
+            Backend::Memory(m) => Ok(m.get(key)),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => e.get(key).await,
+        }
+    }
+
+    /// Creates `key`.
+    pub async fn create(&self, key: &str, value: Bytes) -> Result<Revision, SourceError> {
+        match self {
+            Backend::Memory(m) => m.create(key, value),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => e.create(key, value).await,
+        }
+    }
+
+    /// Replaces `key`'s value (at mod revision `expected`, when given).
+    pub async fn update(
+        &self,
+        key: &str,
+        value: Bytes,
+        expected: Option<Revision>,
+    ) -> Result<Revision, SourceError> {
+        match self {
+            Backend::Memory(m) => m.update(key, value, expected),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => e.update(key, value, expected).await,
+        }
+    }
+
+    /// Deletes `key` (at mod revision `expected`, when given): the revision and the last value.
+    pub async fn delete(
+        &self,
+        key: &str,
+        expected: Option<Revision>,
+    ) -> Result<(Revision, Bytes), SourceError> {
+        match self {
+            Backend::Memory(m) => m.delete(key, expected),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => e.delete(key, expected).await,
+        }
+    }
+
+    /// Whether the store can serve consistent reads now (etcd: a member answers with a
+    /// leader). Bounded by `timeout`.
+    pub async fn healthy(&self, timeout: std::time::Duration) -> bool {
+        match self {
+            Backend::Memory(m) => {
+                let _ = timeout;
+                m.current_revision().await.is_ok()
+            }
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => e.has_leader(timeout).await,
+        }
+    }
+}
+
+/// The watch of whichever store this is.
+pub enum BackendWatch {
+    /// On the embedded store.
+    Memory(MemoryWatch),
+    /// On etcd (boxed: one per resource, and far larger than the embedded store's).
+    #[cfg(feature = "etcd")]
+    Etcd(Box<watchcache_etcd::EtcdWatch>),
+}
+
+impl Stream for BackendWatch {
+    type Item = Result<SourceEvent, SourceError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        match self.get_mut() {
+            BackendWatch::Memory(w) => w.as_mut().poll_next(cx),
+            #[cfg(feature = "etcd")]
+            BackendWatch::Etcd(w) => Pin::new(&mut **w).poll_next(cx),
+        }
+    }
+}
+
+impl Source for Backend {
+    type Watch = BackendWatch;
+
+    async fn list(&self, prefix: &str, at: Option<Revision>) -> Result<SourceList, SourceError> {
+        each!(self, s => s.list(prefix, at).await)
+    }
+
+    async fn watch(&self, prefix: &str, from: Revision) -> Result<Self::Watch, SourceError> {
+        Ok(match self {
+            Backend::Memory(m) => BackendWatch::Memory(m.watch(prefix, from).await?),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => BackendWatch::Etcd(Box::new(e.watch(prefix, from).await?)),
+        })
+    }
+
+    async fn current_revision(&self) -> Result<Revision, SourceError> {
+        each!(self, s => s.current_revision().await)
+    }
+
+    async fn request_progress(&self) -> Result<(), SourceError> {
+        each!(self, s => Source::request_progress(s).await)
+    }
+
+    async fn signing_key(&self) -> Result<[u8; 16], SourceError> {
+        each!(self, s => s.signing_key().await)
+    }
+
+    fn progress_requests_are_ordered(&self) -> bool {
+        each!(self, s => s.progress_requests_are_ordered())
+    }
+
+    fn compacted_revision(&self) -> Revision {
+        each!(self, s => Source::compacted_revision(s))
+    }
+
+    async fn read(&self, key: &str) -> Result<(Option<SourceItem>, Revision), SourceError> {
+        each!(self, s => s.read(key).await)
+    }
+}
