@@ -493,6 +493,9 @@ impl<S: Source> Reflector<S> {
             // woken once for the run (`publish_deferred`, then `flush` before waiting again):
             // under load, one wake-up per watcher and burst rather than per event.
             let mut run = 0;
+            // When the watch last brought something: a fill is published once it has been
+            // quiet for FILL_IDLE (ticks of the other timers do not count as activity).
+            let mut active = Instant::now();
             loop {
                 let ready = if run < MAX_RUN {
                     stream.next().now_or_never()
@@ -502,6 +505,7 @@ impl<S: Source> Reflector<S> {
                 let item = match ready {
                     Some(item) => {
                         run += 1;
+                        active = Instant::now();
                         item
                     }
                     None => {
@@ -509,8 +513,11 @@ impl<S: Source> Reflector<S> {
                         self.flush();
                         let filling = self.held.is_some();
                         tokio::select! {
-                            item = stream.next() => item,
-                            _ = tokio::time::sleep(FILL_IDLE), if filling => {
+                            item = stream.next() => {
+                                active = Instant::now();
+                                item
+                            }
+                            _ = tokio::time::sleep_until(active + FILL_IDLE), if filling => {
                                 self.release_held();
                                 continue;
                             }

@@ -41,6 +41,7 @@ use etcd_client::{
     WatchOptions, WatchRequestSender, WatchResponse, WatchResponseStream,
 };
 use futures_core::Stream;
+use futures_util::StreamExt;
 use tracing::{debug, info, warn};
 use watchcache_core::{Revision, Source, SourceError, SourceEvent, SourceItem, SourceList};
 
@@ -65,6 +66,10 @@ pub struct EtcdOptions {
     pub connect_timeout: Duration,
     /// Keys per page of a list (every page is read at the first one's revision).
     pub list_page: i64,
+    /// Fault injection for tests: every watch response reaches the cache this much later
+    /// than etcd sent it, in order, as over a slow link or from a lagging member. Zero (the
+    /// default) in production.
+    pub watch_delay: Duration,
 }
 
 impl Default for EtcdOptions {
@@ -73,6 +78,7 @@ impl Default for EtcdOptions {
             request_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(2),
             list_page: LIST_PAGE,
+            watch_delay: Duration::ZERO,
         }
     }
 }
@@ -95,6 +101,7 @@ struct Inner {
     compacted: AtomicU64,
     request_timeout: Duration,
     list_page: i64,
+    watch_delay: Duration,
 }
 
 impl std::fmt::Debug for EtcdSource {
@@ -194,6 +201,7 @@ impl EtcdSource {
                 compacted: AtomicU64::new(0),
                 request_timeout: options.request_timeout,
                 list_page: options.list_page.max(1),
+                watch_delay: options.watch_delay,
             }),
         };
         // What was compacted, as far as the apiserver-style compactor recorded it.
@@ -401,6 +409,47 @@ impl EtcdSource {
         }
     }
 
+    /// Follows the compaction key until the future is dropped, so that this replica learns of
+    /// every compaction any replica (or apiserver) makes, whether or not it compacts itself.
+    pub async fn follow_compactions(self) {
+        loop {
+            if let Err(e) = self.follow_compactions_once().await {
+                debug!(error = %e, "following the compaction key; again shortly");
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    async fn follow_compactions_once(&self) -> Result<(), SourceError> {
+        let resp = self.kv().get(COMPACT_KEY, None).await.map_err(unavailable)?;
+        let from = revision_of(resp.header())?.get() as i64 + 1;
+        if let Some(r) = resp.kvs().first().and_then(parse_revision) {
+            self.learn_compacted(r);
+        }
+        let mut client = self.inner.client.watch_client();
+        let options = WatchOptions::new().with_start_revision(from);
+        let (_sender, mut responses) = client
+            .watch(COMPACT_KEY, Some(options))
+            .await
+            .map_err(unavailable)?
+            .split();
+        while let Some(resp) = responses.next().await {
+            let resp = resp.map_err(unavailable)?;
+            if resp.canceled() {
+                return Err(SourceError::Unavailable(format!(
+                    "watch canceled: {}",
+                    resp.cancel_reason()
+                )));
+            }
+            for e in resp.events() {
+                if let Some(r) = e.kv().and_then(parse_revision) {
+                    self.learn_compacted(r);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Whether a member answers as part of a cluster with a leader, within `timeout`.
     pub async fn has_leader(&self, timeout: Duration) -> bool {
         let mut kv = self.kv();
@@ -455,6 +504,11 @@ impl EtcdSource {
     }
 }
 
+/// The revision a compaction key's value records.
+fn parse_revision(kv: &KeyValue) -> Option<u64> {
+    std::str::from_utf8(kv.value()).ok()?.parse().ok()
+}
+
 /// A transaction whose guard holds when `key` exists at `expected` (or at all).
 fn guarded(key: &str, expected: Option<Revision>) -> Txn {
     let compare = match expected {
@@ -490,7 +544,7 @@ fn version_key(v: &str) -> Vec<u64> {
 /// A watch on etcd: its events one at a time, progress notifications the source trusts, and
 /// compaction or a lost connection as errors.
 pub struct EtcdWatch {
-    responses: WatchResponseStream,
+    responses: Responses,
     /// Kept for progress requests; the source holds it weakly.
     _sender: Arc<tokio::sync::Mutex<WatchRequestSender>>,
     pending: VecDeque<SourceEvent>,
@@ -506,6 +560,26 @@ impl std::fmt::Debug for EtcdWatch {
             .field("pending", &self.pending.len())
             .finish_non_exhaustive()
     }
+}
+
+type Responses = Pin<Box<dyn Stream<Item = Result<WatchResponse, etcd_client::Error>> + Send>>;
+
+/// `responses`, each passed on `delay` after it arrived, in order (see
+/// [`EtcdOptions::watch_delay`]).
+fn delayed(mut responses: WatchResponseStream, delay: Duration) -> Responses {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(r) = responses.next().await {
+            if tx.send((tokio::time::Instant::now() + delay, r)).is_err() {
+                return;
+            }
+        }
+    });
+    Box::pin(futures_util::stream::unfold(rx, |mut rx| async move {
+        let (due, r) = rx.recv().await?;
+        tokio::time::sleep_until(due).await;
+        Some((r, rx))
+    }))
 }
 
 /// The id etcd answers progress requests under.
@@ -614,6 +688,11 @@ impl Source for EtcdSource {
             .map_err(|_| SourceError::Unavailable("opening the watch timed out".into()))?
             .map_err(unavailable)?;
         let (sender, responses) = stream.split();
+        let responses: Responses = if self.inner.watch_delay.is_zero() {
+            Box::pin(responses)
+        } else {
+            delayed(responses, self.inner.watch_delay)
+        };
         let sender = Arc::new(tokio::sync::Mutex::new(sender));
         self.register(&sender);
         debug!(prefix, %from, "watching etcd");

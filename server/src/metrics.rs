@@ -34,11 +34,19 @@ pub struct Metrics {
     pub reflector_restarts: Family<Labels, Gauge>,
     /// Request latency to the response head, per verb.
     pub request_duration: Family<Labels, Histogram>,
+    /// Watches refused at their start because their revision is older than the window (an
+    /// in-stream 410: the client relists), per resource.
+    pub watch_starts_expired: Family<Labels, Counter>,
+    /// Reads the store answered because the cache could not, per resource (see
+    /// `CacheStats::source_reads`).
+    pub store_reads: Family<Labels, Counter>,
+    /// Lists of the store that started a generation of a cache (the first one included), per
+    /// resource: the apiserver's `apiserver_watch_cache_initializations_total`.
+    pub initializations: Family<Labels, Counter>,
 }
 
 impl Default for Metrics {
     fn default() -> Self {
-        let mut registry = Registry::with_prefix("watchcache");
         let request_duration = Family::<Labels, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.0001, 2.0, 18))
         });
@@ -54,8 +62,19 @@ impl Default for Metrics {
             history_bytes: Family::default(),
             reflector_restarts: Family::default(),
             request_duration,
+            watch_starts_expired: Family::default(),
+            store_reads: Family::default(),
+            initializations: Family::default(),
             registry: Registry::default(),
         };
+        let mut root = Registry::default();
+        // Under the apiserver's own name, so dashboards built for it read ours.
+        root.register(
+            "apiserver_watch_cache_initializations",
+            "Lists of the store that started a generation of a watch cache",
+            m.initializations.clone(),
+        );
+        let registry = root.sub_registry_with_prefix("watchcache");
         registry.register("watchers", "Open watches", m.watchers.clone());
         registry.register(
             "events_dispatched",
@@ -99,7 +118,25 @@ impl Default for Metrics {
             "Request latency to the response head",
             m.request_duration.clone(),
         );
-        Metrics { registry, ..m }
+        registry.register(
+            "watch_starts_expired",
+            "Watches refused at their start with an in-stream 410 (their revision is older than the window)",
+            m.watch_starts_expired.clone(),
+        );
+        registry.register(
+            "store_reads",
+            "Reads the store answered because the cache could not prove it had reached their revision or no longer held it",
+            m.store_reads.clone(),
+        );
+        Metrics { registry: root, ..m }
+    }
+}
+
+/// Moves `counter` up to `total` (a count kept elsewhere, read at scrape time).
+pub(crate) fn catch_up(counter: &Counter, total: u64) {
+    let now = counter.get();
+    if total > now {
+        counter.inc_by(total - now);
     }
 }
 

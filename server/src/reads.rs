@@ -84,6 +84,11 @@ pub(crate) async fn watch(
         Ok(w) => (Some(w), None),
         // Too old: HTTP 200, then an ERROR event with a 410 Status (clients re-list on it).
         Err(CacheError::Expired(e)) => {
+            state
+                .metrics
+                .watch_starts_expired
+                .get_or_create(&metrics::resource(resource))
+                .inc();
             let mut buf = BytesMut::new();
             r.frames.write_error(&errors::expired(&e), &mut buf);
             (None, Some(buf.freeze()))

@@ -138,6 +138,15 @@ async fn metrics_text(State(state): AppStateRef) -> Response {
             .history_bytes
             .get_or_create(&labels)
             .set(stats.history_bytes.load(std::sync::atomic::Ordering::Relaxed) as i64);
+        let relaxed = std::sync::atomic::Ordering::Relaxed;
+        metrics::catch_up(
+            &state.metrics.store_reads.get_or_create(&labels),
+            stats.source_reads.load(relaxed),
+        );
+        metrics::catch_up(
+            &state.metrics.initializations.get_or_create(&labels),
+            stats.lists.load(relaxed),
+        );
         state.metrics.reflector_restarts.get_or_create(&labels).set(
             stats
                 .reflector_restarts

@@ -118,14 +118,17 @@ impl Server {
             .await
             .map_err(|e| ServeError::Store(format!("cannot reach etcd at {}: {e}", config.etcd.join(","))))?;
         let server = Server::start_with(config.clone(), Backend::Etcd(etcd.clone())).await?;
+        // Every replica learns of every compaction; those with an interval take turns making
+        // them.
+        let mut tasks = vec![tokio::spawn(etcd.clone().follow_compactions())];
         if !config.compaction_interval.is_zero() {
-            let compactor = tokio::spawn(etcd.compact_every(config.compaction_interval));
-            let stop = server.state.shutdown.token();
-            tokio::spawn(async move {
-                stop.cancelled().await;
-                compactor.abort();
-            });
+            tasks.push(tokio::spawn(etcd.compact_every(config.compaction_interval)));
         }
+        let stop = server.state.shutdown.token();
+        tokio::spawn(async move {
+            stop.cancelled().await;
+            tasks.iter().for_each(tokio::task::JoinHandle::abort);
+        });
         Ok(server)
     }
 

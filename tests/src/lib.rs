@@ -26,16 +26,25 @@ pub fn config(seed_pods: usize) -> ServeConfig {
 
 /// Starts a server and waits until every cache is ready.
 pub async fn start(config: ServeConfig) -> Server {
-    let server = Server::start(config).await.expect("the server starts");
+    start_ready(Server::start(config).await.expect("the server starts")).await
+}
+
+/// Waits until every cache of a started server is ready.
+pub async fn start_ready(server: Server) -> Server {
     let client = http();
+    let mut last = Bytes::new();
     for _ in 0..200 {
-        let (code, _) = request(&client, &server, "GET", "/readyz", None).await;
+        let (code, body) = request(&client, &server, "GET", "/readyz", None).await;
         if code == 200 {
             return server;
         }
+        last = body;
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    panic!("the server did not become ready");
+    panic!(
+        "the server did not become ready: {}",
+        String::from_utf8_lossy(&last)
+    );
 }
 
 /// The embedded store under `server` (tests that write to it directly).

@@ -1,0 +1,508 @@
+//! watchcache on real etcd (Debian's 3.4.23, the one `apt-get install etcd-server` gives):
+//! the source's semantics, consistent reads across replicas with no stale read, a leader
+//! killed under a watch, compaction under watches and continue tokens, and a replica
+//! restarted under 100 kube-rs watchers with and without history fill.
+//!
+//! Each test starts its own members on free loopback ports with temporary data directories.
+//! A missing etcd is a loud skip, and a failure under `WATCHCACHE_REQUIRE_EXTERNAL=1`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use watchcache_core::{Revision, Source, SourceError, SourceEvent};
+use watchcache_etcd::{EtcdOptions, EtcdSource};
+use watchcache_server::Backend;
+use watchcache_tests::etcd::EtcdCluster;
+use watchcache_tests::{Frames, ServeConfig, Server, config, http, request};
+
+async fn source(cluster: &EtcdCluster) -> EtcdSource {
+    EtcdSource::connect(&cluster.endpoints(), EtcdOptions::default())
+        .await
+        .expect("connects to etcd")
+}
+
+fn on_etcd(cluster: &EtcdCluster) -> ServeConfig {
+    ServeConfig {
+        etcd: cluster.endpoints(),
+        compaction_interval: Duration::ZERO,
+        ..config(0)
+    }
+}
+
+/// Starts a server and waits until it is ready.
+async fn serve(cfg: ServeConfig) -> Server {
+    watchcache_tests::start(cfg).await
+}
+
+fn rv_of(v: &Value) -> u64 {
+    v["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("a resourceVersion in {v}"))
+}
+
+async fn json_request(server: &Server, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+    let (code, body) = request(&http(), server, method, path, body).await;
+    let v = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    (code, v)
+}
+
+fn cm(name: &str, value: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"v": value}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_etcd_source_keeps_the_apiserver_layout_and_semantics() {
+    let Some(cluster) = EtcdCluster::start_with(1, Duration::from_secs(600)).await else {
+        return;
+    };
+    let small_pages = EtcdOptions {
+        list_page: 3,
+        ..EtcdOptions::default()
+    };
+    let s = EtcdSource::connect(&cluster.endpoints(), small_pages)
+        .await
+        .unwrap();
+    assert_eq!(s.version(), "3.4.23", "Debian's etcd, the one the issue names");
+    assert!(
+        !s.progress_requests_are_ordered(),
+        "3.4.23 answers progress requests out of band"
+    );
+
+    // Create, update and delete are transactions on the mod revision.
+    let key = "/registry/configmaps/ns/a";
+    let r1 = s.create(key, Bytes::from_static(b"1")).await.unwrap();
+    assert!(matches!(
+        s.create(key, Bytes::from_static(b"x")).await,
+        Err(SourceError::AlreadyExists(_))
+    ));
+    let r2 = s.update(key, Bytes::from_static(b"2"), Some(r1)).await.unwrap();
+    assert!(matches!(
+        s.update(key, Bytes::from_static(b"3"), Some(r1)).await,
+        Err(SourceError::Conflict { current, .. }) if current == r2
+    ));
+    assert!(matches!(
+        s.update("/registry/configmaps/ns/none", Bytes::new(), None).await,
+        Err(SourceError::NotFound(_))
+    ));
+    assert_eq!(s.get(key).await.unwrap(), Some((Bytes::from_static(b"2"), r2)));
+
+    // Lists are paged (3 keys a page here) at one revision: the 10 keys and nothing after.
+    for i in 0..10 {
+        s.create(
+            &format!("/registry/configmaps/ns/p{i}"),
+            Bytes::from(format!("{i}")),
+        )
+        .await
+        .unwrap();
+    }
+    let at = s.current_revision().await.unwrap();
+    s.create("/registry/configmaps/ns/later", Bytes::new())
+        .await
+        .unwrap();
+    let list = s.list("/registry/configmaps/", Some(at)).await.unwrap();
+    assert_eq!(list.revision, at);
+    assert_eq!(list.items.len(), 11, "a and p0..p9");
+    assert!(list.items.windows(2).all(|w| w[0].key < w[1].key), "in key order");
+    // Another resource's prefix is not listed.
+    s.create("/registry/configmapsx/ns/z", Bytes::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        s.list("/registry/configmaps/", None).await.unwrap().items.len(),
+        12
+    );
+
+    // A watch from a revision replays with previous values, then a delete.
+    let mut w = s.watch("/registry/configmaps/", r2).await.unwrap();
+    let (rd, prev) = s.delete(key, None).await.unwrap();
+    assert_eq!(prev, Bytes::from_static(b"2"));
+    let first = w.next().await.unwrap().unwrap();
+    assert!(matches!(first, SourceEvent::Put { mod_revision, prev: Some(_), .. } if mod_revision == r2));
+    let mut last = None;
+    while let Some(e) = tokio::time::timeout(Duration::from_secs(5), w.next())
+        .await
+        .unwrap()
+    {
+        let e = e.unwrap();
+        if let SourceEvent::Delete { mod_revision, .. } = &e {
+            last = Some(*mod_revision);
+            break;
+        }
+    }
+    assert_eq!(last, Some(rd));
+    // A requested progress notification on 3.4.23 is never passed on: it can overtake events.
+    Source::request_progress(&s).await.unwrap();
+    let quiet = tokio::time::timeout(Duration::from_millis(500), w.next()).await;
+    assert!(
+        quiet.is_err(),
+        "nothing, not even the untrusted notification: {quiet:?}"
+    );
+
+    // The signing key is made once and shared by every replica.
+    let other = source(&cluster).await;
+    assert_eq!(s.signing_key().await.unwrap(), other.signing_key().await.unwrap());
+
+    // Compaction: the first round only records the revision; the next compacts at it, and
+    // the replica that lost the round learns the compacted revision from the key.
+    let (round, seen) = s.compact_round(0, Revision::ZERO).await.unwrap();
+    assert_eq!(round, 1);
+    assert!(
+        other.compact_round(0, Revision::ZERO).await.unwrap().0 == 1,
+        "lost, told the round"
+    );
+    s.compact_round(round, seen).await.unwrap();
+    assert_eq!(s.compacted(), seen);
+    other.compact_round(round, seen).await.unwrap();
+    assert_eq!(other.compacted(), seen, "the loser learns what was compacted");
+    assert!(matches!(
+        s.list("/registry/configmaps/", Some(Revision::new(seen.get() - 1)))
+            .await,
+        Err(SourceError::Compacted { .. })
+    ));
+    let mut old = s.watch("/registry/configmaps/", Revision::new(2)).await.unwrap();
+    assert!(matches!(
+        old.next().await,
+        Some(Err(SourceError::Compacted { compact_revision })) if compact_revision == seen
+    ));
+}
+
+/// One consistent read's view of the configmaps: the list's revision, and name → rv.
+async fn consistent_list(server: &Server) -> (u64, BTreeMap<String, u64>) {
+    let (code, v) = json_request(server, "GET", "/api/v1/namespaces/ha/configmaps", None).await;
+    assert_eq!(code, 200, "{v}");
+    let items = v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (i["metadata"]["name"].as_str().unwrap().to_owned(), rv_of(i)))
+        .collect();
+    (rv_of(&v), items)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_never_serve_a_stale_consistent_read_on_etcd_3_4_23() {
+    // etcd's periodic progress notifications at its default (10 minutes): nothing tells a
+    // replica it is current but its own events, as in a real cluster.
+    let Some(cluster) = EtcdCluster::start_with(1, Duration::from_secs(600)).await else {
+        return;
+    };
+    // Each replica's watch lags etcd by 30 ms, as a busy replica's does: a read that trusted
+    // the cache as it stands would miss the write just acknowledged through the other one.
+    let mut replicas = Vec::new();
+    for _ in 0..2 {
+        let lagging = EtcdOptions {
+            watch_delay: Duration::from_millis(30),
+            ..EtcdOptions::default()
+        };
+        let etcd = EtcdSource::connect(&cluster.endpoints(), lagging).await.unwrap();
+        let server = Server::start_with(on_etcd(&cluster), Backend::Etcd(etcd))
+            .await
+            .unwrap();
+        replicas.push(watchcache_tests::start_ready(server).await);
+    }
+    let mut rng = fastrand::Rng::with_seed(14);
+    // name → the rv of its last acknowledged write.
+    let mut acked: BTreeMap<String, u64> = BTreeMap::new();
+    // The highest revision any completed operation returned.
+    let mut high = 0u64;
+    let (mut stale, mut reads, mut writes) = (0, 0, 0);
+    for op in 0..1_200 {
+        let server = &replicas[rng.usize(0..2)];
+        let name = format!("cm-{}", rng.usize(0..24));
+        match rng.u8(0..10) {
+            0..4 => {
+                let (code, v) = if acked.contains_key(&name) {
+                    let path = format!("/api/v1/namespaces/ha/configmaps/{name}");
+                    json_request(server, "PUT", &path, Some(cm(&name, &op.to_string()))).await
+                } else {
+                    let path = "/api/v1/namespaces/ha/configmaps";
+                    json_request(server, "POST", path, Some(cm(&name, &op.to_string()))).await
+                };
+                assert!(code == 200 || code == 201, "write {code}: {v}");
+                let rv = rv_of(&v);
+                assert!(rv > high, "a write's revision is new");
+                high = rv;
+                acked.insert(name, rv);
+                writes += 1;
+            }
+            4..7 => {
+                let path = format!("/api/v1/namespaces/ha/configmaps/{name}");
+                let (code, v) = json_request(server, "GET", &path, None).await;
+                reads += 1;
+                match acked.get(&name) {
+                    Some(&w) if code != 200 || rv_of(&v) < w => stale += 1,
+                    None if code != 404 => panic!("never written, yet {code}: {v}"),
+                    _ => {}
+                }
+            }
+            _ => {
+                let (rv, items) = consistent_list(server).await;
+                reads += 1;
+                let behind = rv < high || acked.iter().any(|(n, w)| items.get(n).is_none_or(|got| got < w));
+                if behind {
+                    stale += 1;
+                }
+                high = high.max(rv);
+            }
+        }
+    }
+    eprintln!("{writes} writes and {reads} consistent reads over two replicas: {stale} stale");
+    assert_eq!(stale, 0, "stale consistent reads");
+    assert!(reads >= 500 && writes >= 300);
+    for r in replicas {
+        r.shutdown().await.unwrap();
+    }
+}
+
+/// Creates configmap `name` through `server`, retrying while the cluster elects a leader; its
+/// revision. A retry that finds it created (the first attempt's answer was lost) reads it.
+async fn create_surely(server: &Server, name: &str) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (code, v) = json_request(
+            server,
+            "POST",
+            "/api/v1/namespaces/ha/configmaps",
+            Some(cm(name, "x")),
+        )
+        .await;
+        match code {
+            201 => return rv_of(&v),
+            409 => {
+                let path = format!("/api/v1/namespaces/ha/configmaps/{name}");
+                let (code, v) = json_request(server, "GET", &path, None).await;
+                if code == 200 {
+                    return rv_of(&v);
+                }
+            }
+            _ => {}
+        }
+        assert!(Instant::now() < deadline, "writes did not resume: {code} {v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_leader_mid_stream_loses_no_write_and_ends_no_watch() {
+    let Some(mut cluster) = EtcdCluster::start(3).await else {
+        return;
+    };
+    let server = serve(on_etcd(&cluster)).await;
+    let (_, list) = json_request(&server, "GET", "/api/v1/namespaces/ha/configmaps", None).await;
+    let path = format!(
+        "/api/v1/namespaces/ha/configmaps?watch=1&resourceVersion={}",
+        rv_of(&list)
+    );
+    let mut watch = Frames::open(&server, &path).await;
+    let mut written = Vec::new();
+    for i in 0..60 {
+        if i == 20 {
+            let leader = cluster.leader().await.expect("a leader");
+            cluster.kill(leader);
+            eprintln!("killed member {leader}, the leader");
+        }
+        written.push(create_surely(&server, &format!("cm-{i:02}")).await);
+    }
+    let mut seen = Vec::new();
+    while seen.len() < written.len() {
+        let frame = watch
+            .next_within(Duration::from_secs(30))
+            .await
+            .expect("the watch keeps delivering")
+            .expect("the watch stays open");
+        assert_eq!(frame["type"], "ADDED", "no ERROR, no 410: {frame}");
+        seen.push(rv_of(&frame["object"]));
+    }
+    assert_eq!(seen, written, "every write, once, in order");
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_spares_caught_up_watches_and_expires_old_continue_tokens() {
+    let Some(cluster) = EtcdCluster::start(1).await else {
+        return;
+    };
+    let mut cfg = on_etcd(&cluster);
+    cfg.compaction_interval = Duration::from_millis(500);
+    let compacting = serve(cfg).await;
+    let other = serve(on_etcd(&cluster)).await;
+    for i in 0..12 {
+        create_surely(&compacting, &format!("cm-{i:02}")).await;
+    }
+    let (code, page) = json_request(&other, "GET", "/api/v1/namespaces/ha/configmaps?limit=5", None).await;
+    assert_eq!(code, 200);
+    let token = page["metadata"]["continue"].as_str().unwrap().to_owned();
+    let listed = rv_of(&page);
+    // The other replica honours the token too (its key is kept in etcd).
+    let next = format!("/api/v1/namespaces/ha/configmaps?limit=5&continue={token}");
+    let (code, _) = json_request(&compacting, "GET", &next, None).await;
+    assert_eq!(code, 200);
+
+    let path = format!("/api/v1/namespaces/ha/configmaps?watch=1&resourceVersion={listed}");
+    let mut watch = Frames::open(&other, &path).await;
+    // Writes go on until etcd has compacted past the list's revision.
+    let etcd = source(&cluster).await;
+    let mut written = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while etcd.refresh_compacted().await.unwrap().get() <= listed {
+        assert!(Instant::now() < deadline, "no compaction");
+        written.push(create_surely(&other, &format!("later-{}", written.len())).await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    written.push(create_surely(&other, "last").await);
+    // The watch was caught up: it goes on, with every write.
+    for want in &written {
+        let frame = watch.next_within(Duration::from_secs(10)).await.unwrap().unwrap();
+        assert_eq!(
+            (frame["type"].as_str(), rv_of(&frame["object"])),
+            (Some("ADDED"), *want),
+            "{frame}"
+        );
+    }
+    // Both replicas learn of the compaction (the other one from etcd, at its next round or
+    // its next refusal); a continue token or an Exact LIST below it is 410.
+    eprintln!(
+        "listed at {listed}; etcd compacted at {}",
+        etcd.refresh_compacted().await.unwrap()
+    );
+    for (i, server) in [&compacting, &other].into_iter().enumerate() {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let (code, v) = json_request(server, "GET", &next, None).await;
+            if code == 410 {
+                assert_eq!(v["reason"], "Expired", "{v}");
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "replica {i}: the token still works: {code} {v}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let exact =
+            format!("/api/v1/namespaces/ha/configmaps?resourceVersion={listed}&resourceVersionMatch=Exact");
+        let (code, v) = json_request(server, "GET", &exact, None).await;
+        assert_eq!(code, 410, "{v}");
+    }
+    compacting.shutdown().await.unwrap();
+    other.shutdown().await.unwrap();
+}
+
+/// Starts `watchers` kube-rs watchers of pods against `addr`; each counts the (re)lists it
+/// makes, and records the newest revision it has seen.
+fn kube_watchers(addr: std::net::SocketAddr, watchers: usize) -> (Arc<AtomicUsize>, Vec<Arc<AtomicUsize>>) {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::runtime::WatchStreamExt;
+    use kube::runtime::watcher::{self, Event};
+    use kube::{Api, Client, Config, ResourceExt};
+    let inits = Arc::new(AtomicUsize::new(0));
+    let mut newest = Vec::new();
+    for _ in 0..watchers {
+        let url = format!("http://{addr}").parse().unwrap();
+        let client = Client::try_from(Config::new(url)).unwrap();
+        let api: Api<Pod> = Api::all(client);
+        let inits = inits.clone();
+        let seen = Arc::new(AtomicUsize::new(0));
+        newest.push(seen.clone());
+        tokio::spawn(async move {
+            let mut stream = watcher::watcher(api, watcher::Config::default())
+                .default_backoff()
+                .boxed();
+            while let Some(e) = stream.next().await {
+                match e {
+                    Ok(Event::Init) => {
+                        inits.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(Event::Apply(p) | Event::InitApply(p) | Event::Delete(p)) => {
+                        let rv = p.resource_version().and_then(|r| r.parse().ok()).unwrap_or(0);
+                        seen.fetch_max(rv, Ordering::Relaxed);
+                    }
+                    _ => {}
+                }
+            }
+        });
+    }
+    (inits, newest)
+}
+
+async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Restarts a replica under 100 kube-rs watchers, with writes while it is down; returns how
+/// many relists the watchers made after the restart.
+async fn relists_after_a_restart(history_fill: bool) -> Option<usize> {
+    let cluster = EtcdCluster::start(1).await?;
+    let etcd = source(&cluster).await;
+    let mut cfg = on_etcd(&cluster);
+    cfg.history_fill = history_fill;
+    let first = serve(cfg.clone()).await;
+    let addr = first.addr();
+    let pod = |i: usize, g: u64| Bytes::from(watchcache_server::workload::pod(i, 1, g).to_string());
+    for i in 0..10 {
+        etcd.create(&watchcache_server::workload::pod_key(i), pod(i, 0))
+            .await
+            .unwrap();
+    }
+    let (inits, newest) = kube_watchers(addr, 100);
+    let current = etcd.current_revision().await.unwrap().get() as usize;
+    until("every watcher has listed", || {
+        newest.iter().all(|n| n.load(Ordering::Relaxed) >= current)
+    })
+    .await;
+    assert_eq!(inits.load(Ordering::Relaxed), 100, "one list each");
+
+    first.shutdown().await.unwrap();
+    // Writes while the replica is down: the watchers' revisions fall behind the store's.
+    for g in 1..=5 {
+        etcd.update(&watchcache_server::workload::pod_key(0), pod(0, g), None)
+            .await
+            .unwrap();
+    }
+    let restarted = serve(ServeConfig { addr, ..cfg }).await;
+    let last = etcd
+        .update(&watchcache_server::workload::pod_key(1), pod(1, 9), None)
+        .await
+        .unwrap()
+        .get() as usize;
+    until("every watcher has the last write", || {
+        newest.iter().all(|n| n.load(Ordering::Relaxed) >= last)
+    })
+    .await;
+    let relists = inits.load(Ordering::Relaxed) - 100;
+    let (_, metrics) = request(&http(), &restarted, "GET", "/metrics", None).await;
+    let metrics = String::from_utf8_lossy(&metrics).into_owned();
+    eprintln!(
+        "history fill {history_fill}: {relists} relists; {}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("resource=\"pods\"")
+                && (l.contains("initializations") || l.contains("expired")))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+    restarted.shutdown().await.unwrap();
+    Some(relists)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_replica_with_history_fill_causes_no_relist_storm() {
+    let Some(filled) = relists_after_a_restart(true).await else {
+        return;
+    };
+    assert_eq!(filled, 0, "the watchers resumed where they were");
+    let Some(plain) = relists_after_a_restart(false).await else {
+        return;
+    };
+    assert_eq!(plain, 100, "the upstream behaviour: every watcher relists");
+}
