@@ -47,6 +47,43 @@ pub async fn start_ready(server: Server) -> Server {
     );
 }
 
+/// The store a test's servers keep their data in.
+pub enum Backing {
+    /// The embedded store (each server has its own).
+    Memory,
+    /// A one-member etcd cluster of the test's own.
+    Etcd(etcd::EtcdCluster),
+}
+
+impl Backing {
+    /// The embedded store, or (`etcd`) a fresh etcd; `None` (after a loud note) when etcd is
+    /// wanted and missing.
+    pub async fn new(etcd: bool) -> Option<Backing> {
+        if !etcd {
+            return Some(Backing::Memory);
+        }
+        etcd::EtcdCluster::start(1).await.map(Backing::Etcd)
+    }
+
+    /// [`config`] on this store.
+    pub fn config(&self, seed_pods: usize) -> ServeConfig {
+        let mut c = config(seed_pods);
+        if let Backing::Etcd(cluster) = self {
+            c.etcd = cluster.endpoints();
+            c.compaction_interval = Duration::ZERO;
+        }
+        c
+    }
+}
+
+/// The store's current revision under `server`, whichever store it is.
+pub async fn current_revision(server: &Server) -> u64 {
+    watchcache_core::Source::current_revision(server.store())
+        .await
+        .expect("the store answers")
+        .get()
+}
+
 /// The embedded store under `server` (tests that write to it directly).
 pub fn memory(server: &Server) -> &watchcache_core::MemorySource {
     server.store().memory().expect("a server on the embedded store")

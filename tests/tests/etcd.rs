@@ -324,6 +324,50 @@ async fn killing_the_leader_mid_stream_loses_no_write_and_ends_no_watch() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_leader_readyz_says_so_rv0_reads_go_on_and_consistent_reads_are_504() {
+    let Some(mut cluster) = EtcdCluster::start(3).await else {
+        return;
+    };
+    let server = serve(on_etcd(&cluster)).await;
+    create_surely(&server, "before").await;
+    let leader = cluster.leader().await.expect("a leader");
+    for i in (0..3).filter(|&i| i != leader).take(2) {
+        cluster.kill(i);
+    }
+    // Two of three gone: whichever member is left has no quorum, so no leader.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (code, body) = loop {
+        let (code, body) = request(&http(), &server, "GET", "/readyz", None).await;
+        if code != 200 || Instant::now() > deadline {
+            break (code, String::from_utf8_lossy(&body).into_owned());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("no leader"), "{body}");
+    // rv=0: served from the cache as it stands.
+    let (code, v) = json_request(
+        &server,
+        "GET",
+        "/api/v1/namespaces/ha/configmaps?resourceVersion=0",
+        None,
+    )
+    .await;
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["items"][0]["metadata"]["name"], "before");
+    // Consistent: 504 with a retry.
+    for path in [
+        "/api/v1/namespaces/ha/configmaps",
+        "/api/v1/namespaces/ha/configmaps/before",
+    ] {
+        let (code, v) = json_request(&server, "GET", path, None).await;
+        assert_eq!(code, 504, "{path}: {v}");
+        assert_eq!(v["details"]["retryAfterSeconds"], 1, "{v}");
+    }
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compaction_spares_caught_up_watches_and_expires_old_continue_tokens() {
     let Some(cluster) = EtcdCluster::start(1).await else {
         return;

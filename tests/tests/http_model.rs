@@ -14,7 +14,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use watchcache_tests::{Frames, Server, config, http, request};
+use watchcache_server::Backend;
+use watchcache_tests::{Backing, Frames, Server, http, request};
 
 /// The history window of the server under test: small, so that laps happen.
 const HISTORY: usize = 16;
@@ -171,7 +172,7 @@ async fn write(server: &Server, rng: &mut Rng, model: &mut Model) {
         }
     };
     // Writes are sequential: the store's revision now is this write's.
-    let rev = watchcache_tests::memory(server).revision().get();
+    let rev = watchcache_tests::current_revision(server).await;
     let after = if kind == "DELETED" {
         state.remove(&key);
         None
@@ -267,7 +268,7 @@ async fn open_watch(server: &Server, rng: &mut Rng, model: &Model, lists: &[u64]
     } else {
         ""
     };
-    let current = watchcache_tests::memory(server).revision().get();
+    let current = watchcache_tests::current_revision(server).await;
     let (path, initial, after) = match rng.below(3) {
         // A consistent read first: the state at the store's revision, then what follows.
         0 => {
@@ -309,9 +310,20 @@ async fn open_watch(server: &Server, rng: &mut Rng, model: &Model, lists: &[u64]
     })
 }
 
-/// Injects a fault; returns the revision compacted to, if it compacted.
+/// Injects a fault; returns the revision compacted to, if it compacted. On etcd the one fault
+/// is a compaction at the current revision.
 async fn fault(server: &Server, rng: &mut Rng) -> Option<u64> {
-    let store = watchcache_tests::memory(server);
+    let Some(store) = server.store().memory() else {
+        let Backend::Etcd(etcd) = server.store() else {
+            unreachable!("a server on etcd")
+        };
+        let to = watchcache_tests::current_revision(server).await;
+        // Compacting again at the revision last compacted is refused as compacted: the same.
+        if let Err(e) = etcd.client().compact(to as i64, None).await {
+            assert!(e.to_string().contains("compacted"), "etcd compacts: {e}");
+        }
+        return Some(to);
+    };
     match rng.below(3) {
         0 => {
             // Watch streams break and stay refused for a moment; the reflector re-watches
@@ -400,22 +412,31 @@ async fn check_watch(mut w: OpenWatch, model: &Model, start: u64, compactions: &
     }
 }
 
-async fn schedule(seed: u64) {
-    let mut cfg = config(0);
+async fn schedule(seed: u64, backing: &Backing) {
+    let mut cfg = backing.config(0);
+    if let Backing::Etcd(cluster) = backing {
+        // Each schedule starts from an empty store, and its cache's history from its first
+        // list: what earlier schedules left in etcd's history is not the model's.
+        let mut c = etcd_client::Client::connect(cluster.endpoints(), None)
+            .await
+            .unwrap();
+        let all = etcd_client::DeleteOptions::new().with_prefix();
+        c.delete("/registry/", Some(all)).await.unwrap();
+        cfg.history_fill = false;
+    }
     cfg.history = HISTORY;
     // Only the model's changes take history slots: no periodic bookmarks.
     cfg.bookmark_interval = Duration::from_secs(3600);
     let server = watchcache_tests::start(cfg).await;
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let mut model = Model::default();
-    model.states.push((
-        watchcache_tests::memory(&server).revision().get(),
-        BTreeMap::new(),
-    ));
+    model
+        .states
+        .push((watchcache_tests::current_revision(&server).await, BTreeMap::new()));
     let mut watches = Vec::new();
     let mut lists = Vec::new();
     // The cache's history starts at its first list: a watch from before it is too old.
-    let start = watchcache_tests::memory(&server).revision().get();
+    let start = watchcache_tests::current_revision(&server).await;
     let mut compactions = Vec::new();
     for _ in 0..(20 + rng.below(40)) {
         match rng.below(20) {
@@ -443,7 +464,7 @@ async fn the_http_facade_answers_as_the_reference_model_over_random_schedules() 
         .ok()
         .and_then(|s| s.parse().ok())
     {
-        return schedule(seed).await;
+        return schedule(seed, &Backing::Memory).await;
     }
     let n: u64 = std::env::var("WATCHCACHE_MODEL_SCHEDULES")
         .ok()
@@ -451,7 +472,23 @@ async fn the_http_facade_answers_as_the_reference_model_over_random_schedules() 
         .unwrap_or(200);
     let start = std::time::Instant::now();
     for seed in 0..n {
-        schedule(seed).await;
+        schedule(seed, &Backing::Memory).await;
     }
     eprintln!("{n} schedules in {:.1} s", start.elapsed().as_secs_f64());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_facade_answers_as_the_reference_model_on_etcd() {
+    let Some(backing) = Backing::new(true).await else {
+        return;
+    };
+    let n: u64 = std::env::var("WATCHCACHE_MODEL_SCHEDULES_ETCD")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100);
+    let start = std::time::Instant::now();
+    for seed in 0..n {
+        schedule(seed, &backing).await;
+    }
+    eprintln!("{n} schedules on etcd in {:.1} s", start.elapsed().as_secs_f64());
 }

@@ -10,7 +10,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, Config, ResourceExt};
 use serde_json::Value;
-use watchcache_tests::{Server, config, http, request, start};
+use watchcache_tests::{Backing, Server, http, request, start};
 
 fn client(server: &Server) -> Client {
     let url = format!("http://{}", server.addr()).parse().expect("a URL");
@@ -101,8 +101,11 @@ async fn sync_until_equal(
     }
 }
 
-async fn reflector_follows_the_server(cfg: watcher::Config) {
-    let server = start(config(50)).await;
+async fn reflector_follows_the_server(cfg: watcher::Config, etcd: bool) {
+    let Some(backing) = Backing::new(etcd).await else {
+        return;
+    };
+    let server = start(backing.config(50)).await;
     let api: Api<Pod> = Api::all(client(&server));
     let (store, writer) = reflector::store();
     let mut stream = watcher::watcher(api, cfg).reflect(writer).boxed();
@@ -132,17 +135,39 @@ async fn reflector_follows_the_server(cfg: watcher::Config) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_rs_default_watcher_with_paged_list_watch_and_bookmarks() {
-    reflector_follows_the_server(watcher::Config::default().page_size(7)).await;
+    reflector_follows_the_server(watcher::Config::default().page_size(7), false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_rs_default_watcher_on_etcd() {
+    reflector_follows_the_server(watcher::Config::default().page_size(7), true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_rs_streaming_lists_end_their_initial_sync_at_the_annotated_bookmark() {
-    reflector_follows_the_server(watcher::Config::default().streaming_lists()).await;
+    reflector_follows_the_server(watcher::Config::default().streaming_lists(), false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_rs_streaming_lists_on_etcd() {
+    reflector_follows_the_server(watcher::Config::default().streaming_lists(), true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_rs_relists_after_an_in_stream_410_and_converges() {
-    let mut cfg = config(20);
+    relists_after_an_in_stream_410(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_rs_relists_after_an_in_stream_410_on_etcd() {
+    relists_after_an_in_stream_410(true).await;
+}
+
+async fn relists_after_an_in_stream_410(etcd: bool) {
+    let Some(backing) = Backing::new(etcd).await else {
+        return;
+    };
+    let mut cfg = backing.config(20);
     cfg.history = 16;
     let server = start(cfg).await;
     let api: Api<Pod> = Api::all(client(&server));
@@ -158,19 +183,21 @@ async fn kube_rs_relists_after_an_in_stream_410_and_converges() {
         let _ = tokio::time::timeout(Duration::from_millis(100), stream.next()).await;
     }
     let lapped_before = lapped(&server).await;
-    let store_handle = watchcache_tests::memory(&server).clone();
-    tokio::task::spawn_blocking(move || {
-        for g in 0..6000 {
-            let i = g % 20;
-            let key = format!("/registry/pods/ns-{}/web-{i:06}", i % 10);
-            let value = watchcache_server::workload::pod(i, 1, g as u64 + 1).to_string();
-            store_handle
-                .update(&key, bytes::Bytes::from(value), None)
-                .expect("update");
-        }
-    })
-    .await
-    .unwrap();
+    // 6,000 updates, 20 at a time (one per pod, so each pod's updates stay in order).
+    let backend = server.store();
+    for round in 0..300 {
+        let writes = (0..20).map(|i| {
+            let key = watchcache_server::workload::pod_key(i);
+            let value = watchcache_server::workload::pod(i, 1, round * 20 + i as u64 + 1).to_string();
+            async move {
+                backend
+                    .update(&key, bytes::Bytes::from(value), None)
+                    .await
+                    .expect("update")
+            }
+        });
+        futures_util::future::join_all(writes).await;
+    }
     // Reading again: the buffered frames, then an ERROR 410, then kube-rs re-lists.
     let errors = sync_until_equal(&mut stream, &store, &server, &mut inits).await;
     assert!(

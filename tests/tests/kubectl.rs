@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use watchcache_tests::{Server, config, http, kubectl_builds, request, start};
+use watchcache_tests::{Backing, Server, http, kubectl_builds, request, start};
 
 struct Kubectl<'a> {
     bin: &'a Path,
@@ -67,11 +67,23 @@ fn lines(s: &str) -> Vec<&str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_lists_gets_filters_and_pages_like_against_an_apiserver() {
+    lists_gets_filters_and_pages(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_lists_gets_filters_and_pages_on_etcd() {
+    lists_gets_filters_and_pages(true).await;
+}
+
+async fn lists_gets_filters_and_pages(etcd: bool) {
     let builds = kubectl_builds();
     if builds.is_empty() {
         return;
     }
-    let server = start(config(1000)).await;
+    let Some(backing) = Backing::new(etcd).await else {
+        return;
+    };
+    let server = start(backing.config(1000)).await;
     // Paged by 7 over 1,000 pods: every pod exactly once. kubectl throttles itself to 5
     // requests a second after a burst of 10 (client-go's default, against any server), so the
     // 143 pages take about 27 s; the builds page concurrently.
@@ -162,11 +174,23 @@ async fn kubectl_lists_gets_filters_and_pages_like_against_an_apiserver() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_watches_changes_and_creates_and_deletes_without_openapi() {
+    watches_creates_and_deletes(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_watches_changes_and_creates_and_deletes_on_etcd() {
+    watches_creates_and_deletes(true).await;
+}
+
+async fn watches_creates_and_deletes(etcd: bool) {
     let builds = kubectl_builds();
     if builds.is_empty() {
         return;
     }
-    let server = start(config(20)).await;
+    let Some(backing) = Backing::new(etcd).await else {
+        return;
+    };
+    let server = start(backing.config(20)).await;
     let manifest = std::env::temp_dir().join(format!("watchcache-pod-{}.json", std::process::id()));
     for (i, bin) in builds.iter().enumerate() {
         let k = Kubectl::new(bin, &server);
