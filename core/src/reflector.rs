@@ -9,6 +9,12 @@
 //! generation (a new ring and snapshot history) and closes the old hub, ending each of its
 //! watchers with Expired: their cursors can no longer be honoured. Retries back off
 //! exponentially with jitter.
+//!
+//! With `history_fill`, the first list of a cache is read at an older revision the source
+//! still retains, and the changes since are replayed through the same path into the window;
+//! the view is held back until the replay reaches the revision the source had at the start
+//! (or the watch goes quiet), so a restarted cache serves resumed watches from before it
+//! started instead of answering them 410.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
