@@ -5,12 +5,14 @@
 //! `tokio::sync::broadcast`), [`cluster`] (the same designs serving a cluster's watchers:
 //! kubelets, Node watchers, controllers, operators), [`list`] (streaming against buffered and a materialised
 //! `Value` list, with a memcpy reference), [`idle`] (a parked cursor against a task and a
-//! channel per watcher), [`http`] (the whole server over loopback) and [`soak`] (the server
-//! for minutes under reconnecting, stalled and listing clients). The criterion benches
+//! channel per watcher), [`http`] (the whole server over loopback), [`soak`] (the server
+//! for minutes under reconnecting, stalled and listing clients) and [`etcd`] (initial sync,
+//! following and restarts on real etcd). The criterion benches
 //! in `benches/` and the scenario runner (`src/main.rs`) both drive them.
 
 pub mod alloc;
 pub mod cluster;
+pub mod etcd;
 pub mod fanout;
 pub mod http;
 pub mod idle;

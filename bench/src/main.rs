@@ -48,6 +48,9 @@ enum Scenario {
     /// `watchcache serve` for minutes: reconnecting, stalled and listing clients; RSS, fds,
     /// open watches and errors over time.
     Soak(SoakArgs),
+    /// On real etcd: a cache's initial sync, the event rate it follows, and a replica restarted
+    /// under watch clients with history fill on and off.
+    Etcd(EtcdArgs),
     /// Runs one design in this process and prints its figures (used by the runner).
     #[command(name = "__child", hide = true)]
     Child { spec: String },
@@ -156,6 +159,27 @@ struct WatchersArgs {
 }
 
 #[derive(Args)]
+struct EtcdArgs {
+    /// Pods in etcd for the initial sync and the follow phases.
+    #[arg(long, default_value_t = 100_000)]
+    pods: usize,
+    /// How long writers update pods while a cache follows.
+    #[arg(long, default_value_t = 10.0)]
+    follow_seconds: f64,
+    /// Watch clients of the restarted replica.
+    #[arg(long, default_value_t = 1000)]
+    clients: usize,
+    /// Which phases to run.
+    #[arg(long, value_delimiter = ',', default_value = "sync,follow,restart")]
+    phases: Vec<String>,
+    /// A `watchcache` binary built with the `etcd` feature (default: build it).
+    #[arg(long)]
+    binary: Option<PathBuf>,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
 struct HttpArgs {
     /// Streaming watch clients.
     #[arg(long, default_value_t = 1000)]
@@ -187,6 +211,7 @@ fn main() {
         Scenario::Watchers(a) => run_watchers(a),
         Scenario::Http(a) => run_http(a),
         Scenario::Soak(a) => run_soak(a),
+        Scenario::Etcd(a) => run_etcd(a),
     };
     if let Err(e) = result {
         eprintln!("watchcache-bench: {e}");
@@ -913,6 +938,185 @@ fn run_http(a: HttpArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// The `etcd` scenario: see `watchcache_bench::etcd`. Each phase runs on a fresh one-member
+/// etcd; sync and follow in children of this binary (the sync with the heap counted), the
+/// restart against `watchcache serve --etcd` processes.
+fn run_etcd(a: EtcdArgs) -> Result<(), String> {
+    use watchcache_bench::etcd;
+    if a.pods == 0 || a.clients == 0 || !(0.0 < a.follow_seconds && a.follow_seconds <= 600.0) {
+        return Err("--pods and --clients must be positive, --follow-seconds up to 600".into());
+    }
+    let rt = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    let cluster = |populate: usize| {
+        rt.block_on(async {
+            // etcd's own default for periodic progress notifications (ten minutes).
+            let c = watchcache_tests::etcd::EtcdCluster::start_with(1, Duration::from_secs(600))
+                .await
+                .ok_or("etcd is not installed (apt-get install -y etcd-server)")?;
+            let source = etcd::connect(&c.endpoints()).await?;
+            let bar = ProgressBar::new(populate as u64);
+            bar.set_prefix(format!("populating etcd with {populate} pods"));
+            bar.set_style(
+                ProgressStyle::with_template("{prefix:>40} [{elapsed_precise}] {wide_bar} {pos}/{len}")
+                    .expect("a valid template"),
+            );
+            let b = bar.clone();
+            let rate = etcd::populate(&source, populate, &move |n| b.set_position(n)).await?;
+            bar.finish_and_clear();
+            Ok::<_, String>((c, rate))
+        })
+    };
+    let phase = |p: &str| a.phases.iter().any(|x| x == p);
+    let mut rows = Vec::new();
+    let mut ratios = Map::new();
+    if phase("sync") || phase("follow") {
+        let (c, populate_rate) = cluster(a.pods)?;
+        if phase("sync") {
+            for fill in [false, true] {
+                let spec = json!({"scenario": "etcd", "phase": "sync", "mode": "memory",
+                                  "endpoints": c.endpoints(), "history_fill": fill});
+                let mut row = run_child(&spec, 1, &format!("sync {} pods fill={fill}", a.pods))?;
+                row["design"] = json!(format!("sync history_fill={fill}"));
+                row["etcd_writes_per_sec"] = json!(round3(populate_rate));
+                rows.push(row);
+            }
+        }
+        if phase("follow") {
+            let spec = json!({"scenario": "etcd", "phase": "follow", "mode": "time",
+                              "endpoints": c.endpoints(), "pods": a.pods, "seconds": a.follow_seconds});
+            let mut row = run_child(&spec, 1, &format!("follow {} s", a.follow_seconds))?;
+            row["design"] = json!("follow");
+            if let (Some(c), Some(e)) = (
+                report::num(&row, "cache_events_per_sec"),
+                report::num(&row, "etcd_writes_per_sec"),
+            ) {
+                ratios.insert("follow_cache_vs_etcd_rate".into(), json!(round3(c / e)));
+            }
+            rows.push(row);
+        }
+    }
+    if phase("restart") {
+        let binary = server_binary_with_etcd(a.binary.clone())?;
+        let mut relists = Vec::new();
+        for fill in [true, false] {
+            let (c, _) = cluster(1000)?;
+            eprintln!("restart: {} clients, history fill {fill}", a.clients);
+            let out = etcd::restart(&binary, &c.endpoints(), a.clients, fill)?;
+            relists.push(out.relists);
+            rows.push(json!({
+                "design": format!("restart history_fill={fill}"),
+                "clients": out.clients,
+                "relists": out.relists,
+                "expired_watch_starts": out.expired,
+                "ready_seconds": round3(out.ready_seconds),
+                "recovery_seconds": round3(out.recovery_seconds),
+                "peak_rss_bytes": out.peak_rss,
+            }));
+        }
+        let secs: Vec<f64> = rows
+            .iter()
+            .filter(|r| r["design"].as_str().is_some_and(|d| d.starts_with("restart")))
+            .filter_map(|r| report::num(r, "recovery_seconds"))
+            .collect();
+        if let [on, off] = secs[..] {
+            ratios.insert(
+                "restart_recovery_off_vs_on".into(),
+                json!(round3(off / on.max(1e-9))),
+            );
+        }
+        ratios.insert("restart_relists_on".into(), json!(relists[0]));
+        ratios.insert("restart_relists_off".into(), json!(relists[1]));
+    }
+    finish(
+        "etcd",
+        json!({"pods": a.pods, "follow_seconds": a.follow_seconds, "clients": a.clients}),
+        rows,
+        ratios,
+        &[
+            ("design", "design", human),
+            ("objects", "objects", human),
+            ("sync", "sync_seconds", seconds_text),
+            ("peak heap", "peak_heap_bytes", human_bytes),
+            ("heap after", "live_heap_bytes", human_bytes),
+            ("peak RSS", "peak_rss_bytes", human_bytes),
+            ("etcd writes/s", "etcd_writes_per_sec", human),
+            ("cache events/s", "cache_events_per_sec", human),
+            ("catch-up", "catch_up_ms", ms_text),
+            ("relists", "relists", human),
+            ("410s", "expired_watch_starts", human),
+            ("ready", "ready_seconds", seconds_text),
+            ("recovery", "recovery_seconds", seconds_text),
+        ],
+        a.json,
+    );
+    Ok(())
+}
+
+fn seconds_text(x: f64) -> String {
+    format!("{x:.2} s")
+}
+
+fn ms_text(x: f64) -> String {
+    format!("{x:.1} ms")
+}
+
+/// The `watchcache` binary with the `etcd` feature: `given`, or built now.
+fn server_binary_with_etcd(given: Option<PathBuf>) -> Result<PathBuf, String> {
+    if let Some(b) = given {
+        return Ok(b);
+    }
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    eprintln!("building the server with etcd: {cargo} build --release -p watchcache-server --features etcd");
+    let status = Command::new(cargo)
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "watchcache-server",
+            "--features",
+            "etcd",
+            "--manifest-path",
+        ])
+        .arg(&manifest)
+        .status()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let binary = exe.with_file_name("watchcache");
+    if !status.success() || !binary.exists() {
+        return Err(format!("no server binary at {}; pass --binary", binary.display()));
+    }
+    Ok(binary)
+}
+
+fn child_etcd(spec: &Value) -> Result<Value, String> {
+    use watchcache_bench::etcd;
+    let endpoints: Vec<String> = spec["endpoints"]
+        .as_array()
+        .ok_or("the spec lacks endpoints")?
+        .iter()
+        .filter_map(|e| e.as_str().map(str::to_owned))
+        .collect();
+    let rt = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    match spec["phase"].as_str() {
+        Some("sync") => {
+            let fill = spec["history_fill"].as_bool().unwrap_or(false);
+            let s = rt.block_on(etcd::sync(&endpoints, fill))?;
+            Ok(json!({"objects": s.objects, "sync_seconds": round3(s.seconds),
+                      "peak_heap_bytes": s.peak_heap, "live_heap_bytes": s.live_heap,
+                      "peak_rss_bytes": s.peak_rss}))
+        }
+        Some("follow") => {
+            let seconds = spec["seconds"].as_f64().ok_or("the spec lacks seconds")?;
+            let f = rt.block_on(etcd::follow(&endpoints, field(spec, "pods")?, seconds))?;
+            Ok(json!({"etcd_writes_per_sec": round3(f.etcd_writes_per_sec),
+                      "cache_events_per_sec": round3(f.cache_events_per_sec),
+                      "catch_up_ms": round3(f.catch_up_ms)}))
+        }
+        other => Err(format!("unknown etcd phase {other:?}")),
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // The child side: one design, one mode; figures as one JSON line on stdout.
 
@@ -939,6 +1143,7 @@ fn child(spec: &str) -> Result<(), String> {
         Some("cluster") => child_cluster(&spec, design, memory)?,
         Some("list") => child_list(&spec, design, memory)?,
         Some("watchers") => child_watchers(&spec, design)?,
+        Some("etcd") => child_etcd(&spec)?,
         other => return Err(format!("unknown scenario {other:?}")),
     };
     if !memory || spec["scenario"] == "watchers" {

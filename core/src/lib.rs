@@ -88,6 +88,8 @@ pub mod protocol;
 mod read;
 mod reflector;
 mod retention;
+#[doc(hidden)]
+pub use retention::snapshot_step_bytes;
 mod ring;
 mod rv;
 mod selector;

@@ -30,7 +30,7 @@ use crate::continue_token::Tokens;
 use crate::event::Event;
 use crate::interest::BOOKMARK_PHASES;
 use crate::object::{Codec, ObjectVersion};
-use crate::retention::Retention;
+use crate::retention::{Retention, snapshot_step_bytes};
 use crate::rv::Revision;
 use crate::snapshot::Snapshot;
 use crate::source::{Source, SourceError, SourceEvent, SourceItem, SourceList, parse_storage_key};
@@ -299,17 +299,19 @@ impl<S: Source> Reflector<S> {
     /// until the events replayed after the list reach that revision.
     fn install(&mut self, list: SourceList, fill_to: Option<Revision>) {
         let config = Arc::clone(&self.config);
-        let items: Vec<_> = list
-            .items
-            .iter()
+        // Consumed as decoded: each raw value is freed once its object is made, so the sync's
+        // peak is about the decoded state, not that plus every raw value.
+        let SourceList { items, revision } = list;
+        let items: Vec<_> = items
+            .into_iter()
             .filter_map(|i| self.decode(&i.key, &i.value, i.mod_revision))
             .collect();
-        let mut snapshot = Snapshot::new(list.revision, items);
+        let mut snapshot = Snapshot::new(revision, items);
         if let Some(field) = &config.trigger_field {
             snapshot = snapshot.with_index(field);
         }
         let snapshot = Arc::new(snapshot);
-        let mut builder = WatchHub::builder().capacity(config.capacity).start(list.revision);
+        let mut builder = WatchHub::builder().capacity(config.capacity).start(revision);
         for f in config
             .fields
             .iter()
@@ -328,11 +330,11 @@ impl<S: Source> Reflector<S> {
         let view = View {
             hub,
             snapshots: imbl::vector![snapshot],
-            revision: list.revision,
+            revision,
         };
         match fill_to {
-            Some(target) if target > list.revision => {
-                debug!(resource = %config.resource, from = %list.revision, to = %target, "filling history");
+            Some(target) if target > revision => {
+                debug!(resource = %config.resource, from = %revision, to = %target, "filling history");
                 self.held = Some((Arc::new(view), target));
             }
             // Published before the old hub is closed: a watcher the close ends and that
@@ -340,11 +342,11 @@ impl<S: Source> Reflector<S> {
             _ => self.publish(view),
         }
         if let Some(old) = self.publisher.replace(publisher) {
-            old.close(list.revision);
+            old.close(revision);
         }
         self.retention.clear();
         self.store.stats.lists.fetch_add(1, Ordering::Relaxed);
-        debug!(resource = %config.resource, revision = %list.revision, "listed");
+        debug!(resource = %config.resource, revision = %revision, "listed");
     }
 
     /// Publishes one event and the snapshot after it.
@@ -354,10 +356,12 @@ impl<S: Source> Reflector<S> {
             return;
         };
         let now = Instant::now();
+        let structural = matches!(event, Event::Added { .. } | Event::Deleted { .. });
+        let snapshot_cost = snapshot_step_bytes(view.current().len(), structural);
         match publisher.publish_deferred(event.clone()) {
             Ok(seq) => {
                 let superseded = event.prev().map_or(0, |p| p.retained_bytes());
-                self.retention.published(now, seq, superseded);
+                self.retention.published(now, seq, superseded, snapshot_cost);
             }
             Err(e) => {
                 warn!(resource = %self.config.resource, error = %e, "event out of order, skipped");
@@ -365,8 +369,18 @@ impl<S: Source> Reflector<S> {
             }
         }
         let revision = event.revision().max(view.revision);
-        let mut snapshots = view.snapshots.clone();
-        snapshots.push_back(Arc::new(view.current().apply(&event)));
+        let next = Arc::new(view.current().apply(&event));
+        let snapshots = if self.held.is_some() {
+            // A history fill replays into the ring for watches only: the states between are
+            // not kept (Exact reads of them go to the source, which still has them), so a
+            // replay of many creations does not hold a snapshot for each.
+            self.retention.forget_snapshots();
+            imbl::vector![next]
+        } else {
+            let mut snapshots = view.snapshots.clone();
+            snapshots.push_back(next);
+            snapshots
+        };
         self.store.stats.events.fetch_add(1, Ordering::Relaxed);
         self.release(now, snapshots, revision, &view);
     }

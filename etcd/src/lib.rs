@@ -45,6 +45,9 @@ use futures_util::StreamExt;
 use tracing::{debug, info, warn};
 use watchcache_core::{Revision, Source, SourceError, SourceEvent, SourceItem, SourceList};
 
+/// The largest gRPC message the source decodes (gRPC's own ceiling).
+const MAX_MESSAGE: usize = i32::MAX as usize;
+
 /// Keys per page of a list; every page is read at the first one's revision.
 pub const LIST_PAGE: i64 = 10_000;
 
@@ -246,8 +249,21 @@ impl EtcdSource {
         self.inner.client.clone()
     }
 
+    /// The KV client, taking responses of any size: a page of 10,000 pods is tens of MB, far
+    /// above gRPC's default 4 MB (the apiserver lifts the limit the same way).
     fn kv(&self) -> etcd_client::KvClient {
-        self.inner.client.kv_client()
+        self.inner
+            .client
+            .kv_client()
+            .max_decoding_message_size(MAX_MESSAGE)
+    }
+
+    /// The watch client, taking responses of any size (one revision's events come whole).
+    fn watch_client(&self) -> etcd_client::WatchClient {
+        self.inner
+            .client
+            .watch_client()
+            .max_decoding_message_size(MAX_MESSAGE)
     }
 
     async fn txn(&self, txn: Txn) -> Result<etcd_client::TxnResponse, SourceError> {
@@ -426,7 +442,7 @@ impl EtcdSource {
         if let Some(r) = resp.kvs().first().and_then(parse_revision) {
             self.learn_compacted(r);
         }
-        let mut client = self.inner.client.watch_client();
+        let mut client = self.watch_client();
         let options = WatchOptions::new().with_start_revision(from);
         let (_sender, mut responses) = client
             .watch(COMPACT_KEY, Some(options))
@@ -682,7 +698,7 @@ impl Source for EtcdSource {
             .with_start_revision(from.get() as i64)
             .with_prev_key()
             .with_progress_notify();
-        let mut client = self.inner.client.watch_client();
+        let mut client = self.watch_client();
         let stream = tokio::time::timeout(self.inner.request_timeout, client.watch(prefix, Some(options)))
             .await
             .map_err(|_| SourceError::Unavailable("opening the watch timed out".into()))?

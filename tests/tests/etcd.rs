@@ -109,6 +109,18 @@ async fn the_etcd_source_keeps_the_apiserver_layout_and_semantics() {
     assert_eq!(list.revision, at);
     assert_eq!(list.items.len(), 11, "a and p0..p9");
     assert!(list.items.windows(2).all(|w| w[0].key < w[1].key), "in key order");
+    // Pages far above gRPC's default 4 MB message limit: 6 values of 1 MiB in one page.
+    let big = Bytes::from(vec![b'x'; 1 << 20]);
+    for i in 0..6 {
+        s.create(&format!("/registry/secrets/ns/big{i}"), big.clone())
+            .await
+            .unwrap();
+    }
+    let wide = EtcdSource::connect(&cluster.endpoints(), EtcdOptions::default())
+        .await
+        .unwrap();
+    let secrets = wide.list("/registry/secrets/", None).await.unwrap();
+    assert_eq!(secrets.items.len(), 6, "one page of 6 MiB");
     // Another resource's prefix is not listed.
     s.create("/registry/configmapsx/ns/z", Bytes::new())
         .await
@@ -170,6 +182,17 @@ async fn the_etcd_source_keeps_the_apiserver_layout_and_semantics() {
         old.next().await,
         Some(Err(SourceError::Compacted { compact_revision })) if compact_revision == seen
     ));
+}
+
+/// `apiserver_watch_cache_initializations_total` of `resource`: the lists its cache made.
+async fn initializations(server: &Server, resource: &str) -> u64 {
+    let (_, body) = request(&http(), server, "GET", "/metrics", None).await;
+    let series = format!("apiserver_watch_cache_initializations_total{{resource=\"{resource}\"}}");
+    String::from_utf8_lossy(&body)
+        .lines()
+        .find(|l| l.starts_with(&series))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no {series}"))
 }
 
 /// One consistent read's view of the configmaps: the list's revision, and name → rv.
@@ -320,6 +343,11 @@ async fn killing_the_leader_mid_stream_loses_no_write_and_ends_no_watch() {
         seen.push(rv_of(&frame["object"]));
     }
     assert_eq!(seen, written, "every write, once, in order");
+    assert_eq!(
+        initializations(&server, "configmaps").await,
+        1,
+        "the cache watched again from its last revision on another member: no relist"
+    );
     server.shutdown().await.unwrap();
 }
 
@@ -433,6 +461,8 @@ async fn compaction_spares_caught_up_watches_and_expires_old_continue_tokens() {
             format!("/api/v1/namespaces/ha/configmaps?resourceVersion={listed}&resourceVersionMatch=Exact");
         let (code, v) = json_request(server, "GET", &exact, None).await;
         assert_eq!(code, 410, "{v}");
+        // Caught up, the caches' own watches were never cancelled: no new generation.
+        assert_eq!(initializations(server, "configmaps").await, 1, "replica {i}");
     }
     compacting.shutdown().await.unwrap();
     other.shutdown().await.unwrap();
