@@ -27,7 +27,7 @@ use watchcache_etcd::{EtcdOptions, EtcdSource};
 use watchcache_server::workload::{pod, pod_key};
 
 use crate::alloc::{Counting, peak_rss_bytes, peak_rss_of};
-use crate::http::{ServerProcess, clients_runtime, get, open, start_server, wait_ready};
+use crate::http::{clients_runtime, get, open, start_server, start_server_at, wait_ready};
 
 /// Writes in flight while populating or churning (etcd batches concurrent proposals into one
 /// fsync).
@@ -333,7 +333,7 @@ pub fn restart(
             .map_err(|e| e.to_string())?;
         }
         let restarted = Instant::now();
-        let second = start_again(binary, addr, &args)?;
+        let second = start_server_at(binary, addr, &args, &[])?;
         wait_ready(addr, binary).await?;
         let ready_seconds = restarted.elapsed().as_secs_f64();
         let last = etcd
@@ -367,19 +367,6 @@ pub fn restart(
             peak_rss: peak_rss_of(second.0.id()).unwrap_or(0),
         })
     })
-}
-
-/// `binary serve` again on `addr` (the port the clients know), once the old process let go.
-fn start_again(binary: &Path, addr: SocketAddr, args: &[&str]) -> Result<ServerProcess, String> {
-    let child = std::process::Command::new(binary)
-        .args(["serve", "--addr", &addr.to_string()])
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
-    Ok(ServerProcess(child))
 }
 
 /// The value of the series `name` in a Prometheus text body (0 when absent).

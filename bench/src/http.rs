@@ -252,6 +252,16 @@ pub(crate) fn start_server(
         .map_err(|e| format!("no free loopback port: {e}"))?
         .port();
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    Ok((start_server_at(binary, addr, args, env)?, addr))
+}
+
+/// `binary serve` on `addr` (a restarted server, on the port its clients know).
+pub(crate) fn start_server_at(
+    binary: &Path,
+    addr: SocketAddr,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Result<ServerProcess, String> {
     let child = Command::new(binary)
         .args(["serve", "--addr", &addr.to_string()])
         .args(args)
@@ -261,7 +271,7 @@ pub(crate) fn start_server(
         .stderr(Stdio::null())
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
-    Ok((ServerProcess(child), addr))
+    Ok(ServerProcess(child))
 }
 
 /// Waits (up to 60 s) until the server at `addr` answers `/readyz`.
