@@ -29,15 +29,15 @@ use crate::ring::Seq;
 /// removal splits and joins the vector (imbl's RRB tree), and copies far more, growing with
 /// the collection: 38 KB at 10,000 objects and 79 KB at 100,000
 /// (`core/tests/snapshot_cost.rs` measures it and checks this estimate bounds it). The
-/// estimate: 6 KiB in place; 8 KiB per doubling of the collection beyond 64 objects for an
-/// insertion or a removal.
+/// estimate: 6 KiB in place; 9 KiB per doubling of the collection beyond 128 objects (at
+/// least 9 KiB) for an insertion or a removal.
 #[doc(hidden)]
 pub fn snapshot_step_bytes(len: usize, structural: bool) -> usize {
     if !structural {
         return 6 << 10;
     }
     let doublings = (usize::BITS - len.max(1).leading_zeros()) as usize;
-    (8 << 10) * doublings.saturating_sub(6).max(1)
+    (9 << 10) * doublings.saturating_sub(7).max(1)
 }
 
 /// One published event's record.
