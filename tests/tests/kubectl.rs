@@ -191,7 +191,8 @@ async fn watches_creates_and_deletes(etcd: bool) {
         return;
     };
     let server = start(backing.config(20)).await;
-    let manifest = std::env::temp_dir().join(format!("watchcache-pod-{}.json", std::process::id()));
+    // One file per variant: the embedded and etcd variants run at once in this process.
+    let manifest = std::env::temp_dir().join(format!("watchcache-pod-{}-{etcd}.json", std::process::id()));
     for (i, bin) in builds.iter().enumerate() {
         let k = Kubectl::new(bin, &server);
         let who = bin.display();
