@@ -374,6 +374,13 @@ impl<S: Source> Cache<S> {
                 if !self.inner.source.progress_requests_are_ordered() =>
             {
                 let view = self.ready_view().await?;
+                if self.unchanged_up_to(&view, requested).await {
+                    return Ok(Basis {
+                        snapshot: Arc::clone(view.current()),
+                        revision: requested,
+                        view,
+                    });
+                }
                 let snapshot = self.source_snapshot(None).await?;
                 if snapshot.revision() < requested {
                     return Err(CacheError::TooLargeResourceVersion {
@@ -419,7 +426,12 @@ impl<S: Source> Cache<S> {
             Err(CacheError::TooLargeResourceVersion { .. })
                 if !self.inner.source.progress_requests_are_ordered() =>
             {
-                self.ready_view().await?
+                let view = self.ready_view().await?;
+                if self.unchanged_up_to(&view, revision).await {
+                    let snapshot = Arc::clone(view.current());
+                    return Ok((view, snapshot));
+                }
+                view
             }
             Err(e) => return Err(e),
         };
@@ -430,6 +442,29 @@ impl<S: Source> Cache<S> {
             .source_reads
             .fetch_add(1, Ordering::Relaxed);
         Ok((view, snapshot))
+    }
+
+    /// Whether the source proves the state of the prefix at `revision` is `view`'s own (which
+    /// is older): then a read at `revision` is served from the cache without reading the
+    /// prefix (see `Source::unchanged_since`). Any failure is no proof.
+    async fn unchanged_up_to(&self, view: &View, revision: Revision) -> bool {
+        // The view has every change up to its revision; its state is the newest snapshot's.
+        let count = view.current().len();
+        let proven = matches!(
+            self.inner
+                .source
+                .unchanged_since(&self.config().prefix, view.revision, revision, count)
+                .await,
+            Ok(true)
+        );
+        if proven {
+            self.inner
+                .store
+                .stats
+                .proven_reads
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        proven
     }
 
     /// The source's state of the prefix at `at` (or now), decoded with the cache's codec as

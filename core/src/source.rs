@@ -153,6 +153,26 @@ pub trait Source: Send + Sync + 'static {
         true
     }
 
+    /// Whether the state under `prefix` at revision `at` is the state it had at `since`, which
+    /// held `count` keys: the cheap check a cache behind `at` makes before it reads the whole
+    /// prefix from the source (a quiet prefix on a source whose progress cannot be trusted).
+    /// `true` only when proven; the default proves nothing.
+    ///
+    /// One proof for a store that lists by revision: no key under the prefix at `at` has a
+    /// mod revision after `since`, and `count` keys are there. Then every key at `at` was
+    /// written at or before `since` and not since, so it had the same value at `since`; the
+    /// keys at `at` are a subset of those at `since`, and as many: the same.
+    fn unchanged_since(
+        &self,
+        prefix: &str,
+        since: Revision,
+        at: Revision,
+        count: usize,
+    ) -> impl Future<Output = Result<bool, SourceError>> + Send {
+        let _ = (prefix, since, at, count);
+        async { Ok(false) }
+    }
+
     /// The newest revision the source is known to have compacted: reads at revisions below it
     /// fail with [`SourceError::Compacted`]. A hint (0 when unknown); the cache refuses LISTs
     /// and continue tokens below it with 410, as the apiserver does.

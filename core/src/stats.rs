@@ -16,6 +16,10 @@ pub struct CacheStats {
     /// prove it had reached (on a source whose progress cannot be trusted), and exact reads
     /// and continues of revisions the cache no longer holds.
     pub source_reads: AtomicU64,
+    /// Reads the cache served from its own state, behind their revision, because the source
+    /// proved its prefix unchanged since (`Source::unchanged_since`): what a quiet prefix on
+    /// a source whose progress cannot be trusted costs instead of a source read.
+    pub proven_reads: AtomicU64,
     /// Reflectors replaced after a panic.
     pub reflector_restarts: AtomicU64,
     /// Bytes of superseded object versions history holds now (bounded by

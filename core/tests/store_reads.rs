@@ -71,6 +71,15 @@ impl Source for Unordered {
     async fn read(&self, key: &str) -> Result<(Option<SourceItem>, Revision), SourceError> {
         self.0.read(key).await
     }
+    async fn unchanged_since(
+        &self,
+        prefix: &str,
+        since: Revision,
+        at: Revision,
+        count: usize,
+    ) -> Result<bool, SourceError> {
+        self.0.unchanged_since(prefix, since, at, count).await
+    }
 }
 
 fn config() -> CacheConfig {
@@ -181,6 +190,9 @@ async fn a_quiet_prefix_on_an_unordered_source_answers_at_once_from_the_source()
         Revision::new(2),
         "the cache itself did not move"
     );
+    // The store proved the prefix unchanged: the cache's own state answered, nothing was read.
+    assert_eq!(reads(&cache), 0);
+    assert_eq!(cache.stats().proven_reads.load(Ordering::Relaxed), 3);
 }
 
 #[tokio::test]

@@ -772,6 +772,40 @@ impl Source for EtcdSource {
         self.compacted()
     }
 
+    /// Two reads at `at`, neither of which moves a value: the count of keys under the prefix,
+    /// and the keys written after `since` (etcd scans the prefix and sends only those; at
+    /// most one is asked for). The proof is the trait's.
+    async fn unchanged_since(
+        &self,
+        prefix: &str,
+        since: Revision,
+        at: Revision,
+        count: usize,
+    ) -> Result<bool, SourceError> {
+        let range = || {
+            GetOptions::new()
+                .with_range(prefix_end(prefix))
+                .with_revision(at.get() as i64)
+        };
+        let counted = match self.kv().get(prefix, Some(range().with_count_only())).await {
+            Ok(r) => r,
+            Err(e) if is_compacted(&e) => return Ok(false),
+            Err(e) => return Err(unavailable(e)),
+        };
+        if counted.count() != count as i64 {
+            return Ok(false);
+        }
+        let written = range()
+            .with_keys_only()
+            .with_min_mod_revision(since.get() as i64 + 1)
+            .with_limit(1);
+        match self.kv().get(prefix, Some(written)).await {
+            Ok(r) => Ok(r.kvs().is_empty()),
+            Err(e) if is_compacted(&e) => Ok(false),
+            Err(e) => Err(unavailable(e)),
+        }
+    }
+
     async fn read(&self, key: &str) -> Result<(Option<SourceItem>, Revision), SourceError> {
         let resp = self.kv().get(key, None).await.map_err(unavailable)?;
         Ok((resp.kvs().first().and_then(item), revision_of(resp.header())?))

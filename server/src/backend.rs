@@ -161,4 +161,14 @@ impl Source for Backend {
     async fn read(&self, key: &str) -> Result<(Option<SourceItem>, Revision), SourceError> {
         each!(self, s => s.read(key).await)
     }
+
+    async fn unchanged_since(
+        &self,
+        prefix: &str,
+        since: Revision,
+        at: Revision,
+        count: usize,
+    ) -> Result<bool, SourceError> {
+        each!(self, s => s.unchanged_since(prefix, since, at, count).await)
+    }
 }

@@ -40,6 +40,9 @@ pub struct Metrics {
     /// Reads the store answered because the cache could not, per resource (see
     /// `CacheStats::source_reads`).
     pub store_reads: Family<Labels, Counter>,
+    /// Reads served from the cache's own state after the store proved the prefix unchanged up
+    /// to their revision, per resource (see `CacheStats::proven_reads`).
+    pub proven_reads: Family<Labels, Counter>,
     /// Lists of the store that started a generation of a cache (the first one included), per
     /// resource: the apiserver's `apiserver_watch_cache_initializations_total`.
     pub initializations: Family<Labels, Counter>,
@@ -64,6 +67,7 @@ impl Default for Metrics {
             request_duration,
             watch_starts_expired: Family::default(),
             store_reads: Family::default(),
+            proven_reads: Family::default(),
             initializations: Family::default(),
             registry: Registry::default(),
         };
@@ -127,6 +131,11 @@ impl Default for Metrics {
             "store_reads",
             "Reads the store answered because the cache could not prove it had reached their revision or no longer held it",
             m.store_reads.clone(),
+        );
+        registry.register(
+            "proven_reads",
+            "Reads served from the cache after the store proved the prefix unchanged up to their revision",
+            m.proven_reads.clone(),
         );
         Metrics { registry: root, ..m }
     }

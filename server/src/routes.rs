@@ -144,6 +144,10 @@ async fn metrics_text(State(state): AppStateRef) -> Response {
             stats.source_reads.load(relaxed),
         );
         metrics::catch_up(
+            &state.metrics.proven_reads.get_or_create(&labels),
+            stats.proven_reads.load(relaxed),
+        );
+        metrics::catch_up(
             &state.metrics.initializations.get_or_create(&labels),
             stats.lists.load(relaxed),
         );

@@ -130,6 +130,34 @@ async fn the_etcd_source_keeps_the_apiserver_layout_and_semantics() {
         12
     );
 
+    // Unchanged since: proven when nothing under the prefix was written (writes elsewhere, or
+    // a key created and deleted again), refused after any net change.
+    let prefix = "/registry/configmaps/";
+    let since = s.current_revision().await.unwrap();
+    let count = s.list(prefix, Some(since)).await.unwrap().items.len();
+    s.create("/registry/pods/ns/elsewhere", Bytes::new())
+        .await
+        .unwrap();
+    s.create("/registry/configmaps/ns/brief", Bytes::new())
+        .await
+        .unwrap();
+    s.delete("/registry/configmaps/ns/brief", None).await.unwrap();
+    let now = s.current_revision().await.unwrap();
+    assert!(s.unchanged_since(prefix, since, now, count).await.unwrap());
+    assert!(
+        !s.unchanged_since(prefix, since, now, count + 1).await.unwrap(),
+        "a count that differs"
+    );
+    s.update("/registry/configmaps/ns/p0", Bytes::from_static(b"changed"), None)
+        .await
+        .unwrap();
+    let later = s.current_revision().await.unwrap();
+    assert!(
+        !s.unchanged_since(prefix, since, later, count).await.unwrap(),
+        "a key written since"
+    );
+    assert!(s.unchanged_since(prefix, later, later, count).await.unwrap());
+
     // A watch from a revision replays with previous values, then a delete.
     let mut w = s.watch("/registry/configmaps/", r2).await.unwrap();
     let (rd, prev) = s.delete(key, None).await.unwrap();
@@ -142,7 +170,11 @@ async fn the_etcd_source_keeps_the_apiserver_layout_and_semantics() {
         .unwrap()
     {
         let e = e.unwrap();
-        if let SourceEvent::Delete { mod_revision, .. } = &e {
+        if let SourceEvent::Delete {
+            mod_revision, key: k, ..
+        } = &e
+            && k == key
+        {
             last = Some(*mod_revision);
             break;
         }
