@@ -218,11 +218,19 @@ async fn the_etcd_source_keeps_the_apiserver_layout_and_semantics() {
 
 /// `apiserver_watch_cache_initializations_total` of `resource`: the lists its cache made.
 async fn initializations(server: &Server, resource: &str) -> u64 {
+    counter(
+        server,
+        &format!("apiserver_watch_cache_initializations_total{{resource=\"{resource}\"}}"),
+    )
+    .await
+}
+
+/// The value of the metric series `series` on `server`.
+async fn counter(server: &Server, series: &str) -> u64 {
     let (_, body) = request(&http(), server, "GET", "/metrics", None).await;
-    let series = format!("apiserver_watch_cache_initializations_total{{resource=\"{resource}\"}}");
     String::from_utf8_lossy(&body)
         .lines()
-        .find(|l| l.starts_with(&series))
+        .find(|l| l.starts_with(series))
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
         .unwrap_or_else(|| panic!("no {series}"))
 }
@@ -247,12 +255,14 @@ async fn two_replicas_never_serve_a_stale_consistent_read_on_etcd_3_4_23() {
     let Some(cluster) = EtcdCluster::start_with(1, Duration::from_secs(600)).await else {
         return;
     };
-    // Each replica's watch lags etcd by 30 ms, as a busy replica's does: a read that trusted
-    // the cache as it stands would miss the write just acknowledged through the other one.
+    // Each replica's watch lags etcd, as a busy replica's does: a read that trusted the cache
+    // as it stands would miss the write just acknowledged through the other one. The first
+    // lags less than a consistent read waits for its cache (100 ms), the second more, so that
+    // its reads go to etcd, or to etcd's proof that the cache is current.
     let mut replicas = Vec::new();
-    for _ in 0..2 {
+    for lag in [30, 150] {
         let lagging = EtcdOptions {
-            watch_delay: Duration::from_millis(30),
+            watch_delay: Duration::from_millis(lag),
             ..EtcdOptions::default()
         };
         let etcd = EtcdSource::connect(&cluster.endpoints(), lagging).await.unwrap();
@@ -270,7 +280,7 @@ async fn two_replicas_never_serve_a_stale_consistent_read_on_etcd_3_4_23() {
     for op in 0..1_200 {
         let server = &replicas[rng.usize(0..2)];
         let name = format!("cm-{}", rng.usize(0..24));
-        match rng.u8(0..10) {
+        match rng.u8(0..11) {
             0..4 => {
                 let (code, v) = if acked.contains_key(&name) {
                     let path = format!("/api/v1/namespaces/ha/configmaps/{name}");
@@ -296,7 +306,7 @@ async fn two_replicas_never_serve_a_stale_consistent_read_on_etcd_3_4_23() {
                     _ => {}
                 }
             }
-            _ => {
+            7..10 => {
                 let (rv, items) = consistent_list(server).await;
                 reads += 1;
                 let behind = rv < high || acked.iter().any(|(n, w)| items.get(n).is_none_or(|got| got < w));
@@ -305,11 +315,41 @@ async fn two_replicas_never_serve_a_stale_consistent_read_on_etcd_3_4_23() {
                 }
                 high = high.max(rv);
             }
+            _ => {
+                // A resource nobody writes: its cache never moves, yet a consistent read of it
+                // must be at the store's revision.
+                let (code, v) = json_request(server, "GET", "/api/v1/secrets", None).await;
+                assert_eq!(code, 200, "{v}");
+                reads += 1;
+                if rv_of(&v) < high {
+                    stale += 1;
+                }
+                high = high.max(rv_of(&v));
+            }
         }
     }
-    eprintln!("{writes} writes and {reads} consistent reads over two replicas: {stale} stale");
+    let (mut from_store, mut proven) = (0, 0);
+    for r in &replicas {
+        for resource in ["configmaps", "secrets"] {
+            let series = |name: &str| format!("watchcache_{name}_total{{resource=\"{resource}\"}}");
+            from_store += counter(r, &series("store_reads")).await;
+            proven += counter(r, &series("proven_reads")).await;
+        }
+    }
+    eprintln!(
+        "{writes} writes and {reads} consistent reads over two replicas: {stale} stale; \
+         {from_store} read from etcd, {proven} from a cache etcd proved current"
+    );
     assert_eq!(stale, 0, "stale consistent reads");
     assert!(reads >= 500 && writes >= 300);
+    assert!(
+        from_store > 0,
+        "the lag made replicas read from etcd: the path under test ran"
+    );
+    assert!(
+        proven > 0,
+        "the quiet resource was proven current: that path ran too"
+    );
     for r in replicas {
         r.shutdown().await.unwrap();
     }
