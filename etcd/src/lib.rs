@@ -187,7 +187,7 @@ impl EtcdSource {
         let client = Client::connect(endpoints, Some(connect))
             .await
             .map_err(unavailable)?;
-        let version = Self::read_version(&client, endpoints).await?;
+        let version = Self::read_version(endpoints, &options).await?;
         let ordered_progress = orders_requested_progress(&version);
         info!(
             %version, ordered_progress, endpoints = ?endpoints,
@@ -212,31 +212,33 @@ impl EtcdSource {
         Ok(source)
     }
 
-    /// The lowest version among the reachable members: a cluster mid-upgrade is as good as its
-    /// oldest member.
-    async fn read_version(client: &Client, endpoints: &[String]) -> Result<String, SourceError> {
-        let mut oldest: Option<String> = None;
-        let mut last_error = None;
-        for endpoint in endpoints {
-            let mut m = client.maintenance_client();
-            let status = tokio::time::timeout(Duration::from_secs(2), m.status()).await;
-            match status {
-                Ok(Ok(s)) => {
-                    let v = s.version().to_owned();
-                    let older = oldest.as_ref().is_none_or(|o| version_key(&v) < version_key(o));
-                    if older {
-                        oldest = Some(v);
-                    }
-                }
-                Ok(Err(e)) => last_error = Some(e.to_string()),
-                Err(_) => last_error = Some(format!("{endpoint}: status timed out")),
+    /// The lowest version among the members that answer, each asked on a connection of its own
+    /// (the shared client balances, so it may ask one member twice and another never): a
+    /// cluster mid-upgrade is as good as its oldest member for what it promises.
+    async fn read_version(endpoints: &[String], options: &EtcdOptions) -> Result<String, SourceError> {
+        let ask = |endpoint: String| async move {
+            let connect = ConnectOptions::new().with_connect_timeout(options.connect_timeout);
+            let asked = async {
+                let mut c = Client::connect([endpoint.as_str()], Some(connect)).await?;
+                c.status().await.map(|s| s.version().to_owned())
+            };
+            match tokio::time::timeout(options.request_timeout, asked).await {
+                Ok(r) => r.map_err(|e| format!("{endpoint}: {e}")),
+                Err(_) => Err(format!("{endpoint}: no status in time")),
             }
-            // The maintenance client is balanced too: one answer per endpoint is not
-            // guaranteed, so a few asks are enough to see the versions in play.
+        };
+        let answers = futures_util::future::join_all(endpoints.iter().cloned().map(ask)).await;
+        let mut last_error = None;
+        let mut oldest: Option<String> = None;
+        for answer in answers {
+            match answer {
+                Ok(v) if oldest.as_ref().is_none_or(|o| version_key(&v) < version_key(o)) => oldest = Some(v),
+                Ok(_) => {}
+                Err(e) => last_error = Some(e),
+            }
         }
-        oldest.ok_or_else(|| {
-            SourceError::Unavailable(last_error.unwrap_or_else(|| "no endpoint answered".into()))
-        })
+        oldest
+            .ok_or_else(|| SourceError::Unavailable(last_error.unwrap_or_else(|| "no endpoint given".into())))
     }
 
     /// The etcd version the source decided its progress handling on.
