@@ -360,11 +360,7 @@ impl EtcdSource {
     /// Reads the compaction key: the revision the last compactor compacted at.
     pub async fn refresh_compacted(&self) -> Result<Revision, SourceError> {
         let resp = self.kv().get(COMPACT_KEY, None).await.map_err(unavailable)?;
-        if let Some(r) = resp
-            .kvs()
-            .first()
-            .and_then(|kv| std::str::from_utf8(kv.value()).ok()?.parse::<u64>().ok())
-        {
+        if let Some(r) = resp.kvs().first().and_then(parse_revision) {
             self.learn_compacted(r);
         }
         Ok(self.compacted())
@@ -390,10 +386,7 @@ impl EtcdSource {
             let Some(kv) = kv else {
                 return Ok((0, now));
             };
-            if let Some(r) = std::str::from_utf8(kv.value())
-                .ok()
-                .and_then(|s| s.parse::<u64>().ok())
-            {
+            if let Some(r) = parse_revision(&kv) {
                 self.learn_compacted(r);
             }
             return Ok((kv.version(), now));
