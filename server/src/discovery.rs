@@ -38,7 +38,7 @@ pub(crate) fn api_v1<'a>(resources: impl Iterator<Item = &'a Resource>) -> Value
                 "singularName": r.singular,
                 "namespaced": r.namespaced,
                 "kind": r.info.kind,
-                "verbs": ["create", "delete", "get", "list", "update", "watch"],
+                "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
                 "shortNames": r.short_names,
             })
         })

@@ -4,7 +4,10 @@
 use watchcache_core::{Codec, Revision};
 use watchcache_encoders::{JsonCodec, ResourceInfo};
 
+use crate::apply;
+use crate::fields;
 use crate::params::{DeleteParams, Params, WriteParams};
+use crate::patch::{Patch, PatchType};
 use crate::writes::{Addressed, object_from_body};
 
 /// Parses `query` as every verb would: LIST and WATCH options, write and DELETE parameters.
@@ -41,5 +44,54 @@ pub fn write_body(body: &[u8]) {
                 }
             }
         }
+    }
+}
+
+/// Applies `body` as a JSON, merge and strategic patch to a pod with owners, and as an apply
+/// configuration (plain, then forced by a second manager); records each result as an update.
+pub fn patch(body: &[u8]) {
+    let pod = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "ns", "labels": {"a": "1"}, "finalizers": ["f"]},
+        "spec": {"containers": [{"name": "a", "image": "a", "env": [{"name": "E", "value": "1"}]},
+                                {"name": "b", "image": "b", "ports": [{"containerPort": 80}]}],
+                 "volumes": [{"name": "v", "emptyDir": {}}]}
+    });
+    let serde_json::Value::Object(pod) = pod else {
+        unreachable!("an object literal");
+    };
+    let mut managers = Vec::new();
+    fields::record_update(
+        "Pod",
+        &mut managers,
+        "creator",
+        "",
+        "t",
+        &serde_json::Map::new(),
+        &pod,
+    );
+    let mut owned = pod.clone();
+    fields::set_managers(&mut owned, &managers, "v1");
+    for ty in [PatchType::Json, PatchType::Merge, PatchType::Strategic] {
+        if let Ok(p) = Patch::parse(ty, body)
+            && let Ok(after) = p.apply_to("Pod", owned.clone())
+        {
+            let mut m = fields::managers(&owned);
+            fields::record_update("Pod", &mut m, "patcher", "", "t", &owned, &after);
+        }
+    }
+    if let Ok(config) = apply::parse(body)
+        && let Ok(applied) = apply::apply("Pod", "v1", Some(&owned), &config, "applier", false, "t")
+    {
+        let _ = apply::apply("Pod", "v1", Some(&applied), &config, "other", true, "t");
+        let _ = apply::apply(
+            "Pod",
+            "v1",
+            Some(&applied),
+            &serde_json::Map::new(),
+            "applier",
+            false,
+            "t",
+        );
     }
 }

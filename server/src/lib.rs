@@ -13,21 +13,25 @@
 #![warn(missing_docs)]
 
 mod app;
+mod apply;
 pub mod backend;
 pub mod config;
 mod connection;
 mod discovery;
 mod errors;
+mod fields;
 #[cfg(fuzzing)]
 #[doc(hidden)]
 pub mod fuzz;
 pub mod metrics;
 mod params;
+mod patch;
 mod reads;
 pub mod resources;
 mod response;
 mod routes;
 mod server;
+mod strategic;
 mod switch;
 mod target;
 mod watch_body;

@@ -154,8 +154,13 @@ impl Params {
 pub(crate) struct WriteParams {
     /// `dryRun=All`: validate and answer, store nothing.
     pub(crate) dry_run: bool,
-    /// `fieldManager`, recorded by server-side apply (accepted and checked here).
+    /// `fieldManager`: who `managedFields` records as making the change.
     pub(crate) field_manager: Option<String>,
+    /// `force=true`: a server-side apply takes the fields it conflicts on.
+    pub(crate) force: bool,
+    /// Who an update is recorded as: `fieldManager`, or one named after the User-Agent
+    /// ([`WriteParams::with_user_agent`]).
+    pub(crate) manager: String,
 }
 
 /// The longest `fieldManager` the apiserver accepts.
@@ -191,6 +196,15 @@ impl WriteParams {
                 }
                 self.field_manager = Some(v.to_owned());
             }
+            "force" => match v {
+                "true" | "1" => self.force = true,
+                "false" | "0" | "" => self.force = false,
+                other => {
+                    return Err(Status::bad_request(format!(
+                        "force: invalid value {other:?}: must be true or false"
+                    )));
+                }
+            },
             "fieldValidation" => match v {
                 "" | "Ignore" | "Warn" | "Strict" => {}
                 other => {
@@ -203,6 +217,32 @@ impl WriteParams {
         }
         Ok(())
     }
+}
+
+impl WriteParams {
+    /// Resolves who `managedFields` records for the write: `fieldManager`, else the client's
+    /// User-Agent up to its first `/` (`kubectl`, `OpenAPI-Generator`), as the apiserver
+    /// names it, else `unknown`.
+    pub(crate) fn with_user_agent(mut self, user_agent: Option<&str>) -> WriteParams {
+        self.manager = match &self.field_manager {
+            Some(m) => m.clone(),
+            None => manager_from_user_agent(user_agent),
+        };
+        self
+    }
+}
+
+fn manager_from_user_agent(user_agent: Option<&str>) -> String {
+    user_agent
+        .and_then(|ua| ua.split('/').next())
+        .map(|m| {
+            m.chars()
+                .filter(|c| !c.is_control())
+                .take(FIELD_MANAGER_MAX)
+                .collect::<String>()
+        })
+        .filter(|m| !m.trim().is_empty())
+        .unwrap_or_else(|| "unknown".to_owned())
 }
 
 /// How the dependents of a deleted object are handled (`propagationPolicy`). Accepted and
@@ -392,12 +432,31 @@ mod tests {
             w,
             WriteParams {
                 dry_run: true,
-                field_manager: Some("kubectl-client-side-apply".into())
+                field_manager: Some("kubectl-client-side-apply".into()),
+                force: false,
+                manager: String::new(),
             }
+        );
+        assert_eq!(
+            w.with_user_agent(Some("kubectl/v1.31.0")).manager,
+            "kubectl-client-side-apply"
+        );
+        let anonymous = WriteParams::parse(None).unwrap();
+        assert_eq!(
+            anonymous
+                .with_user_agent(Some("kubectl/v1.31.0 (linux/amd64)"))
+                .manager,
+            "kubectl",
+            "named after the User-Agent, as the apiserver names it"
+        );
+        assert_eq!(
+            WriteParams::parse(None).unwrap().with_user_agent(None).manager,
+            "unknown"
         );
         for (q, code, name) in [
             ("dryRun=Some", 422, "dryRun"),
             ("fieldValidation=Loose", 400, "fieldValidation"),
+            ("force=maybe", 400, "force"),
             ("fieldManager=%07", 422, "fieldManager"),
         ] {
             let e = WriteParams::parse(Some(q)).unwrap_err();

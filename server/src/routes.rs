@@ -11,7 +11,7 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, RawQuery, Request, State};
-use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
@@ -22,6 +22,7 @@ use crate::connection::Connection;
 use crate::discovery;
 use crate::metrics;
 use crate::params::{DeleteParams, Params, WriteParams};
+use crate::patch::PatchType;
 use crate::reads;
 use crate::response::{json_response, status_response};
 use crate::target::Target;
@@ -201,6 +202,7 @@ async fn resource_request(
     method: Method,
     Path(mut parts): Path<HashMap<String, String>>,
     RawQuery(query): RawQuery,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let resource = parts.remove("resource").unwrap_or_default();
@@ -209,6 +211,8 @@ async fn resource_request(
         Ok(body) => body,
         Err(rejection) => return status_response(&body_status(&rejection)),
     };
+    let user_agent = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok());
+    let write_params = || WriteParams::parse(query.as_deref()).map(|p| p.with_user_agent(user_agent));
     let result = match Target::resolve(&state, &resource, ns, name) {
         Ok(t) => match (method, t.name.as_deref()) {
             (Method::GET, name) => match (Params::parse(query.as_deref()), name) {
@@ -217,14 +221,21 @@ async fn resource_request(
                 (Ok(p), Some(name)) => reads::get(&t, name, &p).await,
                 (Err(s), _) => Err(s),
             },
-            (Method::POST, None) => match WriteParams::parse(query.as_deref()) {
+            (Method::POST, None) => match write_params() {
                 Ok(p) => writes::create(&state, &t, &p, &body).await,
                 Err(s) => Err(s),
             },
-            (Method::PUT, Some(name)) => match WriteParams::parse(query.as_deref()) {
+            (Method::PUT, Some(name)) => match write_params() {
                 Ok(p) => writes::update(&state, &t, name, &p, &body).await,
                 Err(s) => Err(s),
             },
+            (Method::PATCH, Some(name)) => {
+                let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
+                match (PatchType::from_content_type(content_type), write_params()) {
+                    (Ok(ty), Ok(p)) => writes::patch(&state, &t, name, &p, ty, &body).await,
+                    (Err(s), _) | (_, Err(s)) => Err(s),
+                }
+            }
             (Method::DELETE, Some(name)) => match DeleteParams::parse(query.as_deref(), &body) {
                 Ok(p) => writes::delete(&state, &t, name, &p).await,
                 Err(s) => Err(s),

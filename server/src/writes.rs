@@ -17,8 +17,11 @@ use watchcache_core::{Codec, ObjectVersion, Revision, SourceError, is_dns1123_la
 use watchcache_encoders::{ResourceInfo, Status};
 
 use crate::app::AppState;
+use crate::apply;
 use crate::errors;
+use crate::fields::{self, Manager};
 use crate::params::{DeleteParams, WriteParams};
+use crate::patch::{Patch, PatchType};
 use crate::response::json_response;
 use crate::target::Target;
 
@@ -32,13 +35,17 @@ pub(crate) async fn create(
     for (path, value) in t.resource.create_defaults {
         set_if_unset(&mut object, path, value);
     }
-    let meta = metadata_mut(&mut object)?;
-    meta.remove("resourceVersion");
-    meta.insert("uid".into(), Value::String(uuid::Uuid::new_v4().to_string()));
-    meta.insert(
-        "creationTimestamp".into(),
-        Value::String(humantime::format_rfc3339_seconds(SystemTime::now()).to_string()),
+    let mut managers = Vec::new();
+    fields::record_update(
+        &t.resource.info.kind,
+        &mut managers,
+        &p.manager,
+        "",
+        &now(),
+        &Map::new(),
+        &object,
     );
+    prepare_create(t, &mut object, &managers)?;
     let (raw, version) = encode(t, &object)?;
     if p.dry_run {
         // Validated and answered as it would be stored; nothing is stored.
@@ -51,6 +58,35 @@ pub(crate) async fn create(
         .await
         .map_err(|e| errors::source(&e, &t.resource.info.resource, name))?;
     written(t, StatusCode::CREATED, &version, revision)
+}
+
+/// Sets what the server owns on a new object: identity, creation time and `managedFields`;
+/// the client's own values of these are ignored, as the apiserver ignores them.
+fn prepare_create(t: &Target, object: &mut Map<String, Value>, managers: &[Manager]) -> Result<(), Status> {
+    let meta = metadata_mut(object)?;
+    for field in SERVER_OWNED {
+        meta.remove(*field);
+    }
+    meta.insert("uid".into(), Value::String(uuid::Uuid::new_v4().to_string()));
+    meta.insert("creationTimestamp".into(), Value::String(now()));
+    fields::set_managers(object, managers, &t.resource.info.api_version);
+    Ok(())
+}
+
+/// Metadata the server sets; a client's values are ignored.
+const SERVER_OWNED: &[&str] = &[
+    "resourceVersion",
+    "uid",
+    "creationTimestamp",
+    "managedFields",
+    "selfLink",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+];
+
+/// Now, as `metav1.Time` writes it.
+fn now() -> String {
+    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
 }
 
 pub(crate) async fn update(
@@ -69,28 +105,10 @@ pub(crate) async fn update(
         .await
         .map_err(|e| errors::source(&e, resource, name))?
         .ok_or_else(|| Status::not_found(resource, name))?;
-    let current: Value = serde_json::from_slice(&current).map_err(|e| Status::internal(e.to_string()))?;
-    let meta = metadata_mut(&mut object)?;
+    let current = parse_stored(&current)?;
     // Optimistic concurrency on metadata.resourceVersion, when the client sends one.
-    let expected = match meta.remove("resourceVersion") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) if s.is_empty() => None,
-        Some(Value::String(s)) => Some(
-            Revision::parse(&s).map_err(|e| Status::bad_request(format!("metadata.resourceVersion: {e}")))?,
-        ),
-        Some(other) => {
-            return Err(Status::bad_request(format!(
-                "metadata.resourceVersion {other} is not a string"
-            )));
-        }
-    };
-    // The server owns uid and creationTimestamp.
-    for field in ["uid", "creationTimestamp"] {
-        if let Some(v) = current["metadata"].get(field) {
-            meta.insert(field.into(), v.clone());
-        }
-    }
-    let (raw, version) = encode(t, &object)?;
+    let expected = take_resource_version(metadata_mut(&mut object)?)?;
+    let (raw, version) = prepare_update(t, object, &current, Ownership::Update(&p.manager))?;
     if p.dry_run {
         return Ok(json_response(StatusCode::OK, raw));
     }
@@ -100,6 +118,203 @@ pub(crate) async fn update(
         .await
         .map_err(|e| errors::source(&e, resource, name))?;
     written(t, StatusCode::OK, &version, revision)
+}
+
+/// How many times a PATCH reads, patches and writes again after losing a race to another
+/// write, before it answers 409.
+const PATCH_ATTEMPTS: usize = 8;
+
+/// PATCH: JSON, merge and strategic patches are applied to the stored object and written
+/// back on the condition that it has not changed since it was read; a concurrent write makes
+/// the patch start again from the newer object, as the apiserver's patcher does. A
+/// `metadata.resourceVersion` the patch sets is a precondition instead: a mismatch is 409.
+pub(crate) async fn patch(
+    state: &AppState,
+    t: &Target,
+    name: &str,
+    p: &WriteParams,
+    ty: PatchType,
+    body: &[u8],
+) -> Result<Response, Status> {
+    if ty == PatchType::Apply {
+        return apply(state, t, name, p, body).await;
+    }
+    if p.force {
+        return Err(Status::invalid(
+            "force: Forbidden: may not be specified for non-apply patch",
+        ));
+    }
+    let resource = &t.resource.info.resource;
+    let key = t.storage_key(name);
+    let patch = Patch::parse(ty, body)?;
+    for _ in 0..PATCH_ATTEMPTS {
+        let (stored, revision) = state
+            .store
+            .get(&key)
+            .await
+            .map_err(|e| errors::source(&e, resource, name))?
+            .ok_or_else(|| Status::not_found(resource, name))?;
+        let mut current = parse_stored(&stored)?;
+        // The patch sees the object as a GET shows it, resourceVersion included.
+        metadata_mut(&mut current)?.insert("resourceVersion".into(), Value::String(revision.to_string()));
+        let patched = patch.apply_to(&t.resource.info.kind, current.clone())?;
+        let mut object = object_from_value(&addressed(t), Value::Object(patched), Some(name))?;
+        let precondition = take_resource_version(metadata_mut(&mut object)?)?;
+        if precondition.is_some_and(|r| r != revision) {
+            return Err(Status::conflict(resource, name));
+        }
+        let (raw, version) = prepare_update(t, object, &current, Ownership::Update(&p.manager))?;
+        if p.dry_run {
+            return Ok(json_response(StatusCode::OK, raw));
+        }
+        match state.store.update(&key, raw, Some(revision)).await {
+            Ok(revision) => return written(t, StatusCode::OK, &version, revision),
+            Err(SourceError::Conflict { .. }) if precondition.is_none() => continue,
+            Err(e) => return Err(errors::source(&e, resource, name)),
+        }
+    }
+    Err(Status::conflict(resource, name))
+}
+
+/// Server-side apply: creates the object if it does not exist (201), else merges the
+/// configuration into it with field ownership ([`apply`](crate::apply)), retried like any
+/// PATCH when another write comes between the read and the write.
+async fn apply(
+    state: &AppState,
+    t: &Target,
+    name: &str,
+    p: &WriteParams,
+    body: &[u8],
+) -> Result<Response, Status> {
+    if p.field_manager.is_none() {
+        return Err(Status::invalid(
+            "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
+        ));
+    }
+    let config = apply::parse(body)?;
+    let kind = &t.resource.info.kind;
+    let api_version = &t.resource.info.api_version;
+    let resource = &t.resource.info.resource;
+    let key = t.storage_key(name);
+    // The configuration must name this object; kind and apiVersion default to the resource's.
+    let config = object_from_value(&addressed(t), Value::Object(config), Some(name))?;
+    for _ in 0..PATCH_ATTEMPTS {
+        let stored = state
+            .store
+            .get(&key)
+            .await
+            .map_err(|e| errors::source(&e, resource, name))?;
+        let Some((stored, revision)) = stored else {
+            let mut object = apply::apply(kind, api_version, None, &config, &p.manager, p.force, &now())?;
+            let managers = fields::managers(&object);
+            for (path, value) in t.resource.create_defaults {
+                set_if_unset(&mut object, path, value);
+            }
+            prepare_create(t, &mut object, &managers)?;
+            let (raw, version) = encode(t, &object)?;
+            if p.dry_run {
+                return Ok(json_response(StatusCode::CREATED, raw));
+            }
+            match state.store.create(&key, raw).await {
+                Ok(revision) => return written(t, StatusCode::CREATED, &version, revision),
+                Err(SourceError::AlreadyExists(_)) => continue,
+                Err(e) => return Err(errors::source(&e, resource, name)),
+            }
+        };
+        let current = parse_stored(&stored)?;
+        let mut object = apply::apply(
+            kind,
+            api_version,
+            Some(&current),
+            &config,
+            &p.manager,
+            p.force,
+            &now(),
+        )?;
+        let precondition = take_resource_version(metadata_mut(&mut object)?)?;
+        if precondition.is_some_and(|r| r != revision) {
+            return Err(Status::conflict(resource, name));
+        }
+        let (raw, version) = prepare_update(t, object, &current, Ownership::Recorded)?;
+        if p.dry_run {
+            return Ok(json_response(StatusCode::OK, raw));
+        }
+        match state.store.update(&key, raw, Some(revision)).await {
+            Ok(revision) => return written(t, StatusCode::OK, &version, revision),
+            Err(SourceError::Conflict { .. }) if precondition.is_none() => continue,
+            Err(e) => return Err(errors::source(&e, resource, name)),
+        }
+    }
+    Err(Status::conflict(resource, name))
+}
+
+/// A stored value as a JSON object.
+fn parse_stored(raw: &[u8]) -> Result<Map<String, Value>, Status> {
+    match serde_json::from_slice(raw) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(_) => Err(Status::internal("the stored value is not a JSON object")),
+        Err(e) => Err(Status::internal(format!("the stored value is not JSON: {e}"))),
+    }
+}
+
+/// Removes `metadata.resourceVersion` from a request's object: the revision the client
+/// expects, if it names one.
+fn take_resource_version(meta: &mut Map<String, Value>) -> Result<Option<Revision>, Status> {
+    match meta.remove("resourceVersion") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s.is_empty() => Ok(None),
+        Some(Value::String(s)) => Revision::parse(&s)
+            .map(Some)
+            .map_err(|e| Status::bad_request(format!("metadata.resourceVersion: {e}"))),
+        Some(other) => Err(Status::bad_request(format!(
+            "metadata.resourceVersion {other} is not a string"
+        ))),
+    }
+}
+
+/// Who an update's changed fields go to.
+enum Ownership<'a> {
+    /// An update by this manager: it owns what it changed.
+    Update(&'a str),
+    /// The object's `managedFields` already say (server-side apply).
+    Recorded,
+}
+
+/// The object an update stores: the client's `object`, with the fields the server owns taken
+/// from the stored `current` and `managedFields` brought up to date; serialised and checked by
+/// the codec ([`encode`]).
+fn prepare_update(
+    t: &Target,
+    mut object: Map<String, Value>,
+    current: &Map<String, Value>,
+    ownership: Ownership<'_>,
+) -> Result<(Bytes, ObjectVersion), Status> {
+    let kind = &t.resource.info.kind;
+    let managers = match ownership {
+        Ownership::Update(manager) => {
+            // What a client sends in managedFields is not taken: ownership follows the change.
+            let mut managers = fields::managers(current);
+            fields::record_update(kind, &mut managers, manager, "", &now(), current, &object);
+            Some(managers)
+        }
+        Ownership::Recorded => None,
+    };
+    let current_meta = current.get("metadata").and_then(Value::as_object);
+    let meta = metadata_mut(&mut object)?;
+    for field in SERVER_OWNED {
+        if *field == "managedFields" && managers.is_none() {
+            continue; // apply computed them
+        }
+        meta.remove(*field);
+        if let Some(v) = current_meta.and_then(|m| m.get(*field)) {
+            meta.insert((*field).into(), v.clone());
+        }
+    }
+    meta.remove("resourceVersion");
+    if let Some(managers) = managers {
+        fields::set_managers(&mut object, &managers, &t.resource.info.api_version);
+    }
+    encode(t, &object)
 }
 
 pub(crate) async fn delete(
@@ -246,6 +461,15 @@ pub(crate) fn object_from_body(
 ) -> Result<Map<String, Value>, Status> {
     let value: Value =
         serde_json::from_slice(body).map_err(|e| Status::bad_request(format!("invalid JSON body: {e}")))?;
+    object_from_value(r, value, name_from_path)
+}
+
+/// [`object_from_body`] for a body already parsed (or made by a patch).
+pub(crate) fn object_from_value(
+    r: &Addressed<'_>,
+    value: Value,
+    name_from_path: Option<&str>,
+) -> Result<Map<String, Value>, Status> {
     let Value::Object(mut object) = value else {
         return Err(Status::bad_request("the body is not a JSON object"));
     };

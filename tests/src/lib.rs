@@ -108,6 +108,37 @@ pub async fn request(
     (code, body)
 }
 
+/// Sends a request with a body of the given `content_type` (a PATCH's patch type) and returns
+/// the status code and the answer as JSON.
+pub async fn request_typed(
+    client: &Client<HttpConnector, Full<Bytes>>,
+    server: &Server,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: impl Into<Bytes>,
+) -> (u16, serde_json::Value) {
+    let req = http::Request::builder()
+        .method(method)
+        .uri(format!("http://{}{path}", server.addr()))
+        .header("content-type", content_type)
+        .body(Full::new(body.into()))
+        .expect("a valid request");
+    let resp = tokio::time::timeout(Duration::from_secs(30), client.request(req))
+        .await
+        .expect("an answer in time")
+        .expect("the request is sent");
+    let code = resp.status().as_u16();
+    let body = resp.into_body().collect().await.expect("the body").to_bytes();
+    let value = serde_json::from_slice(&body).unwrap_or_else(|_| {
+        panic!(
+            "{method} {path}: a JSON answer: {}",
+            String::from_utf8_lossy(&body)
+        )
+    });
+    (code, value)
+}
+
 /// As [`request`], with the response headers.
 pub async fn request_full(
     client: &Client<HttpConnector, Full<Bytes>>,

@@ -1,0 +1,272 @@
+//! Server-side apply (`application/apply-patch+yaml`): a manager declares the fields it wants
+//! set, and the server merges them into the live object, keeping field ownership
+//! ([`fields`](crate::fields)).
+//!
+//! - The configuration is merged as a strategic merge patch would merge it (keyed lists by
+//!   their keys, sets as sets, anything else replaced).
+//! - A field the configuration sets to a value other than the live one, while another manager
+//!   owns it, is a conflict: 409 listing each, unless `force=true`, which takes the field.
+//! - A field the manager applied before and now leaves out is removed, unless another manager
+//!   owns it as well.
+//! - The manager's `Apply` entry in `managedFields` then holds exactly the configuration's
+//!   fields.
+//!
+//! Bodies are JSON, which every client sends (kubectl, client-go, kube-rs and the Python
+//! client encode apply configurations as JSON, a subset of YAML).
+
+use serde_json::{Map, Value, json};
+use watchcache_encoders::Status;
+
+use crate::fields::{self, Fields, Manager, Segment};
+use crate::strategic;
+
+/// Parses an apply body: a JSON object with no `managedFields` of its own.
+pub(crate) fn parse(body: &[u8]) -> Result<Map<String, Value>, Status> {
+    let config: Value = serde_json::from_slice(body).map_err(|e| {
+        Status::bad_request(format!(
+            "the apply configuration is not a JSON object (watchcache reads apply bodies as JSON, \
+             YAML's subset that clients send): {e}"
+        ))
+    })?;
+    let Value::Object(config) = config else {
+        return Err(Status::bad_request("the apply configuration is not an object"));
+    };
+    let managed = config.get("metadata").and_then(|m| m.get("managedFields"));
+    if managed.is_some_and(|m| !m.is_null()) {
+        return Err(Status::bad_request("metadata.managedFields must be nil"));
+    }
+    Ok(config)
+}
+
+/// Applies `config` by `manager` to `live` (`None`: the object does not exist yet) and
+/// returns the object to store, `managedFields` included.
+pub(crate) fn apply(
+    kind: &str,
+    api_version: &str,
+    live: Option<&Map<String, Value>>,
+    config: &Map<String, Value>,
+    manager: &str,
+    force: bool,
+    now: &str,
+) -> Result<Map<String, Value>, Status> {
+    let applied = Fields::of(kind, config);
+    let Some(live) = live else {
+        let mut object = config.clone();
+        let entry = entry(manager, now, applied);
+        fields::set_managers(&mut object, &[entry], api_version);
+        return Ok(object);
+    };
+    let mut managers = fields::managers(live);
+    let is_self = |m: &Manager| m.manager == manager && m.operation == "Apply" && m.subresource.is_empty();
+
+    let mut conflicts: Vec<(String, Vec<Segment>)> = Vec::new();
+    for leaf in applied.leaves() {
+        if fields::is_existence(&leaf) || fields::value_at(live, &leaf) == fields::value_at(config, &leaf) {
+            continue;
+        }
+        for m in managers
+            .iter()
+            .filter(|m| !is_self(m) && m.fields.contains(&leaf))
+        {
+            conflicts.push((m.manager.clone(), leaf.clone()));
+        }
+    }
+    if !conflicts.is_empty() {
+        if !force {
+            return Err(conflict(&conflicts, api_version));
+        }
+        for (owner, leaf) in &conflicts {
+            for m in managers.iter_mut().filter(|m| &m.manager == owner) {
+                m.fields.remove(leaf);
+            }
+        }
+    }
+
+    let mut object = live.clone();
+    strategic::apply(kind, &mut object, config).map_err(|e| Status::invalid(format!("cannot apply: {e}")))?;
+
+    let previous = managers
+        .iter()
+        .find(|m| is_self(m))
+        .map(|m| m.fields.clone())
+        .unwrap_or_default();
+    let others: Vec<&Manager> = managers.iter().filter(|m| !is_self(m)).collect();
+    for leaf in previous.leaves() {
+        if applied.contains(&leaf) || others.iter().any(|m| m.fields.contains(&leaf)) {
+            continue;
+        }
+        // An element (or map) goes only when no one else owns anything in it.
+        if fields::is_existence(&leaf) {
+            let parent = &leaf[..leaf.len() - 1];
+            let owned_inside = others
+                .iter()
+                .any(|m| m.fields.leaves().iter().any(|l| l.starts_with(parent)));
+            if owned_inside {
+                continue;
+            }
+        }
+        fields::remove_at(&mut object, &leaf);
+    }
+
+    managers.retain(|m| !is_self(m));
+    managers.push(entry(manager, now, applied));
+    managers.retain(|m| !m.fields.is_empty());
+    fields::set_managers(&mut object, &managers, api_version);
+    Ok(object)
+}
+
+fn entry(manager: &str, now: &str, fields: Fields) -> Manager {
+    Manager {
+        manager: manager.to_owned(),
+        operation: "Apply",
+        subresource: String::new(),
+        time: now.to_owned(),
+        fields,
+    }
+}
+
+/// 409, as the apiserver words an apply conflict, with a cause per field.
+fn conflict(conflicts: &[(String, Vec<Segment>)], api_version: &str) -> Status {
+    let lines: Vec<String> = conflicts
+        .iter()
+        .map(|(m, p)| {
+            format!(
+                "conflict with \"{m}\" using {api_version}: {}",
+                fields::display(p)
+            )
+        })
+        .collect();
+    let mut s = Status::new(
+        409,
+        "Conflict",
+        format!(
+            "Apply failed with {} conflict(s): {}",
+            conflicts.len(),
+            lines.join("\n")
+        ),
+    );
+    let causes: Vec<Value> = conflicts
+        .iter()
+        .map(|(m, p)| {
+            json!({
+                "reason": "FieldManagerConflict",
+                "message": format!("conflict with \"{m}\" using {api_version}"),
+                "field": fields::display(p),
+            })
+        })
+        .collect();
+    s.details = Some(json!({"causes": causes}));
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn obj(v: Value) -> Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    fn cm(data: Value) -> Map<String, Value> {
+        obj(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": data}))
+    }
+
+    #[test]
+    fn apply_creates_then_merges_and_removes_what_it_stopped_setting() {
+        let first = apply(
+            "ConfigMap",
+            "v1",
+            None,
+            &cm(json!({"a": "1", "b": "2"})),
+            "me",
+            false,
+            "t",
+        )
+        .unwrap();
+        assert_eq!(first["metadata"]["managedFields"][0]["manager"], "me");
+        assert_eq!(first["metadata"]["managedFields"][0]["operation"], "Apply");
+        // Someone else adds c; my next apply drops b: b goes, c stays.
+        let mut live = first.clone();
+        live["data"]["c"] = json!("3");
+        let mut managers = fields::managers(&live);
+        fields::record_update("ConfigMap", &mut managers, "other", "", "t", &first, &live);
+        fields::set_managers(&mut live, &managers, "v1");
+        let second = apply(
+            "ConfigMap",
+            "v1",
+            Some(&live),
+            &cm(json!({"a": "1"})),
+            "me",
+            false,
+            "t2",
+        )
+        .unwrap();
+        assert_eq!(second["data"], json!({"a": "1", "c": "3"}));
+    }
+
+    #[test]
+    fn a_field_owned_by_another_manager_with_another_value_conflicts_unless_forced() {
+        let first = apply("ConfigMap", "v1", None, &cm(json!({"a": "1"})), "me", false, "t").unwrap();
+        let err = apply(
+            "ConfigMap",
+            "v1",
+            Some(&first),
+            &cm(json!({"a": "2"})),
+            "you",
+            false,
+            "t",
+        )
+        .unwrap_err();
+        assert_eq!(err.code, 409);
+        assert!(err.message.contains("conflict with \"me\""), "{}", err.message);
+        assert_eq!(err.details.as_ref().unwrap()["causes"][0]["field"], ".data.a");
+        // The same value is shared, not a conflict.
+        let shared = apply(
+            "ConfigMap",
+            "v1",
+            Some(&first),
+            &cm(json!({"a": "1"})),
+            "you",
+            false,
+            "t",
+        )
+        .unwrap();
+        assert_eq!(shared["metadata"]["managedFields"].as_array().unwrap().len(), 2);
+        // Forced: the field moves to the new manager; the old one keeps only that data exists.
+        let forced = apply(
+            "ConfigMap",
+            "v1",
+            Some(&first),
+            &cm(json!({"a": "2"})),
+            "you",
+            true,
+            "t",
+        )
+        .unwrap();
+        assert_eq!(forced["data"]["a"], "2");
+        let managers = fields::managers(&forced);
+        let owner = |name: &str| {
+            managers
+                .iter()
+                .find(|m| m.manager == name)
+                .unwrap()
+                .fields
+                .to_json()
+        };
+        assert_eq!(owner("you"), json!({"f:data": {".": {}, "f:a": {}}}));
+        assert_eq!(owner("me"), json!({"f:data": {".": {}}}));
+    }
+
+    #[test]
+    fn bodies_are_checked() {
+        assert_eq!(parse(b"a: b").unwrap_err().code, 400);
+        assert_eq!(parse(b"[1]").unwrap_err().code, 400);
+        assert_eq!(
+            parse(br#"{"metadata":{"managedFields":[]}}"#).unwrap_err().code,
+            400
+        );
+        assert!(parse(br#"{"metadata":{"name":"x"}}"#).is_ok());
+    }
+}

@@ -1,0 +1,298 @@
+//! PATCH over HTTP: the four patch types with the apiserver's status codes, server-side apply
+//! with field ownership, `managedFields` kept by every write, and the metadata a client may not
+//! set.
+
+use serde_json::{Value, json};
+use watchcache_tests::{Server, config, http, request, request_typed, start};
+
+const JSON: &str = "application/json-patch+json";
+const MERGE: &str = "application/merge-patch+json";
+const STRATEGIC: &str = "application/strategic-merge-patch+json";
+const APPLY: &str = "application/apply-patch+yaml";
+
+async fn patch(server: &Server, path: &str, content_type: &str, body: Value) -> (u16, Value) {
+    request_typed(&http(), server, "PATCH", path, content_type, body.to_string()).await
+}
+
+async fn get(server: &Server, path: &str) -> Value {
+    let (code, body) = request(&http(), server, "GET", path, None).await;
+    assert_eq!(code, 200, "GET {path}: {}", String::from_utf8_lossy(&body));
+    serde_json::from_slice(&body).unwrap()
+}
+
+fn managers(object: &Value) -> Vec<(String, String)> {
+    object["metadata"]["managedFields"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|m| {
+                    (
+                        m["manager"].as_str().unwrap().to_owned(),
+                        m["operation"].as_str().unwrap().to_owned(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_patch_type_applies_and_bad_ones_get_the_apiservers_codes() {
+    let server = start(config(0)).await;
+    let c = http();
+    let pods = "/api/v1/namespaces/ns-1/pods";
+    let pod = json!({"metadata": {"name": "p", "labels": {"app": "web"}},
+        "spec": {"containers": [{"name": "a", "image": "a:1"}, {"name": "b", "image": "b:1"}]}});
+    let (code, _) = request(&c, &server, "POST", pods, Some(pod)).await;
+    assert_eq!(code, 201);
+    let path = format!("{pods}/p");
+
+    // Strategic: the container named b is merged, a is kept.
+    let (code, out) = patch(
+        &server,
+        &path,
+        STRATEGIC,
+        json!({"spec": {"containers": [{"name": "b", "image": "b:2"}]}}),
+    )
+    .await;
+    assert_eq!(code, 200, "{out}");
+    assert_eq!(
+        out["spec"]["containers"],
+        json!([{"name": "a", "image": "a:1"}, {"name": "b", "image": "b:2"}])
+    );
+    // Merge: the list is replaced whole; a null removes a label.
+    let (code, out) = patch(
+        &server,
+        &path,
+        MERGE,
+        json!({"metadata": {"labels": {"app": null, "tier": "x"}}, "spec": {"containers": [{"name": "c", "image": "c"}]}}),
+    )
+    .await;
+    assert_eq!(code, 200, "{out}");
+    assert_eq!(out["metadata"]["labels"], json!({"tier": "x"}));
+    assert_eq!(out["spec"]["containers"], json!([{"name": "c", "image": "c"}]));
+    // JSON patch, with a test that holds.
+    let ops = json!([
+        {"op": "test", "path": "/metadata/labels/tier", "value": "x"},
+        {"op": "add", "path": "/metadata/annotations", "value": {"note": "hi"}}
+    ]);
+    let (code, out) = patch(&server, &path, JSON, ops).await;
+    assert_eq!(code, 200, "{out}");
+    assert_eq!(out["metadata"]["annotations"]["note"], "hi");
+    // What the patches wrote is what a GET reads, at the revision the last one answered.
+    let read = get(&server, &path).await;
+    assert_eq!(
+        read["metadata"]["resourceVersion"],
+        out["metadata"]["resourceVersion"]
+    );
+    assert_eq!(read["metadata"]["annotations"], json!({"note": "hi"}));
+
+    // 422: a test that fails, a path that is not there, an element without its merge key.
+    let failed = json!([{"op": "test", "path": "/metadata/labels/tier", "value": "y"}]);
+    let missing = json!([{"op": "replace", "path": "/spec/nothing/here", "value": 1}]);
+    let keyless = json!({"spec": {"containers": [{"image": "no-name"}]}});
+    for (ty, body) in [(JSON, failed), (JSON, missing), (STRATEGIC, keyless)] {
+        let (code, s) = patch(&server, &path, ty, body).await;
+        assert_eq!((code, s["reason"].as_str()), (422, Some("Invalid")), "{s}");
+    }
+    // 400: not a patch of its type. 415: not a patch type.
+    let (code, s) = request_typed(&c, &server, "PATCH", &path, JSON, "{\"op\":1}").await;
+    assert_eq!((code, s["reason"].as_str()), (400, Some("BadRequest")), "{s}");
+    let (code, s) = request_typed(&c, &server, "PATCH", &path, MERGE, "not json").await;
+    assert_eq!(code, 400, "{s}");
+    for ct in ["application/json", "text/plain", "application/yaml"] {
+        let (code, s) = request_typed(&c, &server, "PATCH", &path, ct, "{}").await;
+        assert_eq!(
+            (code, s["reason"].as_str()),
+            (415, Some("UnsupportedMediaType")),
+            "{ct}: {s}"
+        );
+    }
+    // 404 for an object that is not there; 409 for a resourceVersion that is not current;
+    // a patch that renames the object is refused.
+    let (code, _) = patch(&server, &format!("{pods}/nope"), MERGE, json!({})).await;
+    assert_eq!(code, 404);
+    let (code, s) = patch(
+        &server,
+        &path,
+        MERGE,
+        json!({"metadata": {"resourceVersion": "1"}}),
+    )
+    .await;
+    assert_eq!((code, s["reason"].as_str()), (409, Some("Conflict")), "{s}");
+    let current = read["metadata"]["resourceVersion"].clone();
+    let (code, s) = patch(
+        &server,
+        &path,
+        MERGE,
+        json!({"metadata": {"resourceVersion": current, "labels": {"v": "2"}}}),
+    )
+    .await;
+    assert_eq!(
+        code, 200,
+        "the current resourceVersion is a precondition that holds: {s}"
+    );
+    let (code, s) = patch(&server, &path, MERGE, json!({"metadata": {"name": "other"}})).await;
+    assert_eq!(code, 400, "{s}");
+    // force is only for apply; a dry run stores nothing.
+    let (code, _) = patch(&server, &format!("{path}?force=true"), MERGE, json!({})).await;
+    assert_eq!(code, 422);
+    let (code, out) = patch(
+        &server,
+        &format!("{path}?dryRun=All"),
+        MERGE,
+        json!({"metadata": {"labels": {"dry": "1"}}}),
+    )
+    .await;
+    assert_eq!(
+        (code, out["metadata"]["labels"]["dry"].as_str()),
+        (200, Some("1"))
+    );
+    assert!(
+        get(&server, &path).await["metadata"]["labels"]
+            .get("dry")
+            .is_none()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_side_apply_creates_merges_owns_conflicts_and_removes() {
+    let server = start(config(0)).await;
+    let path = "/api/v1/namespaces/ns-1/configmaps/cm";
+    let config = |data: Value| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}, "data": data});
+
+    // fieldManager is required.
+    let (code, s) = patch(&server, path, APPLY, config(json!({"a": "1"}))).await;
+    assert_eq!(code, 422, "{s}");
+    // The first apply creates.
+    let (code, out) = patch(
+        &server,
+        &format!("{path}?fieldManager=alice"),
+        APPLY,
+        config(json!({"a": "1", "b": "1"})),
+    )
+    .await;
+    assert_eq!(code, 201, "{out}");
+    assert_eq!(managers(&out), [("alice".to_owned(), "Apply".to_owned())]);
+    assert_eq!(
+        out["metadata"]["managedFields"][0]["fieldsV1"],
+        json!({"f:data": {".": {}, "f:a": {}, "f:b": {}}})
+    );
+    // Bob sets b to another value: a conflict with alice, unless forced.
+    let (code, s) = patch(
+        &server,
+        &format!("{path}?fieldManager=bob"),
+        APPLY,
+        config(json!({"b": "2"})),
+    )
+    .await;
+    assert_eq!((code, s["reason"].as_str()), (409, Some("Conflict")), "{s}");
+    assert_eq!(s["details"]["causes"][0]["field"], ".data.b");
+    assert!(s["message"].as_str().unwrap().contains("\"alice\""), "{s}");
+    let (code, out) = patch(
+        &server,
+        &format!("{path}?fieldManager=bob&force=true"),
+        APPLY,
+        config(json!({"b": "2"})),
+    )
+    .await;
+    assert_eq!(code, 200, "{out}");
+    assert_eq!(out["data"], json!({"a": "1", "b": "2"}));
+    // Alice stops applying a and b: a goes (only she owned it); b stays (bob owns it).
+    let (code, out) = patch(
+        &server,
+        &format!("{path}?fieldManager=alice"),
+        APPLY,
+        config(json!({"c": "3"})),
+    )
+    .await;
+    assert_eq!(code, 200, "{out}");
+    assert_eq!(out["data"], json!({"b": "2", "c": "3"}));
+    // An update by someone else takes what it changes: carol's merge patch makes c hers, and
+    // alice re-applying c=3 over carol's c=4 now conflicts.
+    let (code, out) = patch(
+        &server,
+        &format!("{path}?fieldManager=carol"),
+        MERGE,
+        json!({"data": {"c": "4"}}),
+    )
+    .await;
+    assert_eq!(code, 200, "{out}");
+    assert!(
+        managers(&out).contains(&("carol".to_owned(), "Update".to_owned())),
+        "{out}"
+    );
+    let (code, s) = patch(
+        &server,
+        &format!("{path}?fieldManager=alice"),
+        APPLY,
+        config(json!({"c": "3"})),
+    )
+    .await;
+    assert_eq!(code, 409, "{s}");
+    assert!(s["message"].as_str().unwrap().contains("\"carol\""), "{s}");
+    // A body that is not an apply configuration.
+    let (code, _) = request_typed(
+        &http(),
+        &server,
+        "PATCH",
+        &format!("{path}?fieldManager=x"),
+        APPLY,
+        "[]",
+    )
+    .await;
+    assert_eq!(code, 400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_keep_managed_fields_and_ignore_server_owned_metadata() {
+    let server = start(config(0)).await;
+    let c = http();
+    let cms = "/api/v1/namespaces/ns-1/configmaps";
+    let sent = json!({"metadata": {"name": "cm", "uid": "mine", "creationTimestamp": "2001-01-01T00:00:00Z",
+        "managedFields": [{"manager": "forged", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {}}],
+        "deletionTimestamp": "2001-01-01T00:00:00Z"}, "data": {"a": "1"}});
+    let (code, body) = request(
+        &c,
+        &server,
+        "POST",
+        &format!("{cms}?fieldManager=maker"),
+        Some(sent),
+    )
+    .await;
+    assert_eq!(code, 201);
+    let created: Value = serde_json::from_slice(&body).unwrap();
+    assert_ne!(created["metadata"]["uid"], "mine");
+    assert_ne!(created["metadata"]["creationTimestamp"], "2001-01-01T00:00:00Z");
+    assert!(
+        created["metadata"].get("deletionTimestamp").is_none(),
+        "{created}"
+    );
+    assert_eq!(managers(&created), [("maker".to_owned(), "Update".to_owned())]);
+
+    // A PUT that sends another uid and no managedFields keeps the server's, and its manager
+    // (named after the User-Agent when no fieldManager is given: hyper sends none, so
+    // "unknown") owns what it changed.
+    let mut replaced = created.clone();
+    replaced["metadata"]["uid"] = json!("other");
+    replaced["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("managedFields");
+    replaced["data"]["b"] = json!("2");
+    let (code, body) = request(&c, &server, "PUT", &format!("{cms}/cm"), Some(replaced)).await;
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    let updated: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(updated["metadata"]["uid"], created["metadata"]["uid"]);
+    assert_eq!(
+        managers(&updated),
+        [
+            ("maker".to_owned(), "Update".to_owned()),
+            ("unknown".to_owned(), "Update".to_owned())
+        ]
+    );
+    assert_eq!(
+        get(&server, &format!("{cms}/cm")).await["metadata"]["managedFields"],
+        updated["metadata"]["managedFields"]
+    );
+}
