@@ -8,6 +8,7 @@ use std::sync::atomic::AtomicUsize;
 use crate::backend::Backend;
 use crate::config::ServeConfig;
 use crate::metrics::Metrics;
+use crate::openapi::OpenApi;
 use crate::resources::Resource;
 use crate::switch::Switch;
 
@@ -21,4 +22,6 @@ pub(crate) struct AppState {
     pub(crate) shutdown: Switch,
     pub(crate) open_watchers: Arc<AtomicUsize>,
     pub(crate) addr: SocketAddr,
+    /// The OpenAPI documents of the served resources, and their schemas for field validation.
+    pub(crate) openapi: OpenApi,
 }

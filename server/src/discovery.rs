@@ -4,11 +4,14 @@ use serde_json::{Value, json};
 
 use crate::resources::Resource;
 
+/// The Kubernetes version this server speaks, as `/version` and the OpenAPI documents give it.
+pub(crate) const GIT_VERSION: &str = concat!("v1.32.0-watchcache.", env!("CARGO_PKG_VERSION"));
+
 pub(crate) fn version() -> Value {
     json!({
         "major": "1",
         "minor": "32",
-        "gitVersion": concat!("v1.32.0-watchcache.", env!("CARGO_PKG_VERSION")),
+        "gitVersion": GIT_VERSION,
         "gitCommit": "",
         "gitTreeState": "clean",
         "buildDate": "",

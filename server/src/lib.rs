@@ -24,6 +24,8 @@ mod fields;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod metrics;
+mod openapi;
+mod openapi_pb;
 mod params;
 mod patch;
 mod reads;

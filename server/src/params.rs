@@ -149,6 +149,18 @@ impl Params {
     }
 }
 
+/// What a write does with fields its object's schema does not know (`fieldValidation`).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) enum FieldValidation {
+    /// Drop them silently, as decoding into the built-in types drops them.
+    Ignore,
+    /// Drop them and answer with a `Warning` header per field: the apiserver's default.
+    #[default]
+    Warn,
+    /// Refuse the write: 400 naming each field.
+    Strict,
+}
+
 /// What every write verb accepts: `dryRun`, `fieldManager`, `fieldValidation`.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct WriteParams {
@@ -158,6 +170,8 @@ pub(crate) struct WriteParams {
     pub(crate) field_manager: Option<String>,
     /// `force=true`: a server-side apply takes the fields it conflicts on.
     pub(crate) force: bool,
+    /// `fieldValidation`: what to do with fields the schema does not know.
+    pub(crate) field_validation: FieldValidation,
     /// Who an update is recorded as: `fieldManager`, or one named after the User-Agent
     /// ([`WriteParams::with_user_agent`]).
     pub(crate) manager: String,
@@ -206,7 +220,10 @@ impl WriteParams {
                 }
             },
             "fieldValidation" => match v {
-                "" | "Ignore" | "Warn" | "Strict" => {}
+                "" => {}
+                "Ignore" => self.field_validation = FieldValidation::Ignore,
+                "Warn" => self.field_validation = FieldValidation::Warn,
+                "Strict" => self.field_validation = FieldValidation::Strict,
                 other => {
                     return Err(Status::bad_request(format!(
                         "fieldValidation: invalid value {other:?}: must be Ignore, Warn or Strict"
@@ -434,6 +451,7 @@ mod tests {
                 dry_run: true,
                 field_manager: Some("kubectl-client-side-apply".into()),
                 force: false,
+                field_validation: FieldValidation::Strict,
                 manager: String::new(),
             }
         );

@@ -58,6 +58,14 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
             get(|| async { json_response(StatusCode::OK, discovery::apis().to_string()) }),
         )
         .route("/api/v1", get(api_v1))
+        .route("/openapi/v2", get(openapi_v2))
+        .route(
+            "/openapi/v3",
+            get(|State(state): AppStateRef| async move {
+                json_response(StatusCode::OK, state.openapi.v3_index())
+            }),
+        )
+        .route("/openapi/v3/{*path}", get(openapi_v3))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
@@ -89,6 +97,51 @@ async fn api_v1(State(state): AppStateRef) -> Response {
         StatusCode::OK,
         discovery::api_v1(state.resources.values().map(|r| &**r)).to_string(),
     )
+}
+
+/// The media type of `/openapi/v2` in protobuf. client-go asks for
+/// `application/com.github.proto-openapi.spec.v2@v1.0+protobuf`, but Go's media-type parser
+/// refuses the `@` in an answer's Content-Type, so the answer names it with a dot.
+const OPENAPI_V2_PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf";
+
+/// `/openapi/v2`, in JSON or in protobuf (gnostic's message), whichever the Accept header
+/// lists first; 406 when it lists neither.
+async fn openapi_v2(State(state): AppStateRef, headers: HeaderMap) -> Response {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("*/*");
+    for media in accept
+        .split(',')
+        .map(|a| a.split(';').next().unwrap_or_default().trim())
+    {
+        match media {
+            "application/json" | "*/*" | "application/*" => {
+                return json_response(StatusCode::OK, state.openapi.v2());
+            }
+            m if m.starts_with("application/com.github.proto-openapi.spec.v2") => {
+                let mut r = (StatusCode::OK, state.openapi.v2_protobuf()).into_response();
+                r.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static(OPENAPI_V2_PROTOBUF),
+                );
+                return r;
+            }
+            _ => {}
+        }
+    }
+    status_response(&Status::new(
+        406,
+        "NotAcceptable",
+        format!("/openapi/v2 is served as application/json or {OPENAPI_V2_PROTOBUF}"),
+    ))
+}
+
+async fn openapi_v3(State(state): AppStateRef, Path(path): Path<String>) -> Response {
+    match state.openapi.v3(&path) {
+        Some(doc) => json_response(StatusCode::OK, doc),
+        None => status_response(&Status::not_found("", "")),
+    }
 }
 
 /// How long `/readyz` waits for the store to answer.

@@ -21,6 +21,7 @@ use crate::app::AppState;
 use crate::config::ServeConfig;
 use crate::connection::KillableListener;
 use crate::metrics::Metrics;
+use crate::openapi::OpenApi;
 use crate::switch::Switch;
 use crate::{resources, routes, workload};
 
@@ -158,8 +159,10 @@ impl Server {
         let resources = resources::build(&store, &config)?;
         let shutdown = Switch::new();
         let metrics = Arc::new(Metrics::default());
+        let openapi = OpenApi::build(resources.values().map(|r| &**r));
         let state = Arc::new(AppState {
             store: store.clone(),
+            openapi,
             resources,
             metrics,
             config: config.clone(),

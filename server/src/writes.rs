@@ -9,7 +9,7 @@
 
 use std::time::SystemTime;
 
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::Response;
 use bytes::{Bytes, BytesMut};
 use serde_json::{Map, Value};
@@ -20,7 +20,7 @@ use crate::app::AppState;
 use crate::apply;
 use crate::errors;
 use crate::fields::{self, Manager};
-use crate::params::{DeleteParams, WriteParams};
+use crate::params::{DeleteParams, FieldValidation, WriteParams};
 use crate::patch::{Patch, PatchType};
 use crate::response::json_response;
 use crate::target::Target;
@@ -32,6 +32,7 @@ pub(crate) async fn create(
     body: &[u8],
 ) -> Result<Response, Status> {
     let mut object = object_from_body(&addressed(t), body, None)?;
+    let warnings = check_fields(state, t, p, &mut object)?;
     for (path, value) in t.resource.create_defaults {
         set_if_unset(&mut object, path, value);
     }
@@ -49,7 +50,7 @@ pub(crate) async fn create(
     let (raw, version) = encode(t, &object)?;
     if p.dry_run {
         // Validated and answered as it would be stored; nothing is stored.
-        return Ok(json_response(StatusCode::CREATED, raw));
+        return Ok(warn(json_response(StatusCode::CREATED, raw), &warnings));
     }
     let name = version.key().name();
     let revision = state
@@ -57,7 +58,7 @@ pub(crate) async fn create(
         .create(&t.storage_key(name), raw)
         .await
         .map_err(|e| errors::source(&e, &t.resource.info.resource, name))?;
-    written(t, StatusCode::CREATED, &version, revision)
+    written(t, StatusCode::CREATED, &version, revision).map(|r| warn(r, &warnings))
 }
 
 /// Sets what the server owns on a new object: identity, creation time and `managedFields`;
@@ -97,6 +98,7 @@ pub(crate) async fn update(
     body: &[u8],
 ) -> Result<Response, Status> {
     let mut object = object_from_body(&addressed(t), body, Some(name))?;
+    let warnings = check_fields(state, t, p, &mut object)?;
     let resource = &t.resource.info.resource;
     let key = t.storage_key(name);
     let (current, _) = state
@@ -110,14 +112,14 @@ pub(crate) async fn update(
     let expected = take_resource_version(metadata_mut(&mut object)?)?;
     let (raw, version) = prepare_update(t, object, &current, Ownership::Update(&p.manager))?;
     if p.dry_run {
-        return Ok(json_response(StatusCode::OK, raw));
+        return Ok(warn(json_response(StatusCode::OK, raw), &warnings));
     }
     let revision = state
         .store
         .update(&key, raw, expected)
         .await
         .map_err(|e| errors::source(&e, resource, name))?;
-    written(t, StatusCode::OK, &version, revision)
+    written(t, StatusCode::OK, &version, revision).map(|r| warn(r, &warnings))
 }
 
 /// How many times a PATCH reads, patches and writes again after losing a race to another
@@ -159,16 +161,19 @@ pub(crate) async fn patch(
         metadata_mut(&mut current)?.insert("resourceVersion".into(), Value::String(revision.to_string()));
         let patched = patch.apply_to(&t.resource.info.kind, current.clone())?;
         let mut object = object_from_value(&addressed(t), Value::Object(patched), Some(name))?;
+        let warnings = check_fields(state, t, p, &mut object)?;
         let precondition = take_resource_version(metadata_mut(&mut object)?)?;
         if precondition.is_some_and(|r| r != revision) {
             return Err(Status::conflict(resource, name));
         }
         let (raw, version) = prepare_update(t, object, &current, Ownership::Update(&p.manager))?;
         if p.dry_run {
-            return Ok(json_response(StatusCode::OK, raw));
+            return Ok(warn(json_response(StatusCode::OK, raw), &warnings));
         }
         match state.store.update(&key, raw, Some(revision)).await {
-            Ok(revision) => return written(t, StatusCode::OK, &version, revision),
+            Ok(revision) => {
+                return written(t, StatusCode::OK, &version, revision).map(|r| warn(r, &warnings));
+            }
             Err(SourceError::Conflict { .. }) if precondition.is_none() => continue,
             Err(e) => return Err(errors::source(&e, resource, name)),
         }
@@ -197,7 +202,8 @@ async fn apply(
     let resource = &t.resource.info.resource;
     let key = t.storage_key(name);
     // The configuration must name this object; kind and apiVersion default to the resource's.
-    let config = object_from_value(&addressed(t), Value::Object(config), Some(name))?;
+    let mut config = object_from_value(&addressed(t), Value::Object(config), Some(name))?;
+    let warnings = check_fields(state, t, p, &mut config)?;
     for _ in 0..PATCH_ATTEMPTS {
         let stored = state
             .store
@@ -213,10 +219,12 @@ async fn apply(
             prepare_create(t, &mut object, &managers)?;
             let (raw, version) = encode(t, &object)?;
             if p.dry_run {
-                return Ok(json_response(StatusCode::CREATED, raw));
+                return Ok(warn(json_response(StatusCode::CREATED, raw), &warnings));
             }
             match state.store.create(&key, raw).await {
-                Ok(revision) => return written(t, StatusCode::CREATED, &version, revision),
+                Ok(revision) => {
+                    return written(t, StatusCode::CREATED, &version, revision).map(|r| warn(r, &warnings));
+                }
                 Err(SourceError::AlreadyExists(_)) => continue,
                 Err(e) => return Err(errors::source(&e, resource, name)),
             }
@@ -237,15 +245,55 @@ async fn apply(
         }
         let (raw, version) = prepare_update(t, object, &current, Ownership::Recorded)?;
         if p.dry_run {
-            return Ok(json_response(StatusCode::OK, raw));
+            return Ok(warn(json_response(StatusCode::OK, raw), &warnings));
         }
         match state.store.update(&key, raw, Some(revision)).await {
-            Ok(revision) => return written(t, StatusCode::OK, &version, revision),
+            Ok(revision) => {
+                return written(t, StatusCode::OK, &version, revision).map(|r| warn(r, &warnings));
+            }
             Err(SourceError::Conflict { .. }) if precondition.is_none() => continue,
             Err(e) => return Err(errors::source(&e, resource, name)),
         }
     }
     Err(Status::conflict(resource, name))
+}
+
+/// Applies `fieldValidation` to a request's object: the fields its schema does not know are
+/// dropped (as decoding into the built-in types drops them), named in warnings (`Warn`, the
+/// default), or refuse the write with 400 (`Strict`, which kubectl sends).
+fn check_fields(
+    state: &AppState,
+    t: &Target,
+    p: &WriteParams,
+    object: &mut Map<String, Value>,
+) -> Result<Vec<String>, Status> {
+    let info = &t.resource.info;
+    let unknown = state.openapi.prune_unknown(&info.api_version, &info.kind, object);
+    match p.field_validation {
+        FieldValidation::Strict if !unknown.is_empty() => {
+            let fields: Vec<String> = unknown.iter().map(|f| format!("unknown field {f:?}")).collect();
+            Err(Status::bad_request(format!(
+                "strict decoding error: {}",
+                fields.join(", ")
+            )))
+        }
+        FieldValidation::Warn => Ok(unknown
+            .into_iter()
+            .map(|f| format!("unknown field {f:?}"))
+            .collect()),
+        _ => Ok(Vec::new()),
+    }
+}
+
+/// Adds a `Warning: 299 - "…"` header per warning, as the apiserver sends them.
+fn warn(mut response: Response, warnings: &[String]) -> Response {
+    for w in warnings {
+        let text = format!("299 - {:?}", w);
+        if let Ok(v) = HeaderValue::from_str(&text) {
+            response.headers_mut().append(axum::http::header::WARNING, v);
+        }
+    }
+    response
 }
 
 /// A stored value as a JSON object.

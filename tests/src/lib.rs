@@ -202,6 +202,35 @@ pub fn kubectl_builds() -> Vec<PathBuf> {
     out
 }
 
+/// Every kubectl build on the image: /usr/bin/kubectl and each
+/// /usr/lib/google-cloud-sdk/bin/kubectl.1.N, oldest first. For the tests of what changed
+/// most across releases (OpenAPI v2 in protobuf before 1.29, v3 after; apply and edit).
+pub fn kubectl_every_build() -> Vec<PathBuf> {
+    let mut out = kubectl_builds();
+    if out.is_empty() {
+        return out;
+    }
+    let mut versioned: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/google-cloud-sdk/bin")
+        .map(|dir| {
+            dir.filter_map(|e| {
+                let path = e.ok()?.path();
+                let minor = path
+                    .file_name()?
+                    .to_str()?
+                    .strip_prefix("kubectl.1.")?
+                    .parse()
+                    .ok()?;
+                Some((minor, path))
+            })
+            .collect()
+        })
+        .unwrap_or_default();
+    versioned.sort();
+    out.truncate(1);
+    out.extend(versioned.into_iter().map(|(_, p)| p));
+    out
+}
+
 /// Reads a watch body frame by frame (newline-delimited JSON), each read bounded in time.
 pub struct Frames {
     body: hyper::body::Incoming,

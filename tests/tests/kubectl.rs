@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use watchcache_tests::{Backing, Server, http, kubectl_builds, request, start};
+use watchcache_tests::{Backing, Server, config, http, kubectl_builds, kubectl_every_build, request, start};
 
 struct Kubectl<'a> {
     bin: &'a Path,
@@ -42,7 +42,24 @@ impl<'a> Kubectl<'a> {
 
     /// Runs kubectl to completion (bounded) and returns stdout; fails on a non-zero exit.
     async fn run(&self, args: &[&str]) -> String {
+        self.run_with(args, &[]).await
+    }
+
+    /// Runs kubectl expecting it to fail; returns stderr.
+    async fn fails(&self, args: &[&str]) -> String {
         let out = tokio::time::timeout(Duration::from_secs(60), self.command(args).output())
+            .await
+            .unwrap_or_else(|_| panic!("kubectl {args:?} timed out"))
+            .expect("kubectl runs");
+        assert!(!out.status.success(), "{} {args:?} succeeded", self.bin.display());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+
+    /// [`Kubectl::run`] with environment variables set (`EDITOR` for `edit`).
+    async fn run_with(&self, args: &[&str], env: &[(&str, &str)]) -> String {
+        let mut command = self.command(args);
+        command.envs(env.iter().copied());
+        let out = tokio::time::timeout(Duration::from_secs(60), command.output())
             .await
             .unwrap_or_else(|_| panic!("kubectl {args:?} timed out"))
             .expect("kubectl runs");
@@ -309,5 +326,160 @@ async fn watches_creates_and_deletes(etcd: bool) {
     assert_eq!(code, 200);
     let list: Value = serde_json::from_slice(&body).expect("json");
     assert_eq!(list["items"].as_array().map(Vec::len), Some(2));
+    server.shutdown().await.unwrap();
+}
+
+/// The verbs that write through PATCH and validate against the OpenAPI documents, with
+/// validation on, on every build: kubectl before 1.29 reads /openapi/v2 in protobuf, later
+/// ones /openapi/v3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_applies_labels_annotates_patches_edits_and_explains_with_validation_on() {
+    let builds = kubectl_every_build();
+    if builds.is_empty() {
+        return;
+    }
+    let server = start(config(0)).await;
+    let dir = std::env::temp_dir().join(format!(
+        "watchcache-apply-{}-{}",
+        std::process::id(),
+        fastrand_suffix()
+    ));
+    std::fs::create_dir_all(&dir).expect("a temp dir");
+    let file = |name: &str, text: String| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).expect("manifest written");
+        path.to_str().expect("utf-8 path").to_owned()
+    };
+    for (i, bin) in builds.iter().enumerate() {
+        let k = Kubectl::new(bin, &server);
+        let who = bin.display();
+        let ns = format!("build-{i}");
+        let cm = |value: &str| {
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: {ns}\ndata:\n  mode: \"{value}\"\n"
+            )
+        };
+        let out = k.run(&["apply", "-f", &file("cm1.yaml", cm("fast"))]).await;
+        assert!(out.contains("configmap/settings created"), "{who}: {out}");
+        let out = k.run(&["apply", "-f", &file("cm2.yaml", cm("safe"))]).await;
+        assert!(out.contains("configmap/settings configured"), "{who}: {out}");
+        let mode = k
+            .run(&["get", "cm", "settings", "-n", &ns, "-o", "jsonpath={.data.mode}"])
+            .await;
+        assert_eq!(mode, "safe", "{who}");
+
+        // Validation is on: a field no ConfigMap has is refused, naming it.
+        let bad = format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: bad\n  namespace: {ns}\ndataa:\n  a: b\n"
+        );
+        let err = k.fails(&["apply", "-f", &file("bad.yaml", bad)]).await;
+        assert!(err.contains("unknown field \"dataa\""), "{who}: {err}");
+
+        let pod = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  namespace: {ns}\nspec:\n  containers:\n  \
+             - name: app\n    image: nginx:1\n  - name: sidecar\n    image: busybox:1\n"
+        );
+        let out = k.run(&["apply", "-f", &file("pod.yaml", pod)]).await;
+        assert!(out.contains("pod/web created"), "{who}: {out}");
+        let out = k.run(&["label", "pod", "web", "-n", &ns, "tier=front"]).await;
+        assert!(out.contains("pod/web labeled"), "{who}: {out}");
+        let out = k.run(&["annotate", "pod", "web", "-n", &ns, "note=hello"]).await;
+        // (kubectl 1.27 prints "annotate", later builds "annotated".)
+        assert!(out.contains("pod/web annotate"), "{who}: {out}");
+        // Strategic (kubectl's default): the sidecar is merged by name, app is kept.
+        let out = k
+            .run(&[
+                "patch",
+                "pod",
+                "web",
+                "-n",
+                &ns,
+                "-p",
+                r#"{"spec":{"containers":[{"name":"sidecar","image":"busybox:2"}]}}"#,
+            ])
+            .await;
+        assert!(out.contains("pod/web patched"), "{who}: {out}");
+        k.run(&[
+            "patch",
+            "pod",
+            "web",
+            "-n",
+            &ns,
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"labels":{"merged":"yes"}}}"#,
+        ])
+        .await;
+        k.run(&[
+            "patch",
+            "pod",
+            "web",
+            "-n",
+            &ns,
+            "--type=json",
+            "-p",
+            r#"[{"op":"add","path":"/metadata/labels/json","value":"yes"}]"#,
+        ])
+        .await;
+        let out = k
+            .run_with(
+                &["edit", "pod", "web", "-n", &ns],
+                &[("EDITOR", "sed -i s/busybox:2/busybox:3/")],
+            )
+            .await;
+        assert!(out.contains("pod/web edited"), "{who}: {out}");
+
+        let pod: Value = serde_json::from_str(&k.run(&["get", "pod", "web", "-n", &ns, "-o", "json"]).await)
+            .expect("json");
+        let images: Vec<&str> = pod["spec"]["containers"]
+            .as_array()
+            .expect("containers")
+            .iter()
+            .map(|c| c["image"].as_str().unwrap_or_default())
+            .collect();
+        assert_eq!(images, ["nginx:1", "busybox:3"], "{who}: {pod}");
+        assert_eq!(
+            pod["metadata"]["labels"],
+            serde_json::json!({"tier": "front", "merged": "yes", "json": "yes"}),
+            "{who}"
+        );
+        assert_eq!(pod["metadata"]["annotations"]["note"], "hello", "{who}");
+        // What each verb did is recorded under its own manager.
+        let (_, raw) = request(
+            &http(),
+            &server,
+            "GET",
+            &format!("/api/v1/namespaces/{ns}/pods/web"),
+            None,
+        )
+        .await;
+        let raw: Value = serde_json::from_slice(&raw).expect("json");
+        let managers: Vec<&str> = raw["metadata"]["managedFields"]
+            .as_array()
+            .expect("managedFields")
+            .iter()
+            .map(|m| m["manager"].as_str().unwrap_or_default())
+            .collect();
+        for m in [
+            "kubectl-client-side-apply",
+            "kubectl-label",
+            "kubectl-annotate",
+            "kubectl-patch",
+            "kubectl-edit",
+        ] {
+            assert!(managers.contains(&m), "{who}: {m} in {managers:?}");
+        }
+
+        let explained = k.run(&["explain", "pod.spec.containers"]).await;
+        assert!(
+            explained.contains("containers") && explained.contains("DESCRIPTION"),
+            "{who}: {explained}"
+        );
+        assert!(
+            explained.contains("List of containers belonging to the pod"),
+            "{who}: {explained}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
     server.shutdown().await.unwrap();
 }

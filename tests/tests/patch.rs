@@ -1,9 +1,9 @@
 //! PATCH over HTTP: the four patch types with the apiserver's status codes, server-side apply
 //! with field ownership, `managedFields` kept by every write, and the metadata a client may not
-//! set.
+//! set; the OpenAPI documents and the field validation they promise.
 
 use serde_json::{Value, json};
-use watchcache_tests::{Server, config, http, request, request_typed, start};
+use watchcache_tests::{Server, config, http, request, request_full, request_typed, start};
 
 const JSON: &str = "application/json-patch+json";
 const MERGE: &str = "application/merge-patch+json";
@@ -295,4 +295,142 @@ async fn writes_keep_managed_fields_and_ignore_server_owned_metadata() {
         get(&server, &format!("{cms}/cm")).await["metadata"]["managedFields"],
         updated["metadata"]["managedFields"]
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openapi_documents_describe_the_served_kinds_and_field_validation_follows_them() {
+    let server = start(config(0)).await;
+    let c = http();
+    // v3: an index, then a document per group-version with kubectl's extensions.
+    let (code, body) = request(&c, &server, "GET", "/openapi/v3", None).await;
+    assert_eq!(code, 200);
+    let index: Value = serde_json::from_slice(&body).unwrap();
+    let url = index["paths"]["api/v1"]["serverRelativeURL"]
+        .as_str()
+        .expect("api/v1 is listed")
+        .to_owned();
+    assert!(url.starts_with("/openapi/v3/api/v1?hash="), "{url}");
+    let (code, body) = request(&c, &server, "GET", &url, None).await;
+    assert_eq!(code, 200);
+    let v3: Value = serde_json::from_slice(&body).unwrap();
+    let schemas = &v3["components"]["schemas"];
+    assert_eq!(
+        schemas["io.k8s.api.core.v1.Pod"]["x-kubernetes-group-version-kind"],
+        json!([{"group": "", "version": "v1", "kind": "Pod"}])
+    );
+    let containers = &schemas["io.k8s.api.core.v1.PodSpec"]["properties"]["containers"];
+    assert_eq!(containers["x-kubernetes-patch-merge-key"], "name", "{containers}");
+    assert_eq!(containers["x-kubernetes-patch-strategy"], "merge");
+    let patch_op = &v3["paths"]["/api/v1/namespaces/{namespace}/pods/{name}"]["patch"];
+    assert_eq!(patch_op["x-kubernetes-group-version-kind"]["kind"], "Pod");
+    assert!(
+        patch_op["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == "fieldValidation"),
+        "kubectl leaves validation to the server only if PATCH declares fieldValidation"
+    );
+    for kind in ["ConfigMap", "Secret", "Namespace", "Node"] {
+        assert!(
+            schemas[format!("io.k8s.api.core.v1.{kind}")].is_object(),
+            "{kind}"
+        );
+    }
+    let (code, _) = request(&c, &server, "GET", "/openapi/v3/apis/nothing/v9", None).await;
+    assert_eq!(code, 404);
+
+    // v2: JSON when asked for JSON, protobuf when asked for it (as client-go asks), 406 else.
+    let openapi_v2 = |accept: &'static str| {
+        let c = c.clone();
+        let addr = server.addr();
+        async move {
+            let req = http::Request::builder()
+                .uri(format!("http://{addr}/openapi/v2"))
+                .header("accept", accept)
+                .body(http_body_util::Full::new(bytes::Bytes::new()))
+                .unwrap();
+            let resp = c.request(req).await.unwrap();
+            let code = resp.status().as_u16();
+            let ct = resp
+                .headers()
+                .get("content-type")
+                .map(|v| v.to_str().unwrap().to_owned());
+            let body = http_body_util::BodyExt::collect(resp.into_body())
+                .await
+                .unwrap()
+                .to_bytes();
+            (code, ct, body)
+        }
+    };
+    let (code, _, body) = openapi_v2("application/json").await;
+    assert_eq!(code, 200);
+    let v2: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v2["swagger"], "2.0");
+    assert_eq!(
+        v2["definitions"]["io.k8s.api.core.v1.ConfigMap"]["x-kubernetes-group-version-kind"][0]["kind"],
+        "ConfigMap"
+    );
+    let (code, ct, body) = openapi_v2("application/com.github.proto-openapi.spec.v2@v1.0+protobuf").await;
+    assert_eq!(code, 200);
+    assert!(ct.unwrap().contains("protobuf"));
+    // Field 1 (swagger) is the first thing in the message: tag 0x0a, length 3, "2.0".
+    assert_eq!(&body[..5], b"\x0a\x032.0");
+    let (code, _, _) = openapi_v2("text/html").await;
+    assert_eq!(code, 406);
+
+    // fieldValidation: Strict refuses unknown fields by name; Warn (the default) and Ignore
+    // drop them, Warn with a Warning header per field.
+    let cms = "/api/v1/namespaces/ns-1/configmaps";
+    let with_unknown =
+        |name: &str| json!({"metadata": {"name": name, "bogus": 1}, "data": {"a": "1"}, "dataa": {"x": "y"}});
+    let (code, body) = request(
+        &c,
+        &server,
+        "POST",
+        &format!("{cms}?fieldValidation=Strict"),
+        Some(with_unknown("s")),
+    )
+    .await;
+    assert_eq!(code, 400);
+    let s: Value = serde_json::from_slice(&body).unwrap();
+    let message = s["message"].as_str().unwrap();
+    assert!(
+        message.contains("unknown field \"dataa\"") && message.contains("unknown field \"metadata.bogus\""),
+        "{message}"
+    );
+    let (code, headers, body) = request_full(&c, &server, "POST", cms, Some(with_unknown("w"))).await;
+    assert_eq!(code, 201);
+    let warnings: Vec<&str> = headers
+        .get_all("warning")
+        .iter()
+        .map(|v| v.to_str().unwrap())
+        .collect();
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(warnings[0].starts_with("299 - "), "{warnings:?}");
+    let stored: Value = serde_json::from_slice(&body).unwrap();
+    assert!(
+        stored.get("dataa").is_none() && stored["metadata"].get("bogus").is_none(),
+        "{stored}"
+    );
+    let (code, headers, _) = request_full(
+        &c,
+        &server,
+        "POST",
+        &format!("{cms}?fieldValidation=Ignore"),
+        Some(with_unknown("i")),
+    )
+    .await;
+    assert_eq!(code, 201);
+    assert!(headers.get("warning").is_none());
+    assert!(get(&server, &format!("{cms}/i")).await.get("dataa").is_none());
+    // Strict applies to a patch's result too.
+    let (code, _) = patch(
+        &server,
+        &format!("{cms}/i?fieldValidation=Strict"),
+        MERGE,
+        json!({"dataa": {}}),
+    )
+    .await;
+    assert_eq!(code, 400);
 }
