@@ -35,6 +35,7 @@ mod routes;
 mod server;
 mod strategic;
 mod switch;
+mod table;
 mod target;
 mod watch_body;
 pub mod workload;

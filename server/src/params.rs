@@ -9,6 +9,8 @@ use serde_json::Value;
 use watchcache_core::{Filter, ListOptions, ResourceVersionMatch, Revision, WatchOptions};
 use watchcache_encoders::Status;
 
+use crate::table::IncludeObject;
+
 /// A request's parameters.
 #[derive(Debug, Default)]
 pub(crate) struct Params {
@@ -22,6 +24,8 @@ pub(crate) struct Params {
     pub(crate) timeout: Option<Duration>,
     pub(crate) allow_bookmarks: bool,
     pub(crate) send_initial_events: Option<bool>,
+    /// What each row of a Table carries (`includeObject`).
+    pub(crate) include_object: IncludeObject,
 }
 
 fn parse_bool(name: &str, v: &str) -> Result<bool, Status> {
@@ -88,6 +92,7 @@ impl Params {
                 "timeout" => {} // a client-side deadline (kubectl's ?timeout=32s); nothing to do here
                 "allowWatchBookmarks" => p.allow_bookmarks = parse_bool("allowWatchBookmarks", &v)?,
                 "sendInitialEvents" => p.send_initial_events = Some(parse_bool("sendInitialEvents", &v)?),
+                "includeObject" => p.include_object = IncludeObject::parse(&v)?,
                 _ => {} // unknown parameters are ignored, as the apiserver does
             }
         }

@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use bytes::BytesMut;
 use futures_util::StreamExt;
-use watchcache_core::{CacheError, WireFormat};
+use watchcache_core::{CacheError, ObjectVersion, WireFormat};
 use watchcache_encoders::{Status, StreamingList};
 
 use crate::app::AppState;
@@ -19,15 +19,49 @@ use crate::errors;
 use crate::metrics;
 use crate::params::Params;
 use crate::response::json_response;
+use crate::table::{TableFrames, TableRequest};
 use crate::target::Target;
 use crate::watch_body::{WatchBody, WatchCounters, WatcherGuard};
 
-pub(crate) async fn list(state: &AppState, t: &Target, p: &Params) -> Result<Response, Status> {
+pub(crate) async fn list(
+    state: &AppState,
+    t: &Target,
+    p: &Params,
+    table: Option<TableRequest>,
+) -> Result<Response, Status> {
     let r = &t.resource;
     let opts = p.list_options(t.namespace.as_deref())?;
     let result = r.cache.list(&opts).await.map_err(|e| errors::cache(&e))?;
     let labels = metrics::resource(&r.info.resource);
     state.metrics.list_requests.get_or_create(&labels).inc();
+    if let Some(table) = table {
+        // A Table is computed row by row from each object: it is built whole, not streamed
+        // (kubectl asks for pages of 500).
+        let mut meta = serde_json::json!({"resourceVersion": result.revision.to_string()});
+        if let Some(token) = &result.continue_token {
+            meta["continue"] = token.clone().into();
+        }
+        if let Some(n) = result.remaining_item_count {
+            meta["remainingItemCount"] = n.into();
+        }
+        let now = std::time::SystemTime::now();
+        let mut rows = Vec::with_capacity(result.items.len());
+        for object in result.items {
+            rows.push(crate::table::row(
+                table,
+                &r.info.kind,
+                &object_json(t, &object)?,
+                now,
+            ));
+        }
+        let body = crate::table::table(table, &r.info.kind, rows, meta, true).to_string();
+        state
+            .metrics
+            .list_bytes
+            .get_or_create(&labels)
+            .inc_by(body.len() as u64);
+        return Ok(table_response(table, body));
+    }
     let bytes_counter = state.metrics.list_bytes.get_or_create(&labels).clone();
     let body = StreamingList::of(&r.info, result, r.codec.clone()).map(move |chunk| {
         let chunk = chunk.map_err(std::io::Error::other)?;
@@ -37,7 +71,30 @@ pub(crate) async fn list(state: &AppState, t: &Target, p: &Params) -> Result<Res
     Ok(json_response(StatusCode::OK, Body::from_stream(body)))
 }
 
-pub(crate) async fn get(t: &Target, name: &str, p: &Params) -> Result<Response, Status> {
+/// An object's JSON, parsed.
+fn object_json(t: &Target, object: &ObjectVersion) -> Result<serde_json::Value, Status> {
+    let json = object
+        .encoding(WireFormat::Json, &*t.resource.codec)
+        .map_err(|e| errors::codec(&e))?;
+    serde_json::from_slice(json.bytes())
+        .map_err(|e| Status::internal(format!("a stored object is not JSON: {e}")))
+}
+
+fn table_response(table: TableRequest, body: String) -> Response {
+    let mut response = json_response(StatusCode::OK, body);
+    response.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static(table.version.content_type()),
+    );
+    response
+}
+
+pub(crate) async fn get(
+    t: &Target,
+    name: &str,
+    p: &Params,
+    table: Option<TableRequest>,
+) -> Result<Response, Status> {
     let r = &t.resource;
     let (object, _) = r
         .cache
@@ -45,6 +102,17 @@ pub(crate) async fn get(t: &Target, name: &str, p: &Params) -> Result<Response, 
         .await
         .map_err(|e| errors::cache(&e))?;
     let object = object.ok_or_else(|| Status::not_found(&r.info.resource, name))?;
+    if let Some(table) = table {
+        let row = crate::table::row(
+            table,
+            &r.info.kind,
+            &object_json(t, &object)?,
+            std::time::SystemTime::now(),
+        );
+        let meta = serde_json::json!({"resourceVersion": object.revision().to_string()});
+        let body = crate::table::table(table, &r.info.kind, vec![row], meta, true).to_string();
+        return Ok(table_response(table, body));
+    }
     let json = object
         .encoding(WireFormat::Json, &*r.codec)
         .map_err(|e| errors::codec(&e))?;
@@ -56,6 +124,7 @@ pub(crate) async fn watch(
     conn: &Connection,
     t: &Target,
     p: &Params,
+    table: Option<TableRequest>,
 ) -> Result<Response, Status> {
     let r = &t.resource;
     let opts = p.watch_options(t.namespace.as_deref())?;
@@ -113,6 +182,23 @@ pub(crate) async fn watch(
         counters: WatchCounters::new(&state.metrics, resource),
         pending,
         guard: Some(guard),
+        scratch: BytesMut::new(),
+        table: table.map(|request| TableFrames {
+            request,
+            kind: r.info.kind.clone(),
+            headers_sent: false,
+        }),
     };
-    Ok(json_response(StatusCode::OK, Body::from_stream(body)))
+    let response = json_response(StatusCode::OK, Body::from_stream(body));
+    Ok(match table {
+        Some(table) => {
+            let mut response = response;
+            response.headers_mut().insert(
+                axum::http::header::CONTENT_TYPE,
+                axum::http::HeaderValue::from_static(table.version.content_type()),
+            );
+            response
+        }
+        None => response,
+    })
 }

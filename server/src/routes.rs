@@ -25,6 +25,7 @@ use crate::params::{DeleteParams, Params, WriteParams};
 use crate::patch::PatchType;
 use crate::reads;
 use crate::response::{json_response, status_response};
+use crate::table::{self, TableRequest};
 use crate::target::Target;
 use crate::writes;
 
@@ -268,12 +269,23 @@ async fn resource_request(
     let write_params = || WriteParams::parse(query.as_deref()).map(|p| p.with_user_agent(user_agent));
     let result = match Target::resolve(&state, &resource, ns, name) {
         Ok(t) => match (method, t.name.as_deref()) {
-            (Method::GET, name) => match (Params::parse(query.as_deref()), name) {
-                (Ok(p), None) if p.watch => reads::watch(&state, &conn, &t, &p).await,
-                (Ok(p), None) => reads::list(&state, &t, &p).await,
-                (Ok(p), Some(name)) => reads::get(&t, name, &p).await,
-                (Err(s), _) => Err(s),
-            },
+            (Method::GET, name) => {
+                let table = table::negotiate(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
+                match Params::parse(query.as_deref()) {
+                    Ok(p) => {
+                        let table = table.map(|version| TableRequest {
+                            version,
+                            include: p.include_object,
+                        });
+                        match name {
+                            None if p.watch => reads::watch(&state, &conn, &t, &p, table).await,
+                            None => reads::list(&state, &t, &p, table).await,
+                            Some(name) => reads::get(&t, name, &p, table).await,
+                        }
+                    }
+                    Err(s) => Err(s),
+                }
+            }
             (Method::POST, None) => match write_params() {
                 Ok(p) => writes::create(&state, &t, &p, &body).await,
                 Err(s) => Err(s),

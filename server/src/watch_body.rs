@@ -24,6 +24,7 @@ use watchcache_encoders::FrameEncoder;
 use crate::errors;
 use crate::metrics::{self, Metrics};
 use crate::switch::Signal;
+use crate::table::TableFrames;
 
 /// How much one poll copies before handing the chunk to hyper.
 const FLUSH_BYTES: usize = 64 * 1024;
@@ -48,6 +49,10 @@ pub(crate) struct WatchBody {
     /// Empty, allocating nothing, until the first frame.
     pub(crate) buf: BytesMut,
     pub(crate) guard: Option<WatcherGuard>,
+    /// Frames as Tables, when the client asked for them (`kubectl get -w`).
+    pub(crate) table: Option<TableFrames>,
+    /// Where an object's JSON is put on its way into a Table row.
+    pub(crate) scratch: BytesMut,
 }
 
 /// The counters a watch body bumps.
@@ -130,9 +135,24 @@ impl Stream for WatchBody {
         let (mut events, mut bookmarks) = (0u64, 0u64);
         while buf.len() < FLUSH_BYTES {
             let frames = &this.frames;
+            let table = &mut this.table;
+            let scratch = &mut this.scratch;
             let polled = watch.poll_next_with(cx, |d| {
                 let is_bookmark = d.kind == EventKind::Bookmark;
-                frames.write(&d, buf).map(|()| is_bookmark)
+                match table {
+                    None => frames.write(&d, buf).map(|()| is_bookmark),
+                    Some(table) => {
+                        scratch.clear();
+                        if let Some(object) = d.object {
+                            frames.write_object(object, d.revision, scratch)?;
+                        }
+                        let object = d.object.is_some().then_some(&scratch[..]);
+                        if let Err(status) = table.write(d.kind, d.revision, object, buf) {
+                            frames.write_error(&status, buf);
+                        }
+                        Ok(is_bookmark)
+                    }
+                }
             });
             match polled {
                 Poll::Ready(Some(Ok(Ok(bookmark)))) => {

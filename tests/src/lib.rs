@@ -246,8 +246,14 @@ impl Frames {
 
     /// Opens a watch whatever the status, returning it with the frames.
     pub async fn open_any(server: &Server, path: &str) -> (u16, Frames) {
+        Frames::open_accepting(server, path, "application/json").await
+    }
+
+    /// Opens a watch with an Accept header (a Table watch, as kubectl asks for one).
+    pub async fn open_accepting(server: &Server, path: &str, accept: &str) -> (u16, Frames) {
         let uri = format!("http://{}{path}", server.addr());
         let req = http::Request::get(uri)
+            .header("accept", accept)
             .body(http_body_util::Full::new(Bytes::new()))
             .unwrap();
         let resp = http().request(req).await.expect("watch opens");

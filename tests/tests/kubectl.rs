@@ -329,11 +329,11 @@ async fn watches_creates_and_deletes(etcd: bool) {
     server.shutdown().await.unwrap();
 }
 
-/// The verbs that write through PATCH and validate against the OpenAPI documents, with
-/// validation on, on every build: kubectl before 1.29 reads /openapi/v2 in protobuf, later
-/// ones /openapi/v3.
+/// The verbs that write through PATCH and validate against the OpenAPI documents (with
+/// validation on), and the server-side Table, on every build: kubectl before 1.29 reads
+/// /openapi/v2 in protobuf, later ones /openapi/v3.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_applies_labels_annotates_patches_edits_and_explains_with_validation_on() {
+async fn kubectl_applies_patches_edits_explains_and_prints_tables_on_every_build() {
     let builds = kubectl_every_build();
     if builds.is_empty() {
         return;
@@ -469,6 +469,61 @@ async fn kubectl_applies_labels_annotates_patches_edits_and_explains_with_valida
         ] {
             assert!(managers.contains(&m), "{who}: {m} in {managers:?}");
         }
+
+        // The server's Table: the apiserver's pod columns, -o wide adds four.
+        let table = k.run(&["get", "pods", "-n", &ns]).await;
+        let header: Vec<&str> = table
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .collect();
+        assert_eq!(
+            header,
+            ["NAME", "READY", "STATUS", "RESTARTS", "AGE"],
+            "{who}: {table}"
+        );
+        let row: Vec<&str> = table
+            .lines()
+            .nth(1)
+            .unwrap_or_default()
+            .split_whitespace()
+            .collect();
+        assert_eq!(row[..4], ["web", "0/2", "Pending", "0"], "{who}: {table}");
+        let wide = k.run(&["get", "pods", "-n", &ns, "-o", "wide"]).await;
+        let header = wide.lines().next().unwrap_or_default();
+        assert!(
+            header.contains("IP")
+                && header.contains("NODE")
+                && header.contains("NOMINATED NODE")
+                && header.contains("READINESS GATES"),
+            "{who}: {wide}"
+        );
+        let data = k.run(&["get", "cm", "-n", &ns]).await;
+        assert!(
+            data.starts_with("NAME") && data.contains("DATA") && data.contains("settings"),
+            "{who}: {data}"
+        );
+        // get -w: a row for the pod as it is, then one for each change.
+        let mut child = k
+            .command(&["get", "pods", "-n", &ns, "-w"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("kubectl starts");
+        let mut out = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let mut next = async || {
+            tokio::time::timeout(Duration::from_secs(30), out.next_line())
+                .await
+                .expect("a line in time")
+                .expect("stdout")
+                .expect("a line")
+        };
+        assert!(next().await.starts_with("NAME"), "{who}");
+        assert!(next().await.starts_with("web "), "{who}");
+        k.run(&["label", "pod", "web", "-n", &ns, "watched=yes"]).await;
+        assert!(next().await.starts_with("web "), "{who}: the change is a row");
+        child.kill().await.ok();
 
         let explained = k.run(&["explain", "pod.spec.containers"]).await;
         assert!(

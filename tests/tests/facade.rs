@@ -1,6 +1,7 @@
-//! PATCH over HTTP: the four patch types with the apiserver's status codes, server-side apply
-//! with field ownership, `managedFields` kept by every write, and the metadata a client may not
-//! set; the OpenAPI documents and the field validation they promise.
+//! The facade beyond LIST and WATCH, over HTTP: PATCH of the four types with the apiserver's
+//! status codes, server-side apply with field ownership, `managedFields` kept by every write,
+//! the metadata a client may not set, the OpenAPI documents and the field validation they
+//! promise, and Table output.
 
 use serde_json::{Value, json};
 use watchcache_tests::{Server, config, http, request, request_full, request_typed, start};
@@ -433,4 +434,134 @@ async fn openapi_documents_describe_the_served_kinds_and_field_validation_follow
     )
     .await;
     assert_eq!(code, 400);
+}
+
+const TABLE_ACCEPT: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
+
+async fn get_accept(server: &Server, path: &str, accept: &str) -> (u16, Option<String>, Value) {
+    let req = http::Request::builder()
+        .uri(format!("http://{}{path}", server.addr()))
+        .header("accept", accept)
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap();
+    let resp = http().request(req).await.unwrap();
+    let code = resp.status().as_u16();
+    let ct = resp
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let body = http_body_util::BodyExt::collect(resp.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    (code, ct, serde_json::from_slice(&body).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tables_carry_the_apiservers_columns_for_lists_gets_and_watches() {
+    let server = start(config(0)).await;
+    let c = http();
+    let pods = "/api/v1/namespaces/ns-1/pods";
+    let pod = json!({"metadata": {"name": "p"}, "spec": {"nodeName": "n1", "containers": [{"name": "a"}, {"name": "b"}]},
+        "status": {"phase": "Running", "podIP": "10.0.0.9", "containerStatuses": [
+            {"name": "a", "ready": true, "restartCount": 1, "state": {"running": {}}},
+            {"name": "b", "ready": false, "restartCount": 0, "state": {"waiting": {"reason": "ImagePullBackOff"}}}]}});
+    let (code, _) = request(&c, &server, "POST", pods, Some(pod)).await;
+    assert_eq!(code, 201);
+
+    let (code, ct, table) = get_accept(&server, &format!("{pods}?limit=500"), TABLE_ACCEPT).await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        ct.as_deref(),
+        Some("application/json;as=Table;v=v1;g=meta.k8s.io")
+    );
+    assert_eq!(
+        (table["kind"].as_str(), table["apiVersion"].as_str()),
+        (Some("Table"), Some("meta.k8s.io/v1"))
+    );
+    let columns: Vec<(&str, u64)> = table["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["name"].as_str().unwrap(), c["priority"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        columns,
+        [
+            ("Name", 0),
+            ("Ready", 0),
+            ("Status", 0),
+            ("Restarts", 0),
+            ("Age", 0),
+            ("IP", 1),
+            ("Node", 1),
+            ("Nominated Node", 1),
+            ("Readiness Gates", 1)
+        ]
+    );
+    let row = &table["rows"][0];
+    assert_eq!(
+        row["cells"].as_array().unwrap()[..4],
+        [json!("p"), json!("1/2"), json!("ImagePullBackOff"), json!("1")]
+    );
+    assert_eq!(
+        row["cells"].as_array().unwrap()[5..7],
+        [json!("10.0.0.9"), json!("n1")]
+    );
+    assert_eq!(row["object"]["kind"], "PartialObjectMetadata");
+    assert_eq!(row["object"]["metadata"]["namespace"], "ns-1");
+    assert!(table["metadata"]["resourceVersion"].is_string());
+    // includeObject=Object carries the whole object; None, nothing.
+    let (_, _, full) = get_accept(&server, &format!("{pods}?includeObject=Object"), TABLE_ACCEPT).await;
+    assert_eq!(full["rows"][0]["object"]["kind"], "Pod");
+    let (_, _, bare) = get_accept(&server, &format!("{pods}?includeObject=None"), TABLE_ACCEPT).await;
+    assert!(bare["rows"][0].get("object").is_none());
+    let (code, _, _) = get_accept(&server, &format!("{pods}?includeObject=All"), TABLE_ACCEPT).await;
+    assert_eq!(code, 400);
+    // A GET is a Table of one row; a client that did not ask gets the object.
+    let (_, _, one) = get_accept(&server, &format!("{pods}/p"), TABLE_ACCEPT).await;
+    assert_eq!(one["rows"].as_array().unwrap().len(), 1);
+    let (_, _, plain) = get_accept(&server, &format!("{pods}/p"), "application/json").await;
+    assert_eq!(plain["kind"], "Pod");
+    // Other kinds have their own columns.
+    let (code, _) = request(
+        &c,
+        &server,
+        "POST",
+        "/api/v1/namespaces/ns-1/secrets",
+        Some(json!({"metadata": {"name": "s"}, "data": {"k": "dg=="}})),
+    )
+    .await;
+    assert_eq!(code, 201);
+    let (_, _, secrets) = get_accept(&server, "/api/v1/namespaces/ns-1/secrets", TABLE_ACCEPT).await;
+    assert_eq!(
+        secrets["rows"][0]["cells"].as_array().unwrap()[..3],
+        [json!("s"), json!("Opaque"), json!(1)]
+    );
+
+    // A watch: each event is a Table of one row, column definitions on the first only.
+    let (code, mut frames) = watchcache_tests::Frames::open_accepting(
+        &server,
+        &format!("{pods}?watch=true&resourceVersion=0"),
+        TABLE_ACCEPT,
+    )
+    .await;
+    assert_eq!(code, 200);
+    let first = frames.next().await.expect("the initial event");
+    assert_eq!(first["type"], "ADDED");
+    assert_eq!(first["object"]["kind"], "Table");
+    assert!(first["object"]["columnDefinitions"].is_array());
+    assert_eq!(first["object"]["rows"][0]["cells"][0], "p");
+    let (code, _) = patch(
+        &server,
+        &format!("{pods}/p"),
+        MERGE,
+        json!({"status": {"phase": "Failed"}}),
+    )
+    .await;
+    assert_eq!(code, 200);
+    let next = frames.next().await.expect("the change");
+    assert_eq!(next["type"], "MODIFIED");
+    assert!(next["object"].get("columnDefinitions").is_none());
+    assert_eq!(next["object"]["rows"].as_array().unwrap().len(), 1);
 }
