@@ -22,6 +22,9 @@ pub struct Resource {
     /// Fields the apiserver sets on create when the object leaves them unset (its
     /// `PrepareForCreate` and defaulting), stored with the object: `(dotted path, value)`.
     pub create_defaults: &'static [(&'static str, &'static str)],
+    /// Whether `metadata.generation` is kept: 1 on create, one more at each change of `spec`
+    /// (pods; the other kinds served have no spec or, like nodes, do not count).
+    pub generation: bool,
     /// The storage key prefix, `/registry/pods/`.
     pub prefix: String,
     /// Decodes source values.
@@ -164,6 +167,7 @@ pub fn build(
                 short_names: spec.short_names,
                 namespaced: spec.namespaced,
                 create_defaults: spec.create_defaults,
+                generation: spec.name == "pods",
                 prefix,
                 codec,
                 frames,

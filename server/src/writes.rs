@@ -70,6 +70,9 @@ fn prepare_create(t: &Target, object: &mut Map<String, Value>, managers: &[Manag
     }
     meta.insert("uid".into(), Value::String(uuid::Uuid::new_v4().to_string()));
     meta.insert("creationTimestamp".into(), Value::String(now()));
+    if t.resource.generation {
+        meta.insert("generation".into(), Value::from(1));
+    }
     fields::set_managers(object, managers, &t.resource.info.api_version);
     Ok(())
 }
@@ -77,6 +80,7 @@ fn prepare_create(t: &Target, object: &mut Map<String, Value>, managers: &[Manag
 /// Metadata the server sets; a client's values are ignored.
 const SERVER_OWNED: &[&str] = &[
     "resourceVersion",
+    "generation",
     "uid",
     "creationTimestamp",
     "managedFields",
@@ -110,13 +114,12 @@ pub(crate) async fn update(
     let current = parse_stored(&current)?;
     // Optimistic concurrency on metadata.resourceVersion, when the client sends one.
     let expected = take_resource_version(metadata_mut(&mut object)?)?;
-    let (raw, version) = prepare_update(t, object, &current, Ownership::Update(&p.manager))?;
+    let prepared = prepare_update(t, object, &current, Ownership::Update(&p.manager))?;
     if p.dry_run {
-        return Ok(warn(json_response(StatusCode::OK, raw), &warnings));
+        return Ok(warn(json_response(StatusCode::OK, prepared.raw), &warnings));
     }
-    let revision = state
-        .store
-        .update(&key, raw, expected)
+    let (revision, version) = prepared
+        .commit(state, &key, expected)
         .await
         .map_err(|e| errors::source(&e, resource, name))?;
     written(t, StatusCode::OK, &version, revision).map(|r| warn(r, &warnings))
@@ -166,12 +169,12 @@ pub(crate) async fn patch(
         if precondition.is_some_and(|r| r != revision) {
             return Err(Status::conflict(resource, name));
         }
-        let (raw, version) = prepare_update(t, object, &current, Ownership::Update(&p.manager))?;
+        let prepared = prepare_update(t, object, &current, Ownership::Update(&p.manager))?;
         if p.dry_run {
-            return Ok(warn(json_response(StatusCode::OK, raw), &warnings));
+            return Ok(warn(json_response(StatusCode::OK, prepared.raw), &warnings));
         }
-        match state.store.update(&key, raw, Some(revision)).await {
-            Ok(revision) => {
+        match prepared.commit(state, &key, Some(revision)).await {
+            Ok((revision, version)) => {
                 return written(t, StatusCode::OK, &version, revision).map(|r| warn(r, &warnings));
             }
             Err(SourceError::Conflict { .. }) if precondition.is_none() => continue,
@@ -243,12 +246,12 @@ async fn apply(
         if precondition.is_some_and(|r| r != revision) {
             return Err(Status::conflict(resource, name));
         }
-        let (raw, version) = prepare_update(t, object, &current, Ownership::Recorded)?;
+        let prepared = prepare_update(t, object, &current, Ownership::Recorded)?;
         if p.dry_run {
-            return Ok(warn(json_response(StatusCode::OK, raw), &warnings));
+            return Ok(warn(json_response(StatusCode::OK, prepared.raw), &warnings));
         }
-        match state.store.update(&key, raw, Some(revision)).await {
-            Ok(revision) => {
+        match prepared.commit(state, &key, Some(revision)).await {
+            Ok((revision, version)) => {
                 return written(t, StatusCode::OK, &version, revision).map(|r| warn(r, &warnings));
             }
             Err(SourceError::Conflict { .. }) if precondition.is_none() => continue,
@@ -336,7 +339,7 @@ fn prepare_update(
     mut object: Map<String, Value>,
     current: &Map<String, Value>,
     ownership: Ownership<'_>,
-) -> Result<(Bytes, ObjectVersion), Status> {
+) -> Result<Prepared, Status> {
     let kind = &t.resource.info.kind;
     let managers = match ownership {
         Ownership::Update(manager) => {
@@ -359,10 +362,69 @@ fn prepare_update(
         }
     }
     meta.remove("resourceVersion");
+    // generation moves when the spec does, for the kinds that keep one.
+    if t.resource.generation && object.get("spec") != current.get("spec") {
+        bump_generation(&mut object)?;
+    }
     if let Some(managers) = managers {
         fields::set_managers(&mut object, &managers, &t.resource.info.api_version);
     }
-    encode(t, &object)
+    // An object being deleted goes when its last finalizer does.
+    let finalized = is_deleting(&object) && finalizers(&object).is_empty();
+    let (raw, version) = encode(t, &object)?;
+    Ok(Prepared {
+        raw,
+        version,
+        finalized,
+    })
+}
+
+/// An update ready to store.
+struct Prepared {
+    raw: Bytes,
+    version: ObjectVersion,
+    /// The object is being deleted and has no finalizer left: the update deletes it.
+    finalized: bool,
+}
+
+impl Prepared {
+    /// Stores the update, or, for an object whose last finalizer it removed, deletes it; on
+    /// the condition that the stored object is still at `expected`, if given.
+    async fn commit(
+        self,
+        state: &AppState,
+        key: &str,
+        expected: Option<Revision>,
+    ) -> Result<(Revision, ObjectVersion), SourceError> {
+        let revision = if self.finalized {
+            state.store.delete(key, expected).await?.0
+        } else {
+            state.store.update(key, self.raw, expected).await?
+        };
+        Ok((revision, self.version))
+    }
+}
+
+fn is_deleting(object: &Map<String, Value>) -> bool {
+    object
+        .get("metadata")
+        .and_then(|m| m.get("deletionTimestamp"))
+        .is_some_and(|d| !d.is_null())
+}
+
+fn finalizers(object: &Map<String, Value>) -> &[Value] {
+    object
+        .get("metadata")
+        .and_then(|m| m.get("finalizers"))
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
+}
+
+fn bump_generation(object: &mut Map<String, Value>) -> Result<(), Status> {
+    let meta = metadata_mut(object)?;
+    let generation = meta.get("generation").and_then(Value::as_i64).unwrap_or(0);
+    meta.insert("generation".into(), Value::from(generation + 1));
+    Ok(())
 }
 
 pub(crate) async fn delete(
@@ -382,6 +444,32 @@ pub(crate) async fn delete(
             .map_err(|e| errors::source(&e, resource, name))?
             .ok_or_else(|| Status::not_found(resource, name))?;
         check_preconditions(t, name, p, &current, revision)?;
+        let mut object = parse_stored(&current)?;
+        if !finalizers(&object).is_empty() {
+            // Finalizers hold the object: it is marked for deletion, and goes when the last
+            // one is removed. Marked already, it is answered as it is.
+            if is_deleting(&object) {
+                return answer_with(t, &current, revision);
+            }
+            let meta = metadata_mut(&mut object)?;
+            meta.insert("deletionTimestamp".into(), Value::String(now()));
+            meta.insert(
+                "deletionGracePeriodSeconds".into(),
+                Value::from(p.grace_period_seconds.unwrap_or(0)),
+            );
+            if t.resource.generation {
+                bump_generation(&mut object)?;
+            }
+            let (raw, version) = encode(t, &object)?;
+            if p.write.dry_run {
+                return Ok(json_response(StatusCode::OK, raw));
+            }
+            match state.store.update(&key, raw, Some(revision)).await {
+                Ok(revision) => return written(t, StatusCode::OK, &version, revision),
+                Err(SourceError::Conflict { .. }) => continue,
+                Err(e) => return Err(errors::source(&e, resource, name)),
+            }
+        }
         if p.write.dry_run {
             return answer_with(t, &current, revision);
         }

@@ -565,3 +565,99 @@ async fn tables_carry_the_apiservers_columns_for_lists_gets_and_watches() {
     assert!(next["object"].get("columnDefinitions").is_none());
     assert_eq!(next["object"]["rows"].as_array().unwrap().len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generation_follows_the_spec_and_finalizers_hold_a_deleted_object_until_removed() {
+    let server = start(config(0)).await;
+    let c = http();
+    let pods = "/api/v1/namespaces/ns-0/pods";
+    let pod = json!({"metadata": {"name": "g", "generation": 7}, "spec": {"containers": [{"name": "a", "image": "a:1"}]}});
+    let (code, body) = request(&c, &server, "POST", pods, Some(pod)).await;
+    assert_eq!(code, 201);
+    let created: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        created["metadata"]["generation"], 1,
+        "the client's generation is ignored"
+    );
+    let (_, out) = patch(
+        &server,
+        &format!("{pods}/g"),
+        MERGE,
+        json!({"metadata": {"labels": {"x": "y"}}}),
+    )
+    .await;
+    assert_eq!(out["metadata"]["generation"], 1, "metadata is not spec");
+    let (_, out) = patch(
+        &server,
+        &format!("{pods}/g"),
+        STRATEGIC,
+        json!({"spec": {"containers": [{"name": "a", "image": "a:2"}]}}),
+    )
+    .await;
+    assert_eq!(out["metadata"]["generation"], 2, "a spec change");
+    let (_, body) = request(
+        &c,
+        &server,
+        "POST",
+        "/api/v1/namespaces/ns-0/configmaps",
+        Some(json!({"metadata": {"name": "nogen"}})),
+    )
+    .await;
+    let cm: Value = serde_json::from_slice(&body).unwrap();
+    assert!(
+        cm["metadata"].get("generation").is_none(),
+        "ConfigMaps keep no generation: {cm}"
+    );
+
+    // A finalizer holds a deleted object: marked, still readable, then gone with the finalizer.
+    let cms = "/api/v1/namespaces/ns-0/configmaps";
+    let held = json!({"metadata": {"name": "held", "finalizers": ["example.com/hold"]}, "data": {"a": "1"}});
+    let (code, _) = request(&c, &server, "POST", cms, Some(held)).await;
+    assert_eq!(code, 201);
+    let (code, mut frames) = watchcache_tests::Frames::open_accepting(
+        &server,
+        &format!("{cms}?watch=1&fieldSelector=metadata.name%3Dheld"),
+        "application/json",
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert_eq!(frames.next().await.unwrap()["type"], "ADDED");
+    let (code, body) = request(&c, &server, "DELETE", &format!("{cms}/held"), None).await;
+    assert_eq!(code, 200);
+    let marked: Value = serde_json::from_slice(&body).unwrap();
+    assert!(marked["metadata"]["deletionTimestamp"].is_string(), "{marked}");
+    assert_eq!(marked["metadata"]["deletionGracePeriodSeconds"], 0);
+    assert_eq!(frames.next().await.unwrap()["type"], "MODIFIED");
+    let still = get(&server, &format!("{cms}/held")).await;
+    assert_eq!(
+        still["metadata"]["deletionTimestamp"],
+        marked["metadata"]["deletionTimestamp"]
+    );
+    // Deleting again changes nothing; an update cannot unmark it.
+    let (code, _) = request(&c, &server, "DELETE", &format!("{cms}/held"), None).await;
+    assert_eq!(code, 200);
+    let (_, out) = patch(
+        &server,
+        &format!("{cms}/held"),
+        MERGE,
+        json!({"metadata": {"deletionTimestamp": null}, "data": {"b": "2"}}),
+    )
+    .await;
+    assert_eq!(
+        out["metadata"]["deletionTimestamp"], marked["metadata"]["deletionTimestamp"],
+        "{out}"
+    );
+    assert_eq!(frames.next().await.unwrap()["type"], "MODIFIED");
+    // Removing the last finalizer deletes it.
+    let (code, out) = patch(
+        &server,
+        &format!("{cms}/held"),
+        MERGE,
+        json!({"metadata": {"finalizers": null}}),
+    )
+    .await;
+    assert_eq!(code, 200, "{out}");
+    let (code, _) = request(&c, &server, "GET", &format!("{cms}/held"), None).await;
+    assert_eq!(code, 404);
+    assert_eq!(frames.next().await.unwrap()["type"], "DELETED");
+}
