@@ -22,6 +22,9 @@ pub struct Resource {
     /// Fields the apiserver sets on create when the object leaves them unset (its
     /// `PrepareForCreate` and defaulting), stored with the object: `(dotted path, value)`.
     pub create_defaults: &'static [(&'static str, &'static str)],
+    /// Whether the resource has a `/status` subresource: then writes to the object itself
+    /// leave its status alone, and writes to `/status` change only the status.
+    pub status_subresource: bool,
     /// Whether `metadata.generation` is kept: 1 on create, one more at each change of `spec`
     /// (pods; the other kinds served have no spec or, like nodes, do not count).
     pub generation: bool,
@@ -168,6 +171,7 @@ pub fn build(
                 namespaced: spec.namespaced,
                 create_defaults: spec.create_defaults,
                 generation: spec.name == "pods",
+                status_subresource: matches!(spec.name, "pods" | "nodes" | "namespaces"),
                 prefix,
                 codec,
                 frames,

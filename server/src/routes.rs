@@ -74,6 +74,11 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/{resource}/{name}", any(resource_request))
         .route("/api/v1/namespaces/{ns}/{resource}", any(resource_request))
         .route("/api/v1/namespaces/{ns}/{resource}/{name}", any(resource_request))
+        .route("/api/v1/{resource}/{name}/{subresource}", any(resource_request))
+        .route(
+            "/api/v1/namespaces/{ns}/{resource}/{name}/{subresource}",
+            any(resource_request),
+        )
         .fallback(|| async { status_response(&Status::not_found("", "")) })
         .method_not_allowed_fallback(|method: Method| async move {
             status_response(&Status::method_not_allowed(format!(
@@ -259,15 +264,29 @@ async fn resource_request(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let resource = parts.remove("resource").unwrap_or_default();
-    let (ns, name) = (parts.remove("ns"), parts.remove("name"));
+    let mut resource = parts.remove("resource").unwrap_or_default();
+    let (mut ns, mut name) = (parts.remove("ns"), parts.remove("name"));
+    let mut subresource = parts.remove("subresource");
+    // `/api/v1/namespaces/<name>/status` has the shape of a namespaced collection.
+    if resource == "status" && name.is_none() {
+        (resource, name, subresource) = ("namespaces".into(), ns.take(), Some("status".into()));
+    }
     let body = match body {
         Ok(body) => body,
         Err(rejection) => return status_response(&body_status(&rejection)),
     };
     let user_agent = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok());
     let write_params = || WriteParams::parse(query.as_deref()).map(|p| p.with_user_agent(user_agent));
-    let result = match Target::resolve(&state, &resource, ns, name) {
+    let target = Target::resolve(&state, &resource, ns, name).and_then(|t| match &subresource {
+        Some(sub) => t.with_subresource(sub),
+        None => Ok(t),
+    });
+    let result = match target {
+        Ok(t) if t.subresource.is_some() && !matches!(method, Method::GET | Method::PUT | Method::PATCH) => {
+            Err(Status::method_not_allowed(format!(
+                "method {method} is not supported on a subresource"
+            )))
+        }
         Ok(t) => match (method, t.name.as_deref()) {
             (Method::GET, name) => {
                 let table = table::negotiate(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));

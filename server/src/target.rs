@@ -15,6 +15,15 @@ pub(crate) struct Target {
     pub(crate) resource: Arc<Resource>,
     pub(crate) namespace: Option<String>,
     pub(crate) name: Option<String>,
+    /// `status` for `…/<name>/status`; `None` for the object itself.
+    pub(crate) subresource: Option<Subresource>,
+}
+
+/// The subresources served.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Subresource {
+    /// `/status`: writes change only the status (pods, nodes and namespaces).
+    Status,
 }
 
 impl Target {
@@ -35,7 +44,22 @@ impl Target {
             resource: Arc::clone(r),
             namespace,
             name,
+            subresource: None,
         })
+    }
+
+    /// The target with `subresource` of the named object: 404 for one the resource lacks.
+    pub(crate) fn with_subresource(mut self, subresource: &str) -> Result<Target, Status> {
+        match subresource {
+            "status" if self.resource.status_subresource && self.name.is_some() => {
+                self.subresource = Some(Subresource::Status);
+                Ok(self)
+            }
+            _ => Err(Status::not_found(
+                &format!("{}/{subresource}", self.resource.info.resource),
+                "",
+            )),
+        }
     }
 
     /// The key of object `name` in the target's namespace.

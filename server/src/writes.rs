@@ -23,7 +23,7 @@ use crate::fields::{self, Manager};
 use crate::params::{DeleteParams, FieldValidation, WriteParams};
 use crate::patch::{Patch, PatchType};
 use crate::response::json_response;
-use crate::target::Target;
+use crate::target::{Subresource, Target};
 
 pub(crate) async fn create(
     state: &AppState,
@@ -33,9 +33,7 @@ pub(crate) async fn create(
 ) -> Result<Response, Status> {
     let mut object = object_from_body(&addressed(t), body, None)?;
     let warnings = check_fields(state, t, p, &mut object)?;
-    for (path, value) in t.resource.create_defaults {
-        set_if_unset(&mut object, path, value);
-    }
+    initial_state(t, &mut object);
     let mut managers = Vec::new();
     fields::record_update(
         &t.resource.info.kind,
@@ -59,6 +57,73 @@ pub(crate) async fn create(
         .await
         .map_err(|e| errors::source(&e, &t.resource.info.resource, name))?;
     written(t, StatusCode::CREATED, &version, revision).map(|r| warn(r, &warnings))
+}
+
+/// What the apiserver sets on a new object before storing it: defaults, a pod's initial
+/// status (its status is the kubelet's to write, through /status), a namespace's phase and
+/// its `kubernetes` finalizer.
+fn initial_state(t: &Target, object: &mut Map<String, Value>) {
+    for (path, value) in t.resource.create_defaults {
+        set_if_unset(object, path, value);
+    }
+    match t.resource.info.kind.as_str() {
+        "Pod" => {
+            let qos = qos_class(object.get("spec").unwrap_or(&Value::Null));
+            object.insert(
+                "status".into(),
+                serde_json::json!({"phase": "Pending", "qosClass": qos}),
+            );
+        }
+        "Namespace" => {
+            object.insert("status".into(), serde_json::json!({"phase": "Active"}));
+            if let Value::Object(spec) = object.entry("spec").or_insert_with(|| Value::Object(Map::new())) {
+                let finalizers = spec
+                    .entry("finalizers")
+                    .or_insert_with(|| Value::Array(Vec::new()));
+                if let Value::Array(list) = finalizers
+                    && !list.iter().any(|f| f == "kubernetes")
+                {
+                    list.push(Value::String("kubernetes".into()));
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A pod's quality of service class, from its containers' cpu and memory requests and limits:
+/// `Guaranteed` when every container limits both and requests what it limits, `BestEffort`
+/// when none requests or limits either, `Burstable` otherwise.
+fn qos_class(spec: &Value) -> &'static str {
+    let containers: Vec<&Value> = ["initContainers", "containers"]
+        .iter()
+        .filter_map(|f| spec.get(*f).and_then(Value::as_array))
+        .flatten()
+        .collect();
+    let quantity = |c: &Value, kind: &str, r: &str| {
+        c.get("resources")
+            .and_then(|x| x.get(kind))
+            .and_then(|x| x.get(r))
+            .cloned()
+    };
+    let mut any = false;
+    let mut guaranteed = !containers.is_empty();
+    for c in &containers {
+        for r in ["cpu", "memory"] {
+            let (request, limit) = (quantity(c, "requests", r), quantity(c, "limits", r));
+            any |= request.is_some() || limit.is_some();
+            match (request, limit) {
+                (_, None) => guaranteed = false,
+                (Some(req), Some(lim)) if req != lim => guaranteed = false,
+                _ => {}
+            }
+        }
+    }
+    match (any, guaranteed) {
+        (false, _) => "BestEffort",
+        (true, true) => "Guaranteed",
+        (true, false) => "Burstable",
+    }
 }
 
 /// Sets what the server owns on a new object: identity, creation time and `managedFields`;
@@ -105,7 +170,7 @@ pub(crate) async fn update(
     let warnings = check_fields(state, t, p, &mut object)?;
     let resource = &t.resource.info.resource;
     let key = t.storage_key(name);
-    let (current, _) = state
+    let (current, read_at) = state
         .store
         .get(&key)
         .await
@@ -119,7 +184,7 @@ pub(crate) async fn update(
         return Ok(warn(json_response(StatusCode::OK, prepared.raw), &warnings));
     }
     let (revision, version) = prepared
-        .commit(state, &key, expected)
+        .commit(state, &key, expected, read_at)
         .await
         .map_err(|e| errors::source(&e, resource, name))?;
     written(t, StatusCode::OK, &version, revision).map(|r| warn(r, &warnings))
@@ -173,7 +238,7 @@ pub(crate) async fn patch(
         if p.dry_run {
             return Ok(warn(json_response(StatusCode::OK, prepared.raw), &warnings));
         }
-        match prepared.commit(state, &key, Some(revision)).await {
+        match prepared.commit(state, &key, Some(revision), revision).await {
             Ok((revision, version)) => {
                 return written(t, StatusCode::OK, &version, revision).map(|r| warn(r, &warnings));
             }
@@ -216,9 +281,7 @@ async fn apply(
         let Some((stored, revision)) = stored else {
             let mut object = apply::apply(kind, api_version, None, &config, &p.manager, p.force, &now())?;
             let managers = fields::managers(&object);
-            for (path, value) in t.resource.create_defaults {
-                set_if_unset(&mut object, path, value);
-            }
+            initial_state(t, &mut object);
             prepare_create(t, &mut object, &managers)?;
             let (raw, version) = encode(t, &object)?;
             if p.dry_run {
@@ -250,7 +313,7 @@ async fn apply(
         if p.dry_run {
             return Ok(warn(json_response(StatusCode::OK, prepared.raw), &warnings));
         }
-        match prepared.commit(state, &key, Some(revision)).await {
+        match prepared.commit(state, &key, Some(revision), revision).await {
             Ok((revision, version)) => {
                 return written(t, StatusCode::OK, &version, revision).map(|r| warn(r, &warnings));
             }
@@ -341,11 +404,52 @@ fn prepare_update(
     ownership: Ownership<'_>,
 ) -> Result<Prepared, Status> {
     let kind = &t.resource.info.kind;
+    let mut object = match (t.subresource, t.resource.status_subresource) {
+        // Through /status only the status changes (and labels and annotations, as the
+        // apiserver lets status writers change them).
+        (Some(Subresource::Status), _) => {
+            let mut out = current.clone();
+            match object.remove("status") {
+                Some(status) => out.insert("status".into(), status),
+                None => out.remove("status"),
+            };
+            let request_meta = object.get("metadata").and_then(Value::as_object);
+            let meta = metadata_mut(&mut out)?;
+            for field in ["labels", "annotations"] {
+                match request_meta.and_then(|m| m.get(field)) {
+                    Some(v) => meta.insert(field.into(), v.clone()),
+                    None => meta.remove(field),
+                };
+            }
+            out
+        }
+        // The object itself: its status is left as it is.
+        (None, true) => {
+            match current.get("status") {
+                Some(status) => object.insert("status".into(), status.clone()),
+                None => object.remove("status"),
+            };
+            object
+        }
+        (None, false) => object,
+    };
+    let subresource = match t.subresource {
+        Some(Subresource::Status) => "status",
+        None => "",
+    };
     let managers = match ownership {
         Ownership::Update(manager) => {
             // What a client sends in managedFields is not taken: ownership follows the change.
             let mut managers = fields::managers(current);
-            fields::record_update(kind, &mut managers, manager, "", &now(), current, &object);
+            fields::record_update(
+                kind,
+                &mut managers,
+                manager,
+                subresource,
+                &now(),
+                current,
+                &object,
+            );
             Some(managers)
         }
         Ownership::Recorded => None,
@@ -371,11 +475,18 @@ fn prepare_update(
     }
     // An object being deleted goes when its last finalizer does.
     let finalized = is_deleting(&object) && finalizers(&object).is_empty();
+    // An update that changes nothing is not written (no new resourceVersion, no event).
+    let mut before = current.clone();
+    if let Some(Value::Object(meta)) = before.get_mut("metadata") {
+        meta.remove("resourceVersion");
+    }
+    let unchanged = !finalized && before == object;
     let (raw, version) = encode(t, &object)?;
     Ok(Prepared {
         raw,
         version,
         finalized,
+        unchanged,
     })
 }
 
@@ -385,17 +496,24 @@ struct Prepared {
     version: ObjectVersion,
     /// The object is being deleted and has no finalizer left: the update deletes it.
     finalized: bool,
+    /// The update changes nothing: it is answered without a write.
+    unchanged: bool,
 }
 
 impl Prepared {
     /// Stores the update, or, for an object whose last finalizer it removed, deletes it; on
-    /// the condition that the stored object is still at `expected`, if given.
+    /// the condition that the stored object is still at `expected`, if given. An update that
+    /// changes nothing of the object read at `read_at` writes nothing.
     async fn commit(
         self,
         state: &AppState,
         key: &str,
         expected: Option<Revision>,
+        read_at: Revision,
     ) -> Result<(Revision, ObjectVersion), SourceError> {
+        if self.unchanged && expected.is_none_or(|e| e == read_at) {
+            return Ok((read_at, self.version));
+        }
         let revision = if self.finalized {
             state.store.delete(key, expected).await?.0
         } else {

@@ -462,12 +462,15 @@ async fn tables_carry_the_apiservers_columns_for_lists_gets_and_watches() {
     let server = start(config(0)).await;
     let c = http();
     let pods = "/api/v1/namespaces/ns-1/pods";
-    let pod = json!({"metadata": {"name": "p"}, "spec": {"nodeName": "n1", "containers": [{"name": "a"}, {"name": "b"}]},
-        "status": {"phase": "Running", "podIP": "10.0.0.9", "containerStatuses": [
-            {"name": "a", "ready": true, "restartCount": 1, "state": {"running": {}}},
-            {"name": "b", "ready": false, "restartCount": 0, "state": {"waiting": {"reason": "ImagePullBackOff"}}}]}});
+    let pod = json!({"metadata": {"name": "p"}, "spec": {"nodeName": "n1", "containers": [{"name": "a"}, {"name": "b"}]}});
     let (code, _) = request(&c, &server, "POST", pods, Some(pod)).await;
     assert_eq!(code, 201);
+    // The status is the kubelet's to write, through /status.
+    let status = json!({"status": {"phase": "Running", "podIP": "10.0.0.9", "containerStatuses": [
+        {"name": "a", "ready": true, "restartCount": 1, "state": {"running": {}}},
+        {"name": "b", "ready": false, "restartCount": 0, "state": {"waiting": {"reason": "ImagePullBackOff"}}}]}});
+    let (code, out) = patch(&server, &format!("{pods}/p/status"), MERGE, status).await;
+    assert_eq!(code, 200, "{out}");
 
     let (code, ct, table) = get_accept(&server, &format!("{pods}?limit=500"), TABLE_ACCEPT).await;
     assert_eq!(code, 200);
@@ -554,7 +557,7 @@ async fn tables_carry_the_apiservers_columns_for_lists_gets_and_watches() {
     assert_eq!(first["object"]["rows"][0]["cells"][0], "p");
     let (code, _) = patch(
         &server,
-        &format!("{pods}/p"),
+        &format!("{pods}/p/status"),
         MERGE,
         json!({"status": {"phase": "Failed"}}),
     )
@@ -660,4 +663,124 @@ async fn generation_follows_the_spec_and_finalizers_hold_a_deleted_object_until_
     let (code, _) = request(&c, &server, "GET", &format!("{cms}/held"), None).await;
     assert_eq!(code, 404);
     assert_eq!(frames.next().await.unwrap()["type"], "DELETED");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_changes_only_through_status_and_no_op_updates_write_nothing() {
+    let server = start(config(0)).await;
+    let c = http();
+    let pods = "/api/v1/namespaces/ns-0/pods";
+    let pod = json!({"metadata": {"name": "s"}, "spec": {"containers": [{"name": "a", "image": "a",
+        "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}, "status": {"phase": "Running"}});
+    let (code, body) = request(&c, &server, "POST", pods, Some(pod)).await;
+    assert_eq!(code, 201);
+    let created: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        created["status"],
+        json!({"phase": "Pending", "qosClass": "Guaranteed"}),
+        "a new pod's status is the server's"
+    );
+    // The object itself ignores status; /status changes nothing else.
+    let (_, out) = patch(
+        &server,
+        &format!("{pods}/s"),
+        MERGE,
+        json!({"status": {"phase": "Failed"}, "metadata": {"labels": {"a": "1"}}}),
+    )
+    .await;
+    assert_eq!(
+        (
+            out["status"]["phase"].as_str(),
+            out["metadata"]["labels"]["a"].as_str()
+        ),
+        (Some("Pending"), Some("1"))
+    );
+    let (code, out) = patch(
+        &server,
+        &format!("{pods}/s/status"),
+        MERGE,
+        json!({"status": {"phase": "Running"}, "spec": {"nodeName": "elsewhere"}}),
+    )
+    .await;
+    assert_eq!(code, 200, "{out}");
+    assert_eq!(out["status"]["phase"], "Running");
+    assert!(out["spec"].get("nodeName").is_none(), "{out}");
+    assert!(
+        out["metadata"]["managedFields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["subresource"] == "status"),
+        "{out}"
+    );
+    let mut through_put = out.clone();
+    through_put["status"]["phase"] = json!("Succeeded");
+    let (code, body) = request(&c, &server, "PUT", &format!("{pods}/s/status"), Some(through_put)).await;
+    assert_eq!(code, 200);
+    let put: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(put["status"]["phase"], "Succeeded");
+    // GET on /status reads the object; DELETE on it is not served.
+    assert_eq!(
+        get(&server, &format!("{pods}/s/status")).await["metadata"]["name"],
+        "s"
+    );
+    let (code, _) = request(&c, &server, "DELETE", &format!("{pods}/s/status"), None).await;
+    assert_eq!(code, 405);
+    // Nodes and namespaces have /status too (a namespace's path looks like a collection's);
+    // ConfigMaps do not.
+    let (code, _) = request(
+        &c,
+        &server,
+        "POST",
+        "/api/v1/nodes",
+        Some(json!({"metadata": {"name": "n"}})),
+    )
+    .await;
+    assert_eq!(code, 201);
+    let ready = json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+    let (code, out) = patch(&server, "/api/v1/nodes/n/status", STRATEGIC, ready).await;
+    assert_eq!(
+        (code, out["status"]["conditions"][0]["type"].as_str()),
+        (200, Some("Ready")),
+        "{out}"
+    );
+    let (code, out) = patch(
+        &server,
+        "/api/v1/namespaces/ns-0/status",
+        MERGE,
+        json!({"status": {"phase": "Active"}}),
+    )
+    .await;
+    assert_eq!(code, 200, "{out}");
+    assert_eq!(out["kind"], "Namespace");
+    let (code, _) = patch(
+        &server,
+        "/api/v1/namespaces/ns-0/configmaps/x/status",
+        MERGE,
+        json!({}),
+    )
+    .await;
+    assert_eq!(code, 404);
+
+    // An update that changes nothing keeps the resourceVersion (and sends no event).
+    let before = get(&server, &format!("{pods}/s")).await;
+    let (code, out) = patch(
+        &server,
+        &format!("{pods}/s"),
+        MERGE,
+        json!({"metadata": {"labels": {"a": "1"}}}),
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        out["metadata"]["resourceVersion"],
+        before["metadata"]["resourceVersion"]
+    );
+    let mut stale = before.clone();
+    stale["metadata"]["resourceVersion"] = json!("1");
+    let (code, _) = request(&c, &server, "PUT", &format!("{pods}/s"), Some(stale)).await;
+    assert_eq!(
+        code, 409,
+        "a stale resourceVersion conflicts even when nothing changes"
+    );
 }
