@@ -103,6 +103,9 @@ impl From<SelectorError> for CacheError {
 }
 
 /// How long a read waits for a cache whose source cannot order progress notifications before
+/// How often a consistent read that waits for the cache asks the source for progress again.
+const PROGRESS_RETRY: Duration = Duration::from_millis(100);
+
 /// it reads from the source instead: enough for the watch to bring a write just made.
 const UNORDERED_WAIT: Duration = Duration::from_millis(100);
 
@@ -313,19 +316,31 @@ impl<S: Source> Cache<S> {
         }
         let mut rx = self.inner.store.subscribe();
         let ordered = self.inner.source.progress_requests_are_ordered();
-        if ordered {
-            // A failed request only means we wait for the periodic notification or a write.
-            let _ = self.inner.source.request_progress().await;
-        }
         let timeout = if ordered {
             self.config().fresh_timeout
         } else {
             self.config().fresh_timeout.min(UNORDERED_WAIT)
         };
-        let wait = rx.wait_for(|r| *r >= revision);
-        // Reduced to a bool at once: the `Ref` a wait returns holds a lock and must not live
-        // across the await below (it would also make this future !Send).
-        let reached = matches!(tokio::time::timeout(timeout, wait).await, Ok(Ok(_)));
+        let deadline = tokio::time::Instant::now() + timeout;
+        // Asked again every PROGRESS_RETRY while waiting, as the apiserver's progress
+        // requester does: a request made while the reflector's watch is down (between a break
+        // and its re-watch) reaches no watch and would otherwise be lost.
+        let reached = loop {
+            if ordered {
+                // A failed request only means we wait for the next one or a write.
+                let _ = self.inner.source.request_progress().await;
+            }
+            let step = deadline.min(tokio::time::Instant::now() + PROGRESS_RETRY);
+            let wait = rx.wait_for(|r| *r >= revision);
+            // Reduced to a bool at once: the `Ref` a wait returns holds a lock and must not
+            // live across an await (it would also make this future !Send).
+            match tokio::time::timeout_at(step, wait).await {
+                Ok(Ok(_)) => break true,
+                Ok(Err(_)) => break false,
+                Err(_) if tokio::time::Instant::now() >= deadline => break false,
+                Err(_) => {}
+            }
+        };
         let view = self.ready_view().await?;
         if reached && view.revision >= revision {
             // The view is stored before its revision is announced, so it is at least as new.

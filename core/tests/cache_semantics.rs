@@ -4,6 +4,8 @@
 mod common;
 
 use std::sync::Arc;
+
+use bytes::Bytes;
 use std::time::Duration;
 
 use common::{CountingWaker, TextCodec, text_pod};
@@ -80,6 +82,35 @@ async fn a_list_without_resource_version_is_a_consistent_read() {
         assert!(list.revision >= s.revision());
         assert_eq!(list.items.len(), i + 1);
     }
+}
+
+#[tokio::test]
+async fn a_consistent_read_asks_for_progress_again_while_the_watch_is_down() {
+    let mut c = config();
+    // The re-watch comes well after the read started; the read still has time to wait.
+    c.backoff_initial = Duration::from_millis(150);
+    c.backoff_max = Duration::from_millis(150);
+    c.fresh_timeout = Duration::from_secs(2);
+    let (s, cache) = started(c).await;
+    // The store moves on under another prefix: only a progress notification can tell this
+    // cache that it is current.
+    s.create("other/x", Bytes::from_static(b"x")).unwrap();
+    // The cache's watch breaks; its first progress request reaches no watch.
+    s.pause_watches(true);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let resume = {
+        let s = s.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            s.pause_watches(false);
+        })
+    };
+    let list = cache
+        .list(&ListOptions::default())
+        .await
+        .expect("the read asks again once the watch is back");
+    assert_eq!(list.revision, s.revision());
+    resume.await.unwrap();
 }
 
 #[tokio::test]

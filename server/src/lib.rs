@@ -24,6 +24,8 @@ mod fields;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod metrics;
+mod namespace_controller;
+mod namespaces;
 mod openapi;
 mod openapi_pb;
 mod params;

@@ -320,6 +320,13 @@ async fn resource_request(
                     (Err(s), _) | (_, Err(s)) => Err(s),
                 }
             }
+            (Method::DELETE, None) => match (
+                Params::parse(query.as_deref()),
+                DeleteParams::parse(query.as_deref(), &body),
+            ) {
+                (Ok(p), Ok(d)) => writes::delete_collection(&state, &t, &p, &d).await,
+                (Err(s), _) | (_, Err(s)) => Err(s),
+            },
             (Method::DELETE, Some(name)) => match DeleteParams::parse(query.as_deref(), &body) {
                 Ok(p) => writes::delete(&state, &t, name, &p).await,
                 Err(s) => Err(s),

@@ -21,6 +21,8 @@ use crate::app::AppState;
 use crate::config::ServeConfig;
 use crate::connection::KillableListener;
 use crate::metrics::Metrics;
+use crate::namespace_controller;
+use crate::namespaces;
 use crate::openapi::OpenApi;
 use crate::switch::Switch;
 use crate::{resources, routes, workload};
@@ -156,6 +158,7 @@ impl Server {
             source,
         })?;
         workload::seed(&store, config.seed_pods).await;
+        namespaces::ensure_system(&store).await;
         let resources = resources::build(&store, &config)?;
         let shutdown = Switch::new();
         let metrics = Arc::new(Metrics::default());
@@ -176,6 +179,7 @@ impl Server {
             config.churn,
             shutdown.token(),
         ));
+        tokio::spawn(namespace_controller::run(state.clone()));
         let app = routes::router(state.clone());
         let kill_all = Switch::new();
         let listener = KillableListener::new(listener, kill_all.clone());

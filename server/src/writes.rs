@@ -20,7 +20,8 @@ use crate::app::AppState;
 use crate::apply;
 use crate::errors;
 use crate::fields::{self, Manager};
-use crate::params::{DeleteParams, FieldValidation, WriteParams};
+use crate::namespaces;
+use crate::params::{DeleteParams, FieldValidation, Params, WriteParams};
 use crate::patch::{Patch, PatchType};
 use crate::response::json_response;
 use crate::target::{Subresource, Target};
@@ -51,6 +52,7 @@ pub(crate) async fn create(
         return Ok(warn(json_response(StatusCode::CREATED, raw), &warnings));
     }
     let name = version.key().name();
+    namespaces::check_creatable(state, t, name).await?;
     let revision = state
         .store
         .create(&t.storage_key(name), raw)
@@ -287,6 +289,7 @@ async fn apply(
             if p.dry_run {
                 return Ok(warn(json_response(StatusCode::CREATED, raw), &warnings));
             }
+            namespaces::check_creatable(state, t, name).await?;
             match state.store.create(&key, raw).await {
                 Ok(revision) => {
                     return written(t, StatusCode::CREATED, &version, revision).map(|r| warn(r, &warnings));
@@ -474,7 +477,8 @@ fn prepare_update(
         fields::set_managers(&mut object, &managers, &t.resource.info.api_version);
     }
     // An object being deleted goes when its last finalizer does.
-    let finalized = is_deleting(&object) && finalizers(&object).is_empty();
+    let finalized =
+        is_deleting(&object) && finalizers(&object).is_empty() && spec_finalizers(&object).is_empty();
     // An update that changes nothing is not written (no new resourceVersion, no event).
     let mut before = current.clone();
     if let Some(Value::Object(meta)) = before.get_mut("metadata") {
@@ -538,6 +542,16 @@ fn finalizers(object: &Map<String, Value>) -> &[Value] {
         .map_or(&[], Vec::as_slice)
 }
 
+/// A namespace's `spec.finalizers` (`kubernetes`, which the namespace controller removes once
+/// the namespace is empty).
+fn spec_finalizers(object: &Map<String, Value>) -> &[Value] {
+    object
+        .get("spec")
+        .and_then(|m| m.get("finalizers"))
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
+}
+
 fn bump_generation(object: &mut Map<String, Value>) -> Result<(), Status> {
     let meta = metadata_mut(object)?;
     let generation = meta.get("generation").and_then(Value::as_i64).unwrap_or(0);
@@ -563,7 +577,8 @@ pub(crate) async fn delete(
             .ok_or_else(|| Status::not_found(resource, name))?;
         check_preconditions(t, name, p, &current, revision)?;
         let mut object = parse_stored(&current)?;
-        if !finalizers(&object).is_empty() {
+        let namespace = t.resource.info.kind == "Namespace";
+        if !finalizers(&object).is_empty() || (namespace && !spec_finalizers(&object).is_empty()) {
             // Finalizers hold the object: it is marked for deletion, and goes when the last
             // one is removed. Marked already, it is answered as it is.
             if is_deleting(&object) {
@@ -578,11 +593,15 @@ pub(crate) async fn delete(
             if t.resource.generation {
                 bump_generation(&mut object)?;
             }
+            if namespace {
+                object.insert("status".into(), serde_json::json!({"phase": "Terminating"}));
+            }
             let (raw, version) = encode(t, &object)?;
             if p.write.dry_run {
                 return Ok(json_response(StatusCode::OK, raw));
             }
             match state.store.update(&key, raw, Some(revision)).await {
+                // A namespace is emptied, then deleted, by the namespace controller.
                 Ok(revision) => return written(t, StatusCode::OK, &version, revision),
                 Err(SourceError::Conflict { .. }) => continue,
                 Err(e) => return Err(errors::source(&e, resource, name)),
@@ -598,6 +617,55 @@ pub(crate) async fn delete(
         }
     }
     Err(Status::conflict(resource, name))
+}
+
+/// DeleteCollection: deletes every object of the collection that the request's selectors
+/// match (finalizers holding some as for a DELETE of each), and answers with the list of the
+/// objects as they were deleted (or marked).
+pub(crate) async fn delete_collection(
+    state: &AppState,
+    t: &Target,
+    p: &Params,
+    d: &DeleteParams,
+) -> Result<Response, Status> {
+    let mut opts = p.list_options(t.namespace.as_deref())?;
+    opts.limit = None;
+    opts.continue_token = None;
+    let list = t
+        .resource
+        .cache
+        .list(&opts)
+        .await
+        .map_err(|e| errors::cache(&e))?;
+    let mut items = Vec::with_capacity(list.items.len());
+    for object in list.items {
+        let target = Target {
+            resource: t.resource.clone(),
+            namespace: t.resource.namespaced.then(|| object.key().namespace().to_owned()),
+            name: None,
+            subresource: None,
+        };
+        match delete(state, &target, object.key().name(), d).await {
+            Ok(response) => {
+                let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+                    .await
+                    .map_err(|e| Status::internal(e.to_string()))?;
+                items.push(
+                    serde_json::from_slice::<Value>(&body).map_err(|e| Status::internal(e.to_string()))?,
+                );
+            }
+            Err(s) if s.code == 404 => {} // gone meanwhile
+            Err(s) => return Err(s),
+        }
+    }
+    let info = &t.resource.info;
+    let body = serde_json::json!({
+        "kind": info.list_kind,
+        "apiVersion": info.api_version,
+        "metadata": {},
+        "items": items,
+    });
+    Ok(json_response(StatusCode::OK, body.to_string()))
 }
 
 /// The stored `value` of the target at `revision`, decoded once, as the response.

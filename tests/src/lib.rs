@@ -165,6 +165,21 @@ pub async fn request_full(
     (code, headers, body)
 }
 
+/// Creates the namespaces `names` (the apiserver refuses objects in one that does not exist);
+/// one that exists already is fine.
+pub async fn create_namespaces(server: &Server, names: &[&str]) {
+    let client = http();
+    for name in names {
+        let body = serde_json::json!({"metadata": {"name": name}});
+        let (code, out) = request(&client, server, "POST", "/api/v1/namespaces", Some(body)).await;
+        assert!(
+            code == 201 || code == 409,
+            "namespace {name}: {code} {}",
+            String::from_utf8_lossy(&out)
+        );
+    }
+}
+
 /// Whether tests that need external binaries must fail when those are missing (CI).
 pub fn external_required() -> bool {
     std::env::var("WATCHCACHE_REQUIRE_EXTERNAL").is_ok_and(|v| v == "1")

@@ -34,9 +34,11 @@ fn on_etcd(cluster: &EtcdCluster) -> ServeConfig {
     }
 }
 
-/// Starts a server and waits until it is ready.
+/// Starts a server, waits until it is ready, and makes the namespace the tests write in.
 async fn serve(cfg: ServeConfig) -> Server {
-    watchcache_tests::start(cfg).await
+    let server = watchcache_tests::start(cfg).await;
+    watchcache_tests::create_namespaces(&server, &["ha"]).await;
+    server
 }
 
 fn rv_of(v: &Value) -> u64 {
@@ -271,6 +273,7 @@ async fn two_replicas_never_serve_a_stale_consistent_read_on_etcd_3_4_23() {
             .unwrap();
         replicas.push(watchcache_tests::start_ready(server).await);
     }
+    watchcache_tests::create_namespaces(&replicas[0], &["ha"]).await;
     let mut rng = fastrand::Rng::with_seed(14);
     // name → the rv of its last acknowledged write.
     let mut acked: BTreeMap<String, u64> = BTreeMap::new();

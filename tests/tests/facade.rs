@@ -41,7 +41,7 @@ fn managers(object: &Value) -> Vec<(String, String)> {
 async fn each_patch_type_applies_and_bad_ones_get_the_apiservers_codes() {
     let server = start(config(0)).await;
     let c = http();
-    let pods = "/api/v1/namespaces/ns-1/pods";
+    let pods = "/api/v1/namespaces/default/pods";
     let pod = json!({"metadata": {"name": "p", "labels": {"app": "web"}},
         "spec": {"containers": [{"name": "a", "image": "a:1"}, {"name": "b", "image": "b:1"}]}});
     let (code, _) = request(&c, &server, "POST", pods, Some(pod)).await;
@@ -159,7 +159,7 @@ async fn each_patch_type_applies_and_bad_ones_get_the_apiservers_codes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_side_apply_creates_merges_owns_conflicts_and_removes() {
     let server = start(config(0)).await;
-    let path = "/api/v1/namespaces/ns-1/configmaps/cm";
+    let path = "/api/v1/namespaces/default/configmaps/cm";
     let config = |data: Value| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}, "data": data});
 
     // fieldManager is required.
@@ -249,7 +249,7 @@ async fn server_side_apply_creates_merges_owns_conflicts_and_removes() {
 async fn writes_keep_managed_fields_and_ignore_server_owned_metadata() {
     let server = start(config(0)).await;
     let c = http();
-    let cms = "/api/v1/namespaces/ns-1/configmaps";
+    let cms = "/api/v1/namespaces/default/configmaps";
     let sent = json!({"metadata": {"name": "cm", "uid": "mine", "creationTimestamp": "2001-01-01T00:00:00Z",
         "managedFields": [{"manager": "forged", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {}}],
         "deletionTimestamp": "2001-01-01T00:00:00Z"}, "data": {"a": "1"}});
@@ -382,7 +382,7 @@ async fn openapi_documents_describe_the_served_kinds_and_field_validation_follow
 
     // fieldValidation: Strict refuses unknown fields by name; Warn (the default) and Ignore
     // drop them, Warn with a Warning header per field.
-    let cms = "/api/v1/namespaces/ns-1/configmaps";
+    let cms = "/api/v1/namespaces/default/configmaps";
     let with_unknown =
         |name: &str| json!({"metadata": {"name": name, "bogus": 1}, "data": {"a": "1"}, "dataa": {"x": "y"}});
     let (code, body) = request(
@@ -461,7 +461,7 @@ async fn get_accept(server: &Server, path: &str, accept: &str) -> (u16, Option<S
 async fn tables_carry_the_apiservers_columns_for_lists_gets_and_watches() {
     let server = start(config(0)).await;
     let c = http();
-    let pods = "/api/v1/namespaces/ns-1/pods";
+    let pods = "/api/v1/namespaces/default/pods";
     let pod = json!({"metadata": {"name": "p"}, "spec": {"nodeName": "n1", "containers": [{"name": "a"}, {"name": "b"}]}});
     let (code, _) = request(&c, &server, "POST", pods, Some(pod)).await;
     assert_eq!(code, 201);
@@ -512,7 +512,7 @@ async fn tables_carry_the_apiservers_columns_for_lists_gets_and_watches() {
         [json!("10.0.0.9"), json!("n1")]
     );
     assert_eq!(row["object"]["kind"], "PartialObjectMetadata");
-    assert_eq!(row["object"]["metadata"]["namespace"], "ns-1");
+    assert_eq!(row["object"]["metadata"]["namespace"], "default");
     assert!(table["metadata"]["resourceVersion"].is_string());
     // includeObject=Object carries the whole object; None, nothing.
     let (_, _, full) = get_accept(&server, &format!("{pods}?includeObject=Object"), TABLE_ACCEPT).await;
@@ -531,12 +531,12 @@ async fn tables_carry_the_apiservers_columns_for_lists_gets_and_watches() {
         &c,
         &server,
         "POST",
-        "/api/v1/namespaces/ns-1/secrets",
+        "/api/v1/namespaces/default/secrets",
         Some(json!({"metadata": {"name": "s"}, "data": {"k": "dg=="}})),
     )
     .await;
     assert_eq!(code, 201);
-    let (_, _, secrets) = get_accept(&server, "/api/v1/namespaces/ns-1/secrets", TABLE_ACCEPT).await;
+    let (_, _, secrets) = get_accept(&server, "/api/v1/namespaces/default/secrets", TABLE_ACCEPT).await;
     assert_eq!(
         secrets["rows"][0]["cells"].as_array().unwrap()[..3],
         [json!("s"), json!("Opaque"), json!(1)]
@@ -783,4 +783,151 @@ async fn status_changes_only_through_status_and_no_op_updates_write_nothing() {
         code, 409,
         "a stale resourceVersion conflicts even when nothing changes"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespaces_must_exist_and_deleting_one_deletes_what_it_holds() {
+    let server = start(config(0)).await;
+    let c = http();
+    // The namespaces the apiserver makes at start are there.
+    for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        assert_eq!(
+            get(&server, &format!("/api/v1/namespaces/{ns}")).await["status"]["phase"],
+            "Active"
+        );
+    }
+    let cm = |name: &str| json!({"metadata": {"name": name}});
+    let (code, body) = request(
+        &c,
+        &server,
+        "POST",
+        "/api/v1/namespaces/nowhere/configmaps",
+        Some(cm("x")),
+    )
+    .await;
+    assert_eq!(code, 404, "{}", String::from_utf8_lossy(&body));
+    let (code, _) = patch(
+        &server,
+        "/api/v1/namespaces/nowhere/configmaps/x?fieldManager=m",
+        APPLY,
+        cm("x"),
+    )
+    .await;
+    assert_eq!(code, 404, "an apply that would create is refused too");
+
+    let (code, body) = request(
+        &c,
+        &server,
+        "POST",
+        "/api/v1/namespaces",
+        Some(json!({"metadata": {"name": "team"}})),
+    )
+    .await;
+    assert_eq!(code, 201);
+    let ns: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(ns["spec"]["finalizers"], json!(["kubernetes"]));
+    let cms = "/api/v1/namespaces/team/configmaps";
+    for name in ["a", "b"] {
+        let (code, _) = request(&c, &server, "POST", cms, Some(cm(name))).await;
+        assert_eq!(code, 201);
+    }
+    let held = json!({"metadata": {"name": "held", "finalizers": ["example.com/keep"]}});
+    let (code, _) = request(&c, &server, "POST", cms, Some(held)).await;
+    assert_eq!(code, 201);
+
+    let (code, body) = request(&c, &server, "DELETE", "/api/v1/namespaces/team", None).await;
+    assert_eq!(code, 200);
+    let marked: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(marked["status"]["phase"], "Terminating");
+    let (code, body) = request(&c, &server, "POST", cms, Some(cm("late"))).await;
+    assert_eq!(code, 403, "{}", String::from_utf8_lossy(&body));
+    let s: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(s["details"]["causes"][0]["reason"], "NamespaceTerminating");
+
+    // Its objects go; the one a finalizer holds is marked and keeps the namespace.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let list = get(&server, cms).await;
+        let names: Vec<&str> = list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["metadata"]["name"].as_str().unwrap())
+            .collect();
+        if names == ["held"] {
+            assert!(list["items"][0]["metadata"]["deletionTimestamp"].is_string());
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "still there: {names:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        get(&server, "/api/v1/namespaces/team").await["status"]["phase"],
+        "Terminating"
+    );
+    let (code, _) = patch(
+        &server,
+        &format!("{cms}/held"),
+        MERGE,
+        json!({"metadata": {"finalizers": null}}),
+    )
+    .await;
+    assert_eq!(code, 200);
+    loop {
+        let (code, _) = request(&c, &server, "GET", "/api/v1/namespaces/team", None).await;
+        if code == 404 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the namespace is still there"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_collection_deletes_what_the_selectors_match() {
+    let server = start(config(0)).await;
+    let c = http();
+    let cms = "/api/v1/namespaces/default/configmaps";
+    for (name, tier) in [("a", "web"), ("b", "web"), ("c", "db")] {
+        let body = json!({"metadata": {"name": name, "labels": {"tier": tier}}});
+        let (code, _) = request(&c, &server, "POST", cms, Some(body)).await;
+        assert_eq!(code, 201);
+    }
+    let (code, body) = request(
+        &c,
+        &server,
+        "DELETE",
+        &format!("{cms}?labelSelector=tier%3Dweb"),
+        None,
+    )
+    .await;
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    let deleted: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(deleted["kind"], "ConfigMapList");
+    assert_eq!(deleted["items"].as_array().unwrap().len(), 2);
+    let left = get(&server, cms).await;
+    let names: Vec<&str> = left["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["c"]);
+    // A dry run deletes nothing; a field selector on the name picks one.
+    let (code, _) = request(&c, &server, "DELETE", &format!("{cms}?dryRun=All"), None).await;
+    assert_eq!(code, 200);
+    assert_eq!(get(&server, cms).await["items"].as_array().unwrap().len(), 1);
+    let (code, _) = request(
+        &c,
+        &server,
+        "DELETE",
+        &format!("{cms}?fieldSelector=metadata.name%3Dc"),
+        None,
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert!(get(&server, cms).await["items"].as_array().unwrap().is_empty());
 }

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use watchcache_core::MemorySource;
-use watchcache_tests::{Frames, Server, config, http, request, request_full, start};
+use watchcache_tests::{Frames, Server, config, create_namespaces, http, request, request_full, start};
 
 fn status(body: &Bytes) -> Value {
     let s: Value = serde_json::from_slice(body)
@@ -83,6 +83,7 @@ async fn bad_parameters_are_400s_that_name_the_parameter() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn not_found_conflict_and_already_exists_are_statuses() {
     let server = start(config(0)).await;
+    create_namespaces(&server, &["a"]).await;
     expect_status(&server, "GET", "/api/v1/widgets", None, 404, "NotFound").await;
     expect_status(
         &server,
@@ -384,6 +385,7 @@ async fn invalid_names_and_namespaces_are_422_with_causes_and_nothing_is_stored(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn selectable_fields_the_apiserver_defaults_are_found_by_field_selectors() {
     let server = start(config(0)).await;
+    create_namespaces(&server, &["ns-1"]).await;
     let created = [
         ("/api/v1/namespaces/ns-1/pods", pod("ns-1", "fresh")),
         ("/api/v1/nodes", json!({"metadata": {"name": "node-a"}})),
@@ -477,6 +479,7 @@ async fn a_client_that_never_reads_neither_outlives_its_timeout_nor_holds_up_shu
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dry_runs_store_nothing_and_delete_preconditions_are_checked() {
     let server = start(config(0)).await;
+    create_namespaces(&server, &["ns-1"]).await;
     let c = http();
     let path = "/api/v1/namespaces/ns-1/configmaps";
     let cm = json!({"metadata": {"name": "cm"}, "data": {"a": "b"}});
@@ -580,6 +583,7 @@ async fn bodies_over_3_mib_are_413_and_history_is_bounded_by_bytes() {
     let mut cfg = config(0);
     cfg.history_bytes = 8 << 20;
     let server = start(cfg).await;
+    create_namespaces(&server, &["ns-1", "a"]).await;
     let c = http();
     let path = "/api/v1/namespaces/ns-1/configmaps";
     let cm = |n: usize, fill: char| json!({"metadata": {"name": "big"}, "data": {"v": fill.to_string().repeat(n)}});

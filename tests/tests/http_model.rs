@@ -428,6 +428,7 @@ async fn schedule(seed: u64, backing: &Backing) {
     // Only the model's changes take history slots: no periodic bookmarks.
     cfg.bookmark_interval = Duration::from_secs(3600);
     let server = watchcache_tests::start(cfg).await;
+    watchcache_tests::create_namespaces(&server, &NAMESPACES).await;
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let mut model = Model::default();
     model

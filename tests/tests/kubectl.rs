@@ -354,6 +354,18 @@ async fn kubectl_applies_patches_edits_explains_and_prints_tables_on_every_build
         let k = Kubectl::new(bin, &server);
         let who = bin.display();
         let ns = format!("build-{i}");
+        // Objects need their namespace (created with apply: `create namespace` sends protobuf).
+        let out = k
+            .run(&[
+                "apply",
+                "-f",
+                &file(
+                    "ns.yaml",
+                    format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n"),
+                ),
+            ])
+            .await;
+        assert!(out.contains(&format!("namespace/{ns} created")), "{who}: {out}");
         let cm = |value: &str| {
             format!(
                 "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: {ns}\ndata:\n  mode: \"{value}\"\n"
