@@ -1,4 +1,9 @@
-//! Discovery: `/version`, `/api`, `/apis` and `/api/v1`, enough for kubectl.
+//! Discovery: `/version`, `/api`, `/apis`, `/api/v1`, `/apis/<group>` and
+//! `/apis/<group>/<version>`, and aggregated discovery (`apidiscovery.k8s.io` v2 and v2beta1:
+//! every group, version and resource in one answer from `/api` and `/apis`, which kubectl
+//! and client-go ask for first).
+
+use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
@@ -6,6 +11,18 @@ use crate::resources::Resource;
 
 /// The Kubernetes version this server speaks, as `/version` and the OpenAPI documents give it.
 pub(crate) const GIT_VERSION: &str = concat!("v1.32.0-watchcache.", env!("CARGO_PKG_VERSION"));
+
+const VERBS: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+const STATUS_VERBS: &[&str] = &["get", "patch", "update"];
 
 pub(crate) fn version() -> Value {
     json!({
@@ -29,22 +46,181 @@ pub(crate) fn api(server_address: &str) -> Value {
     })
 }
 
-pub(crate) fn apis() -> Value {
-    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": []})
+/// `(group, version)` of a resource; the core group is `""`.
+fn group_version(r: &Resource) -> (&str, &str) {
+    match r.info.api_version.split_once('/') {
+        Some((g, v)) => (g, v),
+        None => ("", r.info.api_version.as_str()),
+    }
 }
 
-pub(crate) fn api_v1<'a>(resources: impl Iterator<Item = &'a Resource>) -> Value {
-    let list: Vec<Value> = resources
-        .map(|r| {
-            json!({
-                "name": r.info.resource,
-                "singularName": r.singular,
+/// The named groups served, each with its versions.
+fn groups<'a>(resources: impl Iterator<Item = &'a Resource>) -> BTreeMap<&'a str, Vec<&'a str>> {
+    let mut out: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for r in resources {
+        let (g, v) = group_version(r);
+        if !g.is_empty() {
+            let versions = out.entry(g).or_default();
+            if !versions.contains(&v) {
+                versions.push(v);
+            }
+        }
+    }
+    out
+}
+
+fn group_json(name: &str, versions: &[&str]) -> Value {
+    let versions: Vec<Value> = versions
+        .iter()
+        .map(|v| json!({"groupVersion": format!("{name}/{v}"), "version": v}))
+        .collect();
+    json!({"name": name, "versions": versions, "preferredVersion": versions[0]})
+}
+
+/// `/apis`: the named groups.
+pub(crate) fn apis<'a>(resources: impl Iterator<Item = &'a Resource>) -> Value {
+    let groups: Vec<Value> = groups(resources)
+        .iter()
+        .map(|(name, versions)| group_json(name, versions))
+        .collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+/// `/apis/<group>`, if served.
+pub(crate) fn api_group<'a>(resources: impl Iterator<Item = &'a Resource>, group: &str) -> Option<Value> {
+    let groups = groups(resources);
+    let versions = groups.get(group)?;
+    let mut out = group_json(group, versions);
+    out["kind"] = json!("APIGroup");
+    out["apiVersion"] = json!("v1");
+    Some(out)
+}
+
+/// The `APIResourceList` of group-version `api_version` (`v1`, `coordination.k8s.io/v1`),
+/// if it serves anything.
+pub(crate) fn resource_list<'a>(
+    resources: impl Iterator<Item = &'a Resource>,
+    api_version: &str,
+) -> Option<Value> {
+    let mut list = Vec::new();
+    for r in resources.filter(|r| r.info.api_version == api_version) {
+        list.push(json!({
+            "name": r.info.resource,
+            "singularName": r.singular,
+            "namespaced": r.namespaced,
+            "kind": r.info.kind,
+            "verbs": VERBS,
+            "shortNames": r.short_names,
+        }));
+        if r.status_subresource {
+            list.push(json!({
+                "name": format!("{}/status", r.info.resource),
+                "singularName": "",
                 "namespaced": r.namespaced,
                 "kind": r.info.kind,
-                "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
-                "shortNames": r.short_names,
-            })
+                "verbs": STATUS_VERBS,
+            }));
+        }
+    }
+    (!list.is_empty())
+        .then(|| json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": api_version, "resources": list}))
+}
+
+/// Which aggregated discovery version an Accept header asks for before plain JSON, if any.
+pub(crate) fn aggregated_version(accept: Option<&str>) -> Option<&'static str> {
+    for range in accept?.split(',') {
+        let mut parts = range.split(';').map(str::trim);
+        let media = parts.next().unwrap_or_default();
+        if !matches!(media, "application/json" | "application/*" | "*/*") {
+            continue;
+        }
+        let params: Vec<(&str, &str)> = parts.filter_map(|p| p.split_once('=')).collect();
+        let get = |k: &str| params.iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
+        match (get("as"), get("g"), get("v")) {
+            (None, _, _) => return None,
+            (Some("APIGroupDiscoveryList"), Some("apidiscovery.k8s.io"), Some("v2")) => return Some("v2"),
+            (Some("APIGroupDiscoveryList"), Some("apidiscovery.k8s.io"), Some("v2beta1")) => {
+                return Some("v2beta1");
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The Content-Type of an aggregated discovery answer.
+pub(crate) fn aggregated_content_type(version: &str) -> &'static str {
+    match version {
+        "v2beta1" => "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList",
+        _ => "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
+    }
+}
+
+/// The aggregated discovery document of `/api` (`core`: the core group) or `/apis` (the
+/// named groups).
+pub(crate) fn aggregated<'a>(
+    resources: impl Iterator<Item = &'a Resource>,
+    core: bool,
+    version: &str,
+) -> Value {
+    // group → version → resources
+    let mut tree: BTreeMap<&str, BTreeMap<&str, Vec<Value>>> = BTreeMap::new();
+    for r in resources {
+        let (g, v) = group_version(r);
+        if g.is_empty() != core {
+            continue;
+        }
+        let kind = json!({"group": g, "version": v, "kind": r.info.kind});
+        let mut entry = json!({
+            "resource": r.info.resource,
+            "responseKind": kind,
+            "scope": if r.namespaced { "Namespaced" } else { "Cluster" },
+            "singularResource": r.singular,
+            "verbs": VERBS,
+            "shortNames": r.short_names,
+        });
+        if r.status_subresource {
+            entry["subresources"] =
+                json!([{"subresource": "status", "responseKind": kind, "verbs": STATUS_VERBS}]);
+        }
+        tree.entry(g).or_default().entry(v).or_default().push(entry);
+    }
+    let items: Vec<Value> = tree
+        .into_iter()
+        .map(|(group, versions)| {
+            let versions: Vec<Value> = versions
+                .into_iter()
+                .map(|(v, resources)| json!({"version": v, "resources": resources, "freshness": "Current"}))
+                .collect();
+            let metadata = if group.is_empty() {
+                json!({})
+            } else {
+                json!({"name": group})
+            };
+            json!({"metadata": metadata, "versions": versions})
         })
         .collect();
-    json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "v1", "resources": list})
+    json!({
+        "kind": "APIGroupDiscoveryList",
+        "apiVersion": format!("apidiscovery.k8s.io/{version}"),
+        "metadata": {},
+        "items": items,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kubectls_accept_header_asks_for_aggregated_v2() {
+        let kubectl = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,\
+                       application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
+        assert_eq!(aggregated_version(Some(kubectl)), Some("v2"));
+        let old =
+            "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
+        assert_eq!(aggregated_version(Some(old)), Some("v2beta1"));
+        assert_eq!(aggregated_version(Some("application/json")), None);
+        assert_eq!(aggregated_version(None), None);
+    }
 }

@@ -40,6 +40,8 @@ pub struct Resource {
 
 struct Spec {
     name: &'static str,
+    /// The API group-version (`v1` for the core group, `coordination.k8s.io/v1`).
+    api_version: &'static str,
     /// Where the apiserver keeps the resource under `/registry/` (nodes are `minions`).
     storage: &'static str,
     singular: &'static str,
@@ -56,6 +58,7 @@ struct Spec {
 
 const SPECS: &[Spec] = &[
     Spec {
+        api_version: "v1",
         name: "pods",
         storage: "pods",
         singular: "pod",
@@ -76,6 +79,7 @@ const SPECS: &[Spec] = &[
         unset_reads_as: &[],
     },
     Spec {
+        api_version: "v1",
         name: "configmaps",
         storage: "configmaps",
         singular: "configmap",
@@ -88,6 +92,7 @@ const SPECS: &[Spec] = &[
         unset_reads_as: &[],
     },
     Spec {
+        api_version: "v1",
         name: "secrets",
         storage: "secrets",
         singular: "secret",
@@ -100,6 +105,7 @@ const SPECS: &[Spec] = &[
         unset_reads_as: &[],
     },
     Spec {
+        api_version: "v1",
         name: "namespaces",
         storage: "namespaces",
         singular: "namespace",
@@ -112,6 +118,7 @@ const SPECS: &[Spec] = &[
         unset_reads_as: &[],
     },
     Spec {
+        api_version: "v1",
         name: "nodes",
         storage: "minions",
         singular: "node",
@@ -122,6 +129,46 @@ const SPECS: &[Spec] = &[
         trigger: None,
         create_defaults: &[],
         unset_reads_as: &[("spec.unschedulable", "false")],
+    },
+    Spec {
+        api_version: "v1",
+        name: "events",
+        storage: "events",
+        singular: "event",
+        kind: "Event",
+        short_names: &["ev"],
+        namespaced: true,
+        // The fields the apiserver lets events be selected by (kubectl describe selects a
+        // pod's events by its involvedObject).
+        fields: &[
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+        ],
+        trigger: None,
+        create_defaults: &[],
+        unset_reads_as: &[],
+    },
+    Spec {
+        api_version: "coordination.k8s.io/v1",
+        name: "leases",
+        storage: "leases",
+        singular: "lease",
+        kind: "Lease",
+        short_names: &[],
+        namespaced: true,
+        fields: &[],
+        trigger: None,
+        create_defaults: &[],
+        unset_reads_as: &[],
     },
 ];
 
@@ -160,7 +207,7 @@ pub fn build(
         cache_config.trigger_field = spec.trigger.map(str::to_owned);
         cache_config.history_fill = config.history_fill;
         let cache = Cache::new(store.clone(), codec.clone(), cache_config)?;
-        let info = ResourceInfo::new(spec.name, spec.kind, "v1");
+        let info = ResourceInfo::new(spec.name, spec.kind, spec.api_version);
         let frames = FrameEncoder::new(info.clone(), codec.clone());
         out.insert(
             spec.name,

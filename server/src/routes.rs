@@ -54,10 +54,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
             get(|| async { json_response(StatusCode::OK, discovery::version().to_string()) }),
         )
         .route("/api", get(api))
-        .route(
-            "/apis",
-            get(|| async { json_response(StatusCode::OK, discovery::apis().to_string()) }),
-        )
+        .route("/apis", get(apis))
         .route("/api/v1", get(api_v1))
         .route("/openapi/v2", get(openapi_v2))
         .route(
@@ -79,6 +76,26 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
             "/api/v1/namespaces/{ns}/{resource}/{name}/{subresource}",
             any(resource_request),
         )
+        .route("/apis/{group}", get(api_group))
+        .route("/apis/{group}/{version}", get(api_group_version))
+        .route("/apis/{group}/{version}/{resource}", any(resource_request))
+        .route("/apis/{group}/{version}/{resource}/{name}", any(resource_request))
+        .route(
+            "/apis/{group}/{version}/namespaces/{ns}/{resource}",
+            any(resource_request),
+        )
+        .route(
+            "/apis/{group}/{version}/namespaces/{ns}/{resource}/{name}",
+            any(resource_request),
+        )
+        .route(
+            "/apis/{group}/{version}/{resource}/{name}/{subresource}",
+            any(resource_request),
+        )
+        .route(
+            "/apis/{group}/{version}/namespaces/{ns}/{resource}/{name}/{subresource}",
+            any(resource_request),
+        )
         .fallback(|| async { status_response(&Status::not_found("", "")) })
         .method_not_allowed_fallback(|method: Method| async move {
             status_response(&Status::method_not_allowed(format!(
@@ -91,18 +108,60 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-async fn api(State(state): AppStateRef) -> Response {
-    json_response(
-        StatusCode::OK,
-        discovery::api(&state.addr.to_string()).to_string(),
-    )
+/// An aggregated discovery answer when the Accept header asks for one first.
+fn aggregated(state: &AppState, headers: &HeaderMap, core: bool) -> Option<Response> {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let version = discovery::aggregated_version(accept)?;
+    let body = discovery::aggregated(state.resources.values().map(|r| &**r), core, version);
+    let mut response = json_response(StatusCode::OK, body.to_string());
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(discovery::aggregated_content_type(version)),
+    );
+    Some(response)
+}
+
+async fn api(State(state): AppStateRef, headers: HeaderMap) -> Response {
+    aggregated(&state, &headers, true).unwrap_or_else(|| {
+        json_response(
+            StatusCode::OK,
+            discovery::api(&state.addr.to_string()).to_string(),
+        )
+    })
+}
+
+async fn apis(State(state): AppStateRef, headers: HeaderMap) -> Response {
+    aggregated(&state, &headers, false).unwrap_or_else(|| {
+        json_response(
+            StatusCode::OK,
+            discovery::apis(state.resources.values().map(|r| &**r)).to_string(),
+        )
+    })
 }
 
 async fn api_v1(State(state): AppStateRef) -> Response {
-    json_response(
-        StatusCode::OK,
-        discovery::api_v1(state.resources.values().map(|r| &**r)).to_string(),
-    )
+    match discovery::resource_list(state.resources.values().map(|r| &**r), "v1") {
+        Some(list) => json_response(StatusCode::OK, list.to_string()),
+        None => status_response(&Status::not_found("", "")),
+    }
+}
+
+async fn api_group(State(state): AppStateRef, Path(group): Path<String>) -> Response {
+    match discovery::api_group(state.resources.values().map(|r| &**r), &group) {
+        Some(g) => json_response(StatusCode::OK, g.to_string()),
+        None => status_response(&Status::not_found("", "")),
+    }
+}
+
+async fn api_group_version(
+    State(state): AppStateRef,
+    Path((group, version)): Path<(String, String)>,
+) -> Response {
+    let api_version = format!("{group}/{version}");
+    match discovery::resource_list(state.resources.values().map(|r| &**r), &api_version) {
+        Some(list) => json_response(StatusCode::OK, list.to_string()),
+        None => status_response(&Status::not_found("", "")),
+    }
 }
 
 /// The media type of `/openapi/v2` in protobuf. client-go asks for
@@ -264,6 +323,10 @@ async fn resource_request(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    let api_version = match (parts.remove("group"), parts.remove("version")) {
+        (Some(group), Some(version)) => format!("{group}/{version}"),
+        _ => "v1".to_owned(),
+    };
     let mut resource = parts.remove("resource").unwrap_or_default();
     let (mut ns, mut name) = (parts.remove("ns"), parts.remove("name"));
     let mut subresource = parts.remove("subresource");
@@ -277,10 +340,11 @@ async fn resource_request(
     };
     let user_agent = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok());
     let write_params = || WriteParams::parse(query.as_deref()).map(|p| p.with_user_agent(user_agent));
-    let target = Target::resolve(&state, &resource, ns, name).and_then(|t| match &subresource {
-        Some(sub) => t.with_subresource(sub),
-        None => Ok(t),
-    });
+    let target =
+        Target::resolve(&state, &api_version, &resource, ns, name).and_then(|t| match &subresource {
+            Some(sub) => t.with_subresource(sub),
+            None => Ok(t),
+        });
     let result = match target {
         Ok(t) if t.subresource.is_some() && !matches!(method, Method::GET | Method::PUT | Method::PATCH) => {
             Err(Status::method_not_allowed(format!(

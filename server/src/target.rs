@@ -27,14 +27,20 @@ pub(crate) enum Subresource {
 }
 
 impl Target {
-    /// Resolves `resource` (and a namespace for namespaced resources only); unknown ones are 404.
+    /// Resolves `resource` of the group-version `api_version` (`v1`, `coordination.k8s.io/v1`),
+    /// and a namespace for namespaced resources only; unknown ones are 404.
     pub(crate) fn resolve(
         state: &AppState,
+        api_version: &str,
         resource: &str,
         namespace: Option<String>,
         name: Option<String>,
     ) -> Result<Target, Status> {
-        let Some(r) = state.resources.get(resource) else {
+        let Some(r) = state
+            .resources
+            .get(resource)
+            .filter(|r| r.info.api_version == api_version)
+        else {
             return Err(Status::not_found(resource, ""));
         };
         if namespace.is_some() && !r.namespaced {

@@ -311,6 +311,10 @@ async fn openapi_documents_describe_the_served_kinds_and_field_validation_follow
         .expect("api/v1 is listed")
         .to_owned();
     assert!(url.starts_with("/openapi/v3/api/v1?hash="), "{url}");
+    assert!(
+        index["paths"]["apis/coordination.k8s.io/v1"]["serverRelativeURL"].is_string(),
+        "Leases have their group's document: {index}"
+    );
     let (code, body) = request(&c, &server, "GET", &url, None).await;
     assert_eq!(code, 200);
     let v3: Value = serde_json::from_slice(&body).unwrap();
@@ -930,4 +934,123 @@ async fn delete_collection_deletes_what_the_selectors_match() {
     .await;
     assert_eq!(code, 200);
     assert!(get(&server, cms).await["items"].as_array().unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_are_discovered_legacy_and_aggregated_and_leases_and_events_are_served() {
+    let server = start(config(0)).await;
+    let c = http();
+    let apis = get(&server, "/apis").await;
+    assert_eq!(apis["groups"][0]["name"], "coordination.k8s.io");
+    assert_eq!(
+        apis["groups"][0]["preferredVersion"]["groupVersion"],
+        "coordination.k8s.io/v1"
+    );
+    let group = get(&server, "/apis/coordination.k8s.io").await;
+    assert_eq!(group["kind"], "APIGroup");
+    let leases = get(&server, "/apis/coordination.k8s.io/v1").await;
+    assert_eq!(leases["resources"][0]["name"], "leases");
+    let core = get(&server, "/api/v1").await;
+    let names: Vec<&str> = core["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    for name in [
+        "pods",
+        "pods/status",
+        "nodes/status",
+        "namespaces/status",
+        "events",
+        "configmaps",
+        "secrets",
+    ] {
+        assert!(names.contains(&name), "{name} in {names:?}");
+    }
+    let (code, _) = request(&c, &server, "GET", "/apis/nothing.example.com/v1", None).await;
+    assert_eq!(code, 404);
+
+    // Aggregated discovery, as kubectl and client-go ask for it first.
+    let accept = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json";
+    let (code, ct, all) = get_accept(&server, "/apis", accept).await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        ct.as_deref(),
+        Some("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList")
+    );
+    assert_eq!(all["items"][0]["metadata"]["name"], "coordination.k8s.io");
+    assert_eq!(
+        all["items"][0]["versions"][0]["resources"][0]["responseKind"]["kind"],
+        "Lease"
+    );
+    let (_, _, core) = get_accept(&server, "/api", accept).await;
+    let pods = core["items"][0]["versions"][0]["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["resource"] == "pods")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        (
+            pods["scope"].as_str(),
+            pods["subresources"][0]["subresource"].as_str()
+        ),
+        (Some("Namespaced"), Some("status"))
+    );
+
+    // Leases live under their group's path, not the core one.
+    let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "leader"},
+        "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15}});
+    let path = "/apis/coordination.k8s.io/v1/namespaces/default/leases";
+    let (code, body) = request(&c, &server, "POST", path, Some(lease)).await;
+    assert_eq!(code, 201, "{}", String::from_utf8_lossy(&body));
+    let (code, _) = request(
+        &c,
+        &server,
+        "GET",
+        "/api/v1/namespaces/default/leases/leader",
+        None,
+    )
+    .await;
+    assert_eq!(code, 404);
+    let (code, out) = patch(
+        &server,
+        &format!("{path}/leader"),
+        MERGE,
+        json!({"spec": {"holderIdentity": "b"}}),
+    )
+    .await;
+    assert_eq!((code, out["spec"]["holderIdentity"].as_str()), (200, Some("b")));
+    let (code, body) = request(
+        &c,
+        &server,
+        "POST",
+        "/apis/coordination.k8s.io/v1/namespaces/default/pods",
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(code, 404, "{}", String::from_utf8_lossy(&body));
+
+    // Events are selected by the object they are about.
+    let events = "/api/v1/namespaces/default/events";
+    for (name, pod) in [("e1", "web"), ("e2", "db")] {
+        let ev = json!({"metadata": {"name": name}, "involvedObject": {"kind": "Pod", "name": pod, "namespace": "default"},
+            "reason": "Started", "type": "Normal", "message": "started"});
+        let (code, _) = request(&c, &server, "POST", events, Some(ev)).await;
+        assert_eq!(code, 201);
+    }
+    let selected = get(
+        &server,
+        &format!("{events}?fieldSelector=involvedObject.name%3Dweb,involvedObject.kind%3DPod"),
+    )
+    .await;
+    let names: Vec<&str> = selected["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["e1"]);
 }
