@@ -85,7 +85,17 @@ impl Patch {
         let result = match self {
             Patch::Json(ops) => {
                 let mut doc = Value::Object(object);
-                json_patch::patch(&mut doc, ops).map_err(|e| cannot(&e))?;
+                for op in ops.iter() {
+                    // As the apiserver's JSON patch has it, a `test` for null passes where the
+                    // path is missing (kube-runtime's finalizer() relies on it).
+                    if let json_patch::PatchOperation::Test(t) = op
+                        && t.value.is_null()
+                        && doc.pointer(t.path.as_str()).is_none()
+                    {
+                        continue;
+                    }
+                    json_patch::patch(&mut doc, std::slice::from_ref(op)).map_err(|e| cannot(&e))?;
+                }
                 doc
             }
             Patch::Merge(patch) => {
@@ -149,6 +159,21 @@ mod tests {
         );
         let p = Patch::parse(PatchType::Json, br#"[{"op":"replace","path":"","value":7}]"#).unwrap();
         assert_eq!(p.apply_to("ConfigMap", obj(json!({}))).unwrap_err().code, 422);
+    }
+
+    #[test]
+    fn a_json_patch_test_for_null_passes_on_a_missing_path() {
+        let p = Patch::parse(
+            PatchType::Json,
+            br#"[{"op":"test","path":"/metadata/finalizers","value":null},{"op":"add","path":"/metadata/finalizers","value":["f"]}]"#,
+        )
+        .unwrap();
+        let out = p
+            .apply_to("ConfigMap", obj(json!({"metadata": {"name": "c"}})))
+            .unwrap();
+        assert_eq!(out["metadata"]["finalizers"], json!(["f"]));
+        // Present and not null, it fails.
+        assert_eq!(p.apply_to("ConfigMap", out).unwrap_err().code, 422);
     }
 
     #[test]

@@ -223,3 +223,161 @@ async fn lapped(server: &Server) -> u64 {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
         .sum()
 }
+
+/// kube-rs's patch types, its finalizer() around a delete, a Lease taken and renewed with
+/// optimistic concurrency (as leader election does it), and its discovery finding the
+/// Lease group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_rs_patches_runs_a_finalizer_and_holds_a_lease() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+    use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+    use kube::runtime::controller::Action;
+    use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+
+    let server = start(watchcache_tests::config(0)).await;
+    let client = client(&server);
+
+    // The four patch types on a pod: the strategic one merges a container by name.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "app", "image": "app:1"}, {"name": "side", "image": "side:1"}]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.expect("created");
+    let strategic = serde_json::json!({"spec": {"containers": [{"name": "side", "image": "side:2"}]}});
+    let p = pods
+        .patch("p", &PatchParams::default(), &Patch::Strategic(strategic))
+        .await
+        .expect("strategic");
+    let images: Vec<String> = p
+        .spec
+        .unwrap()
+        .containers
+        .into_iter()
+        .filter_map(|c| c.image)
+        .collect();
+    assert_eq!(images, ["app:1", "side:2"]);
+    let merge = serde_json::json!({"metadata": {"labels": {"merged": "yes"}}});
+    let p = pods
+        .patch("p", &PatchParams::default(), &Patch::Merge(merge))
+        .await
+        .expect("merge");
+    assert_eq!(p.labels().get("merged").map(String::as_str), Some("yes"));
+    let ops: json_patch::Patch = serde_json::from_value(serde_json::json!([
+        {"op": "test", "path": "/metadata/labels/merged", "value": "yes"},
+        {"op": "add", "path": "/metadata/labels/json", "value": "yes"}
+    ]))
+    .unwrap();
+    let p = pods
+        .patch("p", &PatchParams::default(), &Patch::Json::<()>(ops))
+        .await
+        .expect("json");
+    assert_eq!(p.labels().get("json").map(String::as_str), Some("yes"));
+    let applied = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {"owner": "ssa"}}});
+    let p = pods
+        .patch("p", &PatchParams::apply("kube-rs-test"), &Patch::Apply(applied))
+        .await
+        .expect("apply");
+    assert_eq!(p.labels().get("owner").map(String::as_str), Some("ssa"));
+    assert!(
+        p.managed_fields()
+            .iter()
+            .any(|m| m.manager.as_deref() == Some("kube-rs-test"))
+    );
+
+    // finalizer(): added before the first reconcile, kept through delete until cleanup ran.
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let cm: ConfigMap = serde_json::from_value(serde_json::json!({"metadata": {"name": "guarded"}})).unwrap();
+    cms.create(&PostParams::default(), &cm).await.expect("created");
+    let name = "example.com/cleanup";
+    let cleaned = Arc::new(AtomicBool::new(false));
+    let reconcile = |cleaned: Arc<AtomicBool>| {
+        move |event: Finalizer<ConfigMap>| async move {
+            if let Finalizer::Cleanup(_) = event {
+                cleaned.store(true, Ordering::SeqCst);
+            }
+            Ok::<_, kube::Error>(Action::await_change())
+        }
+    };
+    let latest = Arc::new(cms.get("guarded").await.unwrap());
+    finalizer(&cms, name, latest, reconcile(cleaned.clone()))
+        .await
+        .expect("finalizer added");
+    let latest = cms.get("guarded").await.unwrap();
+    assert_eq!(latest.finalizers(), [name.to_owned()]);
+    finalizer(&cms, name, Arc::new(latest), reconcile(cleaned.clone()))
+        .await
+        .expect("applied");
+    cms.delete("guarded", &DeleteParams::default())
+        .await
+        .expect("deleted");
+    let marked = cms.get("guarded").await.expect("held by its finalizer");
+    assert!(marked.metadata.deletion_timestamp.is_some());
+    assert!(!cleaned.load(Ordering::SeqCst));
+    finalizer(&cms, name, Arc::new(marked), reconcile(cleaned.clone()))
+        .await
+        .expect("cleaned up");
+    assert!(cleaned.load(Ordering::SeqCst));
+    assert!(
+        cms.get_opt("guarded").await.unwrap().is_none(),
+        "gone once the finalizer is removed"
+    );
+
+    // A Lease: taken by a, renewed by a; b's attempt from a stale read conflicts.
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+    let renew_time =
+        |s: &str| -> MicroTime { serde_json::from_value(serde_json::json!(s)).expect("a MicroTime") };
+    let lease: Lease = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "controller"},
+        "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15}
+    }))
+    .unwrap();
+    let mut held = leases
+        .create(&PostParams::default(), &lease)
+        .await
+        .expect("taken");
+    let stale = held.clone();
+    held.spec.as_mut().unwrap().renew_time = Some(renew_time("2026-11-30T12:00:05.000000Z"));
+    let renewed = leases
+        .replace("controller", &PostParams::default(), &held)
+        .await
+        .expect("renewed");
+    assert_ne!(renewed.resource_version(), stale.resource_version());
+    let mut grab = stale;
+    grab.spec.as_mut().unwrap().holder_identity = Some("b".into());
+    let err = leases
+        .replace("controller", &PostParams::default(), &grab)
+        .await
+        .expect_err("stale");
+    assert!(matches!(err, kube::Error::Api(ref s) if s.code == 409), "{err:?}");
+    assert_eq!(
+        leases
+            .get("controller")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .holder_identity
+            .as_deref(),
+        Some("a")
+    );
+
+    // Discovery finds the Lease group, and a dynamic API lists through it.
+    let discovery = kube::Discovery::new(client.clone())
+        .run()
+        .await
+        .expect("discovery");
+    let (ar, _) = discovery
+        .groups()
+        .flat_map(|g| g.recommended_resources())
+        .find(|(ar, _)| ar.kind == "Lease")
+        .expect("Lease discovered");
+    let dynamic: Api<kube::api::DynamicObject> = Api::namespaced_with(client, "kube-system", &ar);
+    assert_eq!(dynamic.list(&Default::default()).await.unwrap().items.len(), 1);
+}
