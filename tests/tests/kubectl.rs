@@ -537,6 +537,48 @@ async fn kubectl_applies_patches_edits_explains_and_prints_tables_on_every_build
         assert!(next().await.starts_with("web "), "{who}: the change is a row");
         child.kill().await.ok();
 
+        // describe lists the pod's events; wait --for=delete returns once it is gone.
+        let uid = k
+            .run(&["get", "pod", "web", "-n", &ns, "-o", "jsonpath={.metadata.uid}"])
+            .await;
+        let event = format!(
+            "apiVersion: v1\nkind: Event\nmetadata:\n  name: web.started\n  namespace: {ns}\ninvolvedObject:\n  \
+             kind: Pod\n  name: web\n  namespace: {ns}\n  uid: {uid}\nreason: Started\nmessage: Started container app\n\
+             type: Normal\nsource:\n  component: kubelet\n"
+        );
+        k.run(&["apply", "-f", &file("event.yaml", event)]).await;
+        let described = k.run(&["describe", "pod", "web", "-n", &ns]).await;
+        assert!(
+            described.contains("Containers:") && described.contains("sidecar"),
+            "{who}: {described}"
+        );
+        let events = described.split("Events:").nth(1).unwrap_or_default();
+        assert!(events.contains("Started container app"), "{who}: {described}");
+        let waiting = k
+            .command(&["wait", "--for=delete", "pod/web", "-n", &ns, "--timeout=30s"])
+            .output();
+        let deleting = async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            k.run(&["delete", "pod", "web", "-n", &ns, "--wait=false"]).await
+        };
+        let (waited, _) = tokio::join!(waiting, deleting);
+        let waited = waited.expect("kubectl wait runs");
+        assert!(
+            waited.status.success(),
+            "{who}: {}",
+            String::from_utf8_lossy(&waited.stderr)
+        );
+        // delete --all: every ConfigMap of the namespace, and nothing of any other.
+        let out = k.run(&["delete", "cm", "--all", "-n", &ns]).await;
+        assert!(out.contains("configmap \"settings\" deleted"), "{who}: {out}");
+        assert!(
+            k.run(&["get", "cm", "-n", &ns, "-o", "name"])
+                .await
+                .trim()
+                .is_empty(),
+            "{who}"
+        );
+
         let explained = k.run(&["explain", "pod.spec.containers"]).await;
         assert!(
             explained.contains("containers") && explained.contains("DESCRIPTION"),
