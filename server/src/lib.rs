@@ -1,14 +1,15 @@
 //! `watchcache serve`: a Kubernetes-compatible HTTP facade over the watch cache, so that
-//! kubectl and kube-rs use it as they use kube-apiserver.
+//! kubectl, kube-rs, client-go and the Python client use it as they use kube-apiserver.
 //!
-//! Resources `pods`, `configmaps`, `secrets` (namespaced), `namespaces` and `nodes`, each with
-//! its own cache and upstream watch on the embedded
-//! [`MemorySource`](watchcache_core::MemorySource) or, with the `etcd` feature and `--etcd`,
-//! on an etcd cluster ([`Backend`]). Discovery (`/version`,
-//! `/api`, `/apis`, `/api/v1`); LIST, GET and WATCH with the apiserver's parameters; POST,
-//! PUT and DELETE to the source; `/healthz`, `/readyz` and `/metrics`. LIST bodies are
-//! streamed in bounded chunks; watch frames are copied from shared bytes into each
-//! connection's own bounded buffer.
+//! Resources `pods`, `configmaps`, `secrets`, `events` (namespaced), `namespaces`, `nodes`
+//! and `coordination.k8s.io/v1` `leases`, each with its own cache and upstream watch on the
+//! embedded [`MemorySource`](watchcache_core::MemorySource) or, with the `etcd` feature and
+//! `--etcd`, on an etcd cluster ([`Backend`]). Discovery (legacy and aggregated) and OpenAPI
+//! v2 and v3; LIST, GET and WATCH with the apiserver's parameters, as JSON or Tables; POST,
+//! PUT, PATCH (JSON, merge, strategic merge, server-side apply), DELETE and DeleteCollection
+//! to the source, with `managedFields`, `/status`, finalizers and namespace lifecycle;
+//! `/healthz`, `/readyz` and `/metrics`. LIST bodies are streamed in bounded chunks; watch
+//! frames are copied from shared bytes into each connection's own bounded buffer.
 
 #![warn(missing_docs)]
 
