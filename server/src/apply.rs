@@ -11,8 +11,7 @@
 //! - The manager's `Apply` entry in `managedFields` then holds exactly the configuration's
 //!   fields.
 //!
-//! Bodies are JSON, which every client sends (kubectl, client-go, kube-rs and the Python
-//! client encode apply configurations as JSON, a subset of YAML).
+//! Bodies are YAML, or JSON (which kubectl, client-go, kube-rs and the Python client send).
 
 use serde_json::{Map, Value, json};
 use watchcache_encoders::Status;
@@ -20,14 +19,14 @@ use watchcache_encoders::Status;
 use crate::fields::{self, Fields, Manager, Segment};
 use crate::strategic;
 
-/// Parses an apply body: a JSON object with no `managedFields` of its own.
+/// Parses an apply body, YAML or JSON (YAML's subset, which most clients send): an object
+/// with no `managedFields` of its own.
 pub(crate) fn parse(body: &[u8]) -> Result<Map<String, Value>, Status> {
-    let config: Value = serde_json::from_slice(body).map_err(|e| {
-        Status::bad_request(format!(
-            "the apply configuration is not a JSON object (watchcache reads apply bodies as JSON, \
-             YAML's subset that clients send): {e}"
-        ))
-    })?;
+    let config: Value = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(_) => serde_yaml_ng::from_slice(body)
+            .map_err(|e| Status::bad_request(format!("the apply configuration is not YAML: {e}")))?,
+    };
     let Value::Object(config) = config else {
         return Err(Status::bad_request("the apply configuration is not an object"));
     };
@@ -261,7 +260,13 @@ mod tests {
 
     #[test]
     fn bodies_are_checked() {
-        assert_eq!(parse(b"a: b").unwrap_err().code, 400);
+        assert_eq!(parse(b"a: b").unwrap()["a"], "b", "YAML");
+        assert_eq!(
+            parse(b"metadata:\n  name: x\ndata:\n  n: 1\n").unwrap()["data"]["n"],
+            1
+        );
+        assert_eq!(parse(b"- a").unwrap_err().code, 400, "a YAML list");
+        assert_eq!(parse(b"a: [unclosed").unwrap_err().code, 400);
         assert_eq!(parse(b"[1]").unwrap_err().code, 400);
         assert_eq!(
             parse(br#"{"metadata":{"managedFields":[]}}"#).unwrap_err().code,

@@ -232,6 +232,19 @@ async fn server_side_apply_creates_merges_owns_conflicts_and_removes() {
     .await;
     assert_eq!(code, 409, "{s}");
     assert!(s["message"].as_str().unwrap().contains("\"carol\""), "{s}");
+    // YAML, as curl users send it, applies like JSON.
+    let yaml = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\ndata:\n  e: \"5\"\n";
+    let (code, out) = request_typed(
+        &http(),
+        &server,
+        "PATCH",
+        &format!("{path}?fieldManager=dave"),
+        APPLY,
+        yaml,
+    )
+    .await;
+    assert_eq!(code, 200, "{out}");
+    assert_eq!(out["data"]["e"], "5");
     // A body that is not an apply configuration.
     let (code, _) = request_typed(
         &http(),

@@ -379,6 +379,19 @@ async fn kubectl_applies_patches_edits_explains_and_prints_tables_on_every_build
             .run(&["get", "cm", "settings", "-n", &ns, "-o", "jsonpath={.data.mode}"])
             .await;
         assert_eq!(mode, "safe", "{who}");
+        // Server-side apply, and a dry run on the server that deletes nothing.
+        let ssa = format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ssa\n  namespace: {ns}\ndata:\n  k: v\n"
+        );
+        let out = k
+            .run(&["apply", "--server-side", "-f", &file("ssa.yaml", ssa)])
+            .await;
+        assert!(out.contains("configmap/ssa serverside-applied"), "{who}: {out}");
+        let out = k
+            .run(&["delete", "cm", "ssa", "-n", &ns, "--dry-run=server"])
+            .await;
+        assert!(out.contains("(server dry run)"), "{who}: {out}");
+        k.run(&["get", "cm", "ssa", "-n", &ns]).await;
 
         // Validation is on: a field no ConfigMap has is refused, naming it.
         let bad = format!(
@@ -570,7 +583,10 @@ async fn kubectl_applies_patches_edits_explains_and_prints_tables_on_every_build
         );
         // delete --all: every ConfigMap of the namespace, and nothing of any other.
         let out = k.run(&["delete", "cm", "--all", "-n", &ns]).await;
-        assert!(out.contains("configmap \"settings\" deleted"), "{who}: {out}");
+        assert!(
+            out.contains("configmap \"settings\" deleted") && out.contains("configmap \"ssa\" deleted"),
+            "{who}: {out}"
+        );
         assert!(
             k.run(&["get", "cm", "-n", &ns, "-o", "name"])
                 .await
