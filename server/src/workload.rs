@@ -86,7 +86,7 @@ pub async fn seed(store: &Backend, pods: usize) {
     let nodes = node_count(pods);
     let mut writes: Vec<(String, Value)> = Vec::new();
     for n in 0..NAMESPACES.min(pods.max(1)) {
-        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": format!("ns-{n}"), "creationTimestamp": now()}, "status": {"phase": "Active"}});
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": format!("ns-{n}"), "creationTimestamp": now()}, "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}});
         writes.push((format!("/registry/namespaces/ns-{n}"), ns));
     }
     for n in 0..nodes {

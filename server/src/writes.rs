@@ -237,15 +237,15 @@ pub(crate) async fn patch(
             return Err(Status::conflict(resource, name));
         }
         let prepared = prepare_update(t, object, &current, Ownership::Update(&p.manager))?;
-        if p.dry_run {
-            return Ok(warn(json_response(StatusCode::OK, prepared.raw), &warnings));
-        }
-        match prepared.commit(state, &key, Some(revision), revision).await {
-            Ok((revision, version)) => {
-                return written(t, StatusCode::OK, &version, revision).map(|r| warn(r, &warnings));
-            }
-            Err(SourceError::Conflict { .. }) if precondition.is_none() => continue,
-            Err(e) => return Err(errors::source(&e, resource, name)),
+        let attempt = Attempt {
+            key: &key,
+            name,
+            read_at: revision,
+            precondition,
+            warnings: &warnings,
+        };
+        if let Some(response) = attempt.store(state, t, p, prepared).await? {
+            return Ok(response);
         }
     }
     Err(Status::conflict(resource, name))
@@ -313,18 +313,58 @@ async fn apply(
             return Err(Status::conflict(resource, name));
         }
         let prepared = prepare_update(t, object, &current, Ownership::Recorded)?;
-        if p.dry_run {
-            return Ok(warn(json_response(StatusCode::OK, prepared.raw), &warnings));
-        }
-        match prepared.commit(state, &key, Some(revision), revision).await {
-            Ok((revision, version)) => {
-                return written(t, StatusCode::OK, &version, revision).map(|r| warn(r, &warnings));
-            }
-            Err(SourceError::Conflict { .. }) if precondition.is_none() => continue,
-            Err(e) => return Err(errors::source(&e, resource, name)),
+        let attempt = Attempt {
+            key: &key,
+            name,
+            read_at: revision,
+            precondition,
+            warnings: &warnings,
+        };
+        if let Some(response) = attempt.store(state, t, p, prepared).await? {
+            return Ok(response);
         }
     }
     Err(Status::conflict(resource, name))
+}
+
+/// One read-modify-write attempt of a PATCH or an apply, ready to store.
+struct Attempt<'a> {
+    key: &'a str,
+    name: &'a str,
+    /// The revision the object was read at: the write is conditional on it.
+    read_at: Revision,
+    /// A `metadata.resourceVersion` the request set (then a lost race is 409, not a retry).
+    precondition: Option<Revision>,
+    warnings: &'a [String],
+}
+
+impl Attempt<'_> {
+    /// Stores `prepared` (or answers a dry run): the response, or `None` when another write
+    /// came first and the caller should read and try again.
+    async fn store(
+        &self,
+        state: &AppState,
+        t: &Target,
+        p: &WriteParams,
+        prepared: Prepared,
+    ) -> Result<Option<Response>, Status> {
+        if p.dry_run {
+            return Ok(Some(warn(
+                json_response(StatusCode::OK, prepared.raw),
+                self.warnings,
+            )));
+        }
+        match prepared
+            .commit(state, self.key, Some(self.read_at), self.read_at)
+            .await
+        {
+            Ok((revision, version)) => {
+                written(t, StatusCode::OK, &version, revision).map(|r| Some(warn(r, self.warnings)))
+            }
+            Err(SourceError::Conflict { .. }) if self.precondition.is_none() => Ok(None),
+            Err(e) => Err(errors::source(&e, &t.resource.info.resource, self.name)),
+        }
+    }
 }
 
 /// Applies `fieldValidation` to a request's object: the fields its schema does not know are
@@ -577,8 +617,9 @@ pub(crate) async fn delete(
             .ok_or_else(|| Status::not_found(resource, name))?;
         check_preconditions(t, name, p, &current, revision)?;
         let mut object = parse_stored(&current)?;
+        // A namespace is always marked: the namespace controller empties it, then deletes it.
         let namespace = t.resource.info.kind == "Namespace";
-        if !finalizers(&object).is_empty() || (namespace && !spec_finalizers(&object).is_empty()) {
+        if namespace || !finalizers(&object).is_empty() {
             // Finalizers hold the object: it is marked for deletion, and goes when the last
             // one is removed. Marked already, it is answered as it is.
             if is_deleting(&object) {
