@@ -118,18 +118,7 @@ pub async fn request_typed(
     content_type: &str,
     body: impl Into<Bytes>,
 ) -> (u16, serde_json::Value) {
-    let req = http::Request::builder()
-        .method(method)
-        .uri(format!("http://{}{path}", server.addr()))
-        .header("content-type", content_type)
-        .body(Full::new(body.into()))
-        .expect("a valid request");
-    let resp = tokio::time::timeout(Duration::from_secs(30), client.request(req))
-        .await
-        .expect("an answer in time")
-        .expect("the request is sent");
-    let code = resp.status().as_u16();
-    let body = resp.into_body().collect().await.expect("the body").to_bytes();
+    let (code, _, body) = send(client, server, method, path, content_type, body.into()).await;
     let value = serde_json::from_slice(&body).unwrap_or_else(|_| {
         panic!(
             "{method} {path}: a JSON answer: {}",
@@ -147,12 +136,23 @@ pub async fn request_full(
     path: &str,
     body: Option<serde_json::Value>,
 ) -> (u16, http::HeaderMap, Bytes) {
-    let uri = format!("http://{}{path}", server.addr());
     let body = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
+    send(client, server, method, path, "application/json", body).await
+}
+
+/// Sends one request, bounded in time; the status code, headers and whole body.
+async fn send(
+    client: &Client<HttpConnector, Full<Bytes>>,
+    server: &Server,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: Bytes,
+) -> (u16, http::HeaderMap, Bytes) {
     let req = http::Request::builder()
         .method(method)
-        .uri(uri)
-        .header("content-type", "application/json")
+        .uri(format!("http://{}{path}", server.addr()))
+        .header("content-type", content_type)
         .body(Full::new(body))
         .expect("a valid request");
     let resp = tokio::time::timeout(Duration::from_secs(30), client.request(req))

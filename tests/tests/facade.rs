@@ -359,28 +359,7 @@ async fn openapi_documents_describe_the_served_kinds_and_field_validation_follow
     assert_eq!(code, 404);
 
     // v2: JSON when asked for JSON, protobuf when asked for it (as client-go asks), 406 else.
-    let openapi_v2 = |accept: &'static str| {
-        let c = c.clone();
-        let addr = server.addr();
-        async move {
-            let req = http::Request::builder()
-                .uri(format!("http://{addr}/openapi/v2"))
-                .header("accept", accept)
-                .body(http_body_util::Full::new(bytes::Bytes::new()))
-                .unwrap();
-            let resp = c.request(req).await.unwrap();
-            let code = resp.status().as_u16();
-            let ct = resp
-                .headers()
-                .get("content-type")
-                .map(|v| v.to_str().unwrap().to_owned());
-            let body = http_body_util::BodyExt::collect(resp.into_body())
-                .await
-                .unwrap()
-                .to_bytes();
-            (code, ct, body)
-        }
-    };
+    let openapi_v2 = |accept: &'static str| get_raw(&server, "/openapi/v2", accept);
     let (code, _, body) = openapi_v2("application/json").await;
     assert_eq!(code, 200);
     let v2: Value = serde_json::from_slice(&body).unwrap();
@@ -455,7 +434,8 @@ async fn openapi_documents_describe_the_served_kinds_and_field_validation_follow
 
 const TABLE_ACCEPT: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
 
-async fn get_accept(server: &Server, path: &str, accept: &str) -> (u16, Option<String>, Value) {
+/// A GET with an Accept header: the code, the Content-Type and the body.
+async fn get_raw(server: &Server, path: &str, accept: &str) -> (u16, Option<String>, bytes::Bytes) {
     let req = http::Request::builder()
         .uri(format!("http://{}{path}", server.addr()))
         .header("accept", accept)
@@ -471,6 +451,12 @@ async fn get_accept(server: &Server, path: &str, accept: &str) -> (u16, Option<S
         .await
         .unwrap()
         .to_bytes();
+    (code, ct, body)
+}
+
+/// [`get_raw`], the body as JSON.
+async fn get_accept(server: &Server, path: &str, accept: &str) -> (u16, Option<String>, Value) {
+    let (code, ct, body) = get_raw(server, path, accept).await;
     (code, ct, serde_json::from_slice(&body).unwrap())
 }
 
