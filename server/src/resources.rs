@@ -19,8 +19,9 @@ pub struct Resource {
     pub short_names: &'static [&'static str],
     /// Whether objects live in namespaces.
     pub namespaced: bool,
-    /// Fields the apiserver sets on create when the object leaves them unset (its
-    /// `PrepareForCreate` and defaulting), stored with the object: `(dotted path, value)`.
+    /// Fields the apiserver defaults on create when the object leaves them unset (a
+    /// Secret's `type`), stored with the object: `(dotted path, value)`. The status the
+    /// server sets on a new pod or namespace is `writes::initial_status`'s.
     pub create_defaults: &'static [(&'static str, &'static str)],
     /// Whether the resource has a `/status` subresource: then writes to the object itself
     /// leave its status alone, and writes to `/status` change only the status.
@@ -75,7 +76,7 @@ const SPECS: &[Spec] = &[
             "status.nominatedNodeName",
         ],
         trigger: Some("spec.nodeName"),
-        create_defaults: &[("status.phase", "Pending")],
+        create_defaults: &[],
         unset_reads_as: &[],
     },
     Spec {
@@ -114,7 +115,7 @@ const SPECS: &[Spec] = &[
         namespaced: false,
         fields: &["status.phase"],
         trigger: None,
-        create_defaults: &[("status.phase", "Active")],
+        create_defaults: &[],
         unset_reads_as: &[],
     },
     Spec {

@@ -1,5 +1,6 @@
-//! The write path: POST, PUT and DELETE go to the source, never to the cache; their changes
-//! reach every reader through the caches' reflectors.
+//! The write path: POST, PUT, PATCH (and apply), DELETE and DeleteCollection go to the
+//! source, never to the cache; their changes reach every reader through the caches'
+//! reflectors.
 //!
 //! Create and update share one sequence: the body becomes an object of the addressed
 //! resource ([`object_from_body`]), the server sets what it owns, the object is serialised
@@ -34,7 +35,8 @@ pub(crate) async fn create(
 ) -> Result<Response, Status> {
     let mut object = object_from_body(&addressed(t), body, None)?;
     let warnings = check_fields(state, t, p, &mut object)?;
-    initial_state(t, &mut object);
+    set_defaults(t, &mut object);
+    // The creator owns what it sent and the defaults; not the status the server then sets.
     let mut managers = Vec::new();
     fields::record_update(
         &t.resource.info.kind,
@@ -45,14 +47,15 @@ pub(crate) async fn create(
         &Map::new(),
         &object,
     );
+    initial_status(t, &mut object);
     prepare_create(t, &mut object, &managers)?;
     let (raw, version) = encode(t, &object)?;
+    let name = version.key().name();
+    namespaces::check_creatable(state, t, name).await?;
     if p.dry_run {
         // Validated and answered as it would be stored; nothing is stored.
         return Ok(warn(json_response(StatusCode::CREATED, raw), &warnings));
     }
-    let name = version.key().name();
-    namespaces::check_creatable(state, t, name).await?;
     let revision = state
         .store
         .create(&t.storage_key(name), raw)
@@ -61,13 +64,17 @@ pub(crate) async fn create(
     written(t, StatusCode::CREATED, &version, revision).map(|r| warn(r, &warnings))
 }
 
-/// What the apiserver sets on a new object before storing it: defaults, a pod's initial
-/// status (its status is the kubelet's to write, through /status), a namespace's phase and
-/// its `kubernetes` finalizer.
-fn initial_state(t: &Target, object: &mut Map<String, Value>) {
+/// The defaults the apiserver fills in on a new object.
+fn set_defaults(t: &Target, object: &mut Map<String, Value>) {
     for (path, value) in t.resource.create_defaults {
         set_if_unset(object, path, value);
     }
+}
+
+/// What the apiserver sets on a new object before storing it: a pod's initial status (its
+/// status is the kubelet's to write, through /status), a namespace's phase and its
+/// `kubernetes` finalizer.
+fn initial_status(t: &Target, object: &mut Map<String, Value>) {
     match t.resource.info.kind.as_str() {
         "Pod" => {
             let qos = qos_class(object.get("spec").unwrap_or(&Value::Null));
@@ -283,13 +290,14 @@ async fn apply(
         let Some((stored, revision)) = stored else {
             let mut object = apply::apply(kind, api_version, None, &config, &p.manager, p.force, &now())?;
             let managers = fields::managers(&object);
-            initial_state(t, &mut object);
+            set_defaults(t, &mut object);
+            initial_status(t, &mut object);
             prepare_create(t, &mut object, &managers)?;
             let (raw, version) = encode(t, &object)?;
+            namespaces::check_creatable(state, t, name).await?;
             if p.dry_run {
                 return Ok(warn(json_response(StatusCode::CREATED, raw), &warnings));
             }
-            namespaces::check_creatable(state, t, name).await?;
             match state.store.create(&key, raw).await {
                 Ok(revision) => {
                     return written(t, StatusCode::CREATED, &version, revision).map(|r| warn(r, &warnings));

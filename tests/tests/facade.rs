@@ -683,6 +683,12 @@ async fn status_changes_only_through_status_and_no_op_updates_write_nothing() {
         json!({"phase": "Pending", "qosClass": "Guaranteed"}),
         "a new pod's status is the server's"
     );
+    assert!(
+        created["metadata"]["managedFields"][0]["fieldsV1"]
+            .get("f:status")
+            .is_none(),
+        "the creator does not own the status the server set: {created}"
+    );
     // The object itself ignores status; /status changes nothing else.
     let (_, out) = patch(
         &server,
