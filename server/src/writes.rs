@@ -36,7 +36,12 @@ pub(crate) async fn create(
     let mut object = object_from_body(&addressed(t), body, None)?;
     let warnings = check_fields(state, t, p, &mut object)?;
     set_defaults(t, &mut object);
-    // The creator owns what it sent and the defaults; not the status the server then sets.
+    // The creator owns what it sent and the defaults; not the status, which the server resets
+    // on a kind with /status (the apiserver's "reset fields").
+    let mut owned = object.clone();
+    if t.resource.status_subresource {
+        owned.remove("status");
+    }
     let mut managers = Vec::new();
     fields::record_update(
         &t.resource.info.kind,
@@ -45,7 +50,7 @@ pub(crate) async fn create(
         "",
         &now(),
         &Map::new(),
-        &object,
+        &owned,
     );
     initial_status(t, &mut object);
     prepare_create(t, &mut object, &managers)?;
@@ -280,6 +285,10 @@ async fn apply(
     let key = t.storage_key(name);
     // The configuration must name this object; kind and apiVersion default to the resource's.
     let mut config = object_from_value(&addressed(t), Value::Object(config), Some(name))?;
+    if t.resource.status_subresource && t.subresource.is_none() {
+        // Status is reset on the object itself: an apply there neither sets nor owns it.
+        config.remove("status");
+    }
     let warnings = check_fields(state, t, p, &mut config)?;
     for _ in 0..PATCH_ATTEMPTS {
         let stored = state
