@@ -128,15 +128,8 @@ pub(crate) fn resource_list<'a>(
 
 /// Which aggregated discovery version an Accept header asks for before plain JSON, if any.
 pub(crate) fn aggregated_version(accept: Option<&str>) -> Option<&'static str> {
-    for range in accept?.split(',') {
-        let mut parts = range.split(';').map(str::trim);
-        let media = parts.next().unwrap_or_default();
-        if !matches!(media, "application/json" | "application/*" | "*/*") {
-            continue;
-        }
-        let params: Vec<(&str, &str)> = parts.filter_map(|p| p.split_once('=')).collect();
-        let get = |k: &str| params.iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
-        match (get("as"), get("g"), get("v")) {
+    for range in crate::media::ranges(accept).iter().filter(|r| r.is_json()) {
+        match (range.param("as"), range.param("g"), range.param("v")) {
             (None, _, _) => return None,
             (Some("APIGroupDiscoveryList"), Some("apidiscovery.k8s.io"), Some("v2")) => return Some("v2"),
             (Some("APIGroupDiscoveryList"), Some("apidiscovery.k8s.io"), Some("v2beta1")) => {

@@ -20,12 +20,13 @@ use watchcache_encoders::Status;
 use crate::app::AppState;
 use crate::connection::Connection;
 use crate::discovery;
+use crate::media::{self, ReadFormat};
 use crate::metrics;
 use crate::params::{DeleteParams, Params, WriteParams};
 use crate::patch::PatchType;
 use crate::reads;
 use crate::response::{json_response, status_response};
-use crate::table::{self, TableRequest};
+use crate::table::TableRequest;
 use crate::target::Target;
 use crate::writes;
 
@@ -172,27 +173,21 @@ const OPENAPI_V2_PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2.
 /// `/openapi/v2`, in JSON or in protobuf (gnostic's message), whichever the Accept header
 /// lists first; 406 when it lists neither.
 async fn openapi_v2(State(state): AppStateRef, headers: HeaderMap) -> Response {
-    let accept = headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("*/*");
-    for media in accept
-        .split(',')
-        .map(|a| a.split(';').next().unwrap_or_default().trim())
-    {
-        match media {
-            "application/json" | "*/*" | "application/*" => {
-                return json_response(StatusCode::OK, state.openapi.v2());
-            }
-            m if m.starts_with("application/com.github.proto-openapi.spec.v2") => {
-                let mut r = (StatusCode::OK, state.openapi.v2_protobuf()).into_response();
-                r.headers_mut().insert(
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static(OPENAPI_V2_PROTOBUF),
-                );
-                return r;
-            }
-            _ => {}
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    for range in media::ranges(accept) {
+        if range.is_json() {
+            return json_response(StatusCode::OK, state.openapi.v2());
+        }
+        if range
+            .media
+            .starts_with("application/com.github.proto-openapi.spec.v2")
+        {
+            let mut r = (StatusCode::OK, state.openapi.v2_protobuf()).into_response();
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(OPENAPI_V2_PROTOBUF),
+            );
+            return r;
         }
     }
     status_response(&Status::new(
@@ -339,6 +334,7 @@ async fn resource_request(
         Err(rejection) => return status_response(&body_status(&rejection)),
     };
     let user_agent = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok());
+    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
     let write_params = || WriteParams::parse(query.as_deref()).map(|p| p.with_user_agent(user_agent));
     let target =
         Target::resolve(&state, &api_version, &resource, ns, name).and_then(|t| match &subresource {
@@ -353,13 +349,16 @@ async fn resource_request(
         }
         Ok(t) => match (method, t.name.as_deref()) {
             (Method::GET, name) => {
-                let table = table::negotiate(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
-                match Params::parse(query.as_deref()) {
-                    Ok(p) => {
-                        let table = table.map(|version| TableRequest {
-                            version,
-                            include: p.include_object,
-                        });
+                let format = media::read_format(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
+                match format.and_then(|f| Params::parse(query.as_deref()).map(|p| (f, p))) {
+                    Ok((format, p)) => {
+                        let table = match format {
+                            ReadFormat::Table(version) => Some(TableRequest {
+                                version,
+                                include: p.include_object,
+                            }),
+                            ReadFormat::Json => None,
+                        };
                         match name {
                             None if p.watch => reads::watch(&state, &conn, &t, &p, table).await,
                             None => reads::list(&state, &t, &p, table).await,
@@ -369,16 +368,15 @@ async fn resource_request(
                     Err(s) => Err(s),
                 }
             }
-            (Method::POST, None) => match write_params() {
-                Ok(p) => writes::create(&state, &t, &p, &body).await,
-                Err(s) => Err(s),
+            (Method::POST, None) => match (write_params(), media::json_body(content_type, &body)) {
+                (Ok(p), Ok(body)) => writes::create(&state, &t, &p, &body).await,
+                (Err(s), _) | (_, Err(s)) => Err(s),
             },
-            (Method::PUT, Some(name)) => match write_params() {
-                Ok(p) => writes::update(&state, &t, name, &p, &body).await,
-                Err(s) => Err(s),
+            (Method::PUT, Some(name)) => match (write_params(), media::json_body(content_type, &body)) {
+                (Ok(p), Ok(body)) => writes::update(&state, &t, name, &p, &body).await,
+                (Err(s), _) | (_, Err(s)) => Err(s),
             },
             (Method::PATCH, Some(name)) => {
-                let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
                 match (PatchType::from_content_type(content_type), write_params()) {
                     (Ok(ty), Ok(p)) => writes::patch(&state, &t, name, &p, ty, &body).await,
                     (Err(s), _) | (_, Err(s)) => Err(s),

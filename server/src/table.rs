@@ -2,7 +2,8 @@
 //! apiserver computes it, for a LIST, a GET and each event of a WATCH.
 //!
 //! A client asks for it in its Accept header
-//! (`application/json;as=Table;v=v1;g=meta.k8s.io`, kubectl's first choice); `includeObject`
+//! (`application/json;as=Table;v=v1;g=meta.k8s.io`, kubectl's first choice; negotiated in
+//! [`media`](crate::media)); `includeObject`
 //! says what each row carries: `None`, `Metadata` (the default, a `PartialObjectMetadata`) or
 //! the whole `Object`. Columns with priority 1 are the ones `-o wide` adds.
 
@@ -11,7 +12,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::{Map, Value, json};
 use watchcache_encoders::Status;
 
-/// Which Table version a request asked for, by its Accept header.
+/// Which Table version a request asked for.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum TableVersion {
     V1,
@@ -33,27 +34,6 @@ impl TableVersion {
             TableVersion::V1beta1 => "application/json;as=Table;v=v1beta1;g=meta.k8s.io",
         }
     }
-}
-
-/// The Table version an Accept header asks for before it accepts plain JSON, if any: its
-/// media ranges are tried in order, as the apiserver negotiates (quality values aside).
-pub(crate) fn negotiate(accept: Option<&str>) -> Option<TableVersion> {
-    for range in accept?.split(',') {
-        let mut parts = range.split(';').map(str::trim);
-        let media = parts.next().unwrap_or_default();
-        let params: Vec<(&str, &str)> = parts.filter_map(|p| p.split_once('=')).collect();
-        let get = |k: &str| params.iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
-        if !matches!(media, "application/json" | "application/*" | "*/*") {
-            continue;
-        }
-        match (get("as"), get("g"), get("v")) {
-            (None, _, _) => return None,
-            (Some("Table"), Some("meta.k8s.io"), Some("v1")) => return Some(TableVersion::V1),
-            (Some("Table"), Some("meta.k8s.io"), Some("v1beta1")) => return Some(TableVersion::V1beta1),
-            _ => {}
-        }
-    }
-    None
 }
 
 /// What each row carries (`includeObject`).
@@ -587,30 +567,6 @@ mod tests {
         for (secs, want) in cases {
             assert_eq!(human(Duration::from_secs(secs)), want, "{secs}s");
         }
-    }
-
-    #[test]
-    fn kubectls_accept_header_asks_for_a_v1_table_and_plain_json_for_none() {
-        let kubectl = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
-        assert_eq!(negotiate(Some(kubectl)), Some(TableVersion::V1));
-        assert_eq!(
-            negotiate(Some("application/json;as=Table;v=v1beta1;g=meta.k8s.io")),
-            Some(TableVersion::V1beta1)
-        );
-        assert_eq!(negotiate(Some("application/json")), None);
-        assert_eq!(
-            negotiate(Some(
-                "application/json, application/json;as=Table;v=v1;g=meta.k8s.io"
-            )),
-            None
-        );
-        assert_eq!(
-            negotiate(Some(
-                "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"
-            )),
-            None
-        );
-        assert_eq!(negotiate(None), None);
     }
 
     fn pod_row(status: Value, deleting: bool) -> Vec<Value> {

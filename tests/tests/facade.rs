@@ -1059,3 +1059,57 @@ async fn groups_are_discovered_legacy_and_aggregated_and_leases_and_events_are_s
         .collect();
     assert_eq!(names, ["e1"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_negotiate_accept_and_writes_refuse_bodies_they_cannot_read() {
+    let server = start(config(0)).await;
+    let c = http();
+    let cms = "/api/v1/namespaces/default/configmaps";
+    // A client that accepts only protobuf gets 406, not JSON; one that also takes JSON gets it.
+    for path in [
+        cms.to_owned(),
+        format!("{cms}?watch=1"),
+        "/api/v1/namespaces/default".to_owned(),
+    ] {
+        let (code, _, body) = get_raw(&server, &path, "application/vnd.kubernetes.protobuf").await;
+        assert_eq!(code, 406, "{path}: {}", String::from_utf8_lossy(&body));
+        let s: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(s["reason"], "NotAcceptable");
+    }
+    let (code, ct, _) = get_raw(
+        &server,
+        cms,
+        "application/vnd.kubernetes.protobuf, application/json",
+    )
+    .await;
+    assert_eq!((code, ct.as_deref()), (200, Some("application/json")));
+    // Quality values order the choice.
+    let (_, _, table) = get_accept(
+        &server,
+        cms,
+        "application/json;q=0.5, application/json;as=Table;v=v1;g=meta.k8s.io;q=0.9",
+    )
+    .await;
+    assert_eq!(table["kind"], "Table");
+
+    // Bodies: JSON or YAML; protobuf (what kubectl's typed verbs send) is 415, not 400.
+    let (code, s) = request_typed(
+        &c,
+        &server,
+        "POST",
+        cms,
+        "application/vnd.kubernetes.protobuf",
+        &b"k8s\x00"[..],
+    )
+    .await;
+    assert_eq!(
+        (code, s["reason"].as_str()),
+        (415, Some("UnsupportedMediaType")),
+        "{s}"
+    );
+    let yaml = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: from-yaml\ndata:\n  k: v\n";
+    let (code, out) = request_typed(&c, &server, "POST", cms, "application/yaml", yaml).await;
+    assert_eq!((code, out["data"]["k"].as_str()), (201, Some("v")), "{out}");
+    let (code, _) = request_typed(&c, &server, "PUT", &format!("{cms}/from-yaml"), "text/plain", "x").await;
+    assert_eq!(code, 415);
+}

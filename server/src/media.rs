@@ -1,0 +1,186 @@
+//! Media types: the Accept header's ranges in the order a client prefers them, and what a
+//! request body's Content-Type allows. One parser for every negotiation the server does:
+//! reads (JSON or a Table; 406 when the client accepts neither), discovery (aggregated or
+//! not), `/openapi/v2` (JSON or protobuf) and request bodies (JSON or YAML; 415 otherwise).
+
+use std::borrow::Cow;
+
+use serde_json::Value;
+use watchcache_encoders::Status;
+
+use crate::table::TableVersion;
+
+/// One media range of an Accept header: `type/subtype;k=v;…`.
+#[derive(Debug, PartialEq)]
+pub(crate) struct MediaRange<'a> {
+    pub(crate) media: &'a str,
+    params: Vec<(&'a str, &'a str)>,
+}
+
+impl<'a> MediaRange<'a> {
+    /// The value of parameter `k`, if given.
+    pub(crate) fn param(&self, k: &str) -> Option<&'a str> {
+        self.params
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(k))
+            .map(|(_, v)| *v)
+    }
+
+    /// Whether the range admits `application/json`.
+    pub(crate) fn is_json(&self) -> bool {
+        ["application/json", "application/*", "*/*"]
+            .iter()
+            .any(|m| m.eq_ignore_ascii_case(self.media))
+    }
+}
+
+/// The ranges of `accept`, most preferred first: by quality, then in the order given; ranges
+/// of quality 0 are left out. No header, or an empty one, accepts anything.
+pub(crate) fn ranges(accept: Option<&str>) -> Vec<MediaRange<'_>> {
+    let accept = accept.map(str::trim).filter(|a| !a.is_empty()).unwrap_or("*/*");
+    let mut out: Vec<(f32, MediaRange<'_>)> = accept
+        .split(',')
+        .filter_map(|range| {
+            let mut parts = range.split(';').map(str::trim);
+            let media = parts.next().filter(|m| !m.is_empty())?;
+            let params: Vec<(&str, &str)> = parts.filter_map(|p| p.split_once('=')).collect();
+            let range = MediaRange { media, params };
+            let q = range
+                .param("q")
+                .and_then(|q| q.parse::<f32>().ok())
+                .unwrap_or(1.0);
+            (q > 0.0).then_some((q, range))
+        })
+        .collect();
+    out.sort_by(|a, b| b.0.total_cmp(&a.0));
+    out.into_iter().map(|(_, r)| r).collect()
+}
+
+/// What a read answers with.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ReadFormat {
+    Json,
+    Table(TableVersion),
+}
+
+/// The format of a GET, LIST or WATCH: the first range that JSON or a `meta.k8s.io` Table
+/// meets; 406 when none does (a client that accepts only protobuf, say).
+pub(crate) fn read_format(accept: Option<&str>) -> Result<ReadFormat, Status> {
+    for range in ranges(accept).iter().filter(|r| r.is_json()) {
+        match (range.param("as"), range.param("g"), range.param("v")) {
+            (None, _, _) => return Ok(ReadFormat::Json),
+            (Some("Table"), Some("meta.k8s.io"), Some("v1")) => {
+                return Ok(ReadFormat::Table(TableVersion::V1));
+            }
+            (Some("Table"), Some("meta.k8s.io"), Some("v1beta1")) => {
+                return Ok(ReadFormat::Table(TableVersion::V1beta1));
+            }
+            _ => {}
+        }
+    }
+    Err(Status::new(
+        406,
+        "NotAcceptable",
+        "only the following media types are accepted: application/json, \
+         application/json;as=Table;v=v1;g=meta.k8s.io",
+    ))
+}
+
+/// A POST or PUT body as JSON: JSON as it is, YAML converted; 415 for any other
+/// Content-Type (protobuf among them). A body without a Content-Type is read as JSON.
+pub(crate) fn json_body<'a>(content_type: Option<&str>, body: &'a [u8]) -> Result<Cow<'a, [u8]>, Status> {
+    let media = content_type
+        .and_then(|ct| ct.split(';').next())
+        .map(str::trim)
+        .unwrap_or("");
+    if media.is_empty() || media.eq_ignore_ascii_case("application/json") {
+        return Ok(Cow::Borrowed(body));
+    }
+    if media.eq_ignore_ascii_case("application/yaml") {
+        let value: Value = serde_yaml_ng::from_slice(body)
+            .map_err(|e| Status::bad_request(format!("invalid YAML body: {e}")))?;
+        let json = serde_json::to_vec(&value).map_err(|e| Status::internal(e.to_string()))?;
+        return Ok(Cow::Owned(json));
+    }
+    Err(Status::new(
+        415,
+        "UnsupportedMediaType",
+        format!(
+            "the body of the request was in an unknown format ({media}) - accepted media types include: \
+             application/json, application/yaml"
+        ),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_follow_quality_then_order() {
+        let r = ranges(Some("a/x;q=0.5, b/y, c/z;q=0.9, d/w;q=0"));
+        let media: Vec<&str> = r.iter().map(|r| r.media).collect();
+        assert_eq!(media, ["b/y", "c/z", "a/x"]);
+        assert_eq!(ranges(None)[0].media, "*/*");
+        assert_eq!(ranges(Some(" "))[0].media, "*/*");
+    }
+
+    #[test]
+    fn reads_are_json_or_a_table_or_406() {
+        let kubectl = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
+        assert_eq!(
+            read_format(Some(kubectl)).unwrap(),
+            ReadFormat::Table(TableVersion::V1)
+        );
+        assert_eq!(
+            read_format(Some("application/vnd.kubernetes.protobuf, application/json")).unwrap(),
+            ReadFormat::Json
+        );
+        assert_eq!(read_format(Some("*/*")).unwrap(), ReadFormat::Json);
+        assert_eq!(read_format(None).unwrap(), ReadFormat::Json);
+        let preferred = "application/json;q=0.5, application/json;as=Table;v=v1;g=meta.k8s.io;q=0.9";
+        assert_eq!(
+            read_format(Some(preferred)).unwrap(),
+            ReadFormat::Table(TableVersion::V1)
+        );
+        assert_eq!(
+            read_format(Some("application/vnd.kubernetes.protobuf"))
+                .unwrap_err()
+                .code,
+            406
+        );
+        assert_eq!(read_format(Some("application/json;q=0")).unwrap_err().code, 406);
+        assert_eq!(
+            read_format(Some(
+                "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"
+            ))
+            .unwrap_err()
+            .code,
+            406
+        );
+    }
+
+    #[test]
+    fn bodies_are_json_or_yaml_or_415() {
+        assert_eq!(
+            &*json_body(Some("application/json; charset=utf-8"), b"{}").unwrap(),
+            b"{}"
+        );
+        assert_eq!(&*json_body(None, b"{}").unwrap(), b"{}");
+        let yaml = json_body(Some("application/yaml"), b"metadata:\n  name: x\n").unwrap();
+        assert_eq!(
+            serde_json::from_slice::<Value>(&yaml).unwrap()["metadata"]["name"],
+            "x"
+        );
+        assert_eq!(
+            json_body(Some("application/vnd.kubernetes.protobuf"), b"k8s\0")
+                .unwrap_err()
+                .code,
+            415
+        );
+        assert_eq!(
+            json_body(Some("application/yaml"), b"a: [").unwrap_err().code,
+            400
+        );
+    }
+}
