@@ -244,19 +244,14 @@ pub(crate) async fn patch(
         let patched = patch.apply_to(&t.resource.info.kind, current.clone())?;
         let mut object = object_from_value(&addressed(t), Value::Object(patched), Some(name))?;
         let warnings = check_fields(state, t, p, &mut object)?;
-        let precondition = take_resource_version(metadata_mut(&mut object)?)?;
-        if precondition.is_some_and(|r| r != revision) {
-            return Err(Status::conflict(resource, name));
-        }
-        let prepared = prepare_update(t, object, &current, Ownership::Update(&p.manager))?;
         let attempt = Attempt {
             key: &key,
             name,
             read_at: revision,
-            precondition,
             warnings: &warnings,
         };
-        if let Some(response) = attempt.store(state, t, p, prepared).await? {
+        let ownership = Ownership::Update(&p.manager);
+        if let Some(response) = attempt.store(state, t, p, object, &current, ownership).await? {
             return Ok(response);
         }
     }
@@ -316,7 +311,7 @@ async fn apply(
             }
         };
         let current = parse_stored(&stored)?;
-        let mut object = apply::apply(
+        let object = apply::apply(
             kind,
             api_version,
             Some(&current),
@@ -325,46 +320,50 @@ async fn apply(
             p.force,
             &now(),
         )?;
-        let precondition = take_resource_version(metadata_mut(&mut object)?)?;
-        if precondition.is_some_and(|r| r != revision) {
-            return Err(Status::conflict(resource, name));
-        }
-        let prepared = prepare_update(t, object, &current, Ownership::Recorded)?;
         let attempt = Attempt {
             key: &key,
             name,
             read_at: revision,
-            precondition,
             warnings: &warnings,
         };
-        if let Some(response) = attempt.store(state, t, p, prepared).await? {
+        if let Some(response) = attempt
+            .store(state, t, p, object, &current, Ownership::Recorded)
+            .await?
+        {
             return Ok(response);
         }
     }
     Err(Status::conflict(resource, name))
 }
 
-/// One read-modify-write attempt of a PATCH or an apply, ready to store.
+/// One read-modify-write attempt of a PATCH or an apply.
 struct Attempt<'a> {
     key: &'a str,
     name: &'a str,
     /// The revision the object was read at: the write is conditional on it.
     read_at: Revision,
-    /// A `metadata.resourceVersion` the request set (then a lost race is 409, not a retry).
-    precondition: Option<Revision>,
     warnings: &'a [String],
 }
 
 impl Attempt<'_> {
-    /// Stores `prepared` (or answers a dry run): the response, or `None` when another write
-    /// came first and the caller should read and try again.
+    /// Stores `object`, the new state of `current` (or answers a dry run): the response, or
+    /// `None` when another write came first and the caller should read and try again. A
+    /// `metadata.resourceVersion` the object sets is a precondition: a mismatch, or a lost
+    /// race, is then 409 rather than a retry.
     async fn store(
         &self,
         state: &AppState,
         t: &Target,
         p: &WriteParams,
-        prepared: Prepared,
+        mut object: Map<String, Value>,
+        current: &Map<String, Value>,
+        ownership: Ownership<'_>,
     ) -> Result<Option<Response>, Status> {
+        let precondition = take_resource_version(metadata_mut(&mut object)?)?;
+        if precondition.is_some_and(|r| r != self.read_at) {
+            return Err(Status::conflict(&t.resource.info.resource, self.name));
+        }
+        let prepared = prepare_update(t, object, current, ownership)?;
         if p.dry_run {
             return Ok(Some(warn(
                 json_response(StatusCode::OK, prepared.raw),
@@ -378,7 +377,7 @@ impl Attempt<'_> {
             Ok((revision, version)) => {
                 written(t, StatusCode::OK, &version, revision).map(|r| Some(warn(r, self.warnings)))
             }
-            Err(SourceError::Conflict { .. }) if self.precondition.is_none() => Ok(None),
+            Err(SourceError::Conflict { .. }) if precondition.is_none() => Ok(None),
             Err(e) => Err(errors::source(&e, &t.resource.info.resource, self.name)),
         }
     }
