@@ -121,6 +121,7 @@ impl fmt::Display for ObjectKey {
 pub struct Encoding {
     bytes: Bytes,
     revision_at: Option<Range<usize>>,
+    length_at: Option<Range<usize>>,
 }
 
 impl Encoding {
@@ -129,6 +130,7 @@ impl Encoding {
         Encoding {
             bytes,
             revision_at: None,
+            length_at: None,
         }
     }
 
@@ -148,6 +150,26 @@ impl Encoding {
         Encoding {
             bytes,
             revision_at: Some(revision_at),
+            length_at: None,
+        }
+    }
+
+    /// An encoding whose resourceVersion sits inside a length-prefixed message (protobuf's
+    /// `metadata`): besides the value, a writer that stamps another revision rewrites the
+    /// prefix at `length_at`, so it still needs no re-encoding.
+    ///
+    /// # Panics
+    ///
+    /// If either range does not lie within `bytes`, or `length_at` does not come first (a
+    /// codec bug).
+    pub fn with_nested_revision_at(bytes: Bytes, revision_at: Range<usize>, length_at: Range<usize>) -> Self {
+        assert!(
+            length_at.start <= length_at.end && length_at.end <= revision_at.start,
+            "length prefix {length_at:?} does not precede the revision at {revision_at:?}"
+        );
+        Encoding {
+            length_at: Some(length_at),
+            ..Encoding::with_revision_at(bytes, revision_at)
         }
     }
 
@@ -159,6 +181,12 @@ impl Encoding {
     /// Where the resourceVersion value sits in [`bytes`](Self::bytes), if the codec said.
     pub fn revision_at(&self) -> Option<Range<usize>> {
         self.revision_at.clone()
+    }
+
+    /// Where the length prefix of the message holding the resourceVersion sits, for
+    /// encodings made with [`with_nested_revision_at`](Self::with_nested_revision_at).
+    pub fn length_at(&self) -> Option<Range<usize>> {
+        self.length_at.clone()
     }
 }
 

@@ -15,6 +15,8 @@ use bytes::Bytes;
 use serde_json::{Map, Value};
 use watchcache_core::{Codec, CodecError, Encoding, ObjectKey, ObjectVersion, Revision, WireFormat};
 
+use crate::protobuf;
+
 /// Decodes JSON objects of one resource; see the module docs.
 ///
 /// ```
@@ -35,6 +37,8 @@ pub struct JsonCodec {
     namespaced: bool,
     /// Selectable fields and the value each reads as when the object does not set it.
     fields: Vec<(String, Option<String>)>,
+    /// The OpenAPI definition whose protobuf message the objects are, if they have one.
+    protobuf: Option<&'static str>,
 }
 
 impl JsonCodec {
@@ -44,7 +48,16 @@ impl JsonCodec {
         JsonCodec {
             namespaced,
             fields: fields.iter().map(|f| ((*f).to_owned(), None)).collect(),
+            protobuf: None,
         }
+    }
+
+    /// The objects are protobuf message `definition` (`io.k8s.api.core.v1.Pod`), one of the
+    /// generated schema's ([`protobuf::has_message`]): [`Codec::encode`] then makes their
+    /// protobuf encoding from the JSON one, once per version, when it is first asked for.
+    pub fn with_protobuf(mut self, definition: &'static str) -> Self {
+        self.protobuf = Some(definition);
+        self
     }
 
     /// Field `path` reads as `value` when an object does not set it, as the apiserver's field
@@ -180,8 +193,16 @@ impl Codec for JsonCodec {
     }
 
     fn encode(&self, object: &ObjectVersion, format: WireFormat) -> Result<Encoding, CodecError> {
-        match (format, object.encoded(WireFormat::Json)) {
-            (WireFormat::Json, Some(json)) => Ok(json.clone()),
+        match (format, object.encoded(WireFormat::Json), self.protobuf) {
+            (WireFormat::Json, Some(json), _) => Ok(json.clone()),
+            (WireFormat::Protobuf, Some(json), Some(definition)) => {
+                let value: Map<String, Value> =
+                    serde_json::from_slice(json.bytes()).map_err(|e| CodecError::Encode(e.to_string()))?;
+                let mut bytes =
+                    protobuf::encode_json(definition, &value).map_err(|e| CodecError::Encode(e.0))?;
+                bytes.shrink_to_fit();
+                Ok(protobuf::object_encoding(bytes))
+            }
             _ => Err(CodecError::UnsupportedFormat(format)),
         }
     }

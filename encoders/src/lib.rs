@@ -23,6 +23,7 @@
 mod frame;
 mod json;
 mod list;
+pub mod protobuf;
 mod resource;
 mod status;
 mod write;
