@@ -1,4 +1,6 @@
-//! Watch frames, newline-delimited JSON: `{"type":"ADDED","object":…}\n`.
+//! Watch frames, newline-delimited JSON: `{"type":"ADDED","object":…}\n`; or, for
+//! [`FrameEncoder::protobuf`], Kubernetes' protobuf watch stream (`;stream=watch`): each frame
+//! a 4-byte big-endian length and a `WatchEvent{type, object: RawExtension{raw: envelope}}`.
 //!
 //! A frame is a constant prefix, the shared object bytes and a constant suffix. When the
 //! delivery's revision differs from the object's (a DELETED event, a selector exit), the
@@ -12,6 +14,7 @@ use std::sync::Arc;
 use bytes::{BufMut, BytesMut};
 use watchcache_core::{Codec, CodecError, Delivery, EventKind, ObjectVersion, Revision, WireFormat};
 
+use crate::protobuf;
 use crate::resource::ResourceInfo;
 use crate::status::Status;
 use crate::write::{put_str, put_u64};
@@ -21,6 +24,7 @@ use crate::write::{put_str, put_u64};
 pub struct FrameEncoder {
     info: ResourceInfo,
     codec: Arc<dyn Codec>,
+    format: WireFormat,
 }
 
 impl std::fmt::Debug for FrameEncoder {
@@ -45,7 +49,25 @@ const SUFFIX: &[u8] = b"}\n";
 impl FrameEncoder {
     /// Frames for `info`, encoding objects with `codec` if they lack a JSON encoding.
     pub fn new(info: ResourceInfo, codec: Arc<dyn Codec>) -> Self {
-        FrameEncoder { info, codec }
+        FrameEncoder {
+            info,
+            codec,
+            format: WireFormat::Json,
+        }
+    }
+
+    /// The same frames in protobuf, if the resource has a protobuf message.
+    pub fn protobuf(&self) -> Option<FrameEncoder> {
+        self.info.protobuf?;
+        Some(FrameEncoder {
+            format: WireFormat::Protobuf,
+            ..self.clone()
+        })
+    }
+
+    /// The wire format of the frames.
+    pub fn format(&self) -> WireFormat {
+        self.format
     }
 
     /// The resource.
@@ -55,6 +77,15 @@ impl FrameEncoder {
 
     /// Appends the frame for `delivery` to `out`.
     pub fn write(&self, delivery: &Delivery<'_>, out: &mut BytesMut) -> Result<(), CodecError> {
+        if self.format == WireFormat::Protobuf {
+            return match delivery.object {
+                Some(object) => self.write_protobuf_object(delivery.kind, object, delivery.revision, out),
+                None => {
+                    self.write_bookmark(delivery.revision, delivery.initial_events_end, out);
+                    Ok(())
+                }
+            };
+        }
         match delivery.object {
             Some(object) => {
                 out.put_slice(prefix(delivery.kind));
@@ -86,9 +117,46 @@ impl FrameEncoder {
         Ok(())
     }
 
+    fn write_protobuf_object(
+        &self,
+        kind: EventKind,
+        object: &ObjectVersion,
+        revision: Revision,
+        out: &mut BytesMut,
+    ) -> Result<(), CodecError> {
+        let encoding = object.encoding(WireFormat::Protobuf, &*self.codec)?;
+        let event_type = match kind {
+            EventKind::Added => "ADDED",
+            EventKind::Modified => "MODIFIED",
+            EventKind::Deleted => "DELETED",
+            EventKind::Bookmark => "BOOKMARK",
+        };
+        let raw_len = protobuf::restamped_len(encoding, object.revision(), revision);
+        protobuf::write_watch_frame_head(event_type, &self.info.api_version, &self.info.kind, raw_len, out);
+        protobuf::write_restamped(encoding, object.revision(), revision, out);
+        out.put_slice(protobuf::ENVELOPE_SUFFIX);
+        Ok(())
+    }
+
     /// Appends a BOOKMARK frame at `revision`, annotated as the end of the initial events
     /// when `initial_events_end`.
     pub fn write_bookmark(&self, revision: Revision, initial_events_end: bool, out: &mut BytesMut) {
+        if let (WireFormat::Protobuf, Some(definition)) = (self.format, self.info.protobuf) {
+            let mut meta = serde_json::Map::new();
+            meta.insert("resourceVersion".into(), revision.to_string().into());
+            if initial_events_end {
+                meta.insert(
+                    "annotations".into(),
+                    serde_json::json!({"k8s.io/initial-events-end": "true"}),
+                );
+            }
+            let mut object = serde_json::Map::new();
+            object.insert("metadata".into(), meta.into());
+            // A map of strings always fits the schema.
+            let raw = protobuf::encode_json(definition, &object).unwrap_or_default();
+            protobuf::write_watch_frame("BOOKMARK", &self.info.api_version, &self.info.kind, &raw, out);
+            return;
+        }
         out.put_slice(prefix(EventKind::Bookmark));
         out.put_slice(br#"{"kind":"#);
         put_str(out, &self.info.kind);
@@ -106,6 +174,11 @@ impl FrameEncoder {
 
     /// Appends an ERROR frame carrying `status`.
     pub fn write_error(&self, status: &Status, out: &mut BytesMut) {
+        if self.format == WireFormat::Protobuf {
+            let raw = status.to_protobuf();
+            protobuf::write_watch_frame("ERROR", "v1", "Status", &raw, out);
+            return;
+        }
         out.put_slice(br#"{"type":"ERROR","object":"#);
         out.put_slice(&status.to_json());
         out.put_slice(SUFFIX);
@@ -205,5 +278,79 @@ mod tests {
         assert_eq!(frames[0]["type"], "ERROR");
         assert_eq!(frames[0]["object"]["code"], 410);
         assert_eq!(frames[0]["object"]["reason"], "Expired");
+    }
+
+    #[test]
+    fn protobuf_frames_restamp_and_carry_bookmarks_and_errors() {
+        use prost::Message as _;
+        let codec = Arc::new(JsonCodec::new(true, &[]).with_protobuf("io.k8s.api.core.v1.Pod"));
+        let pod = Arc::new(
+            codec
+                .decode(
+                    br#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a","namespace":"ns"}}"#,
+                    Revision::new(5),
+                )
+                .unwrap(),
+        );
+        let info = ResourceInfo::new("pods", "Pod", "v1");
+        assert!(
+            FrameEncoder::new(info.clone(), codec.clone())
+                .protobuf()
+                .is_none()
+        );
+        let enc = FrameEncoder::new(info.with_protobuf("io.k8s.api.core.v1.Pod"), codec)
+            .protobuf()
+            .unwrap();
+        let mut out = BytesMut::new();
+        for (kind, rev) in [(EventKind::Added, 5), (EventKind::Deleted, 12345678901)] {
+            let d = Delivery {
+                kind,
+                revision: Revision::new(rev),
+                object: Some(&pod),
+                initial_events_end: false,
+            };
+            enc.write(&d, &mut out).unwrap();
+        }
+        enc.write_bookmark(Revision::new(9), true, &mut out);
+        enc.write_error(&Status::gone("too old resource version: 1 (5)"), &mut out);
+        // Read the frames back: length, WatchEvent, envelope, object.
+        let mut frames = Vec::new();
+        let mut rest = &out[..];
+        while !rest.is_empty() {
+            let len = u32::from_be_bytes(rest[..4].try_into().unwrap()) as usize;
+            let event =
+                k8s_pb::apimachinery::pkg::apis::meta::v1::WatchEvent::decode(&rest[4..4 + len]).unwrap();
+            frames.push((event.r#type.unwrap(), event.object.unwrap().raw.unwrap()));
+            rest = &rest[4 + len..];
+        }
+        assert_eq!(frames.len(), 4);
+        let object = |i: usize, def: &str| {
+            let env = protobuf::open_envelope(&frames[i].1).unwrap();
+            (env.kind.clone(), protobuf::decode_json(def, env.raw).unwrap())
+        };
+        assert_eq!(frames[0].0, "ADDED");
+        let (kind, added) = object(0, "io.k8s.api.core.v1.Pod");
+        assert_eq!(
+            (kind.as_str(), &added["metadata"]["resourceVersion"]),
+            ("Pod", &json!("5"))
+        );
+        assert_eq!(frames[1].0, "DELETED");
+        let (_, deleted) = object(1, "io.k8s.api.core.v1.Pod");
+        assert_eq!(
+            deleted["metadata"],
+            json!({"name": "a", "namespace": "ns", "resourceVersion": "12345678901"})
+        );
+        assert_eq!(frames[2].0, "BOOKMARK");
+        let (_, bookmark) = object(2, "io.k8s.api.core.v1.Pod");
+        assert_eq!(
+            bookmark["metadata"],
+            json!({"resourceVersion": "9", "annotations": {"k8s.io/initial-events-end": "true"}})
+        );
+        assert_eq!(frames[3].0, "ERROR");
+        let (kind, status) = object(3, "io.k8s.apimachinery.pkg.apis.meta.v1.Status");
+        assert_eq!(
+            (kind.as_str(), &status["code"], &status["reason"]),
+            ("Status", &json!(410), &json!("Expired"))
+        );
     }
 }

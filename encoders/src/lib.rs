@@ -15,7 +15,8 @@
 //!   as the baseline;
 //! * errors are `metav1.Status` bodies with the apiserver's codes and reasons ([`Status`]).
 //!
-//! Protobuf is not implemented yet: [`JsonCodec`] answers `UnsupportedFormat` for it.
+//! Protobuf ([`protobuf`]) is made from the JSON, once per object version, when first asked
+//! for: every GET, LIST item and watch frame in protobuf then shares it, as they share the JSON.
 
 #![warn(missing_docs)]
 #![doc(test(attr(deny(warnings))))]
@@ -30,6 +31,6 @@ mod write;
 
 pub use frame::FrameEncoder;
 pub use json::JsonCodec;
-pub use list::{DEFAULT_CHUNK_SIZE, ListHeader, StreamingList, encode_list};
+pub use list::{DEFAULT_CHUNK_SIZE, ListHeader, StreamingList, encode_list, encode_protobuf_list};
 pub use resource::ResourceInfo;
 pub use status::Status;

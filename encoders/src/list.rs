@@ -20,6 +20,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use futures_core::Stream;
 use watchcache_core::{Codec, CodecError, ListItems, ListResult, Revision, WireFormat};
 
+use crate::protobuf;
 use crate::resource::ResourceInfo;
 use crate::write::{put_str, put_u64};
 
@@ -110,7 +111,9 @@ enum Piece {
 
 /// A LIST body as a stream of bounded chunks; see the module docs.
 pub struct StreamingList {
+    format: WireFormat,
     header: Bytes,
+    footer: &'static [u8],
     items: ListItems,
     codec: Arc<dyn Codec>,
     chunk_size: usize,
@@ -138,6 +141,94 @@ fn copy_some(chunk: &mut BytesMut, limit: usize, bytes: &[u8], done: usize) -> O
     (done + n < bytes.len()).then_some(done + n)
 }
 
+/// [`copy_some`] over `head` then `tail`, as if they were one slice.
+fn copy_two(chunk: &mut BytesMut, limit: usize, head: &[u8], tail: &[u8], done: usize) -> Option<usize> {
+    if done < head.len() {
+        match copy_some(chunk, limit, head, done) {
+            Some(d) => return Some(d),
+            None if tail.is_empty() => return None,
+            None if chunk.len() == limit => return Some(head.len()),
+            None => {}
+        }
+    }
+    let offset = head.len();
+    copy_some(chunk, limit, tail, done.max(offset) - offset).map(|d| d + offset)
+}
+
+/// The key and length that precede a protobuf list item (`items`, field 2) of `len` bytes.
+fn item_prefix(len: usize) -> ([u8; 11], usize) {
+    let mut prefix = [0u8; 11];
+    prefix[0] = 0x12;
+    let mut rest = &mut prefix[1..];
+    prost::encoding::encode_varint(len as u64, &mut rest);
+    let n = 11 - rest.len();
+    (prefix, n)
+}
+
+/// The protobuf list header: the envelope's start, then `metadata` (ListMeta: selfLink,
+/// resourceVersion, continue, and remainingItemCount when known). `items_len` is the size of
+/// the items' fields, which the envelope's length prefix counts.
+fn protobuf_header(info: &ResourceInfo, header: &ListHeader, items_len: usize) -> Bytes {
+    let mut meta = Vec::with_capacity(64);
+    meta.extend_from_slice(&[0x0a, 0x00, 0x12]);
+    let mut digits = itoa::Buffer::new();
+    let rv = digits.format(header.revision.get());
+    meta.push(rv.len() as u8);
+    meta.extend_from_slice(rv.as_bytes());
+    let token = header.continue_token.as_deref().unwrap_or("");
+    meta.push(0x1a);
+    prost::encoding::encode_varint(token.len() as u64, &mut meta);
+    meta.extend_from_slice(token.as_bytes());
+    if let Some(n) = header.remaining_item_count {
+        meta.push(0x20);
+        prost::encoding::encode_varint(n, &mut meta);
+    }
+    let mut field = vec![0x0a];
+    prost::encoding::encode_varint(meta.len() as u64, &mut field);
+    field.extend_from_slice(&meta);
+    let mut out = Vec::with_capacity(field.len() + 64);
+    protobuf::envelope_prefix(
+        &info.api_version,
+        &info.list_kind,
+        field.len() + items_len,
+        &mut out,
+    );
+    out.extend_from_slice(&field);
+    Bytes::from(out)
+}
+
+/// The size of the items' fields in a protobuf list: the first of the two passes over the
+/// items, which also makes each item's protobuf encoding if it was not made yet.
+fn protobuf_items_len(items: &ListItems, codec: &dyn Codec) -> Result<usize, CodecError> {
+    let mut items = items.clone();
+    let mut len = 0;
+    while let Some(item) = items.next_item() {
+        let n = item.encoding(WireFormat::Protobuf, codec)?.bytes().len();
+        len += item_prefix(n).1 + n;
+    }
+    Ok(len)
+}
+
+/// Builds the whole protobuf body (`k8s\0`, then a `runtime.Unknown` around the `…List`
+/// message) in one buffer: the baseline the streaming encoder is compared with.
+pub fn encode_protobuf_list(
+    info: &ResourceInfo,
+    header: &ListHeader,
+    mut items: ListItems,
+    codec: &dyn Codec,
+) -> Result<Vec<u8>, CodecError> {
+    let items_len = protobuf_items_len(&items, codec)?;
+    let mut out = protobuf_header(info, header, items_len).to_vec();
+    while let Some(item) = items.next_item() {
+        let bytes = item.encoding(WireFormat::Protobuf, codec)?.bytes();
+        let (prefix, n) = item_prefix(bytes.len());
+        out.extend_from_slice(&prefix[..n]);
+        out.extend_from_slice(bytes);
+    }
+    out.extend_from_slice(protobuf::ENVELOPE_SUFFIX);
+    Ok(out)
+}
+
 impl StreamingList {
     /// The body of `header` and `items`, in chunks of at most `chunk_size` bytes (at least 1).
     pub fn new(
@@ -148,7 +239,9 @@ impl StreamingList {
         chunk_size: usize,
     ) -> Self {
         StreamingList {
+            format: WireFormat::Json,
             header: header.encode(info),
+            footer: FOOTER,
             items,
             codec,
             chunk_size: chunk_size.max(1),
@@ -164,18 +257,50 @@ impl StreamingList {
     }
 
     /// Copies the rest of the pending piece into `chunk`, as much as fits.
+    /// The protobuf form of the same list, Kubernetes' streaming protobuf LIST: the items'
+    /// sizes are added up first (a pass over the items that also makes any protobuf encoding
+    /// missing), so the envelope's length prefix can lead the body; then the header (the
+    /// envelope's start and `metadata`), each item as field 2 with its length, and the
+    /// envelope's end. Byte for byte what [`encode_protobuf_list`] builds.
+    pub fn protobuf(
+        info: &ResourceInfo,
+        header: &ListHeader,
+        items: ListItems,
+        codec: Arc<dyn Codec>,
+        chunk_size: usize,
+    ) -> Result<Self, CodecError> {
+        let items_len = protobuf_items_len(&items, &*codec)?;
+        Ok(StreamingList {
+            format: WireFormat::Protobuf,
+            header: protobuf_header(info, header, items_len),
+            footer: protobuf::ENVELOPE_SUFFIX,
+            items,
+            codec,
+            chunk_size: chunk_size.max(1),
+            next: Next::Header,
+            pending: None,
+        })
+    }
+
     fn finish_pending(&mut self, chunk: &mut BytesMut, piece: Piece, done: usize) {
         let bytes: &[u8] = match piece {
             Piece::Header => &self.header,
-            Piece::Footer => FOOTER,
+            Piece::Footer => self.footer,
             // The item was encoded when it was started.
             Piece::Item => self
                 .items
                 .current()
-                .and_then(|item| item.encoded(WireFormat::Json))
+                .and_then(|item| item.encoded(self.format))
                 .map_or(&[], |e| e.bytes()),
         };
-        self.pending = copy_some(chunk, self.chunk_size, bytes, done).map(|d| (piece, d));
+        self.pending = match (piece, self.format) {
+            (Piece::Item, WireFormat::Protobuf) => {
+                let (prefix, n) = item_prefix(bytes.len());
+                copy_two(chunk, self.chunk_size, &prefix[..n], bytes, done)
+            }
+            _ => copy_some(chunk, self.chunk_size, bytes, done),
+        }
+        .map(|d| (piece, d));
     }
 
     /// Starts the next piece, copying as much as fits into `chunk` (which has room); false
@@ -191,16 +316,22 @@ impl StreamingList {
                 // Items are copied straight from the snapshot, as many as fit; only one cut
                 // by the chunk's end is lent again, by `finish_pending`.
                 let codec = &*self.codec;
+                let format = self.format;
                 let mut cut = None;
                 let mut error = None;
                 let done = self.items.lend_while(|item| {
-                    let bytes = match item.encoding(WireFormat::Json, codec) {
+                    let bytes = match item.encoding(format, codec) {
                         Ok(encoding) => encoding.bytes(),
                         Err(e) => {
                             error = Some(e);
                             return false;
                         }
                     };
+                    if format == WireFormat::Protobuf {
+                        let (prefix, n) = item_prefix(bytes.len());
+                        cut = copy_two(chunk, limit, &prefix[..n], bytes, 0);
+                        return cut.is_none() && chunk.len() < limit;
+                    }
                     if !first {
                         chunk.put_u8(b',');
                     }
@@ -215,7 +346,7 @@ impl StreamingList {
                 self.next = if done { Next::Footer } else { Next::Items { first } };
             }
             Next::Footer => {
-                self.pending = copy_some(chunk, limit, FOOTER, 0).map(|d| (Piece::Footer, d));
+                self.pending = copy_some(chunk, limit, self.footer, 0).map(|d| (Piece::Footer, d));
                 self.next = Next::Done;
             }
             Next::Done => return Ok(false),

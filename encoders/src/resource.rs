@@ -11,6 +11,9 @@ pub struct ResourceInfo {
     pub list_kind: String,
     /// The API version, `v1`.
     pub api_version: String,
+    /// The OpenAPI definition of the kind (`io.k8s.api.core.v1.Pod`) when it has a protobuf
+    /// message ([`protobuf::has_message`](crate::protobuf::has_message)).
+    pub protobuf: Option<&'static str>,
 }
 
 impl ResourceInfo {
@@ -21,6 +24,13 @@ impl ResourceInfo {
             kind: kind.to_owned(),
             list_kind: format!("{kind}List"),
             api_version: api_version.to_owned(),
+            protobuf: None,
         }
+    }
+
+    /// The same, served in protobuf too as message `definition`.
+    pub fn with_protobuf(mut self, definition: &'static str) -> Self {
+        self.protobuf = Some(definition);
+        self
     }
 }

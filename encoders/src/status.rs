@@ -155,6 +155,16 @@ impl Status {
         }
         Bytes::from(v.to_string())
     }
+
+    /// The `meta.k8s.io/v1` Status message, without an envelope (protobuf watch ERROR frames).
+    pub fn to_protobuf(&self) -> Vec<u8> {
+        let value: serde_json::Value = serde_json::from_slice(&self.to_json()).unwrap_or_default();
+        let object = value.as_object().cloned().unwrap_or_default();
+        // A Status's JSON is built above from strings, numbers and the details object of
+        // another Status: it fits the schema.
+        crate::protobuf::encode_json("io.k8s.apimachinery.pkg.apis.meta.v1.Status", &object)
+            .unwrap_or_default()
+    }
 }
 
 #[cfg(test)]

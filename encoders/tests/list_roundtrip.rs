@@ -6,7 +6,9 @@ use std::sync::Arc;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use watchcache_core::{Codec, ListItems, Revision, Snapshot};
-use watchcache_encoders::{JsonCodec, ListHeader, ResourceInfo, StreamingList, encode_list};
+use watchcache_encoders::{
+    JsonCodec, ListHeader, ResourceInfo, StreamingList, encode_list, encode_protobuf_list,
+};
 
 fn pod(i: usize, pad: usize) -> Vec<u8> {
     json!({
@@ -113,4 +115,100 @@ fn bodies_parse_back_into_the_expected_list() {
         raw,
         br#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"9"},"items":[]}"#
     );
+}
+
+fn pb_pod(i: usize, pad: usize) -> Vec<u8> {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": format!("p{i:05}"), "namespace": "ns", "annotations": {"pad": "x".repeat(pad)}},
+        "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]},
+    })
+    .to_string()
+    .into_bytes()
+}
+
+#[tokio::test]
+async fn streaming_protobuf_equals_buffered_and_prost_reads_it() {
+    use prost::Message as _;
+    let codec = Arc::new(JsonCodec::new(true, &[]).with_protobuf("io.k8s.api.core.v1.Pod"));
+    let pb_items = |n: usize, pad: usize| {
+        let objects = (0..n)
+            .map(|i| {
+                Arc::new(
+                    codec
+                        .decode(&pb_pod(i, pad), Revision::new(i as u64 + 1))
+                        .unwrap(),
+                )
+            })
+            .collect();
+        ListItems::all(Arc::new(Snapshot::new(Revision::new(n as u64 + 1), objects)))
+    };
+    let headers = [
+        ListHeader {
+            revision: Revision::new(77),
+            continue_token: None,
+            remaining_item_count: None,
+        },
+        ListHeader {
+            revision: Revision::new(1_000_077),
+            continue_token: Some("tok-en_1".into()),
+            remaining_item_count: Some(12),
+        },
+    ];
+    // 0, 1 and many items; items smaller and larger than a chunk (and than 2^14 and 2^21
+    // bytes, where their length prefixes grow); chunks of 1 byte to 64 KiB.
+    for (n, pad) in [
+        (0, 0),
+        (1, 10),
+        (1, 100_000),
+        (1, 2_100_000),
+        (200, 50),
+        (20, 9_000),
+    ] {
+        for header in &headers {
+            let buffered = encode_protobuf_list(&info(), header, pb_items(n, pad), &*codec).unwrap();
+            for chunk in [1usize, 2, 7, 4096, 65536] {
+                if chunk < 4096 && buffered.len() > 300_000 {
+                    continue;
+                }
+                let mut body =
+                    StreamingList::protobuf(&info(), header, pb_items(n, pad), codec.clone(), chunk).unwrap();
+                let mut streamed = Vec::new();
+                while let Some(c) = body.next().await {
+                    let c = c.unwrap();
+                    assert!(
+                        !c.is_empty() && c.len() <= chunk,
+                        "chunk of {} for limit {chunk}",
+                        c.len()
+                    );
+                    streamed.extend_from_slice(&c);
+                }
+                assert!(streamed == buffered, "n={n} pad={pad} chunk={chunk}");
+            }
+            let envelope = watchcache_encoders::protobuf::open_envelope(&buffered).unwrap();
+            assert_eq!(
+                (envelope.api_version.as_str(), envelope.kind.as_str()),
+                ("v1", "PodList")
+            );
+            let list = k8s_pb::api::core::v1::PodList::decode(envelope.raw).unwrap();
+            let meta = list.metadata.unwrap();
+            assert_eq!(meta.resource_version, Some(header.revision.to_string()));
+            assert_eq!(
+                meta.r#continue.as_deref(),
+                Some(header.continue_token.as_deref().unwrap_or(""))
+            );
+            assert_eq!(
+                meta.remaining_item_count,
+                header.remaining_item_count.map(|n| n as i64)
+            );
+            assert_eq!(list.items.len(), n);
+            for (i, item) in list.items.iter().enumerate() {
+                let m = item.metadata.as_ref().unwrap();
+                assert_eq!(m.name.as_deref(), Some(format!("p{i:05}").as_str()));
+                assert_eq!(m.annotations["pad"].len(), pad);
+                assert_eq!(m.resource_version, Some((i + 1).to_string()));
+            }
+        }
+    }
 }

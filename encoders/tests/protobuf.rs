@@ -267,7 +267,7 @@ fn the_envelope_and_the_watch_frame_are_what_prost_reads() {
     );
 
     let mut frame = BytesMut::new();
-    protobuf::write_watch_frame("ADDED", "v1", "Pod", raw.len(), &mut frame, |w| w(&raw));
+    protobuf::write_watch_frame("ADDED", "v1", "Pod", &raw, &mut frame);
     let len = u32::from_be_bytes(frame[..4].try_into().unwrap()) as usize;
     assert_eq!(len, frame.len() - 4);
     let event = pbmeta::WatchEvent::decode(&frame[4..]).unwrap();

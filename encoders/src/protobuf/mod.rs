@@ -233,16 +233,15 @@ pub fn open_envelope(body: &[u8]) -> Result<Envelope<'_>, TranscodeError> {
     Ok(envelope)
 }
 
-/// Appends a watch frame: a 4-byte big-endian length, then a `WatchEvent` whose `object` is
-/// a `RawExtension` holding an envelope of `raw_len` bytes of raw. `write_raw` writes the raw
-/// bytes.
-pub fn write_watch_frame(
+/// Appends the start of a watch frame: a 4-byte big-endian length, then a `WatchEvent` of
+/// type `event_type` whose `object` is a `RawExtension` holding an envelope of `raw_len` bytes
+/// of raw, up to that raw. The raw bytes and [`ENVELOPE_SUFFIX`] follow.
+pub fn write_watch_frame_head(
     event_type: &str,
     api_version: &str,
     kind: &str,
     raw_len: usize,
     out: &mut impl BufMut,
-    write_raw: impl FnOnce(&mut dyn FnMut(&[u8])),
 ) {
     let envelope = envelope_len(api_version, kind, raw_len);
     let extension = len_field_size(envelope);
@@ -258,6 +257,11 @@ pub fn write_watch_frame(
     encode_varint(envelope as u64, &mut head);
     out.put_slice(&head);
     envelope_prefix(api_version, kind, raw_len, out);
-    write_raw(&mut |b| out.put_slice(b));
+}
+
+/// Appends a whole watch frame around `raw`.
+pub fn write_watch_frame(event_type: &str, api_version: &str, kind: &str, raw: &[u8], out: &mut impl BufMut) {
+    write_watch_frame_head(event_type, api_version, kind, raw.len(), out);
+    out.put_slice(raw);
     out.put_slice(ENVELOPE_SUFFIX);
 }
