@@ -6,7 +6,7 @@
 use std::borrow::Cow;
 
 use serde_json::Value;
-use watchcache_encoders::Status;
+use watchcache_encoders::{Status, protobuf};
 
 use crate::table::TableVersion;
 
@@ -60,15 +60,23 @@ pub(crate) fn ranges(accept: Option<&str>) -> Vec<MediaRange<'_>> {
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum ReadFormat {
     Json,
+    /// `application/vnd.kubernetes.protobuf` (and `;stream=watch` for a watch).
+    Protobuf,
     Table(TableVersion),
 }
 
-/// The format of a GET, LIST or WATCH: the first range that JSON or a `meta.k8s.io` Table
-/// meets; 406 when none does (a client that accepts only protobuf, say).
+/// The format of a GET, LIST or WATCH: the first range that JSON, protobuf or a
+/// `meta.k8s.io` Table (in JSON) meets; 406 when none does.
 pub(crate) fn read_format(accept: Option<&str>) -> Result<ReadFormat, Status> {
-    for range in ranges(accept).iter().filter(|r| r.is_json()) {
+    for range in ranges(accept) {
+        let protobuf = range.media.eq_ignore_ascii_case(protobuf::PROTOBUF);
+        if !(protobuf || range.is_json()) {
+            continue;
+        }
         match (range.param("as"), range.param("g"), range.param("v")) {
+            (None, _, _) if protobuf => return Ok(ReadFormat::Protobuf),
             (None, _, _) => return Ok(ReadFormat::Json),
+            (Some("Table"), ..) if protobuf => {}
             (Some("Table"), Some("meta.k8s.io"), Some("v1")) => {
                 return Ok(ReadFormat::Table(TableVersion::V1));
             }
@@ -82,13 +90,18 @@ pub(crate) fn read_format(accept: Option<&str>) -> Result<ReadFormat, Status> {
         406,
         "NotAcceptable",
         "only the following media types are accepted: application/json, \
-         application/json;as=Table;v=v1;g=meta.k8s.io",
+         application/vnd.kubernetes.protobuf, application/json;as=Table;v=v1;g=meta.k8s.io",
     ))
 }
 
-/// A POST or PUT body as JSON: JSON as it is, YAML converted; 415 for any other
-/// Content-Type (protobuf among them). A body without a Content-Type is read as JSON.
-pub(crate) fn json_body<'a>(content_type: Option<&str>, body: &'a [u8]) -> Result<Cow<'a, [u8]>, Status> {
+/// A POST or PUT body as JSON: JSON as it is, YAML converted, protobuf (message
+/// `protobuf_message`, in its envelope) transcoded; 415 for any other Content-Type. A body
+/// without a Content-Type is read as JSON.
+pub(crate) fn json_body<'a>(
+    content_type: Option<&str>,
+    body: &'a [u8],
+    protobuf_message: Option<&str>,
+) -> Result<Cow<'a, [u8]>, Status> {
     let media = content_type
         .and_then(|ct| ct.split(';').next())
         .map(str::trim)
@@ -102,12 +115,26 @@ pub(crate) fn json_body<'a>(content_type: Option<&str>, body: &'a [u8]) -> Resul
         let json = serde_json::to_vec(&value).map_err(|e| Status::internal(e.to_string()))?;
         return Ok(Cow::Owned(json));
     }
+    if let (true, Some(message)) = (media.eq_ignore_ascii_case(protobuf::PROTOBUF), protobuf_message) {
+        let invalid =
+            |e: protobuf::TranscodeError| Status::bad_request(format!("invalid protobuf body: {e}"));
+        let envelope = protobuf::open_envelope(body).map_err(invalid)?;
+        let mut object = protobuf::decode_json(message, envelope.raw).map_err(invalid)?;
+        if !envelope.kind.is_empty() {
+            object.insert("kind".into(), envelope.kind.into());
+        }
+        if !envelope.api_version.is_empty() {
+            object.insert("apiVersion".into(), envelope.api_version.into());
+        }
+        let json = serde_json::to_vec(&object).map_err(|e| Status::internal(e.to_string()))?;
+        return Ok(Cow::Owned(json));
+    }
     Err(Status::new(
         415,
         "UnsupportedMediaType",
         format!(
             "the body of the request was in an unknown format ({media}) - accepted media types include: \
-             application/json, application/yaml"
+             application/json, application/yaml, application/vnd.kubernetes.protobuf"
         ),
     ))
 }
@@ -134,7 +161,18 @@ mod tests {
         );
         assert_eq!(
             read_format(Some("application/vnd.kubernetes.protobuf, application/json")).unwrap(),
+            ReadFormat::Protobuf
+        );
+        assert_eq!(
+            read_format(Some(
+                "application/vnd.kubernetes.protobuf;q=0.5, application/json"
+            ))
+            .unwrap(),
             ReadFormat::Json
+        );
+        assert_eq!(
+            read_format(Some("application/vnd.kubernetes.protobuf;stream=watch")).unwrap(),
+            ReadFormat::Protobuf
         );
         assert_eq!(read_format(Some("*/*")).unwrap(), ReadFormat::Json);
         assert_eq!(read_format(None).unwrap(), ReadFormat::Json);
@@ -144,9 +182,15 @@ mod tests {
             ReadFormat::Table(TableVersion::V1)
         );
         assert_eq!(
-            read_format(Some("application/vnd.kubernetes.protobuf"))
-                .unwrap_err()
-                .code,
+            read_format(Some(
+                "application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io"
+            ))
+            .unwrap_err()
+            .code,
+            406
+        );
+        assert_eq!(
+            read_format(Some("text/html, application/xml")).unwrap_err().code,
             406
         );
         assert_eq!(read_format(Some("application/json;q=0")).unwrap_err().code, 406);
@@ -163,23 +207,44 @@ mod tests {
     #[test]
     fn bodies_are_json_or_yaml_or_415() {
         assert_eq!(
-            &*json_body(Some("application/json; charset=utf-8"), b"{}").unwrap(),
+            &*json_body(Some("application/json; charset=utf-8"), b"{}", None).unwrap(),
             b"{}"
         );
-        assert_eq!(&*json_body(None, b"{}").unwrap(), b"{}");
-        let yaml = json_body(Some("application/yaml"), b"metadata:\n  name: x\n").unwrap();
+        assert_eq!(&*json_body(None, b"{}", None).unwrap(), b"{}");
+        let yaml = json_body(Some("application/yaml"), b"metadata:\n  name: x\n", None).unwrap();
         assert_eq!(
             serde_json::from_slice::<Value>(&yaml).unwrap()["metadata"]["name"],
             "x"
         );
         assert_eq!(
-            json_body(Some("application/vnd.kubernetes.protobuf"), b"k8s\0")
+            json_body(Some("application/vnd.kubernetes.protobuf"), b"k8s\0", None)
                 .unwrap_err()
                 .code,
             415
         );
+        assert_eq!(json_body(Some("text/plain"), b"{}", None).unwrap_err().code, 415);
+        let pod = "io.k8s.api.core.v1.Pod";
+        let raw = protobuf::encode_json(
+            pod,
+            serde_json::json!({"metadata": {"name": "p"}})
+                .as_object()
+                .unwrap(),
+        )
+        .unwrap();
+        let body = protobuf::envelope("v1", "Pod", &raw);
+        let json = json_body(Some("application/vnd.kubernetes.protobuf"), &body, Some(pod)).unwrap();
         assert_eq!(
-            json_body(Some("application/yaml"), b"a: [").unwrap_err().code,
+            serde_json::from_slice::<Value>(&json).unwrap(),
+            serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}})
+        );
+        for bad in [&b"{}"[..], b"k8s\0\x12\x05ab", &body[..body.len() - 9]] {
+            let err = json_body(Some("application/vnd.kubernetes.protobuf"), bad, Some(pod)).unwrap_err();
+            assert_eq!(err.code, 400, "{bad:?}");
+        }
+        assert_eq!(
+            json_body(Some("application/yaml"), b"a: [", None)
+                .unwrap_err()
+                .code,
             400
         );
     }

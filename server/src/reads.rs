@@ -8,27 +8,42 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::StatusCode;
 use axum::response::Response;
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use watchcache_core::{CacheError, ObjectVersion, WireFormat};
-use watchcache_encoders::{Status, StreamingList};
+use watchcache_encoders::{DEFAULT_CHUNK_SIZE, ListHeader, Status, StreamingList, protobuf};
 
 use crate::app::AppState;
 use crate::connection::Connection;
 use crate::errors;
 use crate::metrics;
 use crate::params::Params;
-use crate::response::json_response;
+use crate::response::{json_response, protobuf_response};
 use crate::table::{TableFrames, TableRequest};
 use crate::target::Target;
 use crate::watch_body::{WatchBody, WatchCounters, WatcherGuard};
 
-pub(crate) async fn list(
-    state: &AppState,
-    t: &Target,
-    p: &Params,
-    table: Option<TableRequest>,
-) -> Result<Response, Status> {
+/// The form a read answers in, from its Accept header.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Form {
+    Json,
+    /// Objects in their shared protobuf encoding, in the `k8s\0` envelope; watch frames
+    /// length-prefixed.
+    Protobuf,
+    Table(TableRequest),
+}
+
+impl Form {
+    fn table(self) -> Option<TableRequest> {
+        match self {
+            Form::Table(t) => Some(t),
+            _ => None,
+        }
+    }
+}
+
+pub(crate) async fn list(state: &AppState, t: &Target, p: &Params, form: Form) -> Result<Response, Status> {
+    let table = form.table();
     let r = &t.resource;
     let opts = p.list_options(t.namespace.as_deref())?;
     let result = r.cache.list(&opts).await.map_err(|e| errors::cache(&e))?;
@@ -63,12 +78,30 @@ pub(crate) async fn list(
         return Ok(table_response(table, body));
     }
     let bytes_counter = state.metrics.list_bytes.get_or_create(&labels).clone();
-    let body = StreamingList::of(&r.info, result, r.codec.clone()).map(move |chunk| {
+    let protobuf = matches!(form, Form::Protobuf);
+    let list = if protobuf {
+        let header = ListHeader::of(&result);
+        StreamingList::protobuf(
+            &r.info,
+            &header,
+            result.items,
+            r.codec.clone(),
+            DEFAULT_CHUNK_SIZE,
+        )
+        .map_err(|e| errors::codec(&e))?
+    } else {
+        StreamingList::of(&r.info, result, r.codec.clone())
+    };
+    let body = Body::from_stream(list.map(move |chunk| {
         let chunk = chunk.map_err(std::io::Error::other)?;
         bytes_counter.inc_by(chunk.len() as u64);
         Ok::<_, std::io::Error>(chunk)
-    });
-    Ok(json_response(StatusCode::OK, Body::from_stream(body)))
+    }));
+    Ok(if protobuf {
+        protobuf_response(StatusCode::OK, body)
+    } else {
+        json_response(StatusCode::OK, body)
+    })
 }
 
 /// An object's JSON, parsed.
@@ -89,12 +122,8 @@ fn table_response(table: TableRequest, body: String) -> Response {
     response
 }
 
-pub(crate) async fn get(
-    t: &Target,
-    name: &str,
-    p: &Params,
-    table: Option<TableRequest>,
-) -> Result<Response, Status> {
+pub(crate) async fn get(t: &Target, name: &str, p: &Params, form: Form) -> Result<Response, Status> {
+    let table = form.table();
     let r = &t.resource;
     let (object, _) = r
         .cache
@@ -113,6 +142,26 @@ pub(crate) async fn get(
         let body = crate::table::table(table, &r.info.kind, vec![row], meta, true).to_string();
         return Ok(table_response(table, body));
     }
+    if let Form::Protobuf = form {
+        // The envelope around the shared encoding, which is not copied.
+        let encoding = object
+            .encoding(WireFormat::Protobuf, &*r.codec)
+            .map_err(|e| errors::codec(&e))?;
+        let mut head = Vec::with_capacity(64);
+        protobuf::envelope_prefix(
+            &r.info.api_version,
+            &r.info.kind,
+            encoding.bytes().len(),
+            &mut head,
+        );
+        let pieces = [
+            Bytes::from(head),
+            encoding.bytes().clone(),
+            Bytes::from_static(protobuf::ENVELOPE_SUFFIX),
+        ];
+        let body = futures_util::stream::iter(pieces.map(Ok::<_, std::io::Error>));
+        return Ok(protobuf_response(StatusCode::OK, Body::from_stream(body)));
+    }
     let json = object
         .encoding(WireFormat::Json, &*r.codec)
         .map_err(|e| errors::codec(&e))?;
@@ -124,9 +173,20 @@ pub(crate) async fn watch(
     conn: &Connection,
     t: &Target,
     p: &Params,
-    table: Option<TableRequest>,
+    form: Form,
 ) -> Result<Response, Status> {
+    let table = form.table();
     let r = &t.resource;
+    let frames = match form {
+        Form::Protobuf => r.frames.protobuf().ok_or_else(|| {
+            Status::new(
+                406,
+                "NotAcceptable",
+                format!("{} are not served in protobuf", r.info.resource),
+            )
+        })?,
+        _ => r.frames.clone(),
+    };
     let opts = p.watch_options(t.namespace.as_deref())?;
     if state.open_watchers.fetch_add(1, Ordering::Relaxed) >= state.config.max_watchers {
         state.open_watchers.fetch_sub(1, Ordering::Relaxed);
@@ -159,7 +219,7 @@ pub(crate) async fn watch(
                 .get_or_create(&metrics::resource(resource))
                 .inc();
             let mut buf = BytesMut::new();
-            r.frames.write_error(&errors::expired(&e), &mut buf);
+            frames.write_error(&errors::expired(&e), &mut buf);
             (None, Some(buf.freeze()))
         }
         Err(e) => return Err(errors::cache(&e)),
@@ -174,7 +234,7 @@ pub(crate) async fn watch(
     conn.end_if_stalled_after(timeout, state.config.shutdown_grace);
     let body = WatchBody {
         watch,
-        frames: r.frames.clone(),
+        frames: frames.clone(),
         deadline: Box::pin(tokio::time::sleep(timeout)),
         deadline_waker: None,
         shutdown: state.shutdown.signal(),
@@ -189,6 +249,14 @@ pub(crate) async fn watch(
             headers_sent: false,
         }),
     };
+    if frames.format() == WireFormat::Protobuf {
+        let mut response = protobuf_response(StatusCode::OK, Body::from_stream(body));
+        response.headers_mut().insert(
+            axum::http::header::CONTENT_TYPE,
+            axum::http::HeaderValue::from_static("application/vnd.kubernetes.protobuf;stream=watch"),
+        );
+        return Ok(response);
+    }
     let response = json_response(StatusCode::OK, Body::from_stream(body));
     Ok(match table {
         Some(table) => {

@@ -47,6 +47,8 @@ struct Spec {
     storage: &'static str,
     singular: &'static str,
     kind: &'static str,
+    /// The kind's OpenAPI definition, which names its protobuf message.
+    protobuf: &'static str,
     short_names: &'static [&'static str],
     namespaced: bool,
     fields: &'static [&'static str],
@@ -64,6 +66,7 @@ const SPECS: &[Spec] = &[
         storage: "pods",
         singular: "pod",
         kind: "Pod",
+        protobuf: "io.k8s.api.core.v1.Pod",
         short_names: &["po"],
         namespaced: true,
         fields: &[
@@ -85,6 +88,7 @@ const SPECS: &[Spec] = &[
         storage: "configmaps",
         singular: "configmap",
         kind: "ConfigMap",
+        protobuf: "io.k8s.api.core.v1.ConfigMap",
         short_names: &["cm"],
         namespaced: true,
         fields: &[],
@@ -98,6 +102,7 @@ const SPECS: &[Spec] = &[
         storage: "secrets",
         singular: "secret",
         kind: "Secret",
+        protobuf: "io.k8s.api.core.v1.Secret",
         short_names: &[],
         namespaced: true,
         fields: &["type"],
@@ -111,6 +116,7 @@ const SPECS: &[Spec] = &[
         storage: "namespaces",
         singular: "namespace",
         kind: "Namespace",
+        protobuf: "io.k8s.api.core.v1.Namespace",
         short_names: &["ns"],
         namespaced: false,
         fields: &["status.phase"],
@@ -124,6 +130,7 @@ const SPECS: &[Spec] = &[
         storage: "minions",
         singular: "node",
         kind: "Node",
+        protobuf: "io.k8s.api.core.v1.Node",
         short_names: &["no"],
         namespaced: false,
         fields: &["spec.unschedulable"],
@@ -137,6 +144,7 @@ const SPECS: &[Spec] = &[
         storage: "events",
         singular: "event",
         kind: "Event",
+        protobuf: "io.k8s.api.core.v1.Event",
         short_names: &["ev"],
         namespaced: true,
         // The fields the apiserver lets events be selected by (kubectl describe selects a
@@ -164,6 +172,7 @@ const SPECS: &[Spec] = &[
         storage: "leases",
         singular: "lease",
         kind: "Lease",
+        protobuf: "io.k8s.api.coordination.v1.Lease",
         short_names: &[],
         namespaced: true,
         fields: &[],
@@ -195,7 +204,7 @@ pub fn build(
             .fold(JsonCodec::new(spec.namespaced, spec.fields), |c, (f, v)| {
                 c.with_default(f, v)
             });
-        let codec = Arc::new(codec);
+        let codec = Arc::new(codec.with_protobuf(spec.protobuf));
         let prefix = format!("/registry/{}/", spec.storage);
         let mut cache_config = CacheConfig::new(spec.name, &prefix);
         cache_config.capacity = config.history;
@@ -208,7 +217,7 @@ pub fn build(
         cache_config.trigger_field = spec.trigger.map(str::to_owned);
         cache_config.history_fill = config.history_fill;
         let cache = Cache::new(store.clone(), codec.clone(), cache_config)?;
-        let info = ResourceInfo::new(spec.name, spec.kind, spec.api_version);
+        let info = ResourceInfo::new(spec.name, spec.kind, spec.api_version).with_protobuf(spec.protobuf);
         let frames = FrameEncoder::new(info.clone(), codec.clone());
         out.insert(
             spec.name,

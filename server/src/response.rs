@@ -24,3 +24,13 @@ pub(crate) fn json_response(code: StatusCode, body: impl Into<Body>) -> Response
         .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     r
 }
+
+/// `body` as `application/vnd.kubernetes.protobuf` with status `code`.
+pub(crate) fn protobuf_response(code: StatusCode, body: impl Into<Body>) -> Response {
+    let mut r = (code, body.into()).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(watchcache_encoders::protobuf::PROTOBUF),
+    );
+    r
+}

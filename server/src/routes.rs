@@ -8,14 +8,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::Router;
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, RawQuery, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
-use watchcache_encoders::Status;
+use watchcache_encoders::{Status, protobuf};
 
 use crate::app::AppState;
 use crate::connection::Connection;
@@ -25,6 +25,7 @@ use crate::metrics;
 use crate::params::{DeleteParams, Params, WriteParams};
 use crate::patch::PatchType;
 use crate::reads;
+use crate::reads::Form;
 use crate::response::{json_response, status_response};
 use crate::table::TableRequest;
 use crate::target::Target;
@@ -341,6 +342,21 @@ async fn resource_request(
             Some(sub) => t.with_subresource(sub),
             None => Ok(t),
         });
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let protobuf_message = target.as_ref().ok().and_then(|t| t.resource.info.protobuf);
+    let is_write = method != Method::GET;
+    // DeleteOptions may come in protobuf, as client-go's typed clients send them.
+    let delete_body = || match &body[..] {
+        [] => Ok(std::borrow::Cow::Borrowed(&body[..])),
+        b => media::json_body(
+            content_type,
+            b,
+            Some("io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions"),
+        ),
+    };
     let result = match target {
         Ok(t) if t.subresource.is_some() && !matches!(method, Method::GET | Method::PUT | Method::PATCH) => {
             Err(Status::method_not_allowed(format!(
@@ -352,27 +368,34 @@ async fn resource_request(
                 let format = media::read_format(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
                 match format.and_then(|f| Params::parse(query.as_deref()).map(|p| (f, p))) {
                     Ok((format, p)) => {
-                        let table = match format {
-                            ReadFormat::Table(version) => Some(TableRequest {
+                        let form = match format {
+                            ReadFormat::Table(version) => Form::Table(TableRequest {
                                 version,
                                 include: p.include_object,
                             }),
-                            ReadFormat::Json => None,
+                            ReadFormat::Protobuf => Form::Protobuf,
+                            ReadFormat::Json => Form::Json,
                         };
                         match name {
-                            None if p.watch => reads::watch(&state, &conn, &t, &p, table).await,
-                            None => reads::list(&state, &t, &p, table).await,
-                            Some(name) => reads::get(&t, name, &p, table).await,
+                            None if p.watch => reads::watch(&state, &conn, &t, &p, form).await,
+                            None => reads::list(&state, &t, &p, form).await,
+                            Some(name) => reads::get(&t, name, &p, form).await,
                         }
                     }
                     Err(s) => Err(s),
                 }
             }
-            (Method::POST, None) => match (write_params(), media::json_body(content_type, &body)) {
+            (Method::POST, None) => match (
+                write_params(),
+                media::json_body(content_type, &body, t.resource.info.protobuf),
+            ) {
                 (Ok(p), Ok(body)) => writes::create(&state, &t, &p, &body).await,
                 (Err(s), _) | (_, Err(s)) => Err(s),
             },
-            (Method::PUT, Some(name)) => match (write_params(), media::json_body(content_type, &body)) {
+            (Method::PUT, Some(name)) => match (
+                write_params(),
+                media::json_body(content_type, &body, t.resource.info.protobuf),
+            ) {
                 (Ok(p), Ok(body)) => writes::update(&state, &t, name, &p, &body).await,
                 (Err(s), _) | (_, Err(s)) => Err(s),
             },
@@ -384,22 +407,69 @@ async fn resource_request(
             }
             (Method::DELETE, None) => match (
                 Params::parse(query.as_deref()),
-                DeleteParams::parse(query.as_deref(), &body),
+                delete_body().and_then(|b| DeleteParams::parse(query.as_deref(), &b)),
             ) {
                 (Ok(p), Ok(d)) => writes::delete_collection(&state, &t, &p, &d).await,
                 (Err(s), _) | (_, Err(s)) => Err(s),
             },
-            (Method::DELETE, Some(name)) => match DeleteParams::parse(query.as_deref(), &body) {
-                Ok(p) => writes::delete(&state, &t, name, &p).await,
-                Err(s) => Err(s),
-            },
+            (Method::DELETE, Some(name)) => {
+                match delete_body().and_then(|b| DeleteParams::parse(query.as_deref(), &b)) {
+                    Ok(p) => writes::delete(&state, &t, name, &p).await,
+                    Err(s) => Err(s),
+                }
+            }
             (m, _) => Err(Status::method_not_allowed(format!(
                 "method {m} is not supported on this path"
             ))),
         },
         Err(s) => Err(s),
     };
-    result.unwrap_or_else(|s| status_response(&s))
+    let response = result.unwrap_or_else(|s| status_response(&s));
+    match (is_write, media::read_format(accept.as_deref()), protobuf_message) {
+        (true, Ok(ReadFormat::Protobuf), Some(message)) => protobuf_write_response(response, message).await,
+        _ => response,
+    }
+}
+
+/// A write's answer in protobuf, for a client that prefers it: the object (or Status) the
+/// write answered with in JSON, transcoded. Errors, and answers of other shapes (the list a
+/// DeleteCollection returns), stay JSON, which every client reads by its Content-Type.
+async fn protobuf_write_response(response: Response, message: &str) -> Response {
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes() == b"application/json");
+    if !response.status().is_success() || !is_json {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return status_response(&Status::internal("a write's answer could not be read"));
+    };
+    let object: Option<serde_json::Map<String, serde_json::Value>> = serde_json::from_slice(&bytes).ok();
+    let transcoded = object.and_then(|o| {
+        let kind = o.get("kind")?.as_str()?.to_owned();
+        let api_version = o.get("apiVersion")?.as_str()?.to_owned();
+        let definition = if kind == "Status" {
+            "io.k8s.apimachinery.pkg.apis.meta.v1.Status"
+        } else if message.rsplit('.').next() == Some(kind.as_str()) {
+            message
+        } else {
+            return None;
+        };
+        let raw = protobuf::encode_json(definition, &o).ok()?;
+        Some(protobuf::envelope(&api_version, &kind, &raw))
+    });
+    match transcoded {
+        Some(body) => {
+            parts
+                .headers
+                .insert(header::CONTENT_TYPE, HeaderValue::from_static(protobuf::PROTOBUF));
+            parts.headers.remove(header::CONTENT_LENGTH);
+            Response::from_parts(parts, Body::from(body))
+        }
+        None => Response::from_parts(parts, Body::from(bytes)),
+    }
 }
 
 #[cfg(test)]

@@ -165,6 +165,26 @@ async fn send(
     (code, headers, body)
 }
 
+/// GETs `path` with `accept`, bounded in time: the status code, the Content-Type and the body.
+pub async fn get_raw(server: &Server, path: &str, accept: &str) -> (u16, Option<String>, Bytes) {
+    let req = http::Request::builder()
+        .uri(format!("http://{}{path}", server.addr()))
+        .header("accept", accept)
+        .body(Full::new(Bytes::new()))
+        .expect("a valid request");
+    let resp = tokio::time::timeout(Duration::from_secs(30), http().request(req))
+        .await
+        .expect("an answer in time")
+        .expect("the request is sent");
+    let code = resp.status().as_u16();
+    let ct = resp
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().expect("an ASCII Content-Type").to_owned());
+    let body = resp.into_body().collect().await.expect("the body").to_bytes();
+    (code, ct, body)
+}
+
 /// Creates the namespaces `names` (the apiserver refuses objects in one that does not exist);
 /// one that exists already is fine.
 pub async fn create_namespaces(server: &Server, names: &[&str]) {

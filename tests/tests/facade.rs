@@ -4,7 +4,7 @@
 //! promise, and Table output.
 
 use serde_json::{Value, json};
-use watchcache_tests::{Server, config, http, request, request_full, request_typed, start};
+use watchcache_tests::{Server, config, get_raw, http, request, request_full, request_typed, start};
 
 const JSON: &str = "application/json-patch+json";
 const MERGE: &str = "application/merge-patch+json";
@@ -433,26 +433,6 @@ async fn openapi_documents_describe_the_served_kinds_and_field_validation_follow
 }
 
 const TABLE_ACCEPT: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
-
-/// A GET with an Accept header: the code, the Content-Type and the body.
-async fn get_raw(server: &Server, path: &str, accept: &str) -> (u16, Option<String>, bytes::Bytes) {
-    let req = http::Request::builder()
-        .uri(format!("http://{}{path}", server.addr()))
-        .header("accept", accept)
-        .body(http_body_util::Full::new(bytes::Bytes::new()))
-        .unwrap();
-    let resp = http().request(req).await.unwrap();
-    let code = resp.status().as_u16();
-    let ct = resp
-        .headers()
-        .get("content-type")
-        .map(|v| v.to_str().unwrap().to_owned());
-    let body = http_body_util::BodyExt::collect(resp.into_body())
-        .await
-        .unwrap()
-        .to_bytes();
-    (code, ct, body)
-}
 
 /// [`get_raw`], the body as JSON.
 async fn get_accept(server: &Server, path: &str, accept: &str) -> (u16, Option<String>, Value) {
@@ -1065,13 +1045,14 @@ async fn reads_negotiate_accept_and_writes_refuse_bodies_they_cannot_read() {
     let server = start(config(0)).await;
     let c = http();
     let cms = "/api/v1/namespaces/default/configmaps";
-    // A client that accepts only protobuf gets 406, not JSON; one that also takes JSON gets it.
+    // A client that accepts nothing served gets 406; protobuf is served (tests/protobuf.rs),
+    // and a client that prefers it gets it.
     for path in [
         cms.to_owned(),
         format!("{cms}?watch=1"),
         "/api/v1/namespaces/default".to_owned(),
     ] {
-        let (code, _, body) = get_raw(&server, &path, "application/vnd.kubernetes.protobuf").await;
+        let (code, _, body) = get_raw(&server, &path, "application/xml, text/html").await;
         assert_eq!(code, 406, "{path}: {}", String::from_utf8_lossy(&body));
         let s: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(s["reason"], "NotAcceptable");
@@ -1080,6 +1061,16 @@ async fn reads_negotiate_accept_and_writes_refuse_bodies_they_cannot_read() {
         &server,
         cms,
         "application/vnd.kubernetes.protobuf, application/json",
+    )
+    .await;
+    assert_eq!(
+        (code, ct.as_deref()),
+        (200, Some("application/vnd.kubernetes.protobuf"))
+    );
+    let (code, ct, _) = get_raw(
+        &server,
+        cms,
+        "application/vnd.kubernetes.protobuf;q=0.5, application/json",
     )
     .await;
     assert_eq!((code, ct.as_deref()), (200, Some("application/json")));
@@ -1092,21 +1083,17 @@ async fn reads_negotiate_accept_and_writes_refuse_bodies_they_cannot_read() {
     .await;
     assert_eq!(table["kind"], "Table");
 
-    // Bodies: JSON or YAML; protobuf (what kubectl's typed verbs send) is 415, not 400.
+    // Bodies: JSON, YAML or protobuf; a protobuf body that is not an envelope is 400.
     let (code, s) = request_typed(
         &c,
         &server,
         "POST",
         cms,
         "application/vnd.kubernetes.protobuf",
-        &b"k8s\x00"[..],
+        &b"{\"kind\":\"ConfigMap\"}"[..],
     )
     .await;
-    assert_eq!(
-        (code, s["reason"].as_str()),
-        (415, Some("UnsupportedMediaType")),
-        "{s}"
-    );
+    assert_eq!((code, s["reason"].as_str()), (400, Some("BadRequest")), "{s}");
     let yaml = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: from-yaml\ndata:\n  k: v\n";
     let (code, out) = request_typed(&c, &server, "POST", cms, "application/yaml", yaml).await;
     assert_eq!((code, out["data"]["k"].as_str()), (201, Some("v")), "{out}");

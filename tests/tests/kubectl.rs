@@ -55,6 +55,21 @@ impl<'a> Kubectl<'a> {
         String::from_utf8_lossy(&out.stderr).into_owned()
     }
 
+    /// Runs kubectl to completion (bounded); stdout and stderr; fails on a non-zero exit.
+    async fn run_logged(&self, args: &[&str]) -> (String, String) {
+        let out = tokio::time::timeout(Duration::from_secs(60), self.command(args).output())
+            .await
+            .unwrap_or_else(|_| panic!("kubectl {args:?} timed out"))
+            .expect("kubectl runs");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(
+            out.status.success(),
+            "{} {args:?} failed: {stderr}",
+            self.bin.display()
+        );
+        (String::from_utf8(out.stdout).expect("utf-8 output"), stderr)
+    }
+
     /// [`Kubectl::run`] with environment variables set (`EDITOR` for `edit`).
     async fn run_with(&self, args: &[&str], env: &[(&str, &str)]) -> String {
         let mut command = self.command(args);
@@ -607,4 +622,141 @@ async fn kubectl_applies_patches_edits_explains_and_prints_tables_on_every_build
     }
     let _ = std::fs::remove_dir_all(&dir);
     server.shutdown().await.unwrap();
+}
+
+/// kubectl's typed verbs (`create namespace`, `create configmap`, `create secret`, `run`) send
+/// protobuf bodies and ask for protobuf answers; every build on the image gets its objects
+/// made, and the pod reads back the same in JSON and in protobuf.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_creates_and_deletes_with_protobuf_bodies_on_every_build() {
+    let builds = kubectl_every_build();
+    if builds.is_empty() {
+        return;
+    }
+    let server = start(config(0)).await;
+    let client = http();
+    let mut protobuf_builds = Vec::new();
+    for (i, bin) in builds.iter().enumerate() {
+        let k = Kubectl::new(bin, &server);
+        let who = bin.display();
+        let ns = format!("typed-{i}");
+        // -v=8 logs the request headers: which builds send protobuf (older ones send JSON).
+        let (out, log) = k.run_logged(&["create", "namespace", &ns, "-v=8"]).await;
+        assert!(out.contains(&format!("namespace/{ns} created")), "{who}: {out}");
+        if log.contains("Content-Type: application/vnd.kubernetes.protobuf") {
+            protobuf_builds.push(who.to_string());
+        }
+        let out = k
+            .run(&[
+                "create",
+                "configmap",
+                "settings",
+                "-n",
+                &ns,
+                "--from-literal=mode=fast",
+                "--from-literal=level=3",
+            ])
+            .await;
+        assert!(out.contains("configmap/settings created"), "{who}: {out}");
+        let data = k
+            .run(&["get", "cm", "settings", "-n", &ns, "-o", "jsonpath={.data}"])
+            .await;
+        let data: Value = serde_json::from_str(&data).expect("JSON data");
+        assert_eq!(data, serde_json::json!({"mode": "fast", "level": "3"}), "{who}");
+        let out = k
+            .run(&[
+                "create",
+                "secret",
+                "generic",
+                "token",
+                "-n",
+                &ns,
+                "--from-literal=key=s3cr3t",
+            ])
+            .await;
+        assert!(out.contains("secret/token created"), "{who}: {out}");
+        let key = k
+            .run(&["get", "secret", "token", "-n", &ns, "-o", "jsonpath={.data.key}"])
+            .await;
+        assert_eq!(key, "czNjcjN0", "{who}: base64 of the bytes sent");
+        let out = k
+            .run(&[
+                "run",
+                "web",
+                "-n",
+                &ns,
+                "--image=nginx:1.27",
+                "--labels=app=web,tier=front",
+                "--port=8080",
+            ])
+            .await;
+        assert!(out.contains("pod/web created"), "{who}: {out}");
+
+        // The pod as JSON: what kubectl sent, defaulted as the apiserver does.
+        let path = format!("/api/v1/namespaces/{ns}/pods/web");
+        let (code, body) = request(&client, &server, "GET", &path, None).await;
+        assert_eq!(code, 200);
+        let json: Value = serde_json::from_slice(&body).expect("JSON");
+        assert_eq!(
+            json["metadata"]["labels"],
+            serde_json::json!({"app": "web", "tier": "front"}),
+            "{who}"
+        );
+        let container = &json["spec"]["containers"][0];
+        assert_eq!(
+            (container["name"].as_str(), container["image"].as_str()),
+            (Some("web"), Some("nginx:1.27")),
+            "{who}"
+        );
+        assert_eq!(container["ports"][0]["containerPort"], 8080, "{who}");
+        assert_eq!(json["spec"]["restartPolicy"], "Always", "{who}");
+        assert_eq!(json["status"]["phase"], "Pending", "{who}");
+        assert_eq!(
+            json["metadata"]["managedFields"][0]["manager"], "kubectl-run",
+            "{who}"
+        );
+        // No empty strings from the Go client's zero values.
+        assert!(
+            !body.windows(3).any(|w| w == b"\"\"," || w == b"\"\"}"),
+            "{who}: {json}"
+        );
+        // The same pod in protobuf, decoded, is the same object.
+        let (code, ct, pb) =
+            watchcache_tests::get_raw(&server, &path, "application/vnd.kubernetes.protobuf").await;
+        assert_eq!(
+            (code, ct.as_deref()),
+            (200, Some("application/vnd.kubernetes.protobuf"))
+        );
+        let envelope = watchcache_encoders::protobuf::open_envelope(&pb).expect("an envelope");
+        assert_eq!(
+            (envelope.api_version.as_str(), envelope.kind.as_str()),
+            ("v1", "Pod")
+        );
+        let mut decoded =
+            watchcache_encoders::protobuf::decode_json("io.k8s.api.core.v1.Pod", envelope.raw).unwrap();
+        decoded.insert("apiVersion".into(), "v1".into());
+        decoded.insert("kind".into(), "Pod".into());
+        assert_eq!(Value::Object(decoded), json, "{who}");
+        // kubectl reads it too, in the table and in full.
+        let out = k.run(&["get", "pod", "web", "-n", &ns]).await;
+        assert!(out.contains("Pending"), "{who}: {out}");
+
+        for (kind, name) in [("pod", "web"), ("configmap", "settings"), ("secret", "token")] {
+            let out = k.run(&["delete", kind, name, "-n", &ns]).await;
+            assert!(
+                out.contains(&format!("{kind} \"{name}\" deleted")),
+                "{who}: {out}"
+            );
+        }
+        let out = k.run(&["delete", "namespace", &ns, "--wait=false"]).await;
+        assert!(
+            out.contains(&format!("namespace \"{ns}\" deleted")),
+            "{who}: {out}"
+        );
+    }
+    eprintln!("builds that sent protobuf bodies: {protobuf_builds:?}");
+    assert!(
+        protobuf_builds.iter().any(|b| b == "/usr/bin/kubectl"),
+        "the image's kubectl sends protobuf for typed verbs: {protobuf_builds:?}"
+    );
 }
