@@ -8,7 +8,7 @@ cd "$(dirname "$0")"
 seconds="${1:-30}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(label_selector field_selector continue_token query json_codec write_body patch)
+[ ${#targets[@]} -gt 0 ] || targets=(label_selector field_selector continue_token query json_codec write_body patch protobuf)
 # No sanitizer: the code fuzzed here is safe Rust (the ring's unsafe code is checked by Miri
 # and loom); debug assertions on, so arithmetic overflow is a crash.
 flags=(--sanitizer none --debug-assertions)

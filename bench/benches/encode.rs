@@ -9,7 +9,7 @@ use bytes::BytesMut;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use watchcache_bench::objects;
 use watchcache_core::{Delivery, EventKind, Revision};
-use watchcache_encoders::{FrameEncoder, ResourceInfo};
+use watchcache_encoders::{FrameEncoder, ResourceInfo, protobuf};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -66,5 +66,49 @@ fn frames(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, frames);
+/// The same for protobuf frames: from the version's protobuf encoding (made once, on the
+/// first protobuf read), restamped, and encoded again per watcher from the decoded object.
+fn protobuf_frames(c: &mut Criterion) {
+    let mut group = c.benchmark_group("encode_frame_protobuf");
+    let codec = objects::codec();
+    let info = ResourceInfo::new("pods", "Pod", "v1").with_protobuf(objects::POD_MESSAGE);
+    let frames = FrameEncoder::new(info, codec.clone()).protobuf().unwrap();
+    for kib in [1usize, 4, 16] {
+        let bytes = kib * 1024;
+        let object = objects::object_version(&codec, 7, bytes, 1_000);
+        let value: serde_json::Value = serde_json::from_slice(&objects::pod_json(7, bytes)).unwrap();
+        let value = value.as_object().unwrap().clone();
+        let pb_len = protobuf::encode_json(objects::POD_MESSAGE, &value).unwrap().len();
+        group.throughput(Throughput::Bytes(pb_len as u64));
+        let mut out = BytesMut::with_capacity(4 * bytes);
+        let frame = |revision: u64, out: &mut BytesMut| {
+            out.clear();
+            let d = Delivery {
+                kind: EventKind::Modified,
+                revision: Revision::new(revision),
+                object: Some(&object),
+                initial_events_end: false,
+            };
+            frames.write(&d, out).unwrap();
+            black_box(&out[..]);
+        };
+        group.bench_function(BenchmarkId::new("shared_bytes", kib * 1024), |b| {
+            b.iter(|| frame(1_000, &mut out))
+        });
+        group.bench_function(BenchmarkId::new("restamped", kib * 1024), |b| {
+            b.iter(|| frame(1_234_567, &mut out))
+        });
+        group.bench_function(BenchmarkId::new("re_encode_value", kib * 1024), |b| {
+            b.iter(|| {
+                out.clear();
+                let raw = protobuf::encode_json(objects::POD_MESSAGE, &value).unwrap();
+                protobuf::write_watch_frame("MODIFIED", "v1", "Pod", &raw, &mut out);
+                black_box(&out[..]);
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, frames, protobuf_frames);
 criterion_main!(benches);

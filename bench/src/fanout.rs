@@ -7,6 +7,9 @@
 //!
 //! - [`Design::Ring`] (ours): one `WatchHub`; the event is published once into the ring and
 //!   each watcher, a cursor, copies the shared pre-encoded bytes.
+//! - [`Design::RingProtobuf`]: the same ring, each watcher writing Kubernetes protobuf watch
+//!   frames; the first watcher to write an event makes its protobuf encoding (from the JSON,
+//!   once per object version) and every other watcher shares it.
 //! - [`Design::NaiveCopy`]: a bounded channel per watcher; the writer sends each watcher its
 //!   own deep copy of the decoded object, which the watcher encodes itself (an apiserver
 //!   without encode-once).
@@ -55,6 +58,8 @@ use crate::objects;
 pub enum Design {
     /// Ours: the shared ring.
     Ring,
+    /// Ours, writing protobuf frames.
+    RingProtobuf,
     /// A channel per watcher, a deep copy per watcher, encoded by each watcher.
     NaiveCopy,
     /// A channel per watcher carrying shared encoded bytes.
@@ -68,8 +73,9 @@ pub enum Design {
 
 impl Design {
     /// Every design, ours first.
-    pub const ALL: [Design; 5] = [
+    pub const ALL: [Design; 6] = [
         Design::Ring,
+        Design::RingProtobuf,
         Design::NaiveCopy,
         Design::NaiveShared,
         Design::TokioBroadcast,
@@ -80,6 +86,7 @@ impl Design {
     pub fn name(self) -> &'static str {
         match self {
             Design::Ring => "ring",
+            Design::RingProtobuf => "ring_protobuf",
             Design::NaiveCopy => "naive_copy",
             Design::NaiveShared => "naive_shared",
             Design::TokioBroadcast => "tokio_broadcast",
@@ -423,7 +430,7 @@ pub fn run(design: Design, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Outco
 
     // Set up the watchers and a writer that publishes event `seq` (and may block).
     let (mut publish, gated, handles): (Box<dyn FnMut(u64) + Send>, bool, Vec<_>) = match design {
-        Design::Ring => {
+        Design::Ring | Design::RingProtobuf => {
             // Selective watchers filter on spec.nodeName, the trigger field of the interest
             // index: an event wakes the one watcher it is for.
             let (publisher, hub) = WatchHub::builder()
@@ -431,7 +438,11 @@ pub fn run(design: Design, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Outco
                 .trigger_field("spec.nodeName")
                 .build()
                 .expect("a power-of-two history");
-            let frames = FrameEncoder::new(ResourceInfo::new("pods", "Pod", "v1"), objects::codec());
+            let info = ResourceInfo::new("pods", "Pod", "v1").with_protobuf(objects::POD_MESSAGE);
+            let mut frames = FrameEncoder::new(info, objects::codec());
+            if design == Design::RingProtobuf {
+                frames = frames.protobuf().expect("pods have protobuf");
+            }
             let handles = (0..p.watchers)
                 .map(|i| {
                     let filter = if p.selective {
@@ -615,7 +626,7 @@ pub fn run(design: Design, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Outco
     // The ring's selective watchers need only their own events kept (an idle or caught-up one
     // is never lapped by others' traffic): the writer paces on the oldest undelivered event.
     // Broadcast receivers read every event, so it paces on their progress.
-    let by_delivery = p.selective && design == Design::Ring;
+    let by_delivery = p.selective && matches!(design, Design::Ring | Design::RingProtobuf);
     let writer_shared = shared.clone();
     let (start_ns, publish_busy) = std::thread::scope(|s| {
         s.spawn(|| {
@@ -724,9 +735,13 @@ mod tests {
             let out = run(design, &p, &|_| ());
             assert_eq!(out.lapped, 0, "{design:?}");
             assert_eq!(out.deliveries, 37 * 300, "{design:?}");
-            let frame = PREFIX.len() + 1024 + SUFFIX.len();
+            let frame = match design {
+                // Protobuf is more compact than JSON: about 70% of it for these pods.
+                Design::RingProtobuf => 1024 / 2,
+                _ => PREFIX.len() + 1024 + SUFFIX.len() - 8,
+            };
             assert!(
-                out.bytes_copied as usize >= 37 * 300 * (frame - 8),
+                out.bytes_copied as usize >= 37 * 300 * frame,
                 "{design:?}: {} bytes copied",
                 out.bytes_copied
             );

@@ -8,6 +8,11 @@
 //! - [`Design::Memcpy`]: the bandwidth reference: the same walk over the snapshot, each item's
 //!   encoded bytes copied once into a reused 64 KiB buffer. No encoder can move the bytes
 //!   with less work.
+//! - [`Design::StreamingProtobuf`], [`Design::BufferedProtobuf`], [`Design::MemcpyProtobuf`]:
+//!   the same three in Kubernetes protobuf, from each object's protobuf encoding (made once
+//!   when the store is built, as the first protobuf read would make it). The streaming body
+//!   walks the items twice: their sizes first, for the envelope's length prefix, then their
+//!   bytes.
 //!
 //! Sending is not simulated: the consumer touches each chunk and drops it, so the figures
 //! are the encoders' own.
@@ -18,7 +23,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use serde_json::{Value, json};
 use watchcache_core::{Codec, ListItems, ObjectVersion, Revision, Snapshot, WireFormat};
-use watchcache_encoders::{DEFAULT_CHUNK_SIZE, ListHeader, ResourceInfo, StreamingList, encode_list};
+use watchcache_encoders::{
+    DEFAULT_CHUNK_SIZE, ListHeader, ResourceInfo, StreamingList, encode_list, encode_protobuf_list,
+};
 
 use crate::alloc::Counting;
 use crate::objects;
@@ -34,15 +41,24 @@ pub enum Design {
     NaiveValue,
     /// The bandwidth reference.
     Memcpy,
+    /// Ours, in protobuf.
+    StreamingProtobuf,
+    /// The whole protobuf body, then sent.
+    BufferedProtobuf,
+    /// The bandwidth reference over the protobuf encodings.
+    MemcpyProtobuf,
 }
 
 impl Design {
     /// Every design, ours first, the reference last.
-    pub const ALL: [Design; 4] = [
+    pub const ALL: [Design; 7] = [
         Design::Streaming,
         Design::Buffered,
         Design::NaiveValue,
         Design::Memcpy,
+        Design::StreamingProtobuf,
+        Design::BufferedProtobuf,
+        Design::MemcpyProtobuf,
     ];
 
     /// The design's name in reports.
@@ -52,12 +68,25 @@ impl Design {
             Design::Buffered => "buffered",
             Design::NaiveValue => "naive_value",
             Design::Memcpy => "memcpy",
+            Design::StreamingProtobuf => "streaming_protobuf",
+            Design::BufferedProtobuf => "buffered_protobuf",
+            Design::MemcpyProtobuf => "memcpy_protobuf",
         }
     }
 
     /// The design called `name`.
     pub fn from_name(name: &str) -> Option<Design> {
         Design::ALL.into_iter().find(|d| d.name() == name)
+    }
+
+    /// The wire format the design writes.
+    pub fn format(self) -> WireFormat {
+        match self {
+            Design::StreamingProtobuf | Design::BufferedProtobuf | Design::MemcpyProtobuf => {
+                WireFormat::Protobuf
+            }
+            _ => WireFormat::Json,
+        }
     }
 }
 
@@ -103,6 +132,14 @@ pub fn build_store(design: Design, p: &Params) -> (Store, f64, f64) {
                 .enumerate()
                 .map(|(i, r)| Arc::new(codec.decode(r, Revision::new(i as u64 + 1)).expect("a valid pod")))
                 .collect();
+            if design.format() == WireFormat::Protobuf {
+                // Made once per version, as the first protobuf read makes it: the store then
+                // holds both encodings.
+                for o in &objects {
+                    o.encoding(WireFormat::Protobuf, &*codec)
+                        .expect("a pod has protobuf");
+                }
+            }
             Store::Encoded(Arc::new(Snapshot::new(Revision::new(p.items as u64), objects)))
         }
     };
@@ -111,7 +148,7 @@ pub fn build_store(design: Design, p: &Params) -> (Store, f64, f64) {
         // The codec stamps each object's own resourceVersion: measure what is stored.
         let total: usize = snapshot
             .iter()
-            .map(|o| o.encoded(WireFormat::Json).map_or(0, |e| e.bytes().len()))
+            .map(|o| o.encoded(design.format()).map_or(0, |e| e.bytes().len()))
             .sum();
         encoded = total as f64 / p.items.max(1) as f64;
     }
@@ -130,25 +167,25 @@ pub struct Outcome {
 }
 
 fn info() -> ResourceInfo {
-    ResourceInfo::new("pods", "Pod", "v1")
+    ResourceInfo::new("pods", "Pod", "v1").with_protobuf(objects::POD_MESSAGE)
 }
 
 /// One LIST by `design` over `store`; returns the bytes moved.
 pub fn list_once(design: Design, store: &Store) -> u64 {
     let info = info();
     match (design, store) {
-        (Design::Streaming, Store::Encoded(snapshot)) => {
+        (Design::Streaming | Design::StreamingProtobuf, Store::Encoded(snapshot)) => {
             let header = ListHeader {
                 revision: snapshot.revision(),
                 ..Default::default()
             };
-            let mut body = StreamingList::new(
-                &info,
-                &header,
-                ListItems::all(snapshot.clone()),
-                objects::codec(),
-                DEFAULT_CHUNK_SIZE,
-            );
+            let items = ListItems::all(snapshot.clone());
+            let mut body = if design == Design::Streaming {
+                StreamingList::new(&info, &header, items, objects::codec(), DEFAULT_CHUNK_SIZE)
+            } else {
+                StreamingList::protobuf(&info, &header, items, objects::codec(), DEFAULT_CHUNK_SIZE)
+                    .expect("every object has protobuf")
+            };
             let mut total = 0;
             while let Some(chunk) = body.next_chunk() {
                 let chunk = chunk.expect("every object has JSON");
@@ -170,6 +207,20 @@ pub fn list_once(design: Design, store: &Store) -> u64 {
             .expect("every object has JSON");
             consume(&body)
         }
+        (Design::BufferedProtobuf, Store::Encoded(snapshot)) => {
+            let header = ListHeader {
+                revision: snapshot.revision(),
+                ..Default::default()
+            };
+            let body = encode_protobuf_list(
+                &info,
+                &header,
+                ListItems::all(snapshot.clone()),
+                &*objects::codec(),
+            )
+            .expect("every object has protobuf");
+            consume(&body)
+        }
         (Design::NaiveValue, Store::Values(values)) => {
             let list = json!({
                 "kind": "PodList",
@@ -181,14 +232,14 @@ pub fn list_once(design: Design, store: &Store) -> u64 {
             drop(list);
             consume(&body)
         }
-        (Design::Memcpy, Store::Encoded(snapshot)) => {
+        (Design::Memcpy | Design::MemcpyProtobuf, Store::Encoded(snapshot)) => {
             // The same walk over the snapshot as the streaming encoder; only the copy is left.
             let mut buf = Vec::with_capacity(DEFAULT_CHUNK_SIZE);
             let mut total = 0;
             ListItems::all(snapshot.clone()).lend_while(|object| {
                 let bytes = object
-                    .encoded(WireFormat::Json)
-                    .expect("decoded with JSON")
+                    .encoded(design.format())
+                    .expect("encoded when the store was built")
                     .bytes();
                 if buf.len() + bytes.len() > DEFAULT_CHUNK_SIZE {
                     total += consume(&buf);
@@ -277,6 +328,19 @@ mod tests {
         assert!(copied >= 50 * 2048 && copied < bodies[0]);
         let out = run(Design::Streaming, &store_of(Design::Streaming, &p), &p, &|_| ());
         assert_eq!(out.bytes_per_list, bodies[0]);
+
+        // Protobuf: streaming and buffered bodies are the same size, a little over the items.
+        let (store, _, encoded) = build_store(Design::StreamingProtobuf, &p);
+        assert!(encoded > 1000.0 && encoded < 2048.0, "{encoded}");
+        let streamed = list_once(Design::StreamingProtobuf, &store);
+        let (store, _, _) = build_store(Design::BufferedProtobuf, &p);
+        assert_eq!(list_once(Design::BufferedProtobuf, &store), streamed);
+        let (store, _, _) = build_store(Design::MemcpyProtobuf, &p);
+        let copied = list_once(Design::MemcpyProtobuf, &store);
+        assert!(
+            copied < streamed && streamed - copied < 50 * 4 + 100,
+            "{copied} vs {streamed}"
+        );
     }
 
     fn store_of(design: Design, p: &Params) -> Store {

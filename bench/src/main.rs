@@ -420,6 +420,7 @@ fn run_fanout(a: FanoutArgs) -> Result<(), String> {
         "watchers",
         &[
             ("ring", "naive_copy", "deliveries_per_sec", "deliveries"),
+            ("ring_protobuf", "ring", "deliveries_per_sec", "deliveries"),
             ("ring", "naive_shared", "deliveries_per_sec", "deliveries"),
             ("ring", "tokio_broadcast", "deliveries_per_sec", "deliveries"),
             ("ring", "copy_only", "deliveries_per_sec", "deliveries"),
@@ -474,7 +475,7 @@ fn cluster_events(design: cluster::Design, nodes: usize) -> usize {
 }
 
 fn run_cluster(a: ClusterArgs) -> Result<(), String> {
-    let designs = pick(&cluster::Design::ALL, cluster::Design::name, &a.out.designs)?;
+    let designs = pick(&cluster::DESIGNS, cluster::Design::name, &a.out.designs)?;
     if !a.history.is_power_of_two() || a.history < 64 {
         return Err("--history must be a power of two of at least 64".into());
     }
@@ -615,6 +616,24 @@ fn run_list(a: ListArgs) -> Result<(), String> {
             ("streaming", "memcpy", "mb_per_sec", "throughput"),
             ("streaming", "buffered", "mb_per_sec", "throughput"),
             ("streaming", "naive_value", "mb_per_sec", "throughput"),
+            (
+                "buffered_protobuf",
+                "streaming_protobuf",
+                "peak_heap_bytes",
+                "peak_heap",
+            ),
+            (
+                "streaming_protobuf",
+                "memcpy_protobuf",
+                "mb_per_sec",
+                "throughput",
+            ),
+            (
+                "streaming_protobuf",
+                "buffered_protobuf",
+                "mb_per_sec",
+                "throughput",
+            ),
         ],
         &mut ratios,
     );
@@ -1204,7 +1223,7 @@ fn child_fanout(spec: &Value, design: &str, memory: bool) -> Result<Value, Strin
 }
 
 fn child_cluster(spec: &Value, design: &str, memory: bool) -> Result<Value, String> {
-    let design = cluster::Design::from_name(design).ok_or("unknown cluster design")?;
+    let design = cluster::design(design).ok_or("unknown cluster design")?;
     let mut p = cluster::Params::new(field(spec, "nodes")?, field(spec, "events")?);
     p.pod_bytes = field(spec, "pod_bytes")?;
     p.history = field(spec, "history")?;
@@ -1257,7 +1276,10 @@ fn child_list(spec: &Value, design: &str, memory: bool) -> Result<Value, String>
     let mut row = json!({"design": design.name(), "items": p.items, "item_bytes": p.item_bytes,
                          "concurrent": p.concurrent});
     if memory {
-        if matches!(design, list::Design::Streaming | list::Design::NaiveValue) {
+        if matches!(
+            design,
+            list::Design::Streaming | list::Design::NaiveValue | list::Design::StreamingProtobuf
+        ) {
             row["store_bytes_per_object"] = json!(round3(stored));
             row["encoded_bytes_per_object"] = json!(round3(encoded));
         }

@@ -90,9 +90,12 @@ fn pod(i: usize, env: usize, pad: Option<usize>) -> Value {
     })
 }
 
-/// The codec every design that keeps encoded objects uses.
+/// The protobuf message of the pods.
+pub const POD_MESSAGE: &str = "io.k8s.api.core.v1.Pod";
+
+/// The codec every design that keeps encoded objects uses (JSON, and protobuf when asked).
 pub fn codec() -> Arc<JsonCodec> {
-    Arc::new(JsonCodec::new(true, &["spec.nodeName", "status.phase"]))
+    Arc::new(JsonCodec::new(true, &["spec.nodeName", "status.phase"]).with_protobuf(POD_MESSAGE))
 }
 
 /// Pod `i` of `bytes`, decoded once into a stored object version at `revision`.

@@ -26,9 +26,9 @@ pub enum WireFormat {
 }
 
 impl WireFormat {
-    const COUNT: usize = 2;
+    pub(crate) const COUNT: usize = 2;
 
-    fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         match self {
             WireFormat::Json => 0,
             WireFormat::Protobuf => 1,

@@ -21,10 +21,11 @@
 use std::borrow::Borrow;
 use std::cmp::Ordering;
 use std::ops::Bound;
+use std::sync::OnceLock;
 
 use crate::event::Event;
 use crate::filter::Filter;
-use crate::object::{ObjectKey, ObjectVersion};
+use crate::object::{Codec, CodecError, ObjectKey, ObjectVersion, WireFormat};
 use crate::rv::Revision;
 use std::sync::Arc;
 
@@ -34,6 +35,10 @@ pub struct Snapshot {
     revision: Revision,
     items: imbl::Vector<Arc<ObjectVersion>>,
     index: Option<FieldIndex>,
+    /// Per wire format, every item's encoded length in key order, made on first use
+    /// ([`encoded_lens`](Self::encoded_lens)): a LIST that must state its body's size first
+    /// (protobuf) reads the sizes here rather than walking every object for them.
+    encoded_lens: [OnceLock<Box<[u32]>>; WireFormat::COUNT],
 }
 
 /// An object version ordered by its key: an element of a [`FieldIndex`] set.
@@ -152,6 +157,7 @@ impl Snapshot {
             revision,
             items: items.into_iter().collect(),
             index: None,
+            encoded_lens: Default::default(),
         }
     }
 
@@ -257,6 +263,26 @@ impl Snapshot {
         self.items.iter()
     }
 
+    /// The length of every item's encoding in `format`, in key order. Made on first use, with
+    /// any encoding still missing, then kept for the life of the snapshot; a length over
+    /// `u32::MAX` reads as `u32::MAX`.
+    pub fn encoded_lens(&self, format: WireFormat, codec: &dyn Codec) -> Result<&[u32], CodecError> {
+        let slot = &self.encoded_lens[format.index()];
+        if let Some(lens) = slot.get() {
+            return Ok(lens);
+        }
+        let lens = self
+            .items
+            .iter()
+            .map(|o| {
+                let len = o.encoding(format, codec)?.bytes().len();
+                Ok(u32::try_from(len).unwrap_or(u32::MAX))
+            })
+            .collect::<Result<Box<[u32]>, CodecError>>()?;
+        // Two first uses at once each count; either result is the same.
+        Ok(slot.get_or_init(|| lens))
+    }
+
     /// The snapshot after `event`, at the event's revision. Bookmarks change only the revision.
     pub fn apply(&self, event: &Event) -> Snapshot {
         let mut items = self.items.clone();
@@ -287,6 +313,7 @@ impl Snapshot {
             revision: event.revision(),
             items,
             index,
+            encoded_lens: Default::default(),
         }
     }
 }
@@ -395,6 +422,36 @@ impl ListItems {
     /// The number of items still to come.
     pub fn remaining(&self) -> usize {
         self.remaining
+    }
+
+    /// The sum of `size(len)` over the encoded lengths of the items still to come, read from
+    /// the snapshot's [`encoded_lens`](Snapshot::encoded_lens), when those items are a key
+    /// range that the filter does not narrow (a whole LIST, a namespace, or a page of one).
+    /// `None` otherwise: the caller walks the items.
+    pub fn sum_encoded(
+        &self,
+        format: WireFormat,
+        codec: &dyn Codec,
+        size: impl Fn(usize) -> usize,
+    ) -> Result<Option<usize>, CodecError> {
+        let Cursor::Range { next, end, .. } = self.cursor else {
+            return Ok(None);
+        };
+        let in_scope = match self.filter.required_namespace() {
+            None => true,
+            Some(ns) => {
+                let scope = self.snapshot.range_of(Some(ns));
+                scope.start <= next && end <= scope.end
+            }
+        };
+        if !in_scope || !self.filter.selects_all_in_namespace() || self.remaining != end.saturating_sub(next)
+        {
+            return Ok(None);
+        }
+        let lens = self.snapshot.encoded_lens(format, codec)?;
+        Ok(lens
+            .get(next..end)
+            .map(|lens| lens.iter().map(|&l| size(l as usize)).sum()))
     }
 
     /// The next item, lent. From a key range it touches no shared reference count; from an
@@ -573,6 +630,80 @@ mod tests {
 
     fn keys(s: &Snapshot) -> Vec<String> {
         s.iter().map(|o| o.key().to_string()).collect()
+    }
+
+    /// Encodes an object as its name repeated `revision` times, counting its calls.
+    struct Repeat(std::sync::atomic::AtomicUsize);
+
+    impl Codec for Repeat {
+        fn decode(&self, _: &[u8], _: Revision) -> Result<ObjectVersion, CodecError> {
+            Err(CodecError::Decode("encode only".into()))
+        }
+
+        fn encode(&self, o: &ObjectVersion, _: WireFormat) -> Result<crate::Encoding, CodecError> {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let text = o.key().name().repeat(o.revision().get() as usize);
+            Ok(crate::Encoding::new(bytes::Bytes::from(text)))
+        }
+    }
+
+    #[test]
+    fn encoded_sizes_come_from_the_snapshot_for_unnarrowed_ranges_only() {
+        let s = Arc::new(Snapshot::new(
+            Revision::new(5),
+            vec![
+                obj("a", "xx", 1),
+                obj("b", "y", 2),
+                obj("b", "zzz", 3),
+                obj("c", "w", 4),
+            ],
+        ));
+        let codec = Repeat(Default::default());
+        let pb = WireFormat::Protobuf;
+        assert_eq!(s.encoded_lens(pb, &codec).unwrap(), [2, 2, 9, 4]);
+        assert_eq!(s.encoded_lens(pb, &codec).unwrap(), [2, 2, 9, 4]);
+        assert_eq!(
+            codec.0.load(std::sync::atomic::Ordering::Relaxed),
+            4,
+            "once per item"
+        );
+        let plus_one = |n: usize| n + 1;
+        let all = ListItems::all(s.clone());
+        assert_eq!(all.sum_encoded(pb, &codec, plus_one).unwrap(), Some(21));
+        // A namespace's range.
+        let b = Filter::everything().in_namespace("b");
+        let span = s.range_of(Some("b"));
+        let n = span.len();
+        assert_eq!(
+            ListItems::new(s.clone(), span, b.clone(), n)
+                .sum_encoded(pb, &codec, plus_one)
+                .unwrap(),
+            Some(13)
+        );
+        // A namespace filter over a wider range narrows it: walk.
+        assert_eq!(
+            ListItems::new(s.clone(), 0..4, b, 4)
+                .sum_encoded(pb, &codec, plus_one)
+                .unwrap(),
+            None
+        );
+        // A label selector narrows: walk.
+        let labelled = Filter::parse(None, "app=web", "").unwrap();
+        assert_eq!(
+            ListItems::new(s.clone(), 0..4, labelled, 0)
+                .sum_encoded(pb, &codec, plus_one)
+                .unwrap(),
+            None
+        );
+        // Part-way through, or from an index set: walk.
+        let mut started = ListItems::all(s.clone());
+        started.next_item();
+        assert_eq!(started.sum_encoded(pb, &codec, plus_one).unwrap(), Some(18));
+        // A new snapshot measures again.
+        let s2 = s.apply(&Event::Added {
+            object: obj("a", "v", 6),
+        });
+        assert_eq!(s2.encoded_lens(pb, &codec).unwrap(), [6, 2, 2, 9, 4]);
     }
 
     #[test]

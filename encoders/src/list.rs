@@ -197,9 +197,14 @@ fn protobuf_header(info: &ResourceInfo, header: &ListHeader, items_len: usize) -
     Bytes::from(out)
 }
 
-/// The size of the items' fields in a protobuf list: the first of the two passes over the
-/// items, which also makes each item's protobuf encoding if it was not made yet.
+/// The size of the items' fields in a protobuf list: from the snapshot's item sizes (made once
+/// per snapshot) when the items are an unfiltered key range, else a first pass over the items;
+/// either makes each item's protobuf encoding if it was not made yet.
 fn protobuf_items_len(items: &ListItems, codec: &dyn Codec) -> Result<usize, CodecError> {
+    let field = |n: usize| item_prefix(n).1 + n;
+    if let Some(len) = items.sum_encoded(WireFormat::Protobuf, codec, field)? {
+        return Ok(len);
+    }
     let mut items = items.clone();
     let mut len = 0;
     while let Some(item) = items.next_item() {

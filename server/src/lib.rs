@@ -5,8 +5,8 @@
 //! and `coordination.k8s.io/v1` `leases`, each with its own cache and upstream watch on the
 //! embedded [`MemorySource`](watchcache_core::MemorySource) or, with the `etcd` feature and
 //! `--etcd`, on an etcd cluster ([`Backend`]). Discovery (legacy and aggregated) and OpenAPI
-//! v2 and v3; LIST, GET and WATCH with the apiserver's parameters, as JSON or Tables; POST,
-//! PUT, PATCH (JSON, merge, strategic merge, server-side apply), DELETE and DeleteCollection
+//! v2 and v3; LIST, GET and WATCH with the apiserver's parameters, as JSON, Kubernetes
+//! protobuf or Tables; POST, PUT (bodies in JSON, YAML or protobuf), PATCH (JSON, merge, strategic merge, server-side apply), DELETE and DeleteCollection
 //! to the source, with `managedFields`, `/status`, finalizers and namespace lifecycle;
 //! `/healthz`, `/readyz` and `/metrics`. LIST bodies are streamed in bounded chunks; watch
 //! frames are copied from shared bytes into each connection's own bounded buffer.

@@ -1,7 +1,8 @@
 //! Media types: the Accept header's ranges in the order a client prefers them, and what a
 //! request body's Content-Type allows. One parser for every negotiation the server does:
-//! reads (JSON or a Table; 406 when the client accepts neither), discovery (aggregated or
-//! not), `/openapi/v2` (JSON or protobuf) and request bodies (JSON or YAML; 415 otherwise).
+//! reads (JSON, protobuf or a Table; 406 when the client accepts none), discovery (aggregated
+//! or not), `/openapi/v2` (JSON or protobuf) and request bodies (JSON, YAML or protobuf; 415
+//! otherwise).
 
 use std::borrow::Cow;
 

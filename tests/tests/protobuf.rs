@@ -341,6 +341,15 @@ async fn protoc_reads_get_list_and_watch_and_agrees_with_json() {
         }
     }
     assert_eq!(names, ["fox", "gamma"]);
+    // A selected LIST (its sizes are measured item by item, not read from the snapshot).
+    let path = "/api/v1/pods?labelSelector=tier%3Dfront";
+    let (_, _, pb) = get_raw(&server, path, PROTOBUF).await;
+    let (_, _, json) = get_raw(&server, path, "application/json").await;
+    let json: Value = serde_json::from_slice(&json).unwrap();
+    let (_, _, list) = envelope(&pb);
+    let items = list.fields(2);
+    assert_eq!(items.len(), 1);
+    same_meta(items[0], &json["items"][0]);
 
     // WATCH from before the writes: the same events, in the same order, with the same
     // revisions; the DELETED one stamped with the deletion's revision, not re-encoded.

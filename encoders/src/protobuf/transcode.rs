@@ -369,9 +369,13 @@ fn decode_into(
     Ok(())
 }
 
+/// A map value that was left off the wire: the zero value of its type.
 fn empty(ty: &Type) -> Value {
     match ty {
         Type::Str | Type::Bytes | Type::Quantity => Value::String(String::new()),
+        Type::Msg(_) => Value::Object(Map::new()),
+        Type::IntOrString | Type::I32 | Type::I64 => Value::from(0),
+        Type::Bool => Value::Bool(false),
         _ => Value::Null,
     }
 }
