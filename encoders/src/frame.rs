@@ -205,6 +205,21 @@ mod tests {
         )
     }
 
+    /// The frames of `pod` delivered as each `(kind, revision)`.
+    fn deliver(enc: &FrameEncoder, pod: &Arc<ObjectVersion>, events: &[(EventKind, u64)]) -> BytesMut {
+        let mut out = BytesMut::new();
+        for &(kind, rev) in events {
+            let d = Delivery {
+                kind,
+                revision: Revision::new(rev),
+                object: Some(pod),
+                initial_events_end: false,
+            };
+            enc.write(&d, &mut out).unwrap();
+        }
+        out
+    }
+
     fn parse(out: &[u8]) -> Vec<Value> {
         assert!(out.ends_with(b"\n"));
         out.split(|b| *b == b'\n')
@@ -216,20 +231,15 @@ mod tests {
     #[test]
     fn object_frames_carry_the_shared_bytes_stamped_with_the_event_revision() {
         let (enc, pod) = setup();
-        let mut out = BytesMut::new();
-        for (kind, rev) in [
-            (EventKind::Added, 5),
-            (EventKind::Modified, 5),
-            (EventKind::Deleted, 12345678901),
-        ] {
-            let d = Delivery {
-                kind,
-                revision: Revision::new(rev),
-                object: Some(&pod),
-                initial_events_end: false,
-            };
-            enc.write(&d, &mut out).unwrap();
-        }
+        let out = deliver(
+            &enc,
+            &pod,
+            &[
+                (EventKind::Added, 5),
+                (EventKind::Modified, 5),
+                (EventKind::Deleted, 12345678901),
+            ],
+        );
         let frames = parse(&out);
         assert_eq!(frames[0]["type"], "ADDED");
         assert_eq!(frames[0]["object"]["metadata"]["resourceVersion"], "5");
@@ -301,16 +311,11 @@ mod tests {
         let enc = FrameEncoder::new(info.with_protobuf("io.k8s.api.core.v1.Pod"), codec)
             .protobuf()
             .unwrap();
-        let mut out = BytesMut::new();
-        for (kind, rev) in [(EventKind::Added, 5), (EventKind::Deleted, 12345678901)] {
-            let d = Delivery {
-                kind,
-                revision: Revision::new(rev),
-                object: Some(&pod),
-                initial_events_end: false,
-            };
-            enc.write(&d, &mut out).unwrap();
-        }
+        let mut out = deliver(
+            &enc,
+            &pod,
+            &[(EventKind::Added, 5), (EventKind::Deleted, 12345678901)],
+        );
         enc.write_bookmark(Revision::new(9), true, &mut out);
         enc.write_error(&Status::gone("too old resource version: 1 (5)"), &mut out);
         // Read the frames back: length, WatchEvent, envelope, object.

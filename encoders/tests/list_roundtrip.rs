@@ -28,6 +28,39 @@ fn items(n: usize, pad: usize, codec: &JsonCodec) -> ListItems {
     ListItems::all(Arc::new(Snapshot::new(Revision::new(n as u64 + 1), objects)))
 }
 
+/// The whole body, checking that no chunk is empty or over `chunk`; and how many chunks.
+async fn drain(body: &mut StreamingList, chunk: usize) -> (Vec<u8>, usize) {
+    let mut streamed = Vec::new();
+    let mut chunks = 0;
+    while let Some(c) = body.next().await {
+        let c = c.unwrap();
+        assert!(
+            !c.is_empty() && c.len() <= chunk,
+            "chunk of {} with limit {chunk}",
+            c.len()
+        );
+        streamed.extend_from_slice(&c);
+        chunks += 1;
+    }
+    (streamed, chunks)
+}
+
+/// A header with only a revision, and one with every field (a revision of 7 digits).
+fn headers() -> [ListHeader; 2] {
+    [
+        ListHeader {
+            revision: Revision::new(77),
+            continue_token: None,
+            remaining_item_count: None,
+        },
+        ListHeader {
+            revision: Revision::new(1_000_077),
+            continue_token: Some("tok-en_1".into()),
+            remaining_item_count: Some(12),
+        },
+    ]
+}
+
 fn info() -> ResourceInfo {
     ResourceInfo::new("pods", "Pod", "v1")
 }
@@ -35,18 +68,7 @@ fn info() -> ResourceInfo {
 #[tokio::test]
 async fn streaming_equals_buffered_byte_for_byte() {
     let codec = Arc::new(JsonCodec::new(true, &["spec.nodeName"]));
-    let headers = [
-        ListHeader {
-            revision: Revision::new(77),
-            continue_token: None,
-            remaining_item_count: None,
-        },
-        ListHeader {
-            revision: Revision::new(77),
-            continue_token: Some("tok-en_1".into()),
-            remaining_item_count: Some(12),
-        },
-    ];
+    let headers = headers();
     // 0, 1 and many items; items smaller and larger than a chunk; chunks of 1 byte to 64 KiB.
     for (n, pad) in [(0, 0), (1, 10), (1, 100_000), (200, 50), (20, 9_000)] {
         for header in &headers {
@@ -57,18 +79,7 @@ async fn streaming_equals_buffered_byte_for_byte() {
                 }
                 let mut body =
                     StreamingList::new(&info(), header, items(n, pad, &codec), codec.clone(), chunk);
-                let mut streamed = Vec::new();
-                let mut chunks = 0;
-                while let Some(c) = body.next().await {
-                    let c = c.unwrap();
-                    assert!(
-                        !c.is_empty() && c.len() <= chunk,
-                        "chunk of {} with limit {chunk}",
-                        c.len()
-                    );
-                    streamed.extend_from_slice(&c);
-                    chunks += 1;
-                }
+                let (streamed, chunks) = drain(&mut body, chunk).await;
                 assert_eq!(streamed, buffered, "{n} items of pad {pad}, chunk {chunk}");
                 assert_eq!(
                     chunks,
@@ -144,18 +155,7 @@ async fn streaming_protobuf_equals_buffered_and_prost_reads_it() {
             .collect();
         ListItems::all(Arc::new(Snapshot::new(Revision::new(n as u64 + 1), objects)))
     };
-    let headers = [
-        ListHeader {
-            revision: Revision::new(77),
-            continue_token: None,
-            remaining_item_count: None,
-        },
-        ListHeader {
-            revision: Revision::new(1_000_077),
-            continue_token: Some("tok-en_1".into()),
-            remaining_item_count: Some(12),
-        },
-    ];
+    let headers = headers();
     // 0, 1 and many items; items smaller and larger than a chunk (and than 2^14 and 2^21
     // bytes, where their length prefixes grow); chunks of 1 byte to 64 KiB.
     for (n, pad) in [
@@ -174,17 +174,14 @@ async fn streaming_protobuf_equals_buffered_and_prost_reads_it() {
                 }
                 let mut body =
                     StreamingList::protobuf(&info(), header, pb_items(n, pad), codec.clone(), chunk).unwrap();
-                let mut streamed = Vec::new();
-                while let Some(c) = body.next().await {
-                    let c = c.unwrap();
-                    assert!(
-                        !c.is_empty() && c.len() <= chunk,
-                        "chunk of {} for limit {chunk}",
-                        c.len()
-                    );
-                    streamed.extend_from_slice(&c);
-                }
+                let (streamed, chunks) = drain(&mut body, chunk).await;
                 assert!(streamed == buffered, "n={n} pad={pad} chunk={chunk}");
+                assert_eq!(
+                    chunks,
+                    buffered.len().div_ceil(chunk),
+                    "every chunk but the last is full"
+                );
+                assert!(body.next().await.is_none(), "the stream stays ended");
             }
             let envelope = watchcache_encoders::protobuf::open_envelope(&buffered).unwrap();
             assert_eq!(

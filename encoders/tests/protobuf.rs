@@ -333,3 +333,54 @@ fn bad_input_is_an_error_not_a_panic() {
     }
     assert!(protobuf::encode_json("io.k8s.api.apps.v1.Deployment", &Map::new()).is_err());
 }
+
+#[test]
+fn nodes_events_config_maps_and_secrets_round_trip() {
+    let cases = [
+        (
+            "io.k8s.api.core.v1.Node",
+            json!({
+                "metadata": {"name": "node-1", "labels": {"kubernetes.io/hostname": "node-1", "node-role.kubernetes.io/control-plane": ""}},
+                "spec": {"podCIDR": "10.0.1.0/24", "podCIDRs": ["10.0.1.0/24"], "unschedulable": true,
+                         "taints": [{"key": "k", "value": "v", "effect": "NoSchedule", "timeAdded": "2026-11-29T07:00:00Z"}]},
+                "status": {
+                    "capacity": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+                    "allocatable": {"cpu": "7800m", "memory": "31Gi", "pods": "110"},
+                    "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": "2026-11-29T07:00:00Z", "lastTransitionTime": "2026-11-29T06:00:00Z", "reason": "KubeletReady", "message": "kubelet is posting ready status"}],
+                    "addresses": [{"type": "InternalIP", "address": "192.0.2.1"}, {"type": "Hostname", "address": "node-1"}],
+                    "nodeInfo": {"kubeletVersion": "v1.33.0", "containerRuntimeVersion": "containerd://2.0.0", "machineID": "m", "systemUUID": "s", "bootID": "b", "kernelVersion": "6.1", "osImage": "Debian", "kubeProxyVersion": "v1.33.0", "operatingSystem": "linux", "architecture": "amd64"},
+                    "images": [{"names": ["nginx:1.27"], "sizeBytes": 70_000_000i64}],
+                    "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+                },
+            }),
+        ),
+        (
+            "io.k8s.api.core.v1.Event",
+            json!({
+                "metadata": {"name": "web.1", "namespace": "ns"},
+                "involvedObject": {"kind": "Pod", "namespace": "ns", "name": "web", "uid": "u", "apiVersion": "v1", "resourceVersion": "7", "fieldPath": "spec.containers{app}"},
+                "reason": "Pulled", "message": "Container image pulled", "type": "Normal", "count": 3,
+                "source": {"component": "kubelet", "host": "node-1"},
+                "firstTimestamp": "2026-11-29T07:00:00Z", "lastTimestamp": "2026-11-29T07:05:00Z",
+                "eventTime": "2026-11-29T07:00:00.123456Z", "reportingComponent": "kubelet", "reportingInstance": "node-1",
+                "series": {"count": 2, "lastObservedTime": "2026-11-29T07:05:00.000001Z"},
+            }),
+        ),
+        (
+            "io.k8s.api.core.v1.ConfigMap",
+            json!({"metadata": {"name": "c", "namespace": "ns"}, "data": {"a": "1", "multi": "line\nline"}, "binaryData": {"b": "AP8="}, "immutable": false}),
+        ),
+        (
+            "io.k8s.api.core.v1.Secret",
+            json!({"metadata": {"name": "s", "namespace": "ns"}, "type": "kubernetes.io/tls", "data": {"tls.crt": "LS0t", "tls.key": ""}, "stringData": {"x": "y"}}),
+        ),
+    ];
+    for (def, json) in cases {
+        let bytes = protobuf::encode_json(def, &object(json.clone())).unwrap();
+        assert_eq!(
+            Value::Object(protobuf::decode_json(def, &bytes).unwrap()),
+            json,
+            "{def}"
+        );
+    }
+}
