@@ -9,7 +9,7 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use watchcache_bench::objects;
-use watchcache_core::{Delivery, EventKind, ObjectVersion, Revision};
+use watchcache_core::{Codec, Delivery, EventKind, ObjectVersion, Revision, WireFormat};
 use watchcache_encoders::{FrameEncoder, ResourceInfo, protobuf};
 
 #[global_allocator]
@@ -94,6 +94,10 @@ fn protobuf_frames(c: &mut Criterion) {
         group.throughput(Throughput::Bytes(pb_len as u64));
         let mut out = BytesMut::with_capacity(4 * bytes);
         shared_and_restamped(&mut group, &frames, &object, bytes, &mut out);
+        // The one protobuf encoding a version gets, made from its JSON by the codec.
+        group.bench_function(BenchmarkId::new("transcode_from_json", kib * 1024), |b| {
+            b.iter(|| black_box(codec.encode(&object, WireFormat::Protobuf).unwrap()))
+        });
         group.bench_function(BenchmarkId::new("re_encode_value", kib * 1024), |b| {
             b.iter(|| {
                 out.clear();

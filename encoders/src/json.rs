@@ -196,10 +196,8 @@ impl Codec for JsonCodec {
         match (format, object.encoded(WireFormat::Json), self.protobuf) {
             (WireFormat::Json, Some(json), _) => Ok(json.clone()),
             (WireFormat::Protobuf, Some(json), Some(definition)) => {
-                let value: Map<String, Value> =
-                    serde_json::from_slice(json.bytes()).map_err(|e| CodecError::Encode(e.to_string()))?;
-                let mut bytes =
-                    protobuf::encode_json(definition, &value).map_err(|e| CodecError::Encode(e.0))?;
+                let mut bytes = protobuf::encode_json_text(definition, json.bytes())
+                    .map_err(|e| CodecError::Encode(e.0))?;
                 bytes.shrink_to_fit();
                 Ok(protobuf::object_encoding(bytes))
             }

@@ -302,7 +302,7 @@ fn the_codec_encodes_once_and_restamps_without_re_encoding() {
         );
         let mut expected = pod();
         expected["metadata"]["resourceVersion"] = json!(revision.to_string());
-        let direct = protobuf::encode_json(POD, &object(expected)).unwrap();
+        let direct = protobuf::encode_json_text(POD, &serde_json::to_vec(&expected).unwrap()).unwrap();
         assert_eq!(out.as_ref(), direct.as_slice(), "revision {revision}");
     }
 }
@@ -381,6 +381,44 @@ fn nodes_events_config_maps_and_secrets_round_trip() {
             Value::Object(protobuf::decode_json(def, &bytes).unwrap()),
             json,
             "{def}"
+        );
+    }
+}
+
+#[test]
+fn reading_json_text_writes_what_the_parsed_object_writes() {
+    let cases = [POD, "io.k8s.api.core.v1.Node", "io.k8s.api.coordination.v1.Lease"];
+    let objects = [
+        pod(),
+        json!({"metadata": {"name": "n", "labels": {"a": ""}}, "status": {"capacity": {"cpu": 8, "memory": "1Gi", "frac": 0.5}}}),
+        json!({"metadata": {"name": "l", "annotations": null}, "spec": {"holderIdentity": null, "renewTime": "2026-11-29T07:00:00.5Z"}}),
+    ];
+    for (def, json) in cases.iter().zip(objects) {
+        let text = serde_json::to_vec(&json).unwrap();
+        let streamed = protobuf::encode_json_text(def, &text).unwrap();
+        let parsed = protobuf::encode_json(def, &object(json.clone())).unwrap();
+        assert_eq!(streamed.len(), parsed.len(), "{def}");
+        assert_eq!(
+            protobuf::decode_json(def, &streamed).unwrap(),
+            protobuf::decode_json(def, &parsed).unwrap(),
+            "{def}"
+        );
+    }
+    // What the parsed path refuses, the text path refuses.
+    for bad in [
+        &br#"{"metadata": {"name": 5}}"#[..],
+        br#"{"metadata": {"labels": ["a"]}}"#,
+        br#"{"spec": {"containers": [null]}}"#,
+        br#"{"spec": {"containers": [{"ports": [{"containerPort": 1.5}]}]}}"#,
+        br#"{"metadata": {"creationTimestamp": "yesterday"}}"#,
+        br#"[1]"#,
+        br#"null"#,
+        br#"{"metadata": {}} trailing"#,
+    ] {
+        assert!(
+            protobuf::encode_json_text(POD, bad).is_err(),
+            "{}",
+            String::from_utf8_lossy(bad)
         );
     }
 }

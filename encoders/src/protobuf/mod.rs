@@ -52,6 +52,15 @@ pub fn encode_json(definition: &str, object: &Map<String, Value>) -> Result<Vec<
     Ok(out)
 }
 
+/// The JSON text `json` (an object) as protobuf message `definition`, without an envelope,
+/// read in one pass with no `serde_json::Value` in between (what [`JsonCodec`](crate::JsonCodec)
+/// uses). Decodes to the same JSON as [`encode_json`] of the parsed object.
+pub fn encode_json_text(definition: &str, json: &[u8]) -> Result<Vec<u8>, TranscodeError> {
+    let mut out = Vec::with_capacity(json.len());
+    transcode::encode_json_text(message(definition)?, json, &mut out)?;
+    Ok(out)
+}
+
 /// Protobuf message `definition` as JSON.
 pub fn decode_json(definition: &str, bytes: &[u8]) -> Result<Map<String, Value>, TranscodeError> {
     transcode::decode_message(message(definition)?, bytes)

@@ -483,3 +483,359 @@ fn decode_value(
 pub(crate) fn len_field_size(len: usize) -> usize {
     1 + encoded_len_varint(len as u64) + len
 }
+
+/// Writes the JSON text `json` (an object) as message `message`, reading it once with no
+/// `Value` tree in between: what an object's protobuf encoding is made with. Field for field
+/// what [`encode_message`] writes for the parsed object, though in the JSON's key order (any
+/// order is a valid message; Go's decoder and ours read them alike).
+pub(crate) fn encode_json_text(
+    message: &Message,
+    json: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<(), TranscodeError> {
+    use serde::de::DeserializeSeed as _;
+    let mut de = serde_json::Deserializer::from_slice(json);
+    let written = text::FieldSeed {
+        message,
+        field: None,
+        ty: &Type::Msg(u16::MAX),
+        root: Some(message),
+        out,
+    }
+    .deserialize(&mut de)
+    .map_err(|e| TranscodeError(e.to_string()))?;
+    de.end().map_err(|e| TranscodeError(e.to_string()))?;
+    if !written {
+        return err(format!("{}: expected an object", message.name));
+    }
+    Ok(())
+}
+
+/// The serde side of [`encode_json_text`]: a seed per value, writing as it reads.
+mod text {
+    use std::fmt;
+
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD;
+    use prost::encoding::{WireType, encode_varint};
+    use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+    use serde_json::value::RawValue;
+
+    use super::{Field, MESSAGES, Message, Type, key};
+
+    /// Writes the key of field `tag` and a one-byte length to fill in; where the content starts.
+    fn open(out: &mut Vec<u8>, tag: u32) -> usize {
+        key(out, tag, WireType::LengthDelimited);
+        out.push(0);
+        out.len()
+    }
+
+    /// Fills in the length of the content started at `start`, widening it past one byte.
+    fn close(out: &mut Vec<u8>, start: usize) {
+        let len = out.len() - start;
+        if len < 0x80 {
+            out[start - 1] = len as u8;
+            return;
+        }
+        let mut prefix = Vec::with_capacity(10);
+        encode_varint(len as u64, &mut prefix);
+        out[start - 1] = prefix[0];
+        out.splice(start..start, prefix[1..].iter().copied());
+    }
+
+    /// One JSON value of field `field` (of type `ty`) of `message`, written to `out`. Yields
+    /// whether anything was written (`null` writes nothing). With `root`, the value is that
+    /// message itself, written without a key.
+    pub(super) struct FieldSeed<'a> {
+        pub(super) message: &'a Message,
+        pub(super) field: Option<&'a Field>,
+        pub(super) ty: &'a Type,
+        pub(super) root: Option<&'a Message>,
+        pub(super) out: &'a mut Vec<u8>,
+    }
+
+    impl FieldSeed<'_> {
+        fn tag(&self) -> u32 {
+            self.field.map_or(2, |f| f.tag)
+        }
+
+        fn wrong<E: de::Error>(&self, expected: &str) -> E {
+            E::custom(format!(
+                "{}.{}: expected {expected}",
+                self.message.name,
+                self.field.map_or("", |f| f.json)
+            ))
+        }
+
+        fn put_len(&mut self, bytes: &[u8]) {
+            key(self.out, self.tag(), WireType::LengthDelimited);
+            encode_varint(bytes.len() as u64, self.out);
+            self.out.extend_from_slice(bytes);
+        }
+
+        fn put_varint(&mut self, v: u64) {
+            key(self.out, self.tag(), WireType::Varint);
+            encode_varint(v, self.out);
+        }
+
+        fn int<E: de::Error>(&mut self, v: i128) -> Result<bool, E> {
+            match self.ty {
+                Type::I32 => match i32::try_from(v) {
+                    Ok(n) => self.put_varint(i64::from(n) as u64),
+                    Err(_) => return Err(self.wrong("a 32-bit integer")),
+                },
+                Type::I64 => match i64::try_from(v) {
+                    Ok(n) => self.put_varint(n as u64),
+                    Err(_) => return Err(self.wrong("a 64-bit integer")),
+                },
+                Type::IntOrString => match i32::try_from(v) {
+                    Ok(n) => {
+                        let start = open(self.out, self.tag());
+                        key(self.out, 1, WireType::Varint);
+                        encode_varint(0, self.out);
+                        key(self.out, 2, WireType::Varint);
+                        encode_varint(i64::from(n) as u64, self.out);
+                        key(self.out, 3, WireType::LengthDelimited);
+                        self.out.push(0);
+                        close(self.out, start);
+                    }
+                    Err(_) => return Err(self.wrong("a 32-bit integer or a string")),
+                },
+                Type::Quantity => self.quantity(&v.to_string()),
+                _ => return Err(self.wrong("no number")),
+            }
+            Ok(true)
+        }
+
+        fn quantity(&mut self, s: &str) {
+            let start = open(self.out, self.tag());
+            key(self.out, 1, WireType::LengthDelimited);
+            encode_varint(s.len() as u64, self.out);
+            self.out.extend_from_slice(s.as_bytes());
+            close(self.out, start);
+        }
+    }
+
+    impl<'de> DeserializeSeed<'de> for FieldSeed<'_> {
+        type Value = bool;
+
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+            if let Type::RawExtension | Type::FieldsV1 = self.ty {
+                let raw: &RawValue = de::Deserialize::deserialize(d)?;
+                if raw.get() == "null" {
+                    return Ok(false);
+                }
+                let this = self;
+                let start = open(this.out, this.tag());
+                key(this.out, 1, WireType::LengthDelimited);
+                encode_varint(raw.get().len() as u64, this.out);
+                this.out.extend_from_slice(raw.get().as_bytes());
+                close(this.out, start);
+                return Ok(true);
+            }
+            d.deserialize_any(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for FieldSeed<'_> {
+        type Value = bool;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "a value of {}", self.message.name)
+        }
+
+        fn visit_unit<E: de::Error>(self) -> Result<bool, E> {
+            Ok(false)
+        }
+
+        fn visit_none<E: de::Error>(self) -> Result<bool, E> {
+            Ok(false)
+        }
+
+        fn visit_bool<E: de::Error>(mut self, v: bool) -> Result<bool, E> {
+            match self.ty {
+                Type::Bool => self.put_varint(u64::from(v)),
+                _ => return Err(self.wrong("no boolean")),
+            }
+            Ok(true)
+        }
+
+        fn visit_i64<E: de::Error>(mut self, v: i64) -> Result<bool, E> {
+            self.int(i128::from(v))
+        }
+
+        fn visit_u64<E: de::Error>(mut self, v: u64) -> Result<bool, E> {
+            self.int(i128::from(v))
+        }
+
+        fn visit_f64<E: de::Error>(mut self, v: f64) -> Result<bool, E> {
+            match (self.ty, serde_json::Number::from_f64(v)) {
+                (Type::Quantity, Some(n)) => {
+                    self.quantity(&n.to_string());
+                    Ok(true)
+                }
+                _ => Err(self.wrong("an integer")),
+            }
+        }
+
+        fn visit_str<E: de::Error>(mut self, s: &str) -> Result<bool, E> {
+            match self.ty {
+                Type::Str => self.put_len(s.as_bytes()),
+                Type::Bytes => match STANDARD.decode(s) {
+                    Ok(bytes) => self.put_len(&bytes),
+                    Err(_) => return Err(self.wrong("base64")),
+                },
+                Type::Time | Type::MicroTime => {
+                    let Ok(ts) = s.parse::<jiff::Timestamp>() else {
+                        return Err(self.wrong("an RFC 3339 time"));
+                    };
+                    let nanos = match self.ty {
+                        Type::Time => 0,
+                        _ => ts.subsec_nanosecond() / 1000 * 1000,
+                    };
+                    let start = open(self.out, self.tag());
+                    key(self.out, 1, WireType::Varint);
+                    encode_varint(ts.as_second() as u64, self.out);
+                    key(self.out, 2, WireType::Varint);
+                    encode_varint(i64::from(nanos) as u64, self.out);
+                    close(self.out, start);
+                }
+                Type::IntOrString => {
+                    let start = open(self.out, self.tag());
+                    key(self.out, 1, WireType::Varint);
+                    encode_varint(1, self.out);
+                    key(self.out, 2, WireType::Varint);
+                    encode_varint(0, self.out);
+                    key(self.out, 3, WireType::LengthDelimited);
+                    encode_varint(s.len() as u64, self.out);
+                    self.out.extend_from_slice(s.as_bytes());
+                    close(self.out, start);
+                }
+                Type::Quantity => self.quantity(s),
+                _ => return Err(self.wrong("no string")),
+            }
+            Ok(true)
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<bool, A::Error> {
+            if !self.field.is_some_and(|f| f.repeated) || self.root.is_some() {
+                return Err(self.wrong("no list"));
+            }
+            while let Some(written) = seq.next_element_seed(FieldSeed {
+                message: self.message,
+                field: self.field,
+                ty: self.ty,
+                root: None,
+                out: &mut *self.out,
+            })? {
+                if !written {
+                    return Err(self.wrong("no null in a list"));
+                }
+            }
+            Ok(true)
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
+            let FieldSeed {
+                message,
+                field,
+                ty,
+                root,
+                out,
+            } = self;
+            if let Type::Map(value_ty) = ty {
+                let tag = field.map_or(2, |f| f.tag);
+                while let Some(k) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    let entry_start = out.len();
+                    let start = open(out, tag);
+                    key(out, 1, WireType::LengthDelimited);
+                    encode_varint(k.len() as u64, out);
+                    out.extend_from_slice(k.as_bytes());
+                    let value_field = Field {
+                        json: field.map_or("", |f| f.json),
+                        tag: 2,
+                        ty: Type::Str,
+                        repeated: false,
+                        inline: false,
+                    };
+                    let written = map.next_value_seed(FieldSeed {
+                        message,
+                        field: Some(&value_field),
+                        ty: value_ty,
+                        root: None,
+                        out: &mut *out,
+                    })?;
+                    if written {
+                        close(out, start);
+                    } else {
+                        out.truncate(entry_start);
+                    }
+                }
+                return Ok(true);
+            }
+            let sub = match (root, ty) {
+                (Some(m), _) => m,
+                (None, Type::Msg(i)) => &MESSAGES[usize::from(*i)],
+                (None, _) => {
+                    return Err(de::Error::custom(format!(
+                        "{}.{}: expected no object",
+                        message.name,
+                        field.map_or("", |f| f.json)
+                    )));
+                }
+            };
+            let start = root.is_none().then(|| open(out, field.map_or(2, |f| f.tag)));
+            // Fields of structs embedded inline gather in a buffer each, written at the end.
+            let mut inline: Vec<(&Field, Vec<u8>)> = sub
+                .fields
+                .iter()
+                .filter(|f| f.inline)
+                .map(|f| (f, Vec::new()))
+                .collect();
+            while let Some(k) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                let target = sub
+                    .fields
+                    .iter()
+                    .find(|f| !f.inline && f.json == k)
+                    .map(|f| (sub, f, None))
+                    .or_else(|| {
+                        inline.iter().enumerate().find_map(|(n, (f, _))| {
+                            let Type::Msg(i) = f.ty else { return None };
+                            let m = &MESSAGES[usize::from(i)];
+                            m.fields
+                                .iter()
+                                .find(|g| !g.inline && g.json == k)
+                                .map(|g| (m, g, Some(n)))
+                        })
+                    });
+                match target {
+                    None => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                    Some((m, f, slot)) => {
+                        let out: &mut Vec<u8> = match slot {
+                            Some(n) => &mut inline[n].1,
+                            None => &mut *out,
+                        };
+                        map.next_value_seed(FieldSeed {
+                            message: m,
+                            field: Some(f),
+                            ty: &f.ty,
+                            root: None,
+                            out,
+                        })?;
+                    }
+                }
+            }
+            for (f, bytes) in inline {
+                key(out, f.tag, WireType::LengthDelimited);
+                encode_varint(bytes.len() as u64, out);
+                out.extend_from_slice(&bytes);
+            }
+            if let Some(start) = start {
+                close(out, start);
+            }
+            Ok(true)
+        }
+    }
+}
