@@ -4,9 +4,9 @@
 //! A protobuf body is the four bytes `k8s\0` and a `runtime.Unknown`: `typeMeta` (field 1:
 //! `apiVersion`, `kind`), `raw` (field 2: the object's message), `contentEncoding` and
 //! `contentType` (fields 3 and 4, empty; the apiserver writes them so). The object's message
-//! is what [`JsonCodec`](crate::JsonCodec) makes, once, for [`WireFormat::Protobuf`]
-//! (`watchcache_core::WireFormat`), and every GET, LIST item and watch frame shares it: the
-//! envelope around it is a few bytes written per response.
+//! is what [`JsonCodec`](crate::JsonCodec) makes, once, for
+//! [`WireFormat::Protobuf`](watchcache_core::WireFormat::Protobuf), and every GET, LIST item
+//! and watch frame shares it: the envelope around it is a few bytes written per response.
 //!
 //! The schema (field numbers, types, JSON names) is generated from the k8s-pb and
 //! k8s-openapi crates by `tests/protobuf_schema.rs` into `generated.rs`.
