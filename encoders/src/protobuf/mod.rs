@@ -45,16 +45,16 @@ fn message(definition: &str) -> Result<&'static schema::Message, TranscodeError>
     schema::message(definition).ok_or_else(|| TranscodeError(format!("no protobuf message for {definition}")))
 }
 
-/// `object` (JSON) as protobuf message `definition`, without an envelope.
+/// `object` (JSON) as protobuf message `definition`, without an envelope: what
+/// [`encode_json_text`] makes of its text.
 pub fn encode_json(definition: &str, object: &Map<String, Value>) -> Result<Vec<u8>, TranscodeError> {
-    let mut out = Vec::new();
-    transcode::encode_message(message(definition)?, object, &mut out)?;
-    Ok(out)
+    let text = serde_json::to_vec(object).map_err(|e| TranscodeError(e.to_string()))?;
+    encode_json_text(definition, &text)
 }
 
 /// The JSON text `json` (an object) as protobuf message `definition`, without an envelope,
 /// read in one pass with no `serde_json::Value` in between (what [`JsonCodec`](crate::JsonCodec)
-/// uses). Decodes to the same JSON as [`encode_json`] of the parsed object.
+/// makes an object's protobuf encoding with).
 pub fn encode_json_text(definition: &str, json: &[u8]) -> Result<Vec<u8>, TranscodeError> {
     let mut out = Vec::with_capacity(json.len());
     transcode::encode_json_text(message(definition)?, json, &mut out)?;

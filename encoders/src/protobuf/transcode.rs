@@ -9,16 +9,17 @@
 //! * `IntOrString` is `{type, intVal, strVal}` and a number or a string;
 //! * `Quantity` is `{string}` and the string;
 //! * `RawExtension` and `FieldsV1` hold their JSON as bytes, and are that JSON inline;
-//! * `bytes` (Secret `data`) is base64 in JSON; maps are repeated `{key, value}` entries,
-//!   written in key order; repeated scalars are written unpacked (proto2) and read either way.
+//! * `bytes` (Secret `data`) is base64 in JSON; maps are repeated `{key, value}` entries;
+//!   repeated scalars are written unpacked (proto2) and read either way.
 //!
-//! Encoding writes what the JSON has, fields in number order, as the Go marshallers do. A
-//! protobuf message cannot say whether a string was set to `""` or left out, and Go writes
-//! every non-pointer string; decoding leaves empty strings out, as Go's `omitempty` does when
-//! it writes the same object as JSON. Numbers and booleans are kept as they are on the wire,
-//! because a pointer's zero (`runAsUser: 0`) means something. Fields the schema does not know
-//! are skipped when decoding and ignored when encoding (`apiVersion` and `kind` travel in the
-//! envelope, not in the message).
+//! Encoding reads the JSON text once (serde seeds that write as they read; no `Value` tree)
+//! and writes what it has, in its key order: any order is a valid message, and Go's decoder
+//! and ours read them alike. A protobuf message cannot say whether a string was set to `""`
+//! or left out, and Go writes every non-pointer string; decoding leaves empty strings out, as
+//! Go's `omitempty` does when it writes the same object as JSON. Numbers and booleans are
+//! kept as they are on the wire, because a pointer's zero (`runAsUser: 0`) means something.
+//! Fields the schema does not know are skipped when decoding and ignored when encoding
+//! (`apiVersion` and `kind` travel in the envelope, not in the message).
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
@@ -48,178 +49,6 @@ const GO_ZERO_UNIX: i64 = -62_135_596_800;
 
 fn key(out: &mut Vec<u8>, tag: u32, wire: WireType) {
     encode_varint(u64::from(tag << 3 | wire as u32), out);
-}
-
-fn put_len(out: &mut Vec<u8>, tag: u32, bytes: &[u8]) {
-    key(out, tag, WireType::LengthDelimited);
-    encode_varint(bytes.len() as u64, out);
-    out.extend_from_slice(bytes);
-}
-
-fn put_varint(out: &mut Vec<u8>, tag: u32, value: u64) {
-    key(out, tag, WireType::Varint);
-    encode_varint(value, out);
-}
-
-/// Writes `object` as message `message` (without a length prefix) to `out`.
-pub(crate) fn encode_message(
-    message: &Message,
-    object: &Map<String, Value>,
-    out: &mut Vec<u8>,
-) -> Result<(), TranscodeError> {
-    for field in message.fields {
-        if field.inline {
-            let Type::Msg(sub) = field.ty else {
-                return err(format!("inline field {} is not a message", field.json));
-            };
-            let mut inner = Vec::new();
-            encode_message(&MESSAGES[usize::from(sub)], object, &mut inner)?;
-            put_len(out, field.tag, &inner);
-            continue;
-        }
-        let Some(value) = object.get(field.json) else {
-            continue;
-        };
-        encode_field(message, field, value, out)?;
-    }
-    Ok(())
-}
-
-fn encode_field(
-    message: &Message,
-    field: &Field,
-    value: &Value,
-    out: &mut Vec<u8>,
-) -> Result<(), TranscodeError> {
-    if value.is_null() {
-        return Ok(());
-    }
-    if field.repeated {
-        let Value::Array(items) = value else {
-            return err(format!("{}.{}: expected a list", message.name, field.json));
-        };
-        for item in items {
-            encode_value(message, field, &field.ty, item, out)?;
-        }
-        return Ok(());
-    }
-    encode_value(message, field, &field.ty, value, out)
-}
-
-fn encode_value(
-    message: &Message,
-    field: &Field,
-    ty: &Type,
-    value: &Value,
-    out: &mut Vec<u8>,
-) -> Result<(), TranscodeError> {
-    let tag = field.tag;
-    let wrong = |expected: &str| {
-        err(format!(
-            "{}.{}: expected {expected}, found {value}",
-            message.name, field.json
-        ))
-    };
-    match (ty, value) {
-        (Type::Str, Value::String(s)) => put_len(out, tag, s.as_bytes()),
-        (Type::Str, _) => return wrong("a string"),
-        (Type::Bool, Value::Bool(b)) => put_varint(out, tag, u64::from(*b)),
-        (Type::Bool, _) => return wrong("a boolean"),
-        (Type::I32, Value::Number(n)) => match n.as_i64().and_then(|n| i32::try_from(n).ok()) {
-            // Negative int32s are sign-extended to ten bytes, as protobuf requires.
-            Some(n) => put_varint(out, tag, i64::from(n) as u64),
-            None => return wrong("a 32-bit integer"),
-        },
-        (Type::I64, Value::Number(n)) => match n.as_i64() {
-            Some(n) => put_varint(out, tag, n as u64),
-            None => return wrong("a 64-bit integer"),
-        },
-        (Type::I32 | Type::I64, _) => return wrong("an integer"),
-        (Type::Bytes, Value::String(s)) => match STANDARD.decode(s) {
-            Ok(bytes) => put_len(out, tag, &bytes),
-            Err(_) => return wrong("base64"),
-        },
-        (Type::Bytes, _) => return wrong("a base64 string"),
-        (Type::Msg(sub), Value::Object(object)) => {
-            let mut inner = Vec::new();
-            encode_message(&MESSAGES[usize::from(*sub)], object, &mut inner)?;
-            put_len(out, tag, &inner);
-        }
-        (Type::Msg(_), _) => return wrong("an object"),
-        (Type::Map(value_ty), Value::Object(map)) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            for k in keys {
-                let v = &map[k];
-                if v.is_null() {
-                    continue;
-                }
-                let mut entry = Vec::new();
-                put_len(&mut entry, 1, k.as_bytes());
-                let entry_field = Field {
-                    json: field.json,
-                    tag: 2,
-                    ty: Type::Str,
-                    repeated: false,
-                    inline: false,
-                };
-                encode_value(message, &entry_field, value_ty, v, &mut entry)?;
-                put_len(out, tag, &entry);
-            }
-        }
-        (Type::Map(_), _) => return wrong("an object"),
-        (Type::Time | Type::MicroTime, Value::String(s)) => {
-            let Ok(ts) = s.parse::<jiff::Timestamp>() else {
-                return wrong("an RFC 3339 time");
-            };
-            let mut inner = Vec::new();
-            put_varint(&mut inner, 1, ts.as_second() as u64);
-            let nanos = if matches!(ty, Type::Time) {
-                0
-            } else {
-                ts.subsec_nanosecond() / 1000 * 1000
-            };
-            put_varint(&mut inner, 2, i64::from(nanos) as u64);
-            put_len(out, tag, &inner);
-        }
-        (Type::Time | Type::MicroTime, _) => return wrong("an RFC 3339 time"),
-        (Type::IntOrString, Value::Number(n)) => match n.as_i64().and_then(|n| i32::try_from(n).ok()) {
-            Some(n) => {
-                let mut inner = Vec::new();
-                put_varint(&mut inner, 1, 0);
-                put_varint(&mut inner, 2, i64::from(n) as u64);
-                put_len(&mut inner, 3, b"");
-                put_len(out, tag, &inner);
-            }
-            None => return wrong("a 32-bit integer or a string"),
-        },
-        (Type::IntOrString, Value::String(s)) => {
-            let mut inner = Vec::new();
-            put_varint(&mut inner, 1, 1);
-            put_varint(&mut inner, 2, 0);
-            put_len(&mut inner, 3, s.as_bytes());
-            put_len(out, tag, &inner);
-        }
-        (Type::IntOrString, _) => return wrong("an integer or a string"),
-        (Type::Quantity, Value::String(s)) => {
-            let mut inner = Vec::new();
-            put_len(&mut inner, 1, s.as_bytes());
-            put_len(out, tag, &inner);
-        }
-        (Type::Quantity, Value::Number(n)) => {
-            let mut inner = Vec::new();
-            put_len(&mut inner, 1, n.to_string().as_bytes());
-            put_len(out, tag, &inner);
-        }
-        (Type::Quantity, _) => return wrong("a quantity"),
-        (Type::RawExtension | Type::FieldsV1, v) => {
-            let raw = serde_json::to_vec(v).map_err(|e| TranscodeError(e.to_string()))?;
-            let mut inner = Vec::new();
-            put_len(&mut inner, 1, &raw);
-            put_len(out, tag, &inner);
-        }
-    }
-    Ok(())
 }
 
 /// One field read from a message: its value (fixed-width ones, which no schema type uses, are
@@ -485,9 +314,7 @@ pub(crate) fn len_field_size(len: usize) -> usize {
 }
 
 /// Writes the JSON text `json` (an object) as message `message`, reading it once with no
-/// `Value` tree in between: what an object's protobuf encoding is made with. Field for field
-/// what [`encode_message`] writes for the parsed object, though in the JSON's key order (any
-/// order is a valid message; Go's decoder and ours read them alike).
+/// `Value` tree in between.
 pub(crate) fn encode_json_text(
     message: &Message,
     json: &[u8],
@@ -500,6 +327,7 @@ pub(crate) fn encode_json_text(
         field: None,
         ty: &Type::Msg(u16::MAX),
         root: Some(message),
+        element: false,
         out,
     }
     .deserialize(&mut de)
@@ -551,10 +379,20 @@ mod text {
         pub(super) field: Option<&'a Field>,
         pub(super) ty: &'a Type,
         pub(super) root: Option<&'a Message>,
+        /// An element of a repeated field's list, rather than the field's whole value.
+        pub(super) element: bool,
         pub(super) out: &'a mut Vec<u8>,
     }
 
     impl FieldSeed<'_> {
+        /// A value that is not a list: refused for a repeated field, whose value is a list.
+        fn single<E: de::Error>(&self) -> Result<(), E> {
+            match self.field {
+                Some(f) if f.repeated && !self.element => Err(self.wrong("a list")),
+                _ => Ok(()),
+            }
+        }
+
         fn tag(&self) -> u32 {
             self.field.map_or(2, |f| f.tag)
         }
@@ -653,6 +491,7 @@ mod text {
         }
 
         fn visit_bool<E: de::Error>(mut self, v: bool) -> Result<bool, E> {
+            self.single()?;
             match self.ty {
                 Type::Bool => self.put_varint(u64::from(v)),
                 _ => return Err(self.wrong("no boolean")),
@@ -661,14 +500,17 @@ mod text {
         }
 
         fn visit_i64<E: de::Error>(mut self, v: i64) -> Result<bool, E> {
+            self.single()?;
             self.int(i128::from(v))
         }
 
         fn visit_u64<E: de::Error>(mut self, v: u64) -> Result<bool, E> {
+            self.single()?;
             self.int(i128::from(v))
         }
 
         fn visit_f64<E: de::Error>(mut self, v: f64) -> Result<bool, E> {
+            self.single()?;
             match (self.ty, serde_json::Number::from_f64(v)) {
                 (Type::Quantity, Some(n)) => {
                     self.quantity(&n.to_string());
@@ -679,6 +521,7 @@ mod text {
         }
 
         fn visit_str<E: de::Error>(mut self, s: &str) -> Result<bool, E> {
+            self.single()?;
             match self.ty {
                 Type::Str => self.put_len(s.as_bytes()),
                 Type::Bytes => match STANDARD.decode(s) {
@@ -718,7 +561,7 @@ mod text {
         }
 
         fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<bool, A::Error> {
-            if !self.field.is_some_and(|f| f.repeated) || self.root.is_some() {
+            if !self.field.is_some_and(|f| f.repeated) || self.root.is_some() || self.element {
                 return Err(self.wrong("no list"));
             }
             while let Some(written) = seq.next_element_seed(FieldSeed {
@@ -726,6 +569,7 @@ mod text {
                 field: self.field,
                 ty: self.ty,
                 root: None,
+                element: true,
                 out: &mut *self.out,
             })? {
                 if !written {
@@ -736,12 +580,14 @@ mod text {
         }
 
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
+            self.single()?;
             let FieldSeed {
                 message,
                 field,
                 ty,
                 root,
                 out,
+                ..
             } = self;
             if let Type::Map(value_ty) = ty {
                 let tag = field.map_or(2, |f| f.tag);
@@ -763,6 +609,7 @@ mod text {
                         field: Some(&value_field),
                         ty: value_ty,
                         root: None,
+                        element: false,
                         out: &mut *out,
                     })?;
                     if written {
@@ -822,6 +669,7 @@ mod text {
                             field: Some(f),
                             ty: &f.ty,
                             root: None,
+                            element: false,
                             out,
                         })?;
                     }
