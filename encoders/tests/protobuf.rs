@@ -397,6 +397,13 @@ fn the_json_text_is_read_in_any_key_order_and_refused_when_it_does_not_fit() {
         protobuf::decode_json(POD, &one).unwrap(),
         protobuf::decode_json(POD, &other).unwrap()
     );
+    // Escapes in keys and values.
+    let escaped = br#"{"metadata":{"na\u006de":"n","labels":{"k8s.io\/app":"a\"b"}}}"#;
+    let back = protobuf::decode_json(POD, &protobuf::encode_json_text(POD, escaped).unwrap()).unwrap();
+    assert_eq!(
+        Value::Object(back),
+        json!({"metadata": {"name": "n", "labels": {"k8s.io/app": "a\"b"}}})
+    );
     for bad in [
         &br#"{"metadata": {"name": 5}}"#[..],
         br#"{"metadata": {"labels": ["a"]}}"#,

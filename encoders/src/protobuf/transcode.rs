@@ -341,6 +341,7 @@ pub(crate) fn encode_json_text(
 
 /// The serde side of [`encode_json_text`]: a seed per value, writing as it reads.
 mod text {
+    use std::borrow::Cow;
     use std::fmt;
 
     use base64::Engine as _;
@@ -350,6 +351,33 @@ mod text {
     use serde_json::value::RawValue;
 
     use super::{Field, MESSAGES, Message, Type, key};
+
+    /// An object's key, borrowed from the JSON text unless it has escapes.
+    struct Key<'de>(Cow<'de, str>);
+
+    impl<'de> de::Deserialize<'de> for Key<'de> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct KeyVisitor;
+
+            impl<'de> Visitor<'de> for KeyVisitor {
+                type Value = Key<'de>;
+
+                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    f.write_str("a key")
+                }
+
+                fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Key<'de>, E> {
+                    Ok(Key(Cow::Borrowed(s)))
+                }
+
+                fn visit_str<E: de::Error>(self, s: &str) -> Result<Key<'de>, E> {
+                    Ok(Key(Cow::Owned(s.to_owned())))
+                }
+            }
+
+            d.deserialize_str(KeyVisitor)
+        }
+    }
 
     /// Writes the key of field `tag` and a one-byte length to fill in; where the content starts.
     fn open(out: &mut Vec<u8>, tag: u32) -> usize {
@@ -591,7 +619,7 @@ mod text {
             } = self;
             if let Type::Map(value_ty) = ty {
                 let tag = field.map_or(2, |f| f.tag);
-                while let Some(k) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                while let Some(k) = map.next_key::<Key<'de>>()?.map(|k| k.0) {
                     let entry_start = out.len();
                     let start = open(out, tag);
                     key(out, 1, WireType::LengthDelimited);
@@ -639,7 +667,7 @@ mod text {
                 .filter(|f| f.inline)
                 .map(|f| (f, Vec::new()))
                 .collect();
-            while let Some(k) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            while let Some(k) = map.next_key::<Key<'de>>()?.map(|k| k.0) {
                 let target = sub
                     .fields
                     .iter()
