@@ -157,12 +157,18 @@ fn copy_two(chunk: &mut BytesMut, limit: usize, head: &[u8], tail: &[u8], done: 
 
 /// The key and length that precede a protobuf list item (`items`, field 2) of `len` bytes.
 fn item_prefix(len: usize) -> ([u8; 11], usize) {
+    // The varint written by hand: this runs once per item of every protobuf LIST.
     let mut prefix = [0u8; 11];
     prefix[0] = 0x12;
-    let mut rest = &mut prefix[1..];
-    prost::encoding::encode_varint(len as u64, &mut rest);
-    let n = 11 - rest.len();
-    (prefix, n)
+    let mut v = len as u64;
+    let mut n = 1;
+    while v >= 0x80 {
+        prefix[n] = (v as u8) | 0x80;
+        v >>= 7;
+        n += 1;
+    }
+    prefix[n] = v as u8;
+    (prefix, n + 1)
 }
 
 /// The protobuf list header: the envelope's start, then `metadata` (ListMeta: selfLink,
@@ -334,7 +340,13 @@ impl StreamingList {
                     };
                     if format == WireFormat::Protobuf {
                         let (prefix, n) = item_prefix(bytes.len());
-                        cut = copy_two(chunk, limit, &prefix[..n], bytes, 0);
+                        cut = if limit - chunk.len() > n {
+                            // The prefix fits whole: one copy of it, then the item's.
+                            chunk.extend_from_slice(&prefix[..n]);
+                            copy_some(chunk, limit, bytes, 0).map(|d| d + n)
+                        } else {
+                            copy_two(chunk, limit, &prefix[..n], bytes, 0)
+                        };
                         return cut.is_none() && chunk.len() < limit;
                     }
                     if !first {
