@@ -15,13 +15,14 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
-use watchcache_encoders::{Status, protobuf};
+use watchcache_encoders::{ResourceInfo, Status, protobuf};
 
 use crate::app::AppState;
 use crate::connection::Connection;
 use crate::discovery;
 use crate::media::{self, ReadFormat};
 use crate::metrics;
+use crate::openapi;
 use crate::params::{DeleteParams, Params, WriteParams};
 use crate::patch::PatchType;
 use crate::reads;
@@ -346,16 +347,12 @@ async fn resource_request(
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let protobuf_message = target.as_ref().ok().and_then(|t| t.resource.info.protobuf);
+    let served = target.as_ref().ok().map(|t| t.resource.clone());
     let is_write = method != Method::GET;
     // DeleteOptions may come in protobuf, as client-go's typed clients send them.
     let delete_body = || match &body[..] {
         [] => Ok(std::borrow::Cow::Borrowed(&body[..])),
-        b => media::json_body(
-            content_type,
-            b,
-            Some("io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions"),
-        ),
+        b => media::json_body(content_type, b, Some(openapi::DELETE_OPTIONS)),
     };
     let result = match target {
         Ok(t) if t.subresource.is_some() && !matches!(method, Method::GET | Method::PUT | Method::PATCH) => {
@@ -365,7 +362,7 @@ async fn resource_request(
         }
         Ok(t) => match (method, t.name.as_deref()) {
             (Method::GET, name) => {
-                let format = media::read_format(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
+                let format = media::read_format(accept.as_deref());
                 match format.and_then(|f| Params::parse(query.as_deref()).map(|p| (f, p))) {
                     Ok((format, p)) => {
                         let form = match format {
@@ -425,8 +422,8 @@ async fn resource_request(
         Err(s) => Err(s),
     };
     let response = result.unwrap_or_else(|s| status_response(&s));
-    match (is_write, media::read_format(accept.as_deref()), protobuf_message) {
-        (true, Ok(ReadFormat::Protobuf), Some(message)) => protobuf_write_response(response, message).await,
+    match (is_write, media::read_format(accept.as_deref()), served) {
+        (true, Ok(ReadFormat::Protobuf), Some(r)) => protobuf_write_response(response, &r.info).await,
         _ => response,
     }
 }
@@ -434,7 +431,7 @@ async fn resource_request(
 /// A write's answer in protobuf, for a client that prefers it: the object (or Status) the
 /// write answered with in JSON, transcoded. Errors, and answers of other shapes (the list a
 /// DeleteCollection returns), stay JSON, which every client reads by its Content-Type.
-async fn protobuf_write_response(response: Response, message: &str) -> Response {
+async fn protobuf_write_response(response: Response, info: &ResourceInfo) -> Response {
     let is_json = response
         .headers()
         .get(header::CONTENT_TYPE)
@@ -448,17 +445,16 @@ async fn protobuf_write_response(response: Response, message: &str) -> Response 
     };
     let object: Option<serde_json::Map<String, serde_json::Value>> = serde_json::from_slice(&bytes).ok();
     let transcoded = object.and_then(|o| {
-        let kind = o.get("kind")?.as_str()?.to_owned();
-        let api_version = o.get("apiVersion")?.as_str()?.to_owned();
-        let definition = if kind == "Status" {
-            "io.k8s.apimachinery.pkg.apis.meta.v1.Status"
-        } else if message.rsplit('.').next() == Some(kind.as_str()) {
-            message
-        } else {
-            return None;
+        let kind = o.get("kind")?.as_str()?;
+        let api_version = o.get("apiVersion")?.as_str()?;
+        let definition = match kind {
+            "Status" => openapi::STATUS,
+            k if k == info.kind => info.protobuf?,
+            _ => return None,
         };
-        let raw = protobuf::encode_json(definition, &o).ok()?;
-        Some(protobuf::envelope(&api_version, &kind, &raw))
+        // The answer is JSON text already: transcoded as it is.
+        let raw = protobuf::encode_json_text(definition, &bytes).ok()?;
+        Some(protobuf::envelope(api_version, kind, &raw))
     });
     match transcoded {
         Some(body) => {
