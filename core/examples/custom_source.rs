@@ -26,12 +26,9 @@ impl MapSource {
         *rev = Revision::new(rev.get() + 1);
         let (key, value) = (key.to_owned(), Bytes::from(value.to_owned()));
         let prev = map.insert(key.clone(), (value.clone(), *rev)).map(|(v, _)| v);
-        let event = SourceEvent::Put {
-            key,
-            value,
-            mod_revision: *rev,
-            prev,
-        };
+        // One change per revision here; a store whose writes change several keys at once
+        // (a transaction) yields them in one `Changes`.
+        let event = SourceEvent::single(*rev, SourceChange::Put { key, value, prev });
         log.push(event.clone());
         let _ = self.0.1.send(event); // under the lock: a watch sees each change once
     }
@@ -58,8 +55,7 @@ impl Source for MapSource {
 
     async fn watch(&self, prefix: &str, from: Revision) -> Result<Self::Watch, SourceError> {
         let Data(_, _, log) = &*self.0.0.lock().unwrap();
-        let since =
-            |e: &&SourceEvent| matches!(e, SourceEvent::Put { mod_revision, .. } if *mod_revision >= from);
+        let since = |e: &&SourceEvent| e.revision() >= from;
         let replay: Vec<_> = log.iter().filter(since).cloned().map(Ok).collect();
         let live = stream::unfold(self.0.1.subscribe(), |mut rx| async move {
             Some((
@@ -71,7 +67,8 @@ impl Source for MapSource {
         });
         let prefix = prefix.to_owned();
         let under = move |e: &Result<SourceEvent, _>| {
-            std::future::ready(!matches!(e, Ok(SourceEvent::Put { key, .. }) if !key.starts_with(&prefix)))
+            std::future::ready(!matches!(e, Ok(SourceEvent::Changes { changes, .. })
+                if changes.iter().all(|c| !c.key().starts_with(&prefix))))
         };
         Ok(stream::iter(replay).chain(live).filter(under).boxed())
     }

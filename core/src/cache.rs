@@ -268,7 +268,9 @@ impl<S: Source> Cache<S> {
         self.len() == 0
     }
 
-    /// The oldest revision a LIST can match exactly, or continue from: the oldest snapshot kept.
+    /// The oldest revision a LIST can match exactly, or continue from, with the cache's own
+    /// state: the history window's floor (older revisions are read from the source while it
+    /// retains them; snapshots that paginated LISTs pinned are kept beyond it).
     pub fn oldest_revision(&self) -> Revision {
         self.inner.store.load().map_or(Revision::ZERO, |v| v.oldest())
     }
@@ -433,9 +435,21 @@ impl<S: Source> Cache<S> {
                 oldest: compacted,
             }));
         }
+        if let Some(snapshot) = self.inner.store.pinned(revision) {
+            return Ok((self.ready_view().await?, snapshot));
+        }
         let view = match self.fresh_view(revision).await {
             Ok(view) => match view.at(revision) {
-                Ok(snapshot) => return Ok((view, snapshot)),
+                Ok(snapshot) => {
+                    if revision < view.current().revision() {
+                        self.inner
+                            .store
+                            .stats
+                            .undone_reads
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                    return Ok((view, snapshot));
+                }
                 Err(_) => view,
             },
             Err(CacheError::TooLargeResourceVersion { .. })
@@ -457,6 +471,14 @@ impl<S: Source> Cache<S> {
             .source_reads
             .fetch_add(1, Ordering::Relaxed);
         Ok((view, snapshot))
+    }
+
+    /// Keeps `snapshot`, the state at `revision`, for the next pages of a LIST that continues
+    /// it (see `Store::pin`).
+    pub(crate) fn pin(&self, revision: Revision, snapshot: &Arc<Snapshot>) {
+        self.inner
+            .store
+            .pin(revision, snapshot, self.config().snapshot_retention);
     }
 
     /// Whether the source proves the state of the prefix at `revision` is `view`'s own (which

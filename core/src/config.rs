@@ -22,12 +22,12 @@ pub struct CacheConfig {
     /// Events older than this, beyond the lower bound, are released so their memory returns
     /// (the apiserver's `eventFreshDuration`). Default 75 s.
     pub fresh_window: Duration,
-    /// How long a snapshot is kept after the event that superseded it, beyond the history
-    /// window, so that the pages of a LIST can follow one another through a burst of writes.
-    /// Default 75 s.
+    /// How long the snapshot a paginated LIST reads is kept after its last page was served,
+    /// so that its next page reads the same state however many writes went by (0: only while
+    /// the history window can make it again). Default 75 s.
     pub snapshot_retention: Duration,
-    /// The bytes of superseded object versions history may hold (ring entries and snapshots
-    /// together); the oldest are released beyond it whatever their age. Default 256 MiB.
+    /// The bytes of superseded object versions history may hold (the ring's entries); the
+    /// oldest are released beyond it whatever their age. Default 256 MiB.
     pub history_bytes: usize,
     /// How long reads wait for the cache to reach a revision. Default 3 s.
     pub fresh_timeout: Duration,

@@ -5,13 +5,14 @@
 //! This is the apiserver's watcher indexing (`cacher.go` keeps `valueWatchers` per index
 //! value, e.g. pods by `spec.nodeName`) adapted to cursors into one shared ring. Every watcher
 //! is registered, for its whole life, under exactly one [`Interest`]: the object name its
-//! field selector requires, else the value it requires for the hub's trigger field, else the
-//! namespace it is restricted to, else "all". Every object the watcher's filter can select
-//! (in its new or its previous version) is in that interest's [`Bucket`].
+//! field selector requires (in the namespace it is restricted to, or in any), else the value
+//! it requires for the hub's trigger field, else the namespace it is restricted to, else
+//! "all". Every object the watcher's filter can select (in its new or its previous version)
+//! is in that interest's [`Bucket`].
 //!
 //! **Chains.** Each ring entry carries one link per role it can play for a bucket: its
-//! namespace, its trigger value, its previous version's trigger value (when that differs) and
-//! its name ([`Role`]). The writer keeps, per registered bucket, the last entry it published
+//! namespace, its trigger value, its previous version's trigger value (when that differs),
+//! its name in its namespace, and its name in any namespace ([`Role`]). The writer keeps, per registered bucket, the last entry it published
 //! into that bucket, and when it publishes the next one it stores the new sequence number in
 //! the old entry's link (Release). A watcher that has read an entry of its bucket follows the
 //! link (Acquire) to its next event; until the writer stores it, the link reads "pending".
@@ -58,8 +59,15 @@ pub const BOOKMARK_PHASES: usize = if cfg!(watchcache_loom) { 2 } else { 16 };
 /// Where a watcher is registered.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Interest {
-    /// Only objects with this name (`metadata.name=`).
-    Name(Box<str>),
+    /// Only objects with this name (`metadata.name=`), in this namespace ("" for a watcher
+    /// that does not restrict the namespace: then in any, and cluster-scoped objects, whose
+    /// namespace is "", are in the same bucket).
+    Name {
+        /// The namespace, or "" for any.
+        namespace: Box<str>,
+        /// The name.
+        name: Box<str>,
+    },
     /// Only objects whose trigger field has this value (in the new or previous version).
     Trigger(Box<str>),
     /// Only objects in this namespace.
@@ -77,11 +85,14 @@ pub(crate) enum Role {
     Trigger = 1,
     /// The bucket of the previous version's trigger value, when it differs from the new one.
     TriggerPrev = 2,
-    /// The bucket of the object's name.
+    /// The bucket of the object's name in its namespace.
     Name = 3,
+    /// The bucket of the object's name in any namespace, for an object in a namespace (one
+    /// that is not has only the `Name` role: its namespace is "", the "any" bucket's).
+    NameAnyNamespace = 4,
 }
 
-const ROLES: usize = 4;
+const ROLES: usize = 5;
 
 impl Interest {
     /// The role `event` plays for this interest's bucket, `None` when it is not in it (or the
@@ -90,7 +101,18 @@ impl Interest {
     pub(crate) fn role_of(&self, event: &Event, trigger: Option<&str>) -> Option<Role> {
         let object = event.object()?;
         match self {
-            Interest::Name(n) => (object.key().name() == &**n).then_some(Role::Name),
+            Interest::Name { namespace, name } => {
+                let key = object.key();
+                if key.name() != &**name {
+                    None
+                } else if key.namespace() == &**namespace {
+                    Some(Role::Name)
+                } else if namespace.is_empty() {
+                    Some(Role::NameAnyNamespace)
+                } else {
+                    None
+                }
+            }
             Interest::Namespace(ns) => (object.key().namespace() == &**ns).then_some(Role::Namespace),
             Interest::Trigger(v) => {
                 let t = trigger?;
@@ -336,7 +358,9 @@ struct Registered {
 /// watch starts and ends and the writer take: never a delivery or a park.
 #[derive(Debug)]
 pub(crate) struct Registry {
-    by_name: HashMap<Box<str>, Registered>,
+    /// By name, then namespace ("" for watchers of a name in any namespace): found without
+    /// building a key, and two lookups find both buckets an object is in.
+    by_name: HashMap<Box<str>, HashMap<Box<str>, Registered>>,
     by_trigger: HashMap<Box<str>, Registered>,
     by_namespace: HashMap<Box<str>, Registered>,
     all: Option<Registered>,
@@ -361,7 +385,7 @@ impl Default for Registry {
 impl Registry {
     fn slot(&mut self, interest: &Interest) -> Option<&mut Registered> {
         match interest {
-            Interest::Name(n) => self.by_name.get_mut(n),
+            Interest::Name { namespace, name } => self.by_name.get_mut(name)?.get_mut(namespace),
             Interest::Trigger(v) => self.by_trigger.get_mut(v),
             Interest::Namespace(ns) => self.by_namespace.get_mut(ns),
             Interest::All => self.all.as_mut(),
@@ -388,7 +412,12 @@ impl Registry {
             last: None,
         };
         let slot = match interest {
-            Interest::Name(n) => self.by_name.entry(n.clone()).or_insert_with(|| new(1)),
+            Interest::Name { namespace, name } => self
+                .by_name
+                .entry(name.clone())
+                .or_default()
+                .entry(namespace.clone())
+                .or_insert_with(|| new(1)),
             Interest::Trigger(v) => self.by_trigger.entry(v.clone()).or_insert_with(|| new(1)),
             Interest::Namespace(ns) => self
                 .by_namespace
@@ -410,7 +439,14 @@ impl Registry {
             return;
         }
         match interest {
-            Interest::Name(n) => drop(self.by_name.remove(n)),
+            Interest::Name { namespace, name } => {
+                if let Some(namespaces) = self.by_name.get_mut(name) {
+                    namespaces.remove(namespace);
+                    if namespaces.is_empty() {
+                        self.by_name.remove(name);
+                    }
+                }
+            }
             Interest::Trigger(v) => drop(self.by_trigger.remove(v)),
             Interest::Namespace(ns) => drop(self.by_namespace.remove(ns)),
             Interest::All => self.all = None,
@@ -425,6 +461,7 @@ impl Registry {
     fn buckets(&self) -> impl Iterator<Item = &Registered> {
         self.by_name
             .values()
+            .flat_map(|namespaces| namespaces.values())
             .chain(self.by_trigger.values())
             .chain(self.by_namespace.values())
             .chain(self.all.as_ref())
@@ -468,7 +505,12 @@ impl Registry {
             prev_value.and_then(|v| self.by_trigger.get_mut(v)),
             Role::TriggerPrev,
         );
-        chain(self.by_name.get_mut(key.name()), Role::Name);
+        if let Some(namespaces) = self.by_name.get_mut(key.name()) {
+            chain(namespaces.get_mut(key.namespace()), Role::Name);
+            if !key.namespace().is_empty() {
+                chain(namespaces.get_mut(""), Role::NameAnyNamespace);
+            }
+        }
         if let Some(all) = &self.all {
             all.bucket.drain(seq, &all.per_shard, woken);
         }

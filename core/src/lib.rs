@@ -88,8 +88,6 @@ pub mod protocol;
 mod read;
 mod reflector;
 mod retention;
-#[doc(hidden)]
-pub use retention::snapshot_step_bytes;
 mod ring;
 mod rv;
 mod selector;
@@ -116,7 +114,7 @@ pub use selector::{
 };
 pub use snapshot::{ListItems, Snapshot};
 pub use source::memory::MemorySource;
-pub use source::{Source, SourceError, SourceEvent, SourceItem, SourceList};
+pub use source::{Source, SourceChange, SourceError, SourceEvent, SourceItem, SourceList};
 pub use stats::CacheStats;
 pub use watch::{CacheWatch, WatchOptions};
 pub use watcher::{

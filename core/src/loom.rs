@@ -109,6 +109,21 @@ pub(crate) mod weaken {
         feature = "loom-weaken-bookmark-progress-late"
     ));
 
+    /// Whether the hub commits a revision's entries to the ring together (else one by one,
+    /// and a watcher can see part of a revision).
+    pub(crate) const COMMIT_REVISION_WHOLE: bool =
+        !cfg!(all(watchcache_loom, feature = "loom-weaken-commit-each"));
+
+    /// Whether a watcher with nothing to read is filed in its bucket when it starts (else only
+    /// at its first poll, and traffic it would filter out can lap it before).
+    pub(crate) const PARK_AT_START: bool =
+        !cfg!(all(watchcache_loom, feature = "loom-weaken-no-park-at-start"));
+
+    /// Whether a lapped watcher resumes when the window still holds everything it needs
+    /// (else every lap is a 410).
+    pub(crate) const RESUME_AFTER_HARMLESS_LAP: bool =
+        !cfg!(all(watchcache_loom, feature = "loom-weaken-no-lap-resume"));
+
     /// Whether `EventRing::len` reads the tail once (it read it twice, and underflowed when the
     /// writer trimmed in between).
     pub(crate) const LEN_ONE_TAIL_LOAD: bool =

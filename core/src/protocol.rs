@@ -16,11 +16,13 @@
 //! holding a later sequence. No slot ever holds an older sequence than it held before.
 //!
 //! 1. **Publication.** For entry `s` the writer swaps the slot's pointer to the new entry
-//!    (Release), then stores `floor` and `head` (Release), then `tail = s + 1` (Release).
-//!    A reader loads `tail` (Acquire) before a slot (Acquire). So a reader that sees
+//!    (Release) and stores `floor` (Release): the entry is *staged*. Committing stores `head`
+//!    (Release), then `tail = s + 1` (Release), for every entry staged since the last commit
+//!    at once. A reader loads `tail` (Acquire) before a slot (Acquire). So a reader that sees
 //!    `tail > s` finds in slot `s` the entry for `s` or a later one, whole: stamp, revision,
 //!    floor and value were written before the pointer that publishes them. A reader is never
-//!    handed an entry for another sequence than it asked, and never a torn one.
+//!    handed an entry for another sequence than it asked, and never a torn one; a staged
+//!    entry is at or past the tail it loaded, so it reads as not there yet.
 //!    *Models: `publish_against_read`; with a Relaxed tail store the model fails
 //!    (`weaken-tail-relaxed`: a reader is told "lapped" for an entry not yet written).*
 //! 2. **Lap and expiry.** A reader at sequence `s` compares the entry's stamp with `s`:
@@ -74,7 +76,13 @@
 //!    out. A poll it was not woken for (a bookmark tick, or a spurious one) leaves it filed
 //!    and changes only its waker, so the promise holds across such polls too. A watcher that
 //!    leaves its bucket by itself (its second look found something) unfiles under the
-//!    shard's lock and ignores any stamp. *Models: `register_deregister`, `wakeup`.*
+//!    shard's lock and ignores any stamp. A watcher that has nothing to read when it starts
+//!    (its start at the tail, after passing over the published entries its filter rejects) is
+//!    filed at once, under the registry's lock, where the writer is not publishing, so it is
+//!    verified idle from its first instant: traffic it would filter out cannot lap it before
+//!    its first poll, however late that comes (a watch sends its initial events first).
+//!    *Models: `register_deregister`, `wakeup`, `park_at_start`; filing only at the first poll
+//!    lets others' events lap a watcher that was never polled (`weaken-no-park-at-start`).*
 //! 7. **Chains.** Each entry has one link per role it plays for a bucket (namespace, trigger
 //!    value, previous trigger value, name). Holding the registry's lock across the push, the
 //!    writer publishes entry `t`, then, for each bucket it is in, stores `t` in the link of
@@ -98,7 +106,7 @@
 //!
 //! # Snapshot and revision publication ([`Cache`](crate::Cache))
 //!
-//! 9. The reflector publishes the hub, the snapshots and the cache's revision as one
+//! 9. The reflector publishes the hub, the current snapshot and the cache's revision as one
 //!    immutable `View` (ArcSwap), and only then announces the revision (a tokio watch
 //!    channel); both steps are `Store::publish` in `store.rs`, the only place views are
 //!    stored. A reader that waited for revision `N` and then loads the state sees a state at
@@ -106,7 +114,7 @@
 //!    stand-ins for ArcSwap and the channel (neither runs under loom); announcing first makes
 //!    it fail (`weaken-announce-early`).*
 //! 10. **Progress.** A progress notification moves the hub's progress revision (claim 8) and
-//!     publishes a new view at the notified revision with the same snapshots (claim 9). It
+//!     publishes a new view at the notified revision with the same snapshot (claim 9). It
 //!     takes no history slot and wakes no watcher.
 //!
 //! # The ring's length ([`EventRing::len`](crate::EventRing::len))
@@ -116,3 +124,30 @@
 //!     can see the writer's later pushes and a trim bound past the first load, and the
 //!     subtraction underflows. *Model: `len`; with two loads it fails
 //!     (`weaken-len-two-loads`: a length of 2^64 - 2 for a ring of 2).*
+//!
+//! # Revisions ([`Publisher::publish_revision`](crate::Publisher::publish_revision))
+//!
+//! 12. **A revision is published whole.** Several events may share a revision (one write that
+//!     changed several keys). The hub stages every event of a revision, commits them with one
+//!     tail store (claim 1), and only then links them into their buckets' chains and drains
+//!     those buckets, in order, all under the registry's lock; the progress revision moves
+//!     after the last drain (claim 8). A watcher therefore reads all of a revision or none of
+//!     it: it cannot see a tail that covers one of its events but not another, a link is
+//!     stored only after the tail that covers both, and a bookmark at the revision follows
+//!     all of it. A revision is published once: a later event at the same revision is refused.
+//!     *Model: `revision`; committing each event on its own lets a watcher read half of a
+//!     revision (`weaken-commit-each`).*
+//!
+//! # Laps ([`Watcher`](crate::Watcher))
+//!
+//! 13. **A lap is a loss only when something needed went.** A watcher keeps `complete`: the
+//!     revision every entry up to which it has read, passed over as not its own (claim 6), or
+//!     skipped as at or below its start. It moves to the previous revision when the watcher
+//!     reads the first entry of a newer one (a revision's entries are adjacent and published
+//!     together, claim 12), and to the last one read when nothing more is there. When the
+//!     entry at its cursor is gone, the watcher asks the ring where the first entry after
+//!     `complete` (or its start) is (claim 4): if that is still held, every entry that went
+//!     had a revision at or below the floor, so at or below `complete`, and it resumes there;
+//!     only otherwise is it `Expired`. So a watcher woken by an entry it would have skipped,
+//!     which is then overwritten, goes on. *Model: `harmless_lap`; treating every lap as
+//!     a 410 fails it (`weaken-no-lap-resume`).*

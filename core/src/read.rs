@@ -165,7 +165,11 @@ impl<S: Source> Cache<S> {
         let plan = snapshot.plan(filter);
         let page = page(&snapshot, plan, start_after.as_ref(), limit, filter, selects_all);
         let continue_token = match &page.more_after {
-            Some(k) => Some(self.tokens()?.encode(revision, k)),
+            Some(k) => {
+                // The next pages read this snapshot: pinned while they are asked for.
+                self.pin(revision, &snapshot);
+                Some(self.tokens()?.encode(revision, k))
+            }
             None => None,
         };
         let remaining_item_count = (continue_token.is_some() && selects_all).then_some(page.rest as u64);

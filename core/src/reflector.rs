@@ -30,10 +30,13 @@ use crate::continue_token::Tokens;
 use crate::event::Event;
 use crate::interest::BOOKMARK_PHASES;
 use crate::object::{Codec, ObjectVersion};
-use crate::retention::{Retention, snapshot_step_bytes};
+use crate::retention::Retention;
+use crate::ring::Seq;
 use crate::rv::Revision;
 use crate::snapshot::Snapshot;
-use crate::source::{Source, SourceError, SourceEvent, SourceItem, SourceList, parse_storage_key};
+use crate::source::{
+    Source, SourceChange, SourceError, SourceEvent, SourceItem, SourceList, parse_storage_key,
+};
 use crate::stats::CacheStats;
 use crate::store::{Store, View};
 use crate::watcher::{Publisher, WatchHub};
@@ -329,7 +332,7 @@ impl<S: Source> Reflector<S> {
         };
         let view = View {
             hub,
-            snapshots: imbl::vector![snapshot],
+            current: snapshot,
             revision,
         };
         match fill_to {
@@ -349,60 +352,41 @@ impl<S: Source> Reflector<S> {
         debug!(resource = %config.resource, revision = %revision, "listed");
     }
 
-    /// Publishes one event and the snapshot after it.
-    fn push(&mut self, event: Event) {
+    /// Publishes every event of one revision to the ring, and the snapshot after all of them:
+    /// a watcher and a LIST see the whole revision or none of it.
+    fn push(&mut self, revision: Revision, events: Vec<Event>) {
         let view = self.view();
         let Some(publisher) = self.publisher.as_mut() else {
             return;
         };
         let now = Instant::now();
-        let structural = matches!(event, Event::Added { .. } | Event::Deleted { .. });
-        let snapshot_cost = snapshot_step_bytes(view.current().len(), structural);
-        match publisher.publish_deferred(event.clone()) {
-            Ok(seq) => {
-                let superseded = event.prev().map_or(0, |p| p.retained_bytes());
-                self.retention.published(now, seq, superseded, snapshot_cost);
+        let next = Arc::new(view.current().apply_all(&events));
+        let superseded: Vec<usize> = events
+            .iter()
+            .map(|e| e.prev().map_or(0, |p| p.retained_bytes()))
+            .collect();
+        let count = events.len() as u64;
+        match publisher.publish_revision_deferred(events) {
+            Ok(seqs) => {
+                for (seq, bytes) in (seqs.start.get()..seqs.end.get()).zip(superseded) {
+                    self.retention.published(now, Seq::new(seq), bytes);
+                }
             }
             Err(e) => {
-                warn!(resource = %self.config.resource, error = %e, "event out of order, skipped");
+                warn!(resource = %self.config.resource, error = %e, "revision out of order, skipped");
                 return;
             }
         }
-        let revision = event.revision().max(view.revision);
-        let next = Arc::new(view.current().apply(&event));
-        let snapshots = if self.held.is_some() {
-            // A history fill replays into the ring for watches only: the states between are
-            // not kept (Exact reads of them go to the source, which still has them), so a
-            // replay of many creations does not hold a snapshot for each.
-            self.retention.forget_snapshots();
-            imbl::vector![next]
-        } else {
-            let mut snapshots = view.snapshots.clone();
-            snapshots.push_back(next);
-            snapshots
-        };
-        self.store.stats.events.fetch_add(1, Ordering::Relaxed);
-        self.release(now, snapshots, revision, &view);
+        self.store.stats.events.fetch_add(count, Ordering::Relaxed);
+        self.release(now, next, revision.max(view.revision), &view);
     }
 
-    /// Publishes a view with `snapshots` at `revision`, after releasing the history that
+    /// Publishes a view of `current` at `revision`, after releasing the history that
     /// retention says must go (beyond its count, age or bytes; see `retention.rs`).
-    fn release(
-        &mut self,
-        now: Instant,
-        mut snapshots: imbl::Vector<Arc<Snapshot>>,
-        revision: Revision,
-        view: &View,
-    ) {
-        let release = self.retention.release(now);
-        if let (Some(below), Some(publisher)) = (release.ring_below, self.publisher.as_mut()) {
+    fn release(&mut self, now: Instant, current: Arc<Snapshot>, revision: Revision, view: &View) {
+        if let (Some(below), Some(publisher)) = (self.retention.release(now), self.publisher.as_mut()) {
             let floor = publisher.trim(below);
             debug!(resource = %self.config.resource, %floor, "released history");
-        }
-        for _ in 0..release.snapshots {
-            if snapshots.len() > 1 {
-                snapshots.pop_front();
-            }
         }
         self.store
             .stats
@@ -410,45 +394,49 @@ impl<S: Source> Reflector<S> {
             .store(self.retention.bytes() as u64, Ordering::Relaxed);
         self.publish(View {
             hub: view.hub.clone(),
-            snapshots,
+            current,
             revision,
         });
     }
 
+    /// Applies one revision's changes (or a progress notification). A revision at or below
+    /// the cache's was applied already, whole (a re-watch replays from the next one). Each
+    /// change is paired with the version it replaces in the state before the revision (a
+    /// revision changes each key once); changes of keys the cache does not hold, or that do
+    /// not decode, publish nothing, and a revision with nothing left is a progress.
     fn apply(&mut self, event: SourceEvent) {
         let view = self.view();
-        match event {
-            SourceEvent::Put {
-                key,
-                value,
-                mod_revision,
-                ..
-            } if mod_revision > view.revision => {
-                let Some(object) = self.decode(&key, &value, mod_revision) else {
-                    return self.progress(mod_revision);
-                };
-                let prev = view.current().get(object.key()).cloned();
-                self.push(match prev {
-                    Some(prev) => Event::Modified { object, prev },
-                    None => Event::Added { object },
-                });
-            }
-            SourceEvent::Delete {
-                key, mod_revision, ..
-            } if mod_revision > view.revision => {
-                let prev = parse_storage_key(&self.config.prefix, &key)
-                    .and_then(|k| view.current().get(&k).cloned());
-                match prev {
-                    Some(prev) => self.push(Event::Deleted {
-                        revision: mod_revision,
-                        prev,
-                    }),
-                    None => self.progress(mod_revision),
+        let (revision, changes) = match event {
+            SourceEvent::Progress { revision } => return self.progress(revision),
+            SourceEvent::Changes { revision, .. } if revision <= view.revision => return,
+            SourceEvent::Changes { revision, changes } => (revision, changes),
+        };
+        let current = view.current();
+        let mut events = Vec::with_capacity(changes.len());
+        for change in changes {
+            match change {
+                SourceChange::Put { key, value, .. } => {
+                    let Some(object) = self.decode(&key, &value, revision) else {
+                        continue;
+                    };
+                    events.push(match current.get(object.key()).cloned() {
+                        Some(prev) => Event::Modified { object, prev },
+                        None => Event::Added { object },
+                    });
+                }
+                SourceChange::Delete { key, .. } => {
+                    let prev =
+                        parse_storage_key(&self.config.prefix, &key).and_then(|k| current.get(&k).cloned());
+                    if let Some(prev) = prev {
+                        events.push(Event::Deleted { revision, prev });
+                    }
                 }
             }
-            SourceEvent::Progress { revision } => self.progress(revision),
-            // At or below our revision: already applied (a re-watch may replay).
-            SourceEvent::Put { .. } | SourceEvent::Delete { .. } => {}
+        }
+        if events.is_empty() {
+            self.progress(revision);
+        } else {
+            self.push(revision, events);
         }
     }
 
@@ -462,7 +450,8 @@ impl<S: Source> Reflector<S> {
     /// Releases what has aged out of history (see `retention.rs`), so that its memory returns.
     fn retain(&mut self) {
         let view = self.view();
-        self.release(Instant::now(), view.snapshots.clone(), view.revision, &view);
+        self.release(Instant::now(), Arc::clone(view.current()), view.revision, &view);
+        self.store.prune_pinned(self.config.snapshot_retention);
     }
 
     /// The source is at `revision` with no change for us: the hub's revision (what bookmarks
@@ -479,7 +468,7 @@ impl<S: Source> Reflector<S> {
         }
         self.publish(View {
             hub: view.hub.clone(),
-            snapshots: view.snapshots.clone(),
+            current: Arc::clone(view.current()),
             revision,
         });
     }

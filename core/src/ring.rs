@@ -88,6 +88,13 @@ pub enum PublishError {
     },
     /// A bookmark was published as an event (see `Publisher::progress`).
     Bookmark,
+    /// The events of one revision's publication carried different revisions.
+    RevisionMixed {
+        /// The revision of the first event.
+        revision: Revision,
+        /// Another event's revision.
+        other: Revision,
+    },
 }
 
 impl fmt::Display for PublishError {
@@ -100,6 +107,10 @@ impl fmt::Display for PublishError {
             PublishError::Bookmark => write!(
                 f,
                 "bookmarks take no history slot: move the hub's revision with Publisher::progress"
+            ),
+            PublishError::RevisionMixed { revision, other } => write!(
+                f,
+                "the events of revision {revision} include one at revision {other}: a revision is published whole, alone"
             ),
         }
     }
@@ -220,7 +231,7 @@ impl<T> EventRing<T> {
     }
 
     fn load_tail(&self) -> u64 {
-        // Acquire pairs with the Release store in `RingWriter::push`: a reader that sees tail
+        // Acquire pairs with the Release store in `RingWriter::commit`: a reader that sees tail
         // `t` sees every slot write of the entries below `t`.
         self.tail.load(Ordering::Acquire)
     }
@@ -267,14 +278,14 @@ impl<T> EventRing<T> {
 
     /// The revision of the newest entry (the start revision before any).
     pub fn head_revision(&self) -> Revision {
-        // Acquire pairs with the Release store in `RingWriter::push`.
+        // Acquire pairs with the Release store in `RingWriter::commit`.
         Revision::new(self.head.load(Ordering::Acquire))
     }
 
     /// The oldest revision a reader can ask for "every entry after": all entries with a
     /// higher revision are still in the ring.
     pub fn floor(&self) -> Revision {
-        // Acquire pairs with the Release store in `RingWriter::push`.
+        // Acquire pairs with the Release store in `RingWriter::stage`.
         Revision::new(self.floor.load(Ordering::Acquire))
     }
 
@@ -342,7 +353,7 @@ impl<T> EventRing<T> {
             return Read::Lapped;
         }
         let slot = &self.slots[(seq & self.mask) as usize];
-        // Acquire pairs with the Release `swap` in `RingWriter::push`: the entry's fields
+        // Acquire pairs with the Release `swap` in `RingWriter::stage`: the entry's fields
         // were written before it was linked.
         let shared = slot.load(Ordering::Acquire, guard);
         // SAFETY: the pointer is null or points to an entry: entries are only freed through
@@ -391,7 +402,7 @@ impl<T> EventRing<T> {
             let (mut l, mut h) = (lo, tail);
             while l < h {
                 let mid = l + (h - l) / 2;
-                // Acquire pairs with the Release swaps in `RingWriter::push` and `trim`.
+                // Acquire pairs with the Release swaps in `RingWriter::stage` and `trim`.
                 let shared = self.slots[(mid & self.mask) as usize].load(Ordering::Acquire, guard);
                 // SAFETY: null or an entry kept alive by `guard`, as in `read`.
                 match unsafe { shared.as_ref() } {
@@ -483,6 +494,23 @@ impl<T: Send + Sync + 'static> RingWriter<T> {
     /// go back; the ring is unchanged when they do. Never blocks: the oldest entry is
     /// overwritten and reclaimed once no reader can still see it.
     pub fn push(&mut self, revision: Revision, value: T) -> Result<Seq, PublishError> {
+        let seq = self.stage(revision, value)?;
+        self.commit();
+        Ok(seq)
+    }
+
+    /// Writes `value` at `revision` into the next slot without publishing it: readers see
+    /// nothing of it (they find `Read::Empty` at its sequence number) until [`commit`]
+    /// publishes every staged entry at once. Entries of one revision are staged one by one and
+    /// committed together, so that no reader ever sees part of a revision. Revisions must not
+    /// go back; the ring is unchanged when they do.
+    ///
+    /// Staging overwrites the slot's old entry at once (a reader there is lapped, as it would
+    /// be after the commit), and more entries than the capacity staged before a commit
+    /// overwrite each other: only the last `capacity` of them are ever read.
+    ///
+    /// [`commit`]: Self::commit
+    pub fn stage(&mut self, revision: Revision, value: T) -> Result<Seq, PublishError> {
         if revision < self.last {
             return Err(PublishError::RevisionNotIncreasing {
                 last: self.last,
@@ -514,7 +542,7 @@ impl<T: Send + Sync + 'static> RingWriter<T> {
         self.floor = floor;
         if !old.is_null() {
             // Release pairs with the Acquire load in `EventRing::floor`. Stored before the
-            // tail below, so a reader that sees the new tail sees this floor too.
+            // tail in `commit`, so a reader that sees the new tail sees this floor too.
             ring.floor.store(floor.get(), Ordering::Release);
             // SAFETY: `old` is unlinked from the only slot that held it, so no new reader can
             // reach it; readers that loaded it are pinned, and the collector frees it only
@@ -522,14 +550,21 @@ impl<T: Send + Sync + 'static> RingWriter<T> {
             // run on another thread.
             unsafe { guard.defer_destroy(old) };
         }
-        // Release pairs with the Acquire in `EventRing::head_revision`.
-        ring.head.store(revision.get(), Ordering::Release);
-        // Release pairs with the Acquire in `EventRing::tail`: publishes the slot write above.
-        // (`weaken::TAIL_STORE` is Release except in the loom model that shows why.)
-        ring.tail.store(seq + 1, weaken::TAIL_STORE);
         self.next = seq + 1;
         self.last = revision;
         Ok(Seq(seq))
+    }
+
+    /// Publishes every entry staged since the last commit, with one store of the tail: a
+    /// reader that sees any of them sees all of them.
+    pub fn commit(&mut self) {
+        let ring = &*self.ring;
+        // Release pairs with the Acquire in `EventRing::head_revision`.
+        ring.head.store(self.last.get(), Ordering::Release);
+        // Release pairs with the Acquire in `EventRing::tail`: publishes the slot writes of
+        // every staged entry. (`weaken::TAIL_STORE` is Release except in the loom model that
+        // shows why.)
+        ring.tail.store(self.next, weaken::TAIL_STORE);
     }
 
     /// Releases every entry below sequence number `keep_from` before the ring would overwrite
@@ -539,11 +574,13 @@ impl<T: Send + Sync + 'static> RingWriter<T> {
     pub fn trim(&mut self, keep_from: Seq) -> Revision {
         let keep_from = keep_from.0;
         let ring = &*self.ring;
-        let held_from = self
-            .next
+        // Relaxed: only this writer stores the tail. Entries staged and not yet committed are
+        // never released: the trim stops at the committed tail.
+        let tail = ring.tail.load(Ordering::Relaxed);
+        let held_from = tail
             .saturating_sub(ring.slots.len() as u64)
             .max(ring.trimmed.load(Ordering::Relaxed));
-        let keep_from = keep_from.min(self.next);
+        let keep_from = keep_from.min(tail);
         if keep_from <= held_from {
             return ring.floor();
         }

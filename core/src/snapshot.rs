@@ -3,9 +3,10 @@
 //! A snapshot is a persistent sorted sequence of shared object versions (an RRB vector,
 //! `imbl::Vector`): taking one is O(1), applying a change makes a new one in O(log n) that
 //! shares everything else with the old, and an item's position is known in O(log n), so a
-//! page's `remainingItemCount` is a subtraction rather than a count. The cache keeps one per
-//! entry of its history window, as the apiserver's snapshottable watch cache keeps one per
-//! revision, and serves LIST at an exact revision and continue tokens from them.
+//! page's `remainingItemCount` is a subtraction rather than a count. The cache keeps the
+//! current one, and those paginated LISTs are reading; a LIST at an older revision of the
+//! history window gets one made on demand, by undoing the ring's events after it
+//! ([`Snapshot::undo`]), so that snapshots cost what they are used for.
 //!
 //! A snapshot may also index its objects by one field (the resource's trigger field, e.g.
 //! pods by `spec.nodeName`): a persistent map from value to the objects with it, in key
@@ -285,35 +286,80 @@ impl Snapshot {
 
     /// The snapshot after `event`, at the event's revision. Bookmarks change only the revision.
     pub fn apply(&self, event: &Event) -> Snapshot {
-        let mut items = self.items.clone();
-        match event {
-            Event::Added { object } | Event::Modified { object, .. } => match self.position(object.key()) {
-                Ok(i) => {
-                    items.set(i, Arc::clone(object));
-                }
-                Err(i) => items.insert(i, Arc::clone(object)),
-            },
-            Event::Deleted { prev, .. } => {
-                if let Ok(i) = self.position(prev.key()) {
-                    items.remove(i);
-                }
-            }
-            Event::Bookmark { .. } => {}
+        self.apply_all(std::slice::from_ref(event))
+    }
+
+    /// The snapshot after every event of one revision (at most one per key), at that
+    /// revision: the state a reader sees whole, never with part of the revision applied.
+    /// Bookmarks change only the revision. No event is no change.
+    pub fn apply_all(&self, events: &[Event]) -> Snapshot {
+        let mut next = self.edited(events.last().map_or(self.revision, Event::revision));
+        for event in events {
+            let put = match event {
+                Event::Added { object } | Event::Modified { object, .. } => Some(object),
+                Event::Deleted { .. } | Event::Bookmark { .. } => None,
+            };
+            let Some(key) = event.object().map(|o| o.key()) else {
+                continue;
+            };
+            next.replace(key, event.prev(), put);
         }
-        let mut index = self.index.clone();
-        if let Some(index) = &mut index {
-            if let Some(prev) = event.prev() {
-                index.remove(prev);
-            }
-            if let Event::Added { object } | Event::Modified { object, .. } = event {
-                index.insert(object);
-            }
+        next
+    }
+
+    /// The state before every event in `events` (in the order published, all above the
+    /// target revision and at most this snapshot's), at `revision`: the events undone, newest
+    /// first. What a LIST at a revision inside the history window reads, made on demand from
+    /// the current state and the ring rather than kept for every revision.
+    pub fn undo(&self, events: &[Event], revision: Revision) -> Snapshot {
+        let mut before = self.edited(revision);
+        for event in events.iter().rev() {
+            let Some(key) = event.object().map(|o| o.key()) else {
+                continue;
+            };
+            let put = match event {
+                Event::Added { object } | Event::Modified { object, .. } => Some(object),
+                Event::Deleted { .. } | Event::Bookmark { .. } => None,
+            };
+            before.replace(key, put, event.prev());
         }
+        before
+    }
+
+    /// A copy (O(1): the structures are shared) to edit, at `revision`.
+    fn edited(&self, revision: Revision) -> Snapshot {
         Snapshot {
-            revision: event.revision(),
-            items,
-            index,
+            revision,
+            items: self.items.clone(),
+            index: self.index.clone(),
             encoded_lens: Default::default(),
+        }
+    }
+
+    /// Replaces the version of `key`: `old` (if any) goes, `new` (if any) comes.
+    fn replace(
+        &mut self,
+        key: &ObjectKey,
+        old: Option<&Arc<ObjectVersion>>,
+        new: Option<&Arc<ObjectVersion>>,
+    ) {
+        match (self.position(key), new) {
+            (Ok(i), Some(object)) => {
+                self.items.set(i, Arc::clone(object));
+            }
+            (Err(i), Some(object)) => self.items.insert(i, Arc::clone(object)),
+            (Ok(i), None) => {
+                self.items.remove(i);
+            }
+            (Err(_), None) => {}
+        }
+        if let Some(index) = &mut self.index {
+            if let Some(old) = old {
+                index.remove(old);
+            }
+            if let Some(new) = new {
+                index.insert(new);
+            }
         }
     }
 }

@@ -39,34 +39,71 @@ pub struct SourceList {
     pub revision: Revision,
 }
 
-/// A change seen on a watch, or a progress notification.
+/// One key's change within a revision.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SourceEvent {
-    /// A key was created or updated.
+pub enum SourceChange {
+    /// The key was created or updated.
     Put {
         /// The full key.
         key: String,
         /// The new value.
         value: Bytes,
-        /// The revision of the write.
-        mod_revision: Revision,
         /// The previous value, where the source knows it.
         prev: Option<Bytes>,
     },
-    /// A key was deleted.
+    /// The key was deleted.
     Delete {
         /// The full key.
         key: String,
-        /// The revision of the deletion.
-        mod_revision: Revision,
         /// The last value, where the source knows it.
         prev: Option<Bytes>,
+    },
+}
+
+impl SourceChange {
+    /// The full key.
+    pub fn key(&self) -> &str {
+        match self {
+            SourceChange::Put { key, .. } | SourceChange::Delete { key, .. } => key,
+        }
+    }
+}
+
+/// What a watch yields: every change of one revision, or a progress notification.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SourceEvent {
+    /// Every change one write made under the watched prefix, all at `revision`. etcd gives
+    /// one mod revision to every key one request changes (a prefix delete, a transaction, a
+    /// lease's expiry or revocation): a revision is the unit of change, and a watch yields all
+    /// of it at once, never split, so that the cache publishes it whole.
+    Changes {
+        /// The revision of the write.
+        revision: Revision,
+        /// The keys it changed, in the order the source reports them (each key once).
+        changes: Vec<SourceChange>,
     },
     /// Nothing under the prefix changed up to `revision` (etcd's progress notify).
     Progress {
         /// The store's revision.
         revision: Revision,
     },
+}
+
+impl SourceEvent {
+    /// One change alone at `revision`.
+    pub fn single(revision: Revision, change: SourceChange) -> SourceEvent {
+        SourceEvent::Changes {
+            revision,
+            changes: vec![change],
+        }
+    }
+
+    /// The revision the event reports.
+    pub fn revision(&self) -> Revision {
+        match self {
+            SourceEvent::Changes { revision, .. } | SourceEvent::Progress { revision } => *revision,
+        }
+    }
 }
 
 /// What a source can fail with.

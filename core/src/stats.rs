@@ -25,4 +25,9 @@ pub struct CacheStats {
     /// Bytes of superseded object versions history holds now (bounded by
     /// `CacheConfig::history_bytes`).
     pub history_bytes: AtomicU64,
+    /// Snapshots paginated LISTs keep pinned now.
+    pub pinned_snapshots: AtomicU64,
+    /// LISTs at an older revision of the history window, served from a state made on demand
+    /// by undoing the ring's events after it.
+    pub undone_reads: AtomicU64,
 }

@@ -1,23 +1,30 @@
 //! The store: the state the [reflector](crate::reflector) writes and the
 //! [cache](crate::Cache) reads, as one immutable [`View`] at a time.
 //!
-//! A view holds the hub of the current list-watch generation, the snapshots of the history
-//! window (one per ring entry plus the one the oldest entry applies to, oldest first) and the
-//! cache's revision. The reflector builds each view whole and [`Store::publish`]es it: stored
+//! A view holds the hub of the current list-watch generation, the current snapshot and the
+//! cache's revision. The state at an older revision of the history window is made on demand
+//! from the current snapshot and the ring ([`View::at`]); the snapshots paginated LISTs are
+//! reading are pinned in the store for as long as they are used ([`Store::pin`]), so that the
+//! pages of one LIST read one snapshot however many writes go by, and snapshots no LIST asked
+//! for cost nothing. The reflector builds each view whole and [`Store::publish`]es it: stored
 //! through `ArcSwap` first, then its revision announced on a tokio watch channel. A reader
 //! that waited for revision `N` on the channel and then loads the view sees `N` or later, and
 //! a reader that loads the view once sees the hub, the snapshots and the revision agree
 //! (claim 9 of [`protocol`](crate::protocol), model `snapshot_publication`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
 use tokio::sync::watch;
 
+use tokio::time::Instant;
+
 use crate::continue_token::Tokens;
+use crate::loom::unpoisoned;
 use crate::rv::Revision;
-use crate::snapshot::{Snapshot, partition_point};
+use crate::snapshot::Snapshot;
 use crate::stats::CacheStats;
 use crate::watcher::{Expired, WatchHub};
 
@@ -25,38 +32,47 @@ use crate::watcher::{Expired, WatchHub};
 #[derive(Debug)]
 pub(crate) struct View {
     pub(crate) hub: WatchHub,
-    /// One snapshot per entry of the history window plus the generation's first, oldest first.
-    pub(crate) snapshots: imbl::Vector<Arc<Snapshot>>,
-    /// The cache's revision: at least the newest snapshot's (progress notifications raise it).
+    /// The current state: the snapshot after the last event the view includes.
+    pub(crate) current: Arc<Snapshot>,
+    /// The cache's revision: at least the snapshot's (progress notifications raise it).
     pub(crate) revision: Revision,
 }
 
 impl View {
-    /// The newest snapshot: the current state.
+    /// The current state.
     pub(crate) fn current(&self) -> &Arc<Snapshot> {
-        self.snapshots
-            .back()
-            .expect("a view always has its generation's first snapshot")
+        &self.current
     }
 
-    /// The oldest revision a watch can start after, or a LIST match exactly: the oldest
-    /// snapshot's.
+    /// The oldest revision a watch can start after, or a LIST read exactly: the history
+    /// window's floor (every event after it is still in the ring).
     pub(crate) fn oldest(&self) -> Revision {
-        self.snapshots.front().map_or(self.revision, |s| s.revision())
+        self.hub.floor()
     }
 
-    /// The snapshot that is the state at `revision` (at most the cache's revision).
+    /// The state at `revision` (at most the cache's revision): the current snapshot when no
+    /// event the view includes came after it, else the current snapshot with the ring's
+    /// events after `revision` undone. `Expired` once the window no longer holds them all.
     pub(crate) fn at(&self, revision: Revision) -> Result<Arc<Snapshot>, Expired> {
-        let oldest = self.oldest();
-        if revision < oldest {
-            return Err(Expired {
-                requested: revision,
-                oldest,
-            });
+        let current = &self.current;
+        if revision >= current.revision() {
+            return Ok(Arc::clone(current));
         }
-        let after = partition_point(&self.snapshots, |s| s.revision() <= revision);
-        Ok(Arc::clone(&self.snapshots[after - 1]))
+        let events = self.hub.events_between(revision, current.revision())?;
+        Ok(Arc::new(current.undo(&events, revision)))
     }
+}
+
+/// How many snapshots paginated LISTs may keep pinned per cache. Beyond it the least recently
+/// used goes: its next page is then made from the ring, or read from the source, or 410.
+const MAX_PINNED: usize = if cfg!(miri) { 4 } else { 64 };
+
+/// A snapshot a paginated LIST is reading, and when a page of it was last served.
+#[derive(Debug)]
+struct Pinned {
+    revision: Revision,
+    snapshot: Arc<Snapshot>,
+    used: Instant,
 }
 
 /// The published view, its announcements and the counters; shared by a cache and its
@@ -70,6 +86,10 @@ pub(crate) struct Store {
     up: AtomicBool,
     /// Continue tokens, signed with the source's key: set once, before the first view.
     tokens: OnceLock<Tokens>,
+    /// The snapshots paginated LISTs are reading (at most `MAX_PINNED`), each kept while its
+    /// pages are asked for within the snapshot retention. Locked by a LIST page that mints or
+    /// follows a continue token, and by the reflector's retention tick; never by a watcher.
+    pinned: Mutex<Vec<Pinned>>,
     pub(crate) stats: CacheStats,
 }
 
@@ -81,8 +101,47 @@ impl Store {
             revision: watch::channel(Revision::ZERO).0,
             up: AtomicBool::new(false),
             tokens: OnceLock::new(),
+            pinned: Mutex::new(Vec::new()),
             stats: CacheStats::default(),
         }
+    }
+
+    /// Keeps `snapshot`, the state at `revision`, for the next pages of a LIST: until no page
+    /// of it was asked for within `retention`, or until `MAX_PINNED` more recently used
+    /// snapshots push it out.
+    pub(crate) fn pin(&self, revision: Revision, snapshot: &Arc<Snapshot>, retention: Duration) {
+        let now = Instant::now();
+        let mut pinned = unpoisoned(self.pinned.lock());
+        match pinned.iter_mut().find(|p| p.revision == revision) {
+            Some(p) => p.used = now,
+            None => pinned.push(Pinned {
+                revision,
+                snapshot: Arc::clone(snapshot),
+                used: now,
+            }),
+        }
+        prune(&mut pinned, now, retention);
+        self.stats
+            .pinned_snapshots
+            .store(pinned.len() as u64, Ordering::Relaxed);
+    }
+
+    /// The pinned snapshot at `revision`, if a LIST pinned one.
+    pub(crate) fn pinned(&self, revision: Revision) -> Option<Arc<Snapshot>> {
+        let pinned = unpoisoned(self.pinned.lock());
+        pinned
+            .iter()
+            .find(|p| p.revision == revision)
+            .map(|p| Arc::clone(&p.snapshot))
+    }
+
+    /// Unpins the snapshots no page was asked for within `retention`.
+    pub(crate) fn prune_pinned(&self, retention: Duration) {
+        let mut pinned = unpoisoned(self.pinned.lock());
+        prune(&mut pinned, Instant::now(), retention);
+        self.stats
+            .pinned_snapshots
+            .store(pinned.len() as u64, Ordering::Relaxed);
     }
 
     /// The continue tokens, once the reflector has the source's signing key.
@@ -130,5 +189,15 @@ impl Store {
     /// A receiver of the announced revisions.
     pub(crate) fn subscribe(&self) -> watch::Receiver<Revision> {
         self.revision.subscribe()
+    }
+}
+
+/// Drops the pinned snapshots idle beyond `retention`, then the least recently used beyond
+/// `MAX_PINNED`.
+fn prune(pinned: &mut Vec<Pinned>, now: Instant, retention: Duration) {
+    pinned.retain(|p| now.saturating_duration_since(p.used) <= retention);
+    if pinned.len() > MAX_PINNED {
+        pinned.sort_by_key(|p| std::cmp::Reverse(p.used));
+        pinned.truncate(MAX_PINNED);
     }
 }

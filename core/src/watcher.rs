@@ -18,6 +18,7 @@
 //! its own cursor.
 
 use std::fmt;
+use std::ops::Range;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -328,6 +329,31 @@ impl WatchHub {
         self.shared.wakeups.load(Ordering::Relaxed)
     }
 
+    /// The events after revision `after` up to `through` (inclusive), oldest first, cloned out
+    /// of the ring (reference counts only): what must be undone from a snapshot at `through`
+    /// to have the state at `after`. `Expired` when the window no longer holds them all.
+    pub(crate) fn events_between(&self, after: Revision, through: Revision) -> Result<Vec<Event>, Expired> {
+        let ring = &*self.shared.ring;
+        let guard = epoch::pin();
+        let expired = |oldest| Expired {
+            requested: after,
+            oldest,
+        };
+        let mut seq = ring.seq_after(after, &guard).map_err(expired)?;
+        let mut events = Vec::new();
+        loop {
+            // SAFETY: `guard` is `epoch::pin()`'s, a guard of the default collector.
+            match unsafe { ring.read_unchecked(seq, &guard) } {
+                Read::Ready(entry) if entry.revision() <= through => {
+                    events.push(entry.value().event.clone());
+                    seq = seq.next();
+                }
+                Read::Ready(_) | Read::Empty => return Ok(events),
+                Read::Lapped => return Err(expired(ring.floor())),
+            }
+        }
+    }
+
     /// Starts a watcher. Fails when its field selector names a field the hub does not
     /// declare, or when it asks for history older than the window.
     pub fn watch(&self, spec: WatchSpec) -> Result<Watcher, WatchError> {
@@ -337,37 +363,74 @@ impl WatchHub {
             return Err(Expired { requested, oldest }.into());
         }
         let guard = epoch::pin();
-        let (cursor, position, skip_through) = match spec.start {
-            // The revision is only reported (as the position); nothing is skipped by it, since
-            // an entry at `tail` may be published between the two loads.
-            StartAt::Now => (shared.ring.tail(), shared.progress(), Revision::ZERO),
+        // Where a watch after a revision starts (a search, outside the registry's lock).
+        let after = match spec.start {
+            StartAt::Now => None,
             StartAt::After(rev) => {
                 let seq = shared.ring.seq_after(rev, &guard).map_err(|oldest| Expired {
                     requested: rev,
                     oldest,
                 })?;
-                // `rev` may lie ahead of the ring: entries up to it are skipped when they come.
-                (seq, rev, rev)
+                Some((seq, rev))
             }
         };
+        drop(guard);
         let fields = spec.filter.fields();
+        let namespace = spec.filter.required_namespace();
         let interest = if let Some(name) = fields.equality("metadata.name") {
-            Interest::Name(name.into())
+            Interest::Name {
+                namespace: namespace.unwrap_or("").into(),
+                name: name.into(),
+            }
         } else if let Some(value) = shared.trigger.as_deref().and_then(|t| fields.equality(t)) {
             Interest::Trigger(value.into())
-        } else if let Some(ns) = spec.filter.required_namespace() {
+        } else if let Some(ns) = namespace {
             Interest::Namespace(ns.into())
         } else {
             Interest::All
         };
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
         let cell = Arc::new(WakeCell::new());
+        // A watch after a revision first passes over what is already published and does not
+        // concern it (most of it, for a selective watcher), outside the registry's lock; then
+        // over what came meanwhile, under it.
+        let expired = |rev| Expired {
+            requested: rev,
+            oldest: shared.ring.floor(),
+        };
+        let skimmed = match after {
+            Some((seq, rev)) => {
+                Some(skim(&shared.ring, &spec.filter, seq, rev, rev).ok_or_else(|| expired(rev))?)
+            }
+            None => None,
+        };
         // Under the registry's lock the writer is not publishing: the tail is the first
-        // sequence number it will chain for a new bucket.
-        let bucket = {
+        // sequence number it will chain for a new bucket, and every event below it has moved
+        // the progress revision.
+        let (bucket, cursor, position, skip_through, parked) = {
             let mut registry = lock(&shared.registry);
             let tail = shared.ring.tail();
-            registry.register(&interest, tail, id, spec.bookmarks.then_some(&cell))
+            let (cursor, position, skip_through) = match (after, skimmed) {
+                // Everything up to the progress revision is below the tail: nothing to skip.
+                (None, _) | (_, None) => (tail, shared.progress(), Revision::ZERO),
+                // `rev` may lie ahead of the ring: entries up to it are skipped when they come.
+                (Some((_, rev)), Some((seq, position))) => {
+                    let (seq, position) =
+                        skim(&shared.ring, &spec.filter, seq, position, rev).ok_or_else(|| expired(rev))?;
+                    (seq, position, rev)
+                }
+            };
+            let bucket = registry.register(&interest, tail, id, spec.bookmarks.then_some(&cell));
+            // With nothing to read, the watcher is filed at once, verified idle (claim 6 of
+            // `protocol.rs`): events that do not concern it cannot lap it before its first
+            // poll, which may come late (a watch sends its initial events first). A close
+            // stored before we took the lock is seen here; one after it drains us.
+            // (`PARK_AT_START` is true except in the loom model that shows why.)
+            let parked = crate::loom::weaken::PARK_AT_START && cursor >= tail && shared.closed_at().is_none();
+            if parked {
+                bucket.file(id, &cell);
+            }
+            (bucket, cursor, position, skip_through, parked)
         };
         Ok(Watcher {
             shared: Arc::clone(shared),
@@ -378,10 +441,11 @@ impl WatchHub {
             cursor,
             chain: None,
             position,
+            complete: position,
             skip_through,
             bookmarks: spec.bookmarks,
             id,
-            parked: false,
+            parked,
             done: false,
         })
     }
@@ -410,12 +474,51 @@ impl Publisher {
         Ok(seq)
     }
 
+    /// Publishes every event of one revision (one write that changed several keys: a prefix
+    /// delete, a transaction, a lease's expiry) and wakes the watchers they concern. A watcher
+    /// sees all of them or none: they become readable together, and a bookmark at their
+    /// revision follows the last of them. See [`publish_revision_deferred`](Self::publish_revision_deferred).
+    pub fn publish_revision(&mut self, events: Vec<Event>) -> Result<Range<Seq>, PublishError> {
+        let seqs = self.publish_revision_deferred(events)?;
+        self.flush();
+        Ok(seqs)
+    }
+
     /// Publishes like [`publish`](Self::publish) but leaves the watchers it concerns to be
     /// woken by the next [`flush`](Self::flush) (or `publish`, or the close): a writer with a
     /// burst of events wakes each watcher once and the executor once for the whole burst,
     /// instead of once per event. Until then the events are readable (a watcher that polls
     /// finds them); only the wake-ups wait.
     pub fn publish_deferred(&mut self, event: Event) -> Result<Seq, PublishError> {
+        let revision = self.check(&event)?;
+        Ok(self.publish_checked(revision, std::iter::once(event))?.start)
+    }
+
+    /// Publishes every event of one revision like [`publish_revision`](Self::publish_revision),
+    /// leaving the wake-ups to the next [`flush`](Self::flush). The events must share one
+    /// revision, above every earlier one (a revision is published once, whole); otherwise
+    /// nothing is published. No event is no change (the caller reports a revision without
+    /// events with [`progress`](Self::progress)).
+    ///
+    /// A revision with more events than the history window holds overwrites its own first
+    /// events: watchers behind it are lapped, as by any burst larger than the window.
+    pub fn publish_revision_deferred(&mut self, events: Vec<Event>) -> Result<Range<Seq>, PublishError> {
+        let Some(first) = events.first() else {
+            let tail = self.shared.ring.tail();
+            return Ok(tail..tail);
+        };
+        let revision = self.check(first)?;
+        if let Some(other) = events.iter().find(|e| e.revision() != revision) {
+            return Err(PublishError::RevisionMixed {
+                revision,
+                other: other.revision(),
+            });
+        }
+        self.publish_checked(revision, events.into_iter())
+    }
+
+    /// The revision of an event the hub can publish next.
+    fn check(&self, event: &Event) -> Result<Revision, PublishError> {
         let revision = event.revision();
         if matches!(event, Event::Bookmark { .. }) {
             return Err(PublishError::Bookmark);
@@ -426,29 +529,58 @@ impl Publisher {
                 got: revision,
             });
         }
+        Ok(revision)
+    }
+
+    /// Publishes `events`, all at `revision` (checked): staged into the ring, committed with
+    /// one tail store, then linked into their buckets' chains and drained, in order; the
+    /// progress revision moves last.
+    fn publish_checked(
+        &mut self,
+        revision: Revision,
+        events: impl ExactSizeIterator<Item = Event>,
+    ) -> Result<Range<Seq>, PublishError> {
         let shared = &*self.shared;
-        // Held across the push: a watcher registering now is either seen by this event's
-        // drain or chained only from the next sequence number (see `interest.rs`).
+        let count = events.len();
+        let capacity = shared.ring.capacity();
+        // Held across the push: a watcher registering now is either seen by this revision's
+        // drains or chained only from the next sequence number (see `interest.rs`).
         let mut registry = lock(&shared.registry);
-        let seq = self.writer.push(revision, HubEntry::new(event))?;
-        {
-            let guard = epoch::pin();
-            // SAFETY: `guard` is `epoch::pin()`'s, a guard of the default collector.
-            if let Read::Ready(entry) = unsafe { shared.ring.read_unchecked(seq, &guard) } {
-                registry.publish(
-                    seq,
-                    &entry.value().event,
-                    shared.trigger.as_deref(),
-                    &shared.ring,
-                    &mut self.woken,
-                );
+        let start = shared.ring.tail();
+        // Events the revision itself overwrites before its commit are never readable: the
+        // registry hears of them from these copies (reference counts only), so that the
+        // watchers they concern are woken, and find themselves lapped.
+        let mut overwritten = Vec::new();
+        for (i, event) in events.enumerate() {
+            if i + capacity < count {
+                overwritten.push(event.clone());
+            }
+            self.writer.stage(revision, HubEntry::new(event))?;
+            // (`COMMIT_REVISION_WHOLE` is true except in the loom model that shows why.)
+            if !crate::loom::weaken::COMMIT_REVISION_WHOLE {
+                self.writer.commit();
             }
         }
-        // Release pairs with the Acquire load in `HubCore::progress`: stored after the drains.
+        self.writer.commit();
+        {
+            let guard = epoch::pin();
+            let trigger = shared.trigger.as_deref();
+            for i in 0..count {
+                let seq = Seq::new(start.get() + i as u64);
+                if let Some(event) = overwritten.get(i) {
+                    registry.publish(seq, event, trigger, &shared.ring, &mut self.woken);
+                // SAFETY: `guard` is `epoch::pin()`'s, a guard of the default collector.
+                } else if let Read::Ready(entry) = unsafe { shared.ring.read_unchecked(seq, &guard) } {
+                    registry.publish(seq, &entry.value().event, trigger, &shared.ring, &mut self.woken);
+                }
+            }
+        }
+        // Release pairs with the Acquire load in `HubCore::progress`: stored after the drains
+        // of every event of the revision, so a bookmark at it follows all of them.
         shared.progress.store(revision.get(), Ordering::Release);
         drop(registry);
         self.last = revision;
-        Ok(seq)
+        Ok(start..Seq::new(start.get() + count as u64))
     }
 
     /// Wakes the watchers that events published with
@@ -558,8 +690,13 @@ pub struct Watcher {
     /// The last entry of our bucket's chain we read, and the role it plays there: our next
     /// event is the one it links to.
     chain: Option<(Seq, Role)>,
-    /// The revision this watcher has seen everything up to.
+    /// The revision of the last event this watcher read (or of its start, or of its last
+    /// bookmark).
     position: Revision,
+    /// The revision every entry up to which this watcher has read or knows it need not: below
+    /// `position` while it is inside a revision of several events, `position` once it found
+    /// nothing more to read. A lap that lost no entry above it is no loss.
+    complete: Revision,
     /// Entries at or below this revision are skipped (a start ahead of the ring).
     skip_through: Revision,
     bookmarks: bool,
@@ -641,6 +778,11 @@ impl Watcher {
                         }
                         // Entries up to the start are skipped.
                         if entry.revision() > self.skip_through {
+                            if entry.revision() > self.position {
+                                // Every entry of the revision before was read (they come in
+                                // order, a revision's together).
+                                self.complete = self.complete.max(self.position);
+                            }
                             self.position = entry.revision();
                             if let Some(d) = self.filter.deliver(event) {
                                 let out = f(d);
@@ -656,6 +798,25 @@ impl Watcher {
                         continue;
                     }
                     Read::Lapped => {
+                        // Overwritten, or released: a loss only if an entry it must still read
+                        // went. Every entry at or below `complete` (or the start) was read or
+                        // need not be; if the window still holds everything after that, resume
+                        // there (claim 13 of `protocol.rs`).
+                        // (`RESUME_AFTER_HARMLESS_LAP` is true except in the loom model that
+                        // shows why.)
+                        let needed_after = self.complete.max(self.skip_through);
+                        let resume = crate::loom::weaken::RESUME_AFTER_HARMLESS_LAP
+                            .then(|| ring.seq_after(needed_after, &guard).ok())
+                            .flatten();
+                        if let Some(seq) = resume {
+                            self.cursor = seq;
+                            budget -= 1;
+                            if budget == 0 {
+                                cx.waker().wake_by_ref();
+                                return Poll::Pending;
+                            }
+                            continue;
+                        }
                         self.done = true;
                         return Poll::Ready(Some(Err(Expired {
                             requested: self.position,
@@ -665,6 +826,8 @@ impl Watcher {
                     Read::Empty => {}
                 }
             }
+            // Nothing more to read now: every entry up to the last one read was read.
+            self.complete = self.complete.max(self.position);
             // Nothing to read now. A close first: loaded before looking again, so that a
             // close we see comes after every event we must still read, and we read them.
             if let Some(oldest) = self.shared.closed_at() {
@@ -813,6 +976,36 @@ impl Watcher {
         self.cursor = self.cursor.max(at);
         self.chain = None;
         true
+    }
+}
+
+/// Passes over the published entries from `cursor` that `filter` delivers nothing for (or that
+/// are at or below `skip_through`), as a poll would: where it stops (the first entry to
+/// deliver, or the tail) and the revision of the last entry passed (`position` if none).
+/// `None` when an entry it had to look at is no longer held: the start fell out of the window.
+fn skim(
+    ring: &EventRing<HubEntry>,
+    filter: &Filter,
+    mut cursor: Seq,
+    mut position: Revision,
+    skip_through: Revision,
+) -> Option<(Seq, Revision)> {
+    let guard = epoch::pin();
+    loop {
+        // SAFETY: `guard` is `epoch::pin()`'s, a guard of the default collector.
+        match unsafe { ring.read_unchecked(cursor, &guard) } {
+            Read::Ready(entry) => {
+                if entry.revision() > skip_through {
+                    if filter.deliver(&entry.value().event).is_some() {
+                        return Some((cursor, position));
+                    }
+                    position = entry.revision();
+                }
+                cursor = cursor.next();
+            }
+            Read::Empty => return Some((cursor, position)),
+            Read::Lapped => return None,
+        }
     }
 }
 

@@ -775,3 +775,221 @@ fn a_watcher_whose_next_event_is_linked_when_it_delivers_moves_on_at_once() {
         .collect();
     assert_eq!(got, vec![("ADDED", 3, 3, "p3".into())]);
 }
+
+#[test]
+fn a_revision_of_many_events_is_read_whole_and_a_bookmark_at_it_follows_all_of_them() {
+    for cap in SIZES.into_iter().filter(|&c| c >= 4) {
+        let (mut p, hub) = hub(cap);
+        let mut all = Probe::new(hub.watch(everything().with_bookmarks()).unwrap());
+        let mut on_n2 = Probe::new(
+            hub.watch(WatchSpec::new(
+                Filter::parse(None, "", "spec.nodeName=n2").unwrap(),
+            ))
+            .unwrap(),
+        );
+        // One write that changed three keys (a prefix delete, a transaction, a lease's expiry).
+        let events: Vec<Event> = ["a", "b", "c"]
+            .iter()
+            .map(|name| Event::Added {
+                object: pod("ns", name, 7, "a", if *name == "b" { "n2" } else { "n1" }),
+            })
+            .collect();
+        let seqs = p.publish_revision(events).unwrap();
+        assert_eq!((seqs.start, seqs.end), (Seq::ZERO, Seq::new(3)));
+        let got: Vec<(u64, String)> = all
+            .drain()
+            .into_iter()
+            .map(|e| e.unwrap())
+            .map(|e| {
+                (
+                    e.revision.get(),
+                    e.object.map(|o| o.key().name().to_owned()).unwrap_or_default(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![(7, "a".into()), (7, "b".into()), (7, "c".into())],
+            "ring of {cap}"
+        );
+        assert_eq!(
+            on_n2.drain().len(),
+            1,
+            "a selective watcher gets its part of the revision"
+        );
+        p.send_bookmarks();
+        for _ in 1..BOOKMARK_PHASES {
+            p.send_bookmarks();
+        }
+        let bookmark = all.drain().pop().unwrap().unwrap();
+        assert_eq!((bookmark.kind, bookmark.revision.get()), (EventKind::Bookmark, 7));
+        // A revision is published once, whole: another event at 7 is refused, and so is a
+        // publication that mixes revisions; neither changes anything.
+        let late = Event::Added {
+            object: pod("ns", "d", 7, "a", "n1"),
+        };
+        assert!(matches!(
+            p.publish(late),
+            Err(PublishError::RevisionNotIncreasing { .. })
+        ));
+        let mixed = vec![
+            Event::Added {
+                object: pod("ns", "e", 8, "a", "n1"),
+            },
+            Event::Added {
+                object: pod("ns", "f", 9, "a", "n1"),
+            },
+        ];
+        assert!(matches!(
+            p.publish_revision(mixed),
+            Err(PublishError::RevisionMixed { .. })
+        ));
+        assert_eq!(hub.tail(), Seq::new(3));
+        // A watch resuming after 7 misses none of it; one resuming after 6 gets all of it.
+        let mut after6 = Probe::new(hub.watch(everything().after(Revision::new(6))).unwrap());
+        assert_eq!(after6.drain().len(), 3);
+        let mut after7 = Probe::new(hub.watch(everything().after(Revision::new(7))).unwrap());
+        assert!(after7.drain().is_empty());
+    }
+}
+
+#[test]
+fn a_revision_larger_than_the_window_laps_its_watchers_and_never_loses_them_silently() {
+    let (mut p, hub) = hub(4);
+    // A watcher parked on its namespace's bucket, and one elsewhere.
+    let mut mine = Probe::new(
+        hub.watch(WatchSpec::new(Filter::parse(Some("ns"), "", "").unwrap()))
+            .unwrap(),
+    );
+    let mut other = Probe::new(
+        hub.watch(WatchSpec::new(Filter::parse(Some("elsewhere"), "", "").unwrap()))
+            .unwrap(),
+    );
+    assert!(mine.drain().is_empty() && other.drain().is_empty());
+    let events: Vec<Event> = (0..10)
+        .map(|i| Event::Deleted {
+            revision: Revision::new(5),
+            prev: pod("ns", &format!("p{i}"), 1, "a", "n1"),
+        })
+        .collect();
+    p.publish_revision(events).unwrap();
+    // Its first six events were overwritten by its own last four before anyone could read
+    // them: the watcher they concern is woken and finds itself lapped.
+    let got = mine.drain();
+    assert!(matches!(got.last(), Some(Err(Expired { .. }))), "{got:?}");
+    assert!(
+        other.drain().is_empty(),
+        "a watcher the revision does not concern stays"
+    );
+}
+
+#[test]
+fn a_watcher_never_polled_yet_is_not_lapped_by_events_it_would_filter_out() {
+    // A watch sends its initial events before its first poll of the hub: meanwhile the window
+    // turns over many times with others' events.
+    let (mut p, hub) = hub(4);
+    let mut kubelet = Probe::new(
+        hub.watch(WatchSpec::new(
+            Filter::parse(None, "", "spec.nodeName=mine").unwrap(),
+        ))
+        .unwrap(),
+    );
+    let mut in_ns = Probe::new(
+        hub.watch(WatchSpec::new(Filter::parse(Some("mine"), "", "").unwrap()))
+            .unwrap(),
+    );
+    for rev in 1..=20 {
+        p.publish(Event::Added {
+            object: pod("other", &format!("p{rev}"), rev, "a", "other"),
+        })
+        .unwrap();
+    }
+    p.publish(Event::Added {
+        object: pod("mine", "x", 21, "a", "mine"),
+    })
+    .unwrap();
+    for probe in [&mut kubelet, &mut in_ns] {
+        let got = probe.drain();
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].as_ref().expect("not expired").revision, Revision::new(21));
+    }
+}
+
+#[test]
+fn a_watcher_woken_by_an_entry_it_skips_is_not_expired_when_that_entry_is_overwritten() {
+    let (mut p, hub) = hub(4);
+    // Starts after revision 10, ahead of the ring: entries up to 10 are skipped when they come.
+    let mut ahead = Probe::new(
+        hub.watch(
+            WatchSpec::new(Filter::parse(None, "", "spec.nodeName=mine").unwrap()).after(Revision::new(10)),
+        )
+        .unwrap(),
+    );
+    assert!(ahead.poll().is_pending());
+    // An entry in its bucket at revision 5 wakes it; before it polls, the window turns over.
+    p.publish(Event::Added {
+        object: pod("ns", "old", 5, "a", "mine"),
+    })
+    .unwrap();
+    for rev in 6..=10 {
+        p.publish(Event::Added {
+            object: pod("ns", &format!("p{rev}"), rev, "a", "other"),
+        })
+        .unwrap();
+    }
+    p.publish(Event::Added {
+        object: pod("ns", "new", 11, "a", "mine"),
+    })
+    .unwrap();
+    let got = ahead.drain();
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(
+        got[0].as_ref().expect("nothing it needed was lost").revision,
+        Revision::new(11)
+    );
+}
+
+#[test]
+fn name_watchers_are_bucketed_by_namespace_and_name() {
+    let (mut p, hub) = hub(64);
+    // Every namespace's kubelet watches its own kube-root-ca.crt; one client watches the name
+    // in every namespace.
+    let mut per_ns: Vec<Probe> = (0..20)
+        .map(|n| {
+            let f = Filter::parse(Some(&format!("ns-{n}")), "", "metadata.name=kube-root-ca.crt").unwrap();
+            Probe::new(hub.watch(WatchSpec::new(f)).unwrap())
+        })
+        .collect();
+    let mut any = Probe::new(
+        hub.watch(WatchSpec::new(
+            Filter::parse(None, "", "metadata.name=kube-root-ca.crt").unwrap(),
+        ))
+        .unwrap(),
+    );
+    for probe in per_ns.iter_mut().chain([&mut any]) {
+        assert!(probe.poll().is_pending());
+    }
+    p.publish(Event::Added {
+        object: pod("ns-3", "kube-root-ca.crt", 1, "a", ""),
+    })
+    .unwrap();
+    let woken: Vec<usize> = per_ns.iter().map(Probe::woken).collect();
+    assert_eq!(
+        woken.iter().sum::<usize>(),
+        1,
+        "only ns-3's watcher is woken: {woken:?}"
+    );
+    assert_eq!(per_ns[3].drain().len(), 1);
+    assert_eq!(
+        any.drain().len(),
+        1,
+        "the watcher of the name in any namespace sees it too"
+    );
+    p.publish(Event::Added {
+        object: pod("ns-4", "kube-root-ca.crt", 2, "a", ""),
+    })
+    .unwrap();
+    assert_eq!(per_ns[4].drain().len(), 1);
+    assert!(per_ns[3].drain().is_empty());
+    assert_eq!(any.drain().len(), 1);
+}

@@ -43,7 +43,7 @@ use etcd_client::{
 use futures_core::Stream;
 use futures_util::StreamExt;
 use tracing::{debug, info, warn};
-use watchcache_core::{Revision, Source, SourceError, SourceEvent, SourceItem, SourceList};
+use watchcache_core::{Revision, Source, SourceChange, SourceError, SourceEvent, SourceItem, SourceList};
 
 /// The largest gRPC message the source decodes (gRPC's own ceiling).
 const MAX_MESSAGE: usize = i32::MAX as usize;
@@ -552,8 +552,8 @@ fn version_key(v: &str) -> Vec<u64> {
         .collect()
 }
 
-/// A watch on etcd: its events one at a time, progress notifications the source trusts, and
-/// compaction or a lost connection as errors.
+/// A watch on etcd: its changes a revision at a time, progress notifications the source
+/// trusts, and compaction or a lost connection as errors.
 pub struct EtcdWatch {
     responses: Responses,
     /// Kept for progress requests; the source holds it weakly.
@@ -621,25 +621,30 @@ impl EtcdWatch {
             }
             return Ok(());
         }
+        // etcd sends every event of a revision (one request that changed several keys) in one
+        // response: each revision goes on as one `Changes`, never split.
         for e in resp.events() {
             let Some(kv) = e.kv() else { continue };
             let Ok(key) = std::str::from_utf8(kv.key()) else {
                 continue;
             };
             let prev = e.prev_kv().map(|p| Bytes::copy_from_slice(p.value()));
-            self.pending.push_back(match e.event_type() {
-                EventType::Put => SourceEvent::Put {
+            let change = match e.event_type() {
+                EventType::Put => SourceChange::Put {
                     key: key.to_owned(),
                     value: Bytes::copy_from_slice(kv.value()),
-                    mod_revision: rev(kv.mod_revision()),
                     prev,
                 },
-                EventType::Delete => SourceEvent::Delete {
+                EventType::Delete => SourceChange::Delete {
                     key: key.to_owned(),
-                    mod_revision: rev(kv.mod_revision()),
                     prev,
                 },
-            });
+            };
+            let revision = rev(kv.mod_revision());
+            match self.pending.back_mut() {
+                Some(SourceEvent::Changes { revision: r, changes }) if *r == revision => changes.push(change),
+                _ => self.pending.push_back(SourceEvent::single(revision, change)),
+            }
         }
         Ok(())
     }

@@ -17,6 +17,10 @@ fn pod(rev: u64, node: &str) -> Arc<ObjectVersion> {
     )
 }
 
+fn named(rev: u64, name: &str) -> Arc<ObjectVersion> {
+    Arc::new(ObjectVersion::builder(ObjectKey::new("ns", name), Revision::new(rev)).build())
+}
+
 fn on_node(node: &str) -> Filter {
     Filter::parse(None, "", &format!("spec.nodeName={node}")).unwrap()
 }
@@ -131,6 +135,126 @@ fn a_watcher_parking_at_the_end_of_its_chain_is_woken_by_its_next_event() {
         );
         drop(writer.join().unwrap());
     });
+}
+
+#[test]
+fn a_watcher_sees_all_of_a_revision_or_none_of_it() {
+    model("revision", || {
+        let (mut publisher, hub) = WatchHub::builder().capacity(4).build().unwrap();
+        let mut watcher = hub.watch(WatchSpec::new(Filter::everything())).unwrap();
+        let writer = thread::spawn(move || {
+            // One write that changed two keys (a transaction, a prefix delete).
+            let both = vec![
+                Event::Added {
+                    object: named(1, "a"),
+                },
+                Event::Added {
+                    object: named(1, "b"),
+                },
+            ];
+            publisher.publish_revision(both).unwrap();
+            publisher
+        });
+        // Whatever the watcher finds in one look, without waiting, is the whole revision or
+        // nothing of it.
+        let waker = std::task::Waker::noop().clone();
+        let mut cx = std::task::Context::from_waker(&waker);
+        let mut seen = Vec::new();
+        while let std::task::Poll::Ready(Some(Ok(name))) =
+            watcher.poll_next_with(&mut cx, |d| d.object.map(|o| o.key().name().to_owned()))
+        {
+            seen.extend(name);
+        }
+        assert!(
+            seen.is_empty() || seen == ["a", "b"],
+            "saw half of revision 1: {seen:?}"
+        );
+        drop(writer.join().unwrap());
+    });
+}
+
+#[test]
+fn a_watcher_that_starts_idle_is_never_lapped_by_events_it_filters_out() {
+    model("park_at_start", || {
+        let (mut publisher, hub) = WatchHub::builder()
+            .capacity(2)
+            .trigger_field("spec.nodeName")
+            .build()
+            .unwrap();
+        let writer = thread::spawn(move || {
+            // Enough of others' events for the third entry to overwrite the first.
+            for rev in 1..=2 {
+                publisher
+                    .publish(Event::Added {
+                        object: pod(rev, "n2"),
+                    })
+                    .unwrap();
+            }
+            publisher.publish(Event::Added { object: pod(3, "n1") }).unwrap();
+            publisher
+        });
+        // Started from the beginning as the writer publishes (a start the window no longer
+        // holds is refused at once, a 410 of another kind), and first polled only after it is
+        // done, as a watch that sends its initial events first: the others' events went
+        // through the ring meanwhile.
+        let Ok(mut kubelet) = hub.watch(WatchSpec::new(on_node("n1")).after(Revision::ZERO)) else {
+            drop(writer.join().unwrap());
+            return;
+        };
+        let publisher = writer.join().unwrap();
+        let event = loom::future::block_on(kubelet.next()).unwrap();
+        assert!(event.is_ok(), "expired by events it filters out: {event:?}");
+        assert_eq!(event.unwrap().revision, Revision::new(3));
+        drop(publisher);
+    });
+}
+
+#[test]
+fn a_lap_that_loses_nothing_the_watcher_needs_is_not_a_410() {
+    model("harmless_lap", || {
+        let (mut publisher, hub) = WatchHub::builder()
+            .capacity(2)
+            .trigger_field("spec.nodeName")
+            .build()
+            .unwrap();
+        // Starts after revision 2, ahead of the ring: entries up to 2 are skipped as they come.
+        let mut kubelet = hub
+            .watch(WatchSpec::new(on_node("n1")).after(Revision::new(2)))
+            .unwrap();
+        let writer = thread::spawn(move || {
+            // Wakes the watcher (its bucket), then is overwritten (by the third) before the
+            // watcher may read it.
+            publisher.publish(Event::Added { object: pod(1, "n1") }).unwrap();
+            publisher.publish(Event::Added { object: pod(2, "n2") }).unwrap();
+            publisher.publish(Event::Added { object: pod(3, "n1") }).unwrap();
+            publisher
+        });
+        let event = loom::future::block_on(kubelet.next()).unwrap();
+        assert!(
+            event.is_ok(),
+            "expired though nothing it needs was lost: {event:?}"
+        );
+        assert_eq!(event.unwrap().revision, Revision::new(3));
+        drop(writer.join().unwrap());
+    });
+}
+
+#[cfg(feature = "weaken-no-park-at-start")]
+#[test]
+fn weakened_parking_only_at_the_first_poll_lets_others_lap_the_watcher() {
+    a_watcher_that_starts_idle_is_never_lapped_by_events_it_filters_out();
+}
+
+#[cfg(feature = "weaken-no-lap-resume")]
+#[test]
+fn weakened_every_lap_is_a_410() {
+    a_lap_that_loses_nothing_the_watcher_needs_is_not_a_410();
+}
+
+#[cfg(feature = "weaken-commit-each")]
+#[test]
+fn weakened_committing_each_event_shows_half_a_revision() {
+    a_watcher_sees_all_of_a_revision_or_none_of_it();
 }
 
 #[cfg(feature = "weaken-no-recheck")]

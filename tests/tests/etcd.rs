@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
-use watchcache_core::{Revision, Source, SourceError, SourceEvent};
+use watchcache_core::{Revision, Source, SourceChange, SourceError, SourceEvent};
 use watchcache_etcd::{EtcdOptions, EtcdSource};
 use watchcache_server::Backend;
 use watchcache_tests::etcd::EtcdCluster;
@@ -165,19 +165,18 @@ async fn the_etcd_source_keeps_the_apiserver_layout_and_semantics() {
     let (rd, prev) = s.delete(key, None).await.unwrap();
     assert_eq!(prev, Bytes::from_static(b"2"));
     let first = w.next().await.unwrap().unwrap();
-    assert!(matches!(first, SourceEvent::Put { mod_revision, prev: Some(_), .. } if mod_revision == r2));
+    assert!(matches!(&first, SourceEvent::Changes { revision, changes }
+        if *revision == r2 && matches!(&changes[..], [SourceChange::Put { prev: Some(_), .. }])));
     let mut last = None;
     while let Some(e) = tokio::time::timeout(Duration::from_secs(5), w.next())
         .await
         .unwrap()
     {
         let e = e.unwrap();
-        if let SourceEvent::Delete {
-            mod_revision, key: k, ..
-        } = &e
-            && k == key
+        if let SourceEvent::Changes { revision, changes } = &e
+            && matches!(&changes[..], [SourceChange::Delete { key: k, .. }] if k == key)
         {
-            last = Some(*mod_revision);
+            last = Some(*revision);
             break;
         }
     }
@@ -654,4 +653,143 @@ async fn a_restarted_replica_with_history_fill_causes_no_relist_storm() {
         return;
     };
     assert_eq!(plain, 100, "the upstream behaviour: every watcher relists");
+}
+
+/// Runs etcdctl against `cluster` with `args` (and `stdin`, for a transaction); its stdout.
+fn etcdctl(cluster: &EtcdCluster, args: &[&str], stdin: Option<&str>) -> String {
+    use std::io::Write;
+    let mut child = std::process::Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={}", cluster.flag()))
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("etcdctl runs (apt-get install etcd-client)");
+    if let Some(input) = stdin {
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "etcdctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The names a consistent LIST of `path` answers, and its resourceVersion.
+async fn listed(server: &Server, path: &str) -> (u64, Vec<String>) {
+    let (code, v) = json_request(server, "GET", path, None).await;
+    assert_eq!(code, 200, "{v}");
+    let names = v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    (rv_of(&v), names)
+}
+
+/// `(type, name, resourceVersion)` of the next `n` events of a watch.
+async fn watched(frames: &mut Frames, n: usize) -> Vec<(String, String, u64)> {
+    let mut got = Vec::new();
+    while got.len() < n {
+        let e = tokio::time::timeout(Duration::from_secs(10), frames.next())
+            .await
+            .expect("an event in time")
+            .expect("the watch goes on");
+        if e["type"] == "BOOKMARK" {
+            continue;
+        }
+        let o = &e["object"];
+        got.push((
+            e["type"].as_str().unwrap().to_owned(),
+            o["metadata"]["name"].as_str().unwrap().to_owned(),
+            rv_of(o),
+        ));
+    }
+    got
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_etcd_request_that_changes_many_keys_is_applied_whole() {
+    let Some(cluster) = EtcdCluster::start(1).await else {
+        return;
+    };
+    let server = serve(on_etcd(&cluster)).await;
+    let cms = "/api/v1/namespaces/ha/configmaps";
+    for name in ["a", "b", "c"] {
+        let (code, v) = json_request(&server, "POST", cms, Some(cm(name, "1"))).await;
+        assert_eq!(code, 201, "{v}");
+    }
+    let (rv, names) = listed(&server, cms).await;
+    assert_eq!(names, ["a", "b", "c"]);
+    let mut frames = Frames::open(&server, &format!("{cms}?watch=true&resourceVersion={rv}")).await;
+
+    // A prefix delete: one revision for the three keys.
+    etcdctl(&cluster, &["del", "--prefix", "/registry/configmaps/ha/"], None);
+    let (after, names) = listed(&server, cms).await;
+    assert!(
+        names.is_empty(),
+        "a consistent LIST after the prefix delete: {names:?}"
+    );
+    let events = watched(&mut frames, 3).await;
+    let deleted: Vec<_> = events.iter().map(|(t, n, _)| (t.as_str(), n.as_str())).collect();
+    assert_eq!(deleted, [("DELETED", "a"), ("DELETED", "b"), ("DELETED", "c")]);
+    assert!(
+        events.iter().all(|e| e.2 == after),
+        "all at the delete's revision: {events:?}"
+    );
+
+    // A transaction that creates two keys: both are served.
+    let value = |name: &str| {
+        let mut v = cm(name, "txn");
+        v["metadata"]["namespace"] = json!("ha");
+        // etcdctl's transaction syntax: a Go-quoted string (`"` and `\` escaped).
+        format!("{:?}", v.to_string())
+    };
+    let txn = format!(
+        "\nput /registry/configmaps/ha/x {}\nput /registry/configmaps/ha/y {}\n\n\n",
+        value("x"),
+        value("y")
+    );
+    etcdctl(&cluster, &["txn"], Some(&txn));
+    for name in ["x", "y"] {
+        let (code, v) = json_request(&server, "GET", &format!("{cms}/{name}"), None).await;
+        assert_eq!(code, 200, "{name} after the transaction: {v}");
+    }
+    let events = watched(&mut frames, 2).await;
+    assert_eq!(
+        (events[0].2, &events[0].0[..], &events[1].0[..]),
+        (events[1].2, "ADDED", "ADDED")
+    );
+
+    // A revoked lease holding three Events (as kube-apiserver stores them, with --event-ttl).
+    let lease = etcdctl(&cluster, &["lease", "grant", "3600"], None);
+    let lease = lease
+        .split_whitespace()
+        .nth(1)
+        .expect("lease <id> granted")
+        .to_owned();
+    for name in ["e1", "e2", "e3"] {
+        let event = json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name, "namespace": "ha"},
+            "involvedObject": {"kind": "ConfigMap", "name": "x", "namespace": "ha"}, "reason": "Test", "message": "m"});
+        let key = format!("/registry/events/ha/{name}");
+        etcdctl(
+            &cluster,
+            &["put", &format!("--lease={lease}"), &key, &event.to_string()],
+            None,
+        );
+    }
+    let events_path = "/api/v1/namespaces/ha/events";
+    assert_eq!(listed(&server, events_path).await.1, ["e1", "e2", "e3"]);
+    etcdctl(&cluster, &["lease", "revoke", &lease], None);
+    let (_, names) = listed(&server, events_path).await;
+    assert!(
+        names.is_empty(),
+        "every Event of the revoked lease is gone: {names:?}"
+    );
+    server.shutdown().await.unwrap();
 }

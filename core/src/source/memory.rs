@@ -3,13 +3,15 @@
 //!
 //! One global revision, incremented by every write (starting at 1 for an empty store, as
 //! etcd does); create, update and delete with optional optimistic concurrency on the mod
-//! revision; a log of changes kept until compacted (explicitly, or by a retention window in
+//! revision; writes that change several keys at one revision, as etcd's do (a transaction, a
+//! prefix delete, a lease's expiry or revocation: [`MemorySource::txn`],
+//! [`MemorySource::delete_prefix`], leases with a time to live); a log of changes kept until compacted (explicitly, or by a retention window in
 //! revisions and in bytes); reads at any retained revision; watches from any retained revision (inclusive,
 //! as etcd's start revision) with the previous value of every change; progress notifications
 //! on request and periodically. A fault switch makes it unavailable, for tests of the
 //! reflector's recovery.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -19,7 +21,7 @@ use bytes::Bytes;
 use futures_core::Stream;
 use tokio::sync::watch;
 
-use super::{Source, SourceError, SourceEvent, SourceItem, SourceList};
+use super::{Source, SourceChange, SourceError, SourceEvent, SourceItem, SourceList};
 use crate::loom::unpoisoned;
 use crate::rv::Revision;
 
@@ -27,6 +29,39 @@ use crate::rv::Revision;
 struct Value {
     value: Bytes,
     modified: u64,
+    /// The lease the key is attached to: it goes when the lease expires or is revoked.
+    lease: Option<LeaseId>,
+}
+
+/// A lease: keys attached to it are deleted together, at one revision, when it expires (its
+/// time to live passed) or is revoked, as etcd's leases are.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LeaseId(pub u64);
+
+#[derive(Debug)]
+struct Lease {
+    deadline: tokio::time::Instant,
+    keys: BTreeSet<String>,
+}
+
+/// A key and what a write leaves there: a value (attached to a lease, or not), or nothing.
+type Write = (String, Option<(Bytes, Option<LeaseId>)>);
+
+/// One write of a transaction ([`MemorySource::txn`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TxnWrite {
+    /// Creates or replaces the key's value (detaching it from any lease).
+    Put {
+        /// The key.
+        key: String,
+        /// The value.
+        value: Bytes,
+    },
+    /// Deletes the key, if present.
+    Delete {
+        /// The key.
+        key: String,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -50,6 +85,8 @@ struct Mvcc {
     /// The bytes of the values the log holds (each value is counted once, by the change that
     /// wrote it; a later change's `prev` shares it).
     log_bytes: usize,
+    leases: HashMap<LeaseId, Lease>,
+    next_lease: u64,
 }
 
 #[derive(Debug)]
@@ -120,6 +157,8 @@ impl MemorySource {
             current: BTreeMap::new(),
             log: VecDeque::new(),
             log_bytes: 0,
+            leases: HashMap::new(),
+            next_lease: 1,
         };
         MemorySource {
             inner: Arc::new(Inner {
@@ -164,46 +203,77 @@ impl MemorySource {
     fn write(
         &self,
         key: &str,
-        value: Option<Bytes>,
+        value: Option<(Bytes, Option<LeaseId>)>,
         check: impl FnOnce(Option<&Value>) -> Result<(), SourceError>,
     ) -> Result<(Revision, Option<Bytes>), SourceError> {
         self.check_available()?;
-        let mut state = self.mvcc();
-        let prev = state.current.get(key).cloned();
-        check(prev.as_ref())?;
-        state.revision += 1;
-        let revision = state.revision;
-        match &value {
-            Some(v) => {
-                state.current.insert(
-                    key.to_owned(),
+        let state = self.mvcc();
+        let prev = state.current.get(key).map(|p| p.value.clone());
+        check(state.current.get(key))?;
+        if let Some((_, Some(lease))) = &value
+            && !state.leases.contains_key(lease)
+        {
+            return Err(SourceError::NotFound(format!("lease {}", lease.0)));
+        }
+        let revision = self.commit(state, vec![(key.to_owned(), value)]);
+        Ok((revision.unwrap_or_else(|| self.revision()), prev))
+    }
+
+    /// Applies `writes` (each key at most once; `None` deletes) at one new revision, under the
+    /// lock `state` holds, then compacts what retention asks and notifies watches. Deletions of
+    /// absent keys change nothing; when nothing changes, the revision stays (as etcd's does)
+    /// and `None` is returned.
+    fn commit(&self, mut state: MutexGuard<'_, Mvcc>, writes: Vec<Write>) -> Option<Revision> {
+        let revision = state.revision + 1;
+        let mut changed = false;
+        for (key, value) in writes {
+            let prev = match &value {
+                Some((v, lease)) => state.current.insert(
+                    key.clone(),
                     Value {
                         value: v.clone(),
                         modified: revision,
+                        lease: *lease,
                     },
-                );
+                ),
+                None => state.current.remove(&key),
+            };
+            if value.is_none() && prev.is_none() {
+                continue;
             }
-            None => {
-                state.current.remove(key);
+            changed = true;
+            let old_lease = prev.as_ref().and_then(|p| p.lease);
+            let new_lease = value.as_ref().and_then(|(_, l)| *l);
+            if old_lease != new_lease {
+                if let Some(l) = old_lease.and_then(|l| state.leases.get_mut(&l)) {
+                    l.keys.remove(&key);
+                }
+                if let Some(l) = new_lease.and_then(|l| state.leases.get_mut(&l)) {
+                    l.keys.insert(key.clone());
+                }
             }
+            let value = value.map(|(v, _)| v);
+            state.log_bytes += value.as_ref().map_or(0, Bytes::len);
+            state.log.push_back(Change {
+                revision,
+                key,
+                value,
+                prev,
+            });
         }
-        let prev_value = prev.as_ref().map(|p| p.value.clone());
-        state.log_bytes += value.as_ref().map_or(0, Bytes::len);
-        state.log.push_back(Change {
-            revision,
-            key: key.to_owned(),
-            value,
-            prev,
-        });
+        if !changed {
+            return None;
+        }
+        state.revision = revision;
         if let Some(keep) = self.inner.retention {
             let target = revision.saturating_sub(keep).max(state.compacted);
             compact_locked(&mut state, target);
         }
         if let Some(limit) = self.inner.retention_bytes {
-            // The oldest changes go until the rest fit; the newest always stays.
+            // The oldest revisions go until the rest fit; the newest always stays, whole.
             let mut bytes = state.log_bytes;
             let mut target = state.compacted;
-            for c in state.log.iter().take(state.log.len().saturating_sub(1)) {
+            for c in state.log.iter().take_while(|c| c.revision < revision) {
                 if bytes <= limit {
                     break;
                 }
@@ -214,12 +284,23 @@ impl MemorySource {
         }
         drop(state);
         self.inner.revision.send_replace(revision);
-        Ok((Revision::new(revision), prev_value))
+        Some(Revision::new(revision))
     }
 
     /// Creates `key`; `AlreadyExists` if it is present.
     pub fn create(&self, key: &str, value: Bytes) -> Result<Revision, SourceError> {
-        self.write(key, Some(value), |prev| match prev {
+        self.create_with_lease(key, value, None)
+    }
+
+    /// Creates `key`, attached to `lease` when given (it goes with the lease); `AlreadyExists`
+    /// if it is present, `NotFound` if the lease is not (expired or revoked).
+    pub fn create_with_lease(
+        &self,
+        key: &str,
+        value: Bytes,
+        lease: Option<LeaseId>,
+    ) -> Result<Revision, SourceError> {
+        self.write(key, Some((value, lease)), |prev| match prev {
             Some(_) => Err(SourceError::AlreadyExists(key.to_owned())),
             None => Ok(()),
         })
@@ -227,15 +308,28 @@ impl MemorySource {
     }
 
     /// Updates `key`; `NotFound` if absent, `Conflict` if `expected` is given and is not its
-    /// mod revision.
+    /// mod revision. The key leaves any lease it was attached to.
     pub fn update(
         &self,
         key: &str,
         value: Bytes,
         expected: Option<Revision>,
     ) -> Result<Revision, SourceError> {
-        self.write(key, Some(value), |prev| check_expected(key, prev, expected))
-            .map(|(rev, _)| rev)
+        self.update_with_lease(key, value, expected, None)
+    }
+
+    /// Updates `key` as [`update`](Self::update) does, attached to `lease` when given.
+    pub fn update_with_lease(
+        &self,
+        key: &str,
+        value: Bytes,
+        expected: Option<Revision>,
+        lease: Option<LeaseId>,
+    ) -> Result<Revision, SourceError> {
+        self.write(key, Some((value, lease)), |prev| {
+            check_expected(key, prev, expected)
+        })
+        .map(|(rev, _)| rev)
     }
 
     /// Deletes `key` and returns the deletion's revision and the last value; `NotFound` if
@@ -243,6 +337,109 @@ impl MemorySource {
     pub fn delete(&self, key: &str, expected: Option<Revision>) -> Result<(Revision, Bytes), SourceError> {
         self.write(key, None, |prev| check_expected(key, prev, expected))
             .map(|(rev, prev)| (rev, prev.unwrap_or_default()))
+    }
+
+    /// Applies every write of `writes` at one revision, as an etcd transaction does: a watch
+    /// sees all of them at that revision, together. Each key may appear once (`AlreadyExists`
+    /// names one that appears twice). Returns the revision, or the current one when nothing
+    /// changed (only deletions of absent keys).
+    pub fn txn(&self, writes: Vec<TxnWrite>) -> Result<Revision, SourceError> {
+        self.check_available()?;
+        let mut seen = BTreeSet::new();
+        let mut batch = Vec::with_capacity(writes.len());
+        for w in writes {
+            let (key, value) = match w {
+                TxnWrite::Put { key, value } => (key, Some((value, None))),
+                TxnWrite::Delete { key } => (key, None),
+            };
+            if !seen.insert(key.clone()) {
+                return Err(SourceError::AlreadyExists(format!(
+                    "{key} (twice in one transaction)"
+                )));
+            }
+            batch.push((key, value));
+        }
+        let state = self.mvcc();
+        let current = Revision::new(state.revision);
+        Ok(self.commit(state, batch).unwrap_or(current))
+    }
+
+    /// Deletes every key under `prefix` at one revision, as etcd's range delete does; returns
+    /// the revision (the current one when there was nothing to delete) and how many keys went.
+    pub fn delete_prefix(&self, prefix: &str) -> Result<(Revision, usize), SourceError> {
+        self.check_available()?;
+        let state = self.mvcc();
+        let batch: Vec<_> = state
+            .current
+            .range(prefix.to_owned()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(k, _)| (k.clone(), None))
+            .collect();
+        let current = Revision::new(state.revision);
+        let n = batch.len();
+        Ok((self.commit(state, batch).unwrap_or(current), n))
+    }
+
+    /// Grants a lease that expires `ttl` from now (see [`expire_leases`](Self::expire_leases)).
+    pub fn grant_lease(&self, ttl: Duration) -> Result<LeaseId, SourceError> {
+        self.check_available()?;
+        let mut state = self.mvcc();
+        let id = LeaseId(state.next_lease);
+        state.next_lease += 1;
+        let deadline = tokio::time::Instant::now() + ttl.min(Duration::from_secs(10 * 365 * 24 * 3600));
+        state.leases.insert(
+            id,
+            Lease {
+                deadline,
+                keys: BTreeSet::new(),
+            },
+        );
+        Ok(id)
+    }
+
+    /// Revokes `lease`: every key attached to it is deleted, all at one revision (returned;
+    /// `None` when it held no key). `NotFound` when there is no such lease.
+    pub fn revoke_lease(&self, lease: LeaseId) -> Result<Option<Revision>, SourceError> {
+        self.check_available()?;
+        let mut state = self.mvcc();
+        let Some(l) = state.leases.remove(&lease) else {
+            return Err(SourceError::NotFound(format!("lease {}", lease.0)));
+        };
+        let batch = l.keys.into_iter().map(|k| (k, None)).collect();
+        Ok(self.commit(state, batch))
+    }
+
+    /// Revokes every lease whose time to live has passed (each at a revision of its own, as
+    /// etcd expires them); returns how many expired. [`keep_leases`](Self::keep_leases) calls
+    /// it when the next one is due.
+    pub fn expire_leases(&self) -> usize {
+        let now = tokio::time::Instant::now();
+        let due: Vec<LeaseId> = {
+            let state = self.mvcc();
+            let mut due: Vec<_> = state
+                .leases
+                .iter()
+                .filter(|(_, l)| l.deadline <= now)
+                .map(|(id, _)| *id)
+                .collect();
+            due.sort();
+            due
+        };
+        due.into_iter()
+            .filter(|id| self.revoke_lease(*id).is_ok())
+            .count()
+    }
+
+    /// Expires leases as they come due, until the future is dropped (the server runs it).
+    pub async fn keep_leases(self) {
+        loop {
+            let next = self.mvcc().leases.values().map(|l| l.deadline).min();
+            let at = next.unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(1));
+            // Wakes at least every second: a lease granted meanwhile may be due sooner.
+            let at = at.min(tokio::time::Instant::now() + Duration::from_secs(1));
+            tokio::time::sleep_until(at).await;
+            self.expire_leases();
+        }
     }
 
     /// The current value of `key` and its mod revision.
@@ -366,20 +563,23 @@ impl WatchState {
                 continue;
             }
             let prev = c.prev.as_ref().map(|p| p.value.clone());
-            let mod_revision = Revision::new(c.revision);
-            self.pending.push_back(match &c.value {
-                Some(v) => SourceEvent::Put {
+            let change = match &c.value {
+                Some(v) => SourceChange::Put {
                     key: c.key.clone(),
                     value: v.clone(),
-                    mod_revision,
                     prev,
                 },
-                None => SourceEvent::Delete {
+                None => SourceChange::Delete {
                     key: c.key.clone(),
-                    mod_revision,
                     prev,
                 },
-            });
+            };
+            let revision = Revision::new(c.revision);
+            // The log holds a revision's changes together: they go out as one event.
+            match self.pending.back_mut() {
+                Some(SourceEvent::Changes { revision: r, changes }) if *r == revision => changes.push(change),
+                _ => self.pending.push_back(SourceEvent::single(revision, change)),
+            }
         }
         self.next = self.next.max(state.revision + 1);
         Ok(())
@@ -652,12 +852,14 @@ mod tests {
         let mut w = s.watch("p/", r2).await.unwrap();
         assert_eq!(
             w.next().await.unwrap().unwrap(),
-            SourceEvent::Put {
-                key: "p/a".into(),
-                value: b("a2"),
-                mod_revision: r2,
-                prev: Some(b("a1"))
-            }
+            SourceEvent::single(
+                r2,
+                SourceChange::Put {
+                    key: "p/a".into(),
+                    value: b("a2"),
+                    prev: Some(b("a1"))
+                }
+            )
         );
         let writer = s.clone();
         let h = tokio::spawn(async move {
@@ -668,11 +870,13 @@ mod tests {
         let r4 = h.await.unwrap();
         assert_eq!(
             w.next().await.unwrap().unwrap(),
-            SourceEvent::Delete {
-                key: "p/a".into(),
-                mod_revision: r4,
-                prev: Some(b("a2"))
-            }
+            SourceEvent::single(
+                r4,
+                SourceChange::Delete {
+                    key: "p/a".into(),
+                    prev: Some(b("a2"))
+                }
+            )
         );
         assert!(r1 < r2);
     }
@@ -760,5 +964,113 @@ mod tests {
         ));
         s.set_available(true);
         assert_eq!(s.list("p/", None).await.unwrap().items.len(), 10);
+    }
+
+    /// The keys of one event of a watch, with their values (None for a deletion).
+    fn changes(e: SourceEvent) -> (u64, Vec<(String, Option<Bytes>)>) {
+        match e {
+            SourceEvent::Changes { revision, changes } => (
+                revision.get(),
+                changes
+                    .into_iter()
+                    .map(|c| match c {
+                        SourceChange::Put { key, value, .. } => (key, Some(value)),
+                        SourceChange::Delete { key, .. } => (key, None),
+                    })
+                    .collect(),
+            ),
+            other => panic!("expected changes, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_transaction_and_a_prefix_delete_each_change_many_keys_at_one_revision() {
+        let s = MemorySource::new();
+        let mut w = s.watch("p/", Revision::new(2)).await.unwrap();
+        let t = s
+            .txn(vec![
+                TxnWrite::Put {
+                    key: "p/a".into(),
+                    value: b("a"),
+                },
+                TxnWrite::Put {
+                    key: "p/b".into(),
+                    value: b("b"),
+                },
+                TxnWrite::Put {
+                    key: "q/c".into(),
+                    value: b("elsewhere"),
+                },
+            ])
+            .unwrap();
+        assert_eq!(t, Revision::new(2), "one revision for the whole transaction");
+        assert_eq!(
+            changes(w.next().await.unwrap().unwrap()),
+            (
+                2,
+                vec![("p/a".into(), Some(b("a"))), ("p/b".into(), Some(b("b")))]
+            ),
+            "both keys of the prefix, in one event"
+        );
+        let (d, n) = s.delete_prefix("p/").unwrap();
+        assert_eq!((d, n), (Revision::new(3), 2));
+        assert_eq!(
+            changes(w.next().await.unwrap().unwrap()),
+            (3, vec![("p/a".into(), None), ("p/b".into(), None)])
+        );
+        assert_eq!(
+            s.delete_prefix("p/").unwrap(),
+            (d, 0),
+            "nothing to delete moves nothing"
+        );
+        assert!(
+            s.txn(vec![
+                TxnWrite::Delete { key: "p/a".into() },
+                TxnWrite::Delete { key: "p/a".into() }
+            ])
+            .is_err(),
+            "a key twice in one transaction is refused"
+        );
+        let listed = s.list("p/", Some(Revision::new(2))).await.unwrap();
+        assert_eq!(
+            listed.items.len(),
+            2,
+            "a read at the transaction's revision sees all of it"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_takes_its_keys_with_it_at_one_revision_when_it_expires_or_is_revoked() {
+        let s = MemorySource::new();
+        let lease = s.grant_lease(Duration::from_secs(60)).unwrap();
+        for name in ["e1", "e2", "e3"] {
+            s.create_with_lease(&format!("ev/{name}"), b("x"), Some(lease))
+                .unwrap();
+        }
+        s.create("ev/kept", b("no lease")).unwrap();
+        // An update without the lease detaches the key, as etcd's put does.
+        s.update("ev/e3", b("y"), None).unwrap();
+        let mut w = s
+            .watch("ev/", Revision::new(s.revision().get() + 1))
+            .await
+            .unwrap();
+        assert_eq!(s.expire_leases(), 0, "not due yet");
+        tokio::time::advance(Duration::from_secs(61)).await;
+        assert_eq!(s.expire_leases(), 1);
+        assert_eq!(
+            changes(w.next().await.unwrap().unwrap()).1,
+            vec![("ev/e1".into(), None), ("ev/e2".into(), None)],
+            "the lease's keys go together"
+        );
+        assert!(s.get("ev/e3").is_some() && s.get("ev/kept").is_some());
+        assert!(matches!(
+            s.create_with_lease("ev/e4", b("x"), Some(lease)),
+            Err(SourceError::NotFound(_))
+        ));
+        let other = s.grant_lease(Duration::from_secs(60)).unwrap();
+        s.create_with_lease("ev/e5", b("x"), Some(other)).unwrap();
+        let revoked = s.revoke_lease(other).unwrap();
+        assert_eq!(revoked, Some(s.revision()));
+        assert!(s.get("ev/e5").is_none());
     }
 }
