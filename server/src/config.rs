@@ -12,12 +12,12 @@ pub struct ServeConfig {
     pub history: usize,
     /// How often watchers that asked for bookmarks get one. Default 60 s.
     pub bookmark_interval: Duration,
-    /// The bytes of superseded object versions each resource's history may hold (ring and
-    /// snapshots); the embedded store's change log is bounded by the same figure. Default
+    /// The bytes of superseded object versions each resource's history may hold (its ring's
+    /// entries); the embedded store's change log is bounded by the same figure. Default
     /// 256 MiB.
     pub history_bytes: usize,
-    /// How long a LIST's snapshot is kept after it was superseded, so its pages can follow
-    /// one another through a burst of writes. Default 75 s.
+    /// How long a paginated LIST's snapshot is kept after its last page, so its pages can
+    /// follow one another through a burst of writes. Default 75 s.
     pub snapshot_retention: Duration,
     /// How long consistent and not-older-than reads wait for the cache. Default 3 s.
     pub fresh_timeout: Duration,

@@ -122,7 +122,7 @@ struct ServeArgs {
     /// change log is bounded by the same figure).
     #[arg(long, default_value_t = 256 << 20, value_parser = bytes)]
     history_bytes: usize,
-    /// Seconds a LIST's snapshot is kept after it was superseded, for its next pages.
+    /// Seconds a paginated LIST's snapshot is kept after its last page, for its next pages.
     #[arg(long, default_value = "75", value_parser = seconds_or_zero)]
     snapshot_retention: Duration,
     /// Seconds consistent and not-older-than reads wait for the cache.
