@@ -224,6 +224,109 @@ async fn the_etcd_source_keeps_the_apiserver_layout_and_semantics() {
     ));
 }
 
+/// The next item of `watch` that is not a progress notification.
+async fn next_change(watch: &mut watchcache_etcd::EtcdWatch) -> Option<Result<SourceEvent, SourceError>> {
+    loop {
+        match watch.next().await {
+            Some(Ok(SourceEvent::Progress { .. })) => {}
+            other => return other,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_member_leaves_rotation_its_watch_moves_at_once_and_it_comes_back_when_it_answers() {
+    let Some(mut cluster) = EtcdCluster::start(3).await else {
+        return;
+    };
+    let s = source(&cluster).await;
+    assert_eq!(s.in_rotation(), cluster.endpoints(), "every member answered");
+    let leader = cluster.leader().await.expect("a leader");
+    let prefix = "/registry/configmaps/";
+    let from = Revision::new(s.current_revision().await.unwrap().get() + 1);
+    // Watches go round-robin over the members in rotation: open them until one is on a
+    // follower.
+    let mut opened = 0;
+    let (mut watch, dead) = loop {
+        let w = s.watch(prefix, from).await.unwrap();
+        if let Some(i) = (0..3).find(|&i| i != leader && cluster.endpoint(i) == w.endpoint()) {
+            break (w, i);
+        }
+        opened += 1;
+        assert!(opened < 6, "no watch on a follower: {w:?}");
+    };
+    let first = s
+        .create("/registry/configmaps/ns/before", Bytes::new())
+        .await
+        .unwrap();
+    assert!(
+        matches!(next_change(&mut watch).await, Some(Ok(SourceEvent::Put { mod_revision, .. })) if mod_revision == first)
+    );
+
+    let killed = Instant::now();
+    cluster.kill(dead);
+    // The watch fails at once (its connection broke), rather than after a keep-alive timeout,
+    // and its member leaves rotation.
+    let ended = tokio::time::timeout(Duration::from_secs(30), next_change(&mut watch))
+        .await
+        .expect("the watch of a dead member ends");
+    let broke = killed.elapsed();
+    assert!(
+        matches!(ended, Some(Err(SourceError::Unavailable(_)))),
+        "{ended:?}"
+    );
+    let dead_endpoint = cluster.endpoint(dead);
+    assert!(!s.in_rotation().contains(&dead_endpoint), "{:?}", s.in_rotation());
+    // The next watch opens on a live member, from where the last one stopped.
+    let mut moved = s.watch(prefix, Revision::new(first.get() + 1)).await.unwrap();
+    let reopened = killed.elapsed();
+    assert_ne!(moved.endpoint(), dead_endpoint);
+    // Reads, writes and watches go on without a failure, wherever rotation would have sent them.
+    let mut written = Vec::new();
+    for i in 0..30 {
+        written.push(
+            s.create(&format!("/registry/configmaps/ns/during-{i}"), Bytes::new())
+                .await
+                .unwrap(),
+        );
+        s.current_revision().await.unwrap();
+        let w = s.watch(prefix, from).await.unwrap();
+        assert_ne!(w.endpoint(), dead_endpoint);
+    }
+    for want in &written {
+        let got = tokio::time::timeout(Duration::from_secs(30), next_change(&mut moved))
+            .await
+            .unwrap();
+        assert!(
+            matches!(got, Some(Ok(SourceEvent::Put { mod_revision, .. })) if mod_revision == *want),
+            "{got:?}"
+        );
+    }
+
+    // Back, it answers the probe and returns to rotation: watches land on it again.
+    cluster.restart(dead);
+    let restarted = Instant::now();
+    let deadline = restarted + Duration::from_secs(30);
+    while !s.in_rotation().contains(&dead_endpoint) {
+        assert!(
+            Instant::now() < deadline,
+            "the member never came back: {:?}",
+            s.in_rotation()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let back = restarted.elapsed();
+    let mut landed = false;
+    for _ in 0..6 {
+        landed |= s.watch(prefix, from).await.unwrap().endpoint() == dead_endpoint;
+    }
+    assert!(landed, "no watch on the member that came back");
+    eprintln!(
+        "a follower killed: its watch failed after {broke:?} and was open on another member after {reopened:?}; \
+         restarted, it was back in rotation after {back:?}"
+    );
+}
+
 /// `apiserver_watch_cache_initializations_total` of `resource`: the lists its cache made.
 async fn initializations(server: &Server, resource: &str) -> u64 {
     counter(
@@ -423,8 +526,8 @@ async fn killing_the_leader_mid_stream_loses_no_write_and_ends_no_watch() {
     }
     assert_eq!(failed, [], "writes failed before the leader died");
     let leader = cluster.leader().await.expect("a leader");
-    cluster.kill(leader);
     let killed = Instant::now();
+    cluster.kill(leader);
     eprintln!("killed member {leader}, the leader");
     // The writes go on at once, one at a time, while a watcher of the cluster notes when a new
     // leader is elected.
@@ -439,10 +542,12 @@ async fn killing_the_leader_mid_stream_loses_no_write_and_ends_no_watch() {
         failed.extend(failures);
     }
     let elected = elected.await.unwrap();
-    // Only an attempt under way during the election may fail (and be retried above): one at
-    // most, since the writes are one at a time and the server retries what etcd refused
-    // before proposing it. The member that died is gone for good: every other attempt
-    // succeeds.
+    // Only an attempt under way during the election may fail (and be retried above), and one
+    // at most: the first write after the kill, if the server wrote it on its connection to the
+    // dead leader before seeing that connection close (sent, as far as anyone can tell, so not
+    // retried). Every later one finds the connection refused and waits for the new leader; the
+    // server retries what never left and what etcd refused before proposing it. The member
+    // that died stays dead: every other attempt succeeds.
     let show = |f: &[&(Instant, Instant, String)]| {
         f.iter()
             .map(|(started, ended, answer)| {
@@ -704,8 +809,10 @@ async fn a_dead_follower_then_a_dead_leader_fail_no_request_outside_the_election
     // A follower dies: the cluster keeps its quorum, so nothing may fail.
     let leader = cluster.leader().await.expect("a leader");
     let follower = (leader + 1) % 3;
-    cluster.kill(follower);
+    // Each death's instant is taken before the signal: a request may fail before kill()
+    // returns, once the process is reaped.
     let follower_killed = Instant::now();
+    cluster.kill(follower);
     eprintln!("killed member {follower}, a follower");
     tokio::time::sleep(Duration::from_secs(6)).await;
     // It comes back (without it, the leader's death would leave no quorum) and rejoins.
@@ -715,8 +822,8 @@ async fn a_dead_follower_then_a_dead_leader_fail_no_request_outside_the_election
     tokio::time::sleep(Duration::from_secs(4)).await;
 
     // The leader dies: requests in flight during the election may fail, no other.
-    cluster.kill(leader);
     let leader_killed = Instant::now();
+    cluster.kill(leader);
     let elected = until_elected(&cluster).await;
     eprintln!(
         "killed member {leader}, the leader; a new one after {:?}",
@@ -813,8 +920,11 @@ async fn a_dead_follower_then_a_dead_leader_fail_no_request_outside_the_election
         "requests failed while the cluster had a leader:\n{}",
         summary(&outside, started)
     );
-    // During the election, only the writes the leader held when it died may fail: each writer
-    // has one request in flight, and reads and refused writes are retried by the server.
+    // During the election, only a write the leader held when it died (or that was written on
+    // its connection before the server saw it close) may fail, one per writer at most: each
+    // has one request in flight, and once that one failed the connection is known to be gone,
+    // so the next is refused before it leaves and waits for the new leader. Reads, and writes
+    // etcd refused before proposing them, are retried by the server.
     assert!(
         inside.len() <= WRITERS,
         "{} requests failed in the election:\n{}",
