@@ -27,6 +27,12 @@
 //!   learns the compacted revision from the same key.
 //! - **The signing key** for continue tokens is stored at [`SIGNING_KEY`], created once by
 //!   whichever replica comes first, in a transaction.
+//! - **Members** (the `members` module): a connection to each endpoint; reads and watches
+//!   round-robin over the members in rotation, writes to the leader; a member whose
+//!   connection is refused leaves rotation at once and comes back when it answers the probe;
+//!   a request is retried on another member only when nothing was applied.
+
+mod members;
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -37,13 +43,15 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, KeyValue, Txn, TxnOp, TxnOpResponse,
-    WatchOptions, WatchRequestSender, WatchResponse, WatchResponseStream,
+    Client, Compare, CompareOp, EventType, GetOptions, KeyValue, KvClient, Txn, TxnOp, TxnOpResponse,
+    WatchOptions, WatchRequestSender, WatchResponse, WatchResponseStream, WatchStream,
 };
 use futures_core::Stream;
 use futures_util::StreamExt;
 use tracing::{debug, info, warn};
 use watchcache_core::{Revision, Source, SourceChange, SourceError, SourceEvent, SourceItem, SourceList};
+
+use crate::members::{Kind, Members};
 
 /// The largest gRPC message the source decodes (gRPC's own ceiling).
 const MAX_MESSAGE: usize = i32::MAX as usize;
@@ -65,6 +73,15 @@ pub struct EtcdOptions {
     /// Every request but a watch gives up after this long (a member that lost quorum may
     /// otherwise hold it).
     pub request_timeout: Duration,
+    /// How long after its start a request may still be tried again: on another member after
+    /// its connection was refused, or after etcd refused it unapplied (no leader during an
+    /// election). Also how long writes wait for a new leader when the old one's connection is
+    /// refused.
+    pub retry_budget: Duration,
+    /// How often every member is asked for its status: one out of rotation comes back when it
+    /// answers, and the answers name the leader (ten times as often while the leader is down
+    /// or unknown).
+    pub probe_interval: Duration,
     /// Connecting to an endpoint gives up after this long.
     pub connect_timeout: Duration,
     /// Keys per page of a list (every page is read at the first one's revision).
@@ -79,6 +96,8 @@ impl Default for EtcdOptions {
     fn default() -> Self {
         EtcdOptions {
             request_timeout: Duration::from_secs(5),
+            retry_budget: Duration::from_secs(3),
+            probe_interval: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(2),
             list_page: LIST_PAGE,
             watch_delay: Duration::ZERO,
@@ -93,7 +112,7 @@ pub struct EtcdSource {
 }
 
 struct Inner {
-    client: Client,
+    members: Arc<Members>,
     endpoints: Vec<String>,
     version: String,
     ordered_progress: bool,
@@ -136,6 +155,22 @@ fn unavailable(e: etcd_client::Error) -> SourceError {
     SourceError::Unavailable(e.to_string())
 }
 
+/// A write's failure, saying when it may have been applied all the same: it was sent, and the
+/// answer was lost or was a timeout. The server must not try it again; its client may read.
+fn write_failed(e: etcd_client::Error) -> SourceError {
+    if members::never_sent(&e) || members::refused_unapplied(&e) {
+        unavailable(e)
+    } else {
+        SourceError::Unavailable(format!("{e} (the write may have been applied)"))
+    }
+}
+
+/// A KV client taking responses of any size: a page of 10,000 pods is tens of MB, far above
+/// gRPC's default 4 MB (the apiserver lifts the limit the same way).
+fn kv(client: Client) -> KvClient {
+    client.kv_client().max_decoding_message_size(MAX_MESSAGE)
+}
+
 /// Whether an etcd error says the revision asked for is compacted.
 fn is_compacted(e: &etcd_client::Error) -> bool {
     e.to_string().contains("required revision has been compacted")
@@ -173,30 +208,22 @@ fn item(kv: &KeyValue) -> Option<SourceItem> {
 }
 
 impl EtcdSource {
-    /// Connects to the cluster behind `endpoints` (`http://host:port`) and reads its version.
-    /// The client balances requests over the endpoints and moves off one that dies.
+    /// Connects to the cluster behind `endpoints` (`http://host:port`), one connection per
+    /// member, and reads its version from the members that answer. Requests go to the members
+    /// in rotation, and move off one whose connection is refused.
     pub async fn connect(endpoints: &[String], options: EtcdOptions) -> Result<Self, SourceError> {
-        let connect = ConnectOptions::new()
-            .with_connect_timeout(options.connect_timeout)
-            .with_timeout(options.request_timeout)
-            .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2))
-            .with_keep_alive_while_idle(true)
-            // A member cut off from its leader fails requests and watches at once rather than
-            // serving what it last knew.
-            .with_require_leader(true);
-        let client = Client::connect(endpoints, Some(connect))
-            .await
-            .map_err(unavailable)?;
-        let version = Self::read_version(endpoints, &options).await?;
+        // The lowest version among the members that answer: a cluster mid-upgrade is as good as
+        // its oldest member for what it promises.
+        let (members, version) = Members::connect(endpoints, &options).await?;
         let ordered_progress = orders_requested_progress(&version);
         info!(
-            %version, ordered_progress, endpoints = ?endpoints,
+            %version, ordered_progress, endpoints = ?endpoints, in_rotation = ?members.in_rotation(),
             "connected to etcd{}",
             if ordered_progress { "" } else { " (requested progress notifications are not trusted: consistent reads the cache has not reached go to etcd)" }
         );
         let source = EtcdSource {
             inner: Arc::new(Inner {
-                client,
+                members,
                 endpoints: endpoints.to_vec(),
                 version,
                 ordered_progress,
@@ -212,69 +239,78 @@ impl EtcdSource {
         Ok(source)
     }
 
-    /// The lowest version among the members that answer, each asked on a connection of its own
-    /// (the shared client balances, so it may ask one member twice and another never): a
-    /// cluster mid-upgrade is as good as its oldest member for what it promises.
-    async fn read_version(endpoints: &[String], options: &EtcdOptions) -> Result<String, SourceError> {
-        let ask = |endpoint: String| async move {
-            let connect = ConnectOptions::new().with_connect_timeout(options.connect_timeout);
-            let asked = async {
-                let mut c = Client::connect([endpoint.as_str()], Some(connect)).await?;
-                c.status().await.map(|s| s.version().to_owned())
-            };
-            match tokio::time::timeout(options.request_timeout, asked).await {
-                Ok(r) => r.map_err(|e| format!("{endpoint}: {e}")),
-                Err(_) => Err(format!("{endpoint}: no status in time")),
-            }
-        };
-        let answers = futures_util::future::join_all(endpoints.iter().cloned().map(ask)).await;
-        let mut last_error = None;
-        let mut oldest: Option<String> = None;
-        for answer in answers {
-            match answer {
-                Ok(v) if oldest.as_ref().is_none_or(|o| version_key(&v) < version_key(o)) => oldest = Some(v),
-                Ok(_) => {}
-                Err(e) => last_error = Some(e),
-            }
-        }
-        oldest
-            .ok_or_else(|| SourceError::Unavailable(last_error.unwrap_or_else(|| "no endpoint given".into())))
-    }
-
     /// The etcd version the source decided its progress handling on.
     pub fn version(&self) -> &str {
         &self.inner.version
     }
 
-    /// The client, for callers that need more of etcd (tests, tools).
+    /// A client of one member (the leader, when it is known and in rotation), for callers that
+    /// need more of etcd (tests, tools).
     pub fn client(&self) -> Client {
-        self.inner.client.clone()
+        self.inner.members.any_client()
     }
 
-    /// The KV client, taking responses of any size: a page of 10,000 pods is tens of MB, far
-    /// above gRPC's default 4 MB (the apiserver lifts the limit the same way).
-    fn kv(&self) -> etcd_client::KvClient {
+    /// The endpoints in rotation now: those whose members answered the last probe and have
+    /// not refused a connection since.
+    pub fn in_rotation(&self) -> Vec<String> {
+        self.inner.members.in_rotation()
+    }
+
+    /// Runs a read on a member in rotation, retried within the budget after any transient
+    /// failure.
+    async fn reading<T, F, Fut>(&self, mut op: F) -> Result<T, etcd_client::Error>
+    where
+        F: FnMut(KvClient) -> Fut,
+        Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+    {
+        self.inner.members.call(Kind::Read, |_, c| op(kv(c))).await
+    }
+
+    /// Runs the transaction `make` makes on the leader, made again for each attempt (a retry
+    /// only when the attempt before was never sent, or refused unapplied).
+    async fn txn(&self, make: impl Fn() -> Txn) -> Result<etcd_client::TxnResponse, SourceError> {
         self.inner
-            .client
-            .kv_client()
-            .max_decoding_message_size(MAX_MESSAGE)
+            .members
+            .call(Kind::Write, |_, c| {
+                let txn = make();
+                async move { kv(c).txn(txn).await }
+            })
+            .await
+            .map_err(write_failed)
     }
 
-    /// The watch client, taking responses of any size (one revision's events come whole).
-    fn watch_client(&self) -> etcd_client::WatchClient {
+    /// Opens a watch of `key` on a member in rotation; the stream, and the member's index.
+    async fn open_watch(
+        &self,
+        key: &str,
+        options: WatchOptions,
+    ) -> Result<(WatchStream, usize), etcd_client::Error> {
+        let timeout = self.inner.request_timeout;
         self.inner
-            .client
-            .watch_client()
-            .max_decoding_message_size(MAX_MESSAGE)
-    }
-
-    async fn txn(&self, txn: Txn) -> Result<etcd_client::TxnResponse, SourceError> {
-        self.kv().txn(txn).await.map_err(unavailable)
+            .members
+            .call(Kind::Read, |i, c| {
+                let options = options.clone();
+                async move {
+                    // The watch client takes responses of any size (one revision's events come
+                    // whole).
+                    let mut client = c.watch_client().max_decoding_message_size(MAX_MESSAGE);
+                    match tokio::time::timeout(timeout, client.watch(key, Some(options))).await {
+                        Ok(stream) => stream.map(|s| (s, i)),
+                        Err(_) => Err(etcd_client::Error::WatchError(
+                            "opening the watch timed out".into(),
+                        )),
+                    }
+                }
+            })
+            .await
     }
 
     /// The value and mod revision of `key`, read linearizably.
     pub async fn get(&self, key: &str) -> Result<Option<(Bytes, Revision)>, SourceError> {
-        let resp = self.kv().get(key, None).await.map_err(unavailable)?;
+        let resp = self
+            .reading(|mut kv| async move { kv.get(key, None).await })
+            .await
+            .map_err(unavailable)?;
         Ok(resp
             .kvs()
             .first()
@@ -283,10 +319,13 @@ impl EtcdSource {
 
     /// Creates `key`; `AlreadyExists` if it is there.
     pub async fn create(&self, key: &str, value: Bytes) -> Result<Revision, SourceError> {
-        let txn = Txn::new()
-            .when([Compare::mod_revision(key, CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(key, value.to_vec(), None)]);
-        let resp = self.txn(txn).await?;
+        let resp = self
+            .txn(|| {
+                Txn::new()
+                    .when([Compare::mod_revision(key, CompareOp::Equal, 0)])
+                    .and_then([TxnOp::put(key, value.to_vec(), None)])
+            })
+            .await?;
         if resp.succeeded() {
             revision_of(resp.header())
         } else {
@@ -302,11 +341,11 @@ impl EtcdSource {
         expected: Option<Revision>,
     ) -> Result<Revision, SourceError> {
         let resp = self
-            .txn(
+            .txn(|| {
                 guarded(key, expected)
                     .and_then([TxnOp::put(key, value.to_vec(), None)])
-                    .or_else([TxnOp::get(key, None)]),
-            )
+                    .or_else([TxnOp::get(key, None)])
+            })
             .await?;
         if resp.succeeded() {
             revision_of(resp.header())
@@ -323,14 +362,14 @@ impl EtcdSource {
         expected: Option<Revision>,
     ) -> Result<(Revision, Bytes), SourceError> {
         let resp = self
-            .txn(
+            .txn(|| {
                 guarded(key, expected)
                     .and_then([TxnOp::delete(
                         key,
                         Some(etcd_client::DeleteOptions::new().with_prev_key()),
                     )])
-                    .or_else([TxnOp::get(key, None)]),
-            )
+                    .or_else([TxnOp::get(key, None)])
+            })
             .await?;
         if !resp.succeeded() {
             return Err(failed_guard(key, &resp));
@@ -359,7 +398,10 @@ impl EtcdSource {
 
     /// Reads the compaction key: the revision the last compactor compacted at.
     pub async fn refresh_compacted(&self) -> Result<Revision, SourceError> {
-        let resp = self.kv().get(COMPACT_KEY, None).await.map_err(unavailable)?;
+        let resp = self
+            .reading(|mut kv| async move { kv.get(COMPACT_KEY, None).await })
+            .await
+            .map_err(unavailable)?;
         if let Some(r) = resp.kvs().first().and_then(parse_revision) {
             self.learn_compacted(r);
         }
@@ -371,11 +413,14 @@ impl EtcdSource {
     /// version is still `round`, this replica wins the round: it records `seen` in the key and
     /// compacts at it. Either way it returns the version and revision to use next round.
     pub async fn compact_round(&self, round: i64, seen: Revision) -> Result<(i64, Revision), SourceError> {
-        let txn = Txn::new()
-            .when([Compare::version(COMPACT_KEY, CompareOp::Equal, round)])
-            .and_then([TxnOp::put(COMPACT_KEY, seen.get().to_string(), None)])
-            .or_else([TxnOp::get(COMPACT_KEY, None)]);
-        let resp = self.txn(txn).await?;
+        let resp = self
+            .txn(|| {
+                Txn::new()
+                    .when([Compare::version(COMPACT_KEY, CompareOp::Equal, round)])
+                    .and_then([TxnOp::put(COMPACT_KEY, seen.get().to_string(), None)])
+                    .or_else([TxnOp::get(COMPACT_KEY, None)])
+            })
+            .await?;
         let now = revision_of(resp.header())?;
         if !resp.succeeded() {
             // Another replica won this round; its target is what is (being) compacted.
@@ -393,10 +438,17 @@ impl EtcdSource {
         }
         if seen.get() > 0 {
             let started = std::time::Instant::now();
-            match self.kv().compact(seen.get() as i64, None).await {
+            let compacted = self
+                .inner
+                .members
+                .call(Kind::Write, |_, c| async move {
+                    kv(c).compact(seen.get() as i64, None).await
+                })
+                .await;
+            match compacted {
                 Ok(_) => {}
                 Err(e) if is_compacted(&e) => {}
-                Err(e) => return Err(unavailable(e)),
+                Err(e) => return Err(write_failed(e)),
             }
             self.learn_compacted(seen.get());
             info!(revision = %seen, took = ?started.elapsed(), "compacted etcd");
@@ -432,20 +484,19 @@ impl EtcdSource {
     }
 
     async fn follow_compactions_once(&self) -> Result<(), SourceError> {
-        let resp = self.kv().get(COMPACT_KEY, None).await.map_err(unavailable)?;
+        let resp = self
+            .reading(|mut kv| async move { kv.get(COMPACT_KEY, None).await })
+            .await
+            .map_err(unavailable)?;
         let from = revision_of(resp.header())?.get() as i64 + 1;
         if let Some(r) = resp.kvs().first().and_then(parse_revision) {
             self.learn_compacted(r);
         }
-        let mut client = self.watch_client();
         let options = WatchOptions::new().with_start_revision(from);
-        let (_sender, mut responses) = client
-            .watch(COMPACT_KEY, Some(options))
-            .await
-            .map_err(unavailable)?
-            .split();
+        let (stream, member) = self.open_watch(COMPACT_KEY, options).await.map_err(unavailable)?;
+        let (_sender, mut responses) = stream.split();
         while let Some(resp) = responses.next().await {
-            let resp = resp.map_err(unavailable)?;
+            let resp = resp.map_err(|e| self.watch_broke(member, e))?;
             if resp.canceled() {
                 return Err(SourceError::Unavailable(format!(
                     "watch canceled: {}",
@@ -463,9 +514,26 @@ impl EtcdSource {
 
     /// Whether a member answers as part of a cluster with a leader, within `timeout`.
     pub async fn has_leader(&self, timeout: Duration) -> bool {
-        let mut kv = self.kv();
-        let read = kv.get(COMPACT_KEY, Some(GetOptions::new().with_count_only()));
+        let read = self.reading(|mut kv| async move {
+            kv.get(COMPACT_KEY, Some(GetOptions::new().with_count_only()))
+                .await
+        });
         matches!(tokio::time::timeout(timeout, read).await, Ok(Ok(_)))
+    }
+
+    /// A watch on member `member` ended with `e`: the error to pass on. A broken connection
+    /// takes the member out of rotation, so that the watch opened next goes to another at once
+    /// (the probe puts it back if it answers).
+    fn watch_broke(&self, member: usize, e: etcd_client::Error) -> SourceError {
+        if members::broken(&e) {
+            self.inner.members.set_up(
+                member,
+                false,
+                &format!("a watch broke: {e}"),
+                tokio::time::Instant::now(),
+            );
+        }
+        unavailable(e)
     }
 
     fn register(&self, sender: &Arc<tokio::sync::Mutex<WatchRequestSender>>) {
@@ -484,7 +552,13 @@ impl EtcdSource {
                 .with_range(end.clone())
                 .with_limit(self.inner.list_page)
                 .with_revision(revision);
-            let resp = match self.kv().get(from.clone(), Some(options)).await {
+            let page = self
+                .reading(|mut kv| {
+                    let (from, options) = (from.clone(), options.clone());
+                    async move { kv.get(from, Some(options)).await }
+                })
+                .await;
+            let resp = match page {
                 Ok(r) => r,
                 Err(e) if is_compacted(&e) => {
                     // The compacted revision is at least the one asked for + 1.
@@ -562,12 +636,15 @@ pub struct EtcdWatch {
     /// Whether requested notifications (watch id -1) are ordered with events.
     ordered_progress: bool,
     source: EtcdSource,
+    /// The member the watch is on (an index into the source's endpoints).
+    member: usize,
     ended: bool,
 }
 
 impl std::fmt::Debug for EtcdWatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EtcdWatch")
+            .field("endpoint", &self.endpoint())
             .field("pending", &self.pending.len())
             .finish_non_exhaustive()
     }
@@ -597,6 +674,11 @@ fn delayed(mut responses: WatchResponseStream, delay: Duration) -> Responses {
 const REQUESTED_PROGRESS_ID: i64 = -1;
 
 impl EtcdWatch {
+    /// The endpoint of the member the watch is on.
+    pub fn endpoint(&self) -> &str {
+        self.source.inner.members.endpoint(self.member)
+    }
+
     /// Turns one response into events, or the error that ends the watch.
     fn take(&mut self, resp: WatchResponse) -> Result<(), SourceError> {
         if resp.canceled() {
@@ -672,7 +754,7 @@ impl Stream for EtcdWatch {
                 }
                 Poll::Ready(Some(Err(e))) => {
                     this.ended = true;
-                    return Poll::Ready(Some(Err(unavailable(e))));
+                    return Poll::Ready(Some(Err(this.source.watch_broke(this.member, e))));
                 }
                 Poll::Ready(Some(Ok(resp))) => {
                     if let Err(e) = this.take(resp) {
@@ -698,11 +780,7 @@ impl Source for EtcdSource {
             .with_start_revision(from.get() as i64)
             .with_prev_key()
             .with_progress_notify();
-        let mut client = self.watch_client();
-        let stream = tokio::time::timeout(self.inner.request_timeout, client.watch(prefix, Some(options)))
-            .await
-            .map_err(|_| SourceError::Unavailable("opening the watch timed out".into()))?
-            .map_err(unavailable)?;
+        let (stream, member) = self.open_watch(prefix, options).await.map_err(unavailable)?;
         let (sender, responses) = stream.split();
         let responses: Responses = if self.inner.watch_delay.is_zero() {
             Box::pin(responses)
@@ -711,13 +789,14 @@ impl Source for EtcdSource {
         };
         let sender = Arc::new(tokio::sync::Mutex::new(sender));
         self.register(&sender);
-        debug!(prefix, %from, "watching etcd");
+        debug!(prefix, %from, endpoint = self.inner.members.endpoint(member), "watching etcd");
         Ok(EtcdWatch {
             responses,
             _sender: sender,
             pending: VecDeque::new(),
             ordered_progress: self.inner.ordered_progress,
             source: self.clone(),
+            member,
             ended: false,
         })
     }
@@ -725,8 +804,10 @@ impl Source for EtcdSource {
     async fn current_revision(&self) -> Result<Revision, SourceError> {
         // A linearizable count of an empty range: the header carries the store's revision.
         let resp = self
-            .kv()
-            .get(COMPACT_KEY, Some(GetOptions::new().with_count_only()))
+            .reading(|mut kv| async move {
+                kv.get(COMPACT_KEY, Some(GetOptions::new().with_count_only()))
+                    .await
+            })
             .await
             .map_err(unavailable)?;
         revision_of(resp.header())
@@ -737,21 +818,29 @@ impl Source for EtcdSource {
             let watches = self.inner.watches.lock().unwrap_or_else(|p| p.into_inner());
             watches.iter().filter_map(Weak::upgrade).collect()
         };
+        // Every open watch is asked, even after one failed (its member may have just died,
+        // and the others' caches still want their notification); the first failure is told.
+        let mut failed = Ok(());
         for s in senders {
-            s.lock().await.request_progress().await.map_err(unavailable)?;
+            if let Err(e) = s.lock().await.request_progress().await {
+                failed = failed.and(Err(unavailable(e)));
+            }
         }
-        Ok(())
+        failed
     }
 
     async fn signing_key(&self) -> Result<[u8; 16], SourceError> {
         let mut fresh = [0u8; 16];
         getrandom::fill(&mut fresh).map_err(|e| SourceError::Unavailable(format!("no randomness: {e}")))?;
         // Created by the first replica; every other one reads it back.
-        let txn = Txn::new()
-            .when([Compare::create_revision(SIGNING_KEY, CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(SIGNING_KEY, fresh.to_vec(), None)])
-            .or_else([TxnOp::get(SIGNING_KEY, None)]);
-        let resp = self.txn(txn).await?;
+        let resp = self
+            .txn(|| {
+                Txn::new()
+                    .when([Compare::create_revision(SIGNING_KEY, CompareOp::Equal, 0)])
+                    .and_then([TxnOp::put(SIGNING_KEY, fresh.to_vec(), None)])
+                    .or_else([TxnOp::get(SIGNING_KEY, None)])
+            })
+            .await?;
         if resp.succeeded() {
             return Ok(fresh);
         }
@@ -787,7 +876,10 @@ impl Source for EtcdSource {
                 .with_range(prefix_end(prefix))
                 .with_revision(at.get() as i64)
         };
-        let counted = match self.kv().get(prefix, Some(range().with_count_only())).await {
+        let counted = self
+            .reading(|mut kv| async move { kv.get(prefix, Some(range().with_count_only())).await })
+            .await;
+        let counted = match counted {
             Ok(r) => r,
             Err(e) if is_compacted(&e) => return Ok(false),
             Err(e) => return Err(unavailable(e)),
@@ -799,7 +891,13 @@ impl Source for EtcdSource {
             .with_keys_only()
             .with_min_mod_revision(since.get() as i64 + 1)
             .with_limit(1);
-        match self.kv().get(prefix, Some(written)).await {
+        let written = self
+            .reading(|mut kv| {
+                let written = written.clone();
+                async move { kv.get(prefix, Some(written)).await }
+            })
+            .await;
+        match written {
             Ok(r) => Ok(r.kvs().is_empty()),
             Err(e) if is_compacted(&e) => Ok(false),
             Err(e) => Err(unavailable(e)),
@@ -807,7 +905,10 @@ impl Source for EtcdSource {
     }
 
     async fn read(&self, key: &str) -> Result<(Option<SourceItem>, Revision), SourceError> {
-        let resp = self.kv().get(key, None).await.map_err(unavailable)?;
+        let resp = self
+            .reading(|mut kv| async move { kv.get(key, None).await })
+            .await
+            .map_err(unavailable)?;
         Ok((resp.kvs().first().and_then(item), revision_of(resp.header())?))
     }
 }
