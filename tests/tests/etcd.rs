@@ -259,7 +259,7 @@ async fn a_dead_member_leaves_rotation_its_watch_moves_at_once_and_it_comes_back
         .await
         .unwrap();
     assert!(
-        matches!(next_change(&mut watch).await, Some(Ok(SourceEvent::Put { mod_revision, .. })) if mod_revision == first)
+        matches!(next_change(&mut watch).await, Some(Ok(SourceEvent::Changes { revision, .. })) if revision == first)
     );
 
     let killed = Instant::now();
@@ -297,7 +297,7 @@ async fn a_dead_member_leaves_rotation_its_watch_moves_at_once_and_it_comes_back
             .await
             .unwrap();
         assert!(
-            matches!(got, Some(Ok(SourceEvent::Put { mod_revision, .. })) if mod_revision == *want),
+            matches!(got, Some(Ok(SourceEvent::Changes { revision, .. })) if revision == *want),
             "{got:?}"
         );
     }
