@@ -53,6 +53,9 @@ const FILL_REVISIONS_PER_SLOT: u64 = 16;
 /// rv=0 read may be).
 const FILL_IDLE: Duration = Duration::from_millis(250);
 
+/// A watch open this long before it broke worked: it is opened again without a pause.
+const WORKED: Duration = Duration::from_secs(1);
+
 /// Exponential backoff with full jitter between half and the whole delay.
 #[derive(Debug)]
 struct Backoff {
@@ -473,6 +476,16 @@ impl<S: Source> Reflector<S> {
         });
     }
 
+    /// After a watch broke: a watch that worked (it brought something, or stayed open a
+    /// while) is opened again at once, so that a cache whose store member died moves to
+    /// another without a pause (the source picks a live one); one that broke straight away
+    /// backs off, as a failed open does.
+    async fn pause_before_rewatch(&mut self, opened: Instant, delivered: bool) {
+        if !(delivered || opened.elapsed() >= WORKED) {
+            tokio::time::sleep(self.backoff.delay()).await;
+        }
+    }
+
     async fn follow(&mut self) -> Stop {
         // One group of the bookmark watchers per tick: each gets one bookmark per interval,
         // and they are spread over it.
@@ -502,6 +515,8 @@ impl<S: Source> Reflector<S> {
             // woken once for the run (`publish_deferred`, then `flush` before waiting again):
             // under load, one wake-up per watcher and burst rather than per event.
             let mut run = 0;
+            let opened = Instant::now();
+            let mut delivered = false;
             // When the watch last brought something: a fill is published once it has been
             // quiet for FILL_IDLE (ticks of the other timers do not count as activity).
             let mut active = Instant::now();
@@ -545,6 +560,7 @@ impl<S: Source> Reflector<S> {
                 };
                 match item {
                     Some(Ok(event)) => {
+                        delivered = true;
                         self.apply(event);
                         self.backoff.reset();
                     }
@@ -556,12 +572,12 @@ impl<S: Source> Reflector<S> {
                     Some(Err(e)) => {
                         self.flush();
                         warn!(resource = %self.config.resource, error = %e, "watch broke");
-                        tokio::time::sleep(self.backoff.delay()).await;
+                        self.pause_before_rewatch(opened, delivered).await;
                         break;
                     }
                     None => {
                         self.flush();
-                        tokio::time::sleep(self.backoff.delay()).await;
+                        self.pause_before_rewatch(opened, delivered).await;
                         break;
                     }
                 }
