@@ -77,7 +77,7 @@ impl Source for MapSource {
         Ok(self.0.0.lock().unwrap().0)
     }
 
-    async fn request_progress(&self) -> Result<(), SourceError> {
+    async fn request_progress(&self, _prefix: &str) -> Result<(), SourceError> {
         Ok(()) // every change is an event here, so the cache is never behind for long
     }
 

@@ -28,6 +28,7 @@ use std::time::Duration;
 use crate::config::{BuildError, CacheConfig};
 use crate::continue_token::Tokens;
 use crate::object::{Codec, ObjectKey, ObjectVersion};
+use crate::progress::Requester;
 use crate::reflector;
 use crate::rv::Revision;
 use crate::selector::SelectorError;
@@ -103,9 +104,6 @@ impl From<SelectorError> for CacheError {
 }
 
 /// How long a read waits for a cache whose source cannot order progress notifications before
-/// How often a consistent read that waits for the cache asks the source for progress again.
-const PROGRESS_RETRY: Duration = Duration::from_millis(100);
-
 /// it reads from the source instead: enough for the watch to bring a write just made.
 const UNORDERED_WAIT: Duration = Duration::from_millis(100);
 
@@ -134,6 +132,9 @@ struct Inner<S> {
     source: Arc<S>,
     codec: Arc<dyn Codec>,
     reflector: tokio::task::JoinHandle<()>,
+    /// Asks the source for progress while reads wait (see `progress.rs`).
+    requester: Arc<Requester>,
+    requesting: tokio::task::JoinHandle<()>,
 }
 
 impl<S: fmt::Debug> fmt::Debug for Inner<S> {
@@ -149,6 +150,7 @@ impl<S: fmt::Debug> fmt::Debug for Inner<S> {
 impl<S> Drop for Inner<S> {
     fn drop(&mut self) {
         self.reflector.abort();
+        self.requesting.abort();
     }
 }
 
@@ -215,6 +217,12 @@ impl<S: Source> Cache<S> {
             Arc::clone(&config),
             Arc::clone(&store),
         ));
+        let requester = Arc::new(Requester::default());
+        let requesting = runtime.spawn(Arc::clone(&requester).run(
+            Arc::clone(&source),
+            config.prefix.clone(),
+            Arc::clone(&store),
+        ));
         Ok(Cache {
             inner: Arc::new(Inner {
                 config,
@@ -222,6 +230,8 @@ impl<S: Source> Cache<S> {
                 source,
                 codec,
                 reflector,
+                requester,
+                requesting,
             }),
         })
     }
@@ -307,10 +317,11 @@ impl<S: Source> Cache<S> {
         })
     }
 
-    /// The view once the cache has reached `revision`; asks the source for a progress
-    /// notification when it must wait, so a quiet resource catches up at once. On a source
-    /// whose requested notifications cannot be trusted (and so never arrive), it waits only
-    /// briefly for the watch to bring the revision: its callers then read from the source.
+    /// The view once the cache has reached `revision`. While it waits, the cache's progress
+    /// requester asks the source for a progress notification (one request at a time for all
+    /// waiting reads), so a quiet resource catches up at once. On a source whose requested
+    /// notifications cannot be ordered (and so never come), it waits only briefly for the
+    /// watch to bring the revision: its callers then read from the source.
     pub(crate) async fn fresh_view(&self, revision: Revision) -> Result<Arc<View>, CacheError> {
         let view = self.ready_view().await?;
         if view.revision >= revision {
@@ -323,25 +334,12 @@ impl<S: Source> Cache<S> {
         } else {
             self.config().fresh_timeout.min(UNORDERED_WAIT)
         };
-        let deadline = tokio::time::Instant::now() + timeout;
-        // Asked again every PROGRESS_RETRY while waiting, as the apiserver's progress
-        // requester does: a request made while the reflector's watch is down (between a break
-        // and its re-watch) reaches no watch and would otherwise be lost.
-        let reached = loop {
-            if ordered {
-                // A failed request only means we wait for the next one or a write.
-                let _ = self.inner.source.request_progress().await;
-            }
-            let step = deadline.min(tokio::time::Instant::now() + PROGRESS_RETRY);
+        let reached = {
+            let _waiting = ordered.then(|| self.inner.requester.wait());
             let wait = rx.wait_for(|r| *r >= revision);
             // Reduced to a bool at once: the `Ref` a wait returns holds a lock and must not
             // live across an await (it would also make this future !Send).
-            match tokio::time::timeout_at(step, wait).await {
-                Ok(Ok(_)) => break true,
-                Ok(Err(_)) => break false,
-                Err(_) if tokio::time::Instant::now() >= deadline => break false,
-                Err(_) => {}
-            }
+            matches!(tokio::time::timeout(timeout, wait).await, Ok(Ok(_)))
         };
         let view = self.ready_view().await?;
         if reached && view.revision >= revision {
@@ -380,24 +378,14 @@ impl<S: Source> Cache<S> {
         }
     }
 
-    /// The cache's state once it has reached `revision`; on a source whose progress cannot be
-    /// trusted, when the cache has not reached it at once, a list of the source instead (as
-    /// the apiserver's delegator reads etcd when it may not serve a consistent read from its
-    /// cache).
+    /// The cache's state once it has reached `revision`; when it has not in time (at once, on
+    /// a source that cannot order progress), a list of the source instead, as the apiserver
+    /// falls back to etcd for a consistent read its cache does not reach.
     async fn basis_at_least(&self, revision: Revision) -> Result<Basis, CacheError> {
         match self.fresh_view(revision).await {
             Ok(view) => Ok(Basis::of(view)),
-            Err(CacheError::TooLargeResourceVersion { requested, .. })
-                if !self.inner.source.progress_requests_are_ordered() =>
-            {
+            Err(CacheError::TooLargeResourceVersion { requested, .. }) => {
                 let view = self.ready_view().await?;
-                if self.unchanged_up_to(&view, requested).await {
-                    return Ok(Basis {
-                        snapshot: Arc::clone(view.current()),
-                        revision: requested,
-                        view,
-                    });
-                }
                 let snapshot = self.source_snapshot(None).await?;
                 if snapshot.revision() < requested {
                     return Err(CacheError::TooLargeResourceVersion {
@@ -452,15 +440,12 @@ impl<S: Source> Cache<S> {
                 }
                 Err(_) => view,
             },
-            Err(CacheError::TooLargeResourceVersion { .. })
-                if !self.inner.source.progress_requests_are_ordered() =>
-            {
-                let view = self.ready_view().await?;
-                if self.unchanged_up_to(&view, revision).await {
-                    let snapshot = Arc::clone(view.current());
-                    return Ok((view, snapshot));
+            // Not reached in time: the source's state at the revision, if it has it.
+            Err(CacheError::TooLargeResourceVersion { requested, current }) => {
+                if self.current_revision().await? < requested {
+                    return Err(CacheError::TooLargeResourceVersion { requested, current });
                 }
-                view
+                self.ready_view().await?
             }
             Err(e) => return Err(e),
         };
@@ -479,29 +464,6 @@ impl<S: Source> Cache<S> {
         self.inner
             .store
             .pin(revision, snapshot, self.config().snapshot_retention);
-    }
-
-    /// Whether the source proves the state of the prefix at `revision` is `view`'s own (which
-    /// is older): then a read at `revision` is served from the cache without reading the
-    /// prefix (see `Source::unchanged_since`). Any failure is no proof.
-    async fn unchanged_up_to(&self, view: &View, revision: Revision) -> bool {
-        // The view has every change up to its revision; its state is the newest snapshot's.
-        let count = view.current().len();
-        let proven = matches!(
-            self.inner
-                .source
-                .unchanged_since(&self.config().prefix, view.revision, revision, count)
-                .await,
-            Ok(true)
-        );
-        if proven {
-            self.inner
-                .store
-                .stats
-                .proven_reads
-                .fetch_add(1, Ordering::Relaxed);
-        }
-        proven
     }
 
     /// The source's state of the prefix at `at` (or now), decoded with the cache's codec as

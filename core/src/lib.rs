@@ -84,6 +84,7 @@ mod loom;
 mod names;
 mod object;
 mod page;
+mod progress;
 pub mod protocol;
 mod read;
 mod reflector;

@@ -83,11 +83,9 @@ impl<S: Source> Cache<S> {
         };
         match self.fresh_view(needed).await {
             Ok(view) => Ok((view.current().get(key).cloned(), view.revision)),
-            // The cache could not prove it reached the revision: read the one key from the
-            // source (see `Cache::basis_for`).
-            Err(CacheError::TooLargeResourceVersion { requested, .. })
-                if !self.source().progress_requests_are_ordered() =>
-            {
+            // The cache did not reach the revision in time: read the one key from the source
+            // (see `Cache::basis_for`).
+            Err(CacheError::TooLargeResourceVersion { requested, .. }) => {
                 let (object, revision) = self.source_get(key).await?;
                 if revision < requested {
                     return Err(CacheError::TooLargeResourceVersion {

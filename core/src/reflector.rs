@@ -509,7 +509,7 @@ impl<S: Source> Reflector<S> {
             if self.held.is_some() {
                 // A source that orders requested progress tells us at once if the replay has
                 // nothing more to give.
-                let _ = self.source.request_progress().await;
+                let _ = self.source.request_progress(&self.config.prefix).await;
             }
             // Events already waiting are applied in a run, and the watchers they concern are
             // woken once for the run (`publish_deferred`, then `flush` before waiting again):

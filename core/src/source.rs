@@ -173,41 +173,23 @@ pub trait Source: Send + Sync + 'static {
     /// The store's current revision (for consistent reads).
     fn current_revision(&self) -> impl Future<Output = Result<Revision, SourceError>> + Send;
 
-    /// Asks every open watch for a progress notification at the current revision, so that a
-    /// cache of a quiet prefix learns it is up to date without waiting for a write.
-    fn request_progress(&self) -> impl Future<Output = Result<(), SourceError>> + Send;
+    /// Asks the watch of `prefix` for a progress notification at the current revision, so
+    /// that a cache of a quiet prefix learns it is up to date without waiting for a write. The
+    /// notification must come in order with the watch's events: a cache that waited for it
+    /// has seen every change up to it. (etcd before 3.4.31 and 3.5.13 answers a request out
+    /// of band, ahead of events; `EtcdSource` writes a fence key its watch covers instead.)
+    fn request_progress(&self, prefix: &str) -> impl Future<Output = Result<(), SourceError>> + Send;
 
-    /// Whether a progress notification that [`request_progress`](Source::request_progress)
-    /// brings comes in order with the watch's events, so that a cache that waits for one has
-    /// seen every change up to it. A source that cannot promise it (etcd before 3.4.31 and
-    /// 3.5.13) must not yield such notifications at all, and says false here: the cache then
-    /// serves a consistent read it has not reached from the source itself, with [`list`] or
-    /// [`read`] at the revision it needs, rather than wait for a notification.
+    /// Whether [`request_progress`](Source::request_progress) brings an ordered notification.
+    /// A source that cannot promise it must not yield requested notifications at all, and
+    /// says false here: the cache then serves a consistent read it has not reached at once
+    /// from the source itself, with [`list`] or [`read`] at the revision it needs, rather
+    /// than wait for a notification that never comes.
     ///
     /// [`list`]: Source::list
     /// [`read`]: Source::read
     fn progress_requests_are_ordered(&self) -> bool {
         true
-    }
-
-    /// Whether the state under `prefix` at revision `at` is the state it had at `since`, which
-    /// held `count` keys: the cheap check a cache behind `at` makes before it reads the whole
-    /// prefix from the source (a quiet prefix on a source whose progress cannot be trusted).
-    /// `true` only when proven; the default proves nothing.
-    ///
-    /// One proof for a store that lists by revision: no key under the prefix at `at` has a
-    /// mod revision after `since`, and `count` keys are there. Then every key at `at` was
-    /// written at or before `since` and not since, so it had the same value at `since`; the
-    /// keys at `at` are a subset of those at `since`, and as many: the same.
-    fn unchanged_since(
-        &self,
-        prefix: &str,
-        since: Revision,
-        at: Revision,
-        count: usize,
-    ) -> impl Future<Output = Result<bool, SourceError>> + Send {
-        let _ = (prefix, since, at, count);
-        async { Ok(false) }
     }
 
     /// The newest revision the source is known to have compacted: reads at revisions below it

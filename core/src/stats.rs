@@ -12,14 +12,13 @@ pub struct CacheStats {
     pub decode_errors: AtomicU64,
     /// Events applied.
     pub events: AtomicU64,
-    /// Reads served from the source rather than the cache: consistent reads the cache could not
-    /// prove it had reached (on a source whose progress cannot be trusted), and exact reads
-    /// and continues of revisions the cache no longer holds.
+    /// Reads served from the source rather than the cache: consistent reads the cache did not
+    /// reach in time (at once, on a source that cannot order requested progress), and exact
+    /// reads and continues of revisions the cache no longer holds.
     pub source_reads: AtomicU64,
-    /// Reads the cache served from its own state, behind their revision, because the source
-    /// proved its prefix unchanged since (`Source::unchanged_since`): what a quiet prefix on
-    /// a source whose progress cannot be trusted costs instead of a source read.
-    pub proven_reads: AtomicU64,
+    /// Progress notifications the cache asked its source for while reads waited for it to
+    /// reach a revision: one at a time, however many reads waited (see `progress.rs`).
+    pub progress_requests: AtomicU64,
     /// Reflectors replaced after a panic.
     pub reflector_restarts: AtomicU64,
     /// Bytes of superseded object versions history holds now (bounded by

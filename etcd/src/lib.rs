@@ -13,14 +13,16 @@
 //! - **Lists** are read in pages of [`LIST_PAGE`] keys (by default), all at the first page's revision.
 //! - **Watches** start at a revision, with `prev_kv` and progress notifications, one gRPC
 //!   watch stream per watch.
-//! - **Progress.** On an etcd that answers a progress request out of band with its events
-//!   (every 3.4 before 3.4.31 and 3.5 before 3.5.13: etcd-io/etcd #15220 and #17567), a
-//!   requested notification may overtake events at or below its revision. Such a source
-//!   drops the notifications it cannot trust (those answering a request, sent under watch id
-//!   -1) and keeps the periodic ones, which etcd sends through the watch's own ordered
-//!   channel and only once the watch has sent everything up to them;
-//!   [`Source::progress_requests_are_ordered`] then says false, and the cache serves
-//!   consistent reads it has not reached from etcd itself.
+//! - **Progress.** A cache that waits for a revision asks the watch of its prefix for a
+//!   progress notification. On an etcd that answers such a request out of band with its
+//!   events (every 3.4 before 3.4.31 and 3.5 before 3.5.13: etcd-io/etcd #15220 and #17567),
+//!   a requested notification may overtake events at or below its revision: such a source
+//!   drops those (sent under watch id -1) and writes a *fence* instead, a small value at the
+//!   prefix's own name without its slash (`/registry/pods` for `/registry/pods/`, which no
+//!   apiserver key is). Every watch covers its prefix and that one key, so the fence's event
+//!   comes on the watch's own ordered channel after every change before it: the watch yields
+//!   it as a progress notification at the fence's revision. One write of a few bytes,
+//!   whatever the prefix holds; fences any replica writes serve every replica's watch.
 //! - **Compaction.** [`EtcdSource::compact_every`] compacts as the apiserver does: each
 //!   interval, a compare-and-swap on the version of the key `compact_rev_key` elects the
 //!   one replica that compacts, at the revision the previous interval saw; every replica
@@ -116,8 +118,8 @@ struct Inner {
     endpoints: Vec<String>,
     version: String,
     ordered_progress: bool,
-    /// The senders of open watches, for progress requests.
-    watches: Mutex<Vec<Weak<tokio::sync::Mutex<WatchRequestSender>>>>,
+    /// The senders of open watches, by prefix, for progress requests.
+    watches: Mutex<Vec<(String, Weak<tokio::sync::Mutex<WatchRequestSender>>)>>,
     /// The newest compacted revision this replica knows of. Relaxed: a hint, raised
     /// monotonically (`fetch_max`), ordered with nothing.
     compacted: AtomicU64,
@@ -199,6 +201,16 @@ fn prefix_end(prefix: &str) -> Vec<u8> {
     vec![0]
 }
 
+/// The key a watch of `prefix` covers besides the prefix, where progress fences are written:
+/// the prefix without its trailing slash, outside every list of the prefix. `None` for a
+/// prefix without one (such a watch gets no fences).
+fn fence_key(prefix: &str) -> Option<&str> {
+    prefix.strip_suffix('/').filter(|k| !k.is_empty())
+}
+
+/// What a fence holds: only its revision matters.
+const FENCE_VALUE: &[u8] = b"watchcache progress fence";
+
 fn item(kv: &KeyValue) -> Option<SourceItem> {
     Some(SourceItem {
         key: std::str::from_utf8(kv.key()).ok()?.to_owned(),
@@ -219,7 +231,7 @@ impl EtcdSource {
         info!(
             %version, ordered_progress, endpoints = ?endpoints, in_rotation = ?members.in_rotation(),
             "connected to etcd{}",
-            if ordered_progress { "" } else { " (requested progress notifications are not trusted: consistent reads the cache has not reached go to etcd)" }
+            if ordered_progress { "" } else { " (requested progress notifications can overtake events: progress is asked for with fence writes instead)" }
         );
         let source = EtcdSource {
             inner: Arc::new(Inner {
@@ -536,10 +548,10 @@ impl EtcdSource {
         unavailable(e)
     }
 
-    fn register(&self, sender: &Arc<tokio::sync::Mutex<WatchRequestSender>>) {
+    fn register(&self, prefix: &str, sender: &Arc<tokio::sync::Mutex<WatchRequestSender>>) {
         let mut watches = self.inner.watches.lock().unwrap_or_else(|p| p.into_inner());
-        watches.retain(|w| w.strong_count() > 0);
-        watches.push(Arc::downgrade(sender));
+        watches.retain(|(_, w)| w.strong_count() > 0);
+        watches.push((prefix.to_owned(), Arc::downgrade(sender)));
     }
 
     async fn list_at(&self, prefix: &str, at: Option<Revision>) -> Result<SourceList, SourceError> {
@@ -630,6 +642,8 @@ fn version_key(v: &str) -> Vec<u64> {
 /// trusts, and compaction or a lost connection as errors.
 pub struct EtcdWatch {
     responses: Responses,
+    /// The watched prefix: changes of other keys in the watch's range are not the cache's.
+    prefix: String,
     /// Kept for progress requests; the source holds it weakly.
     _sender: Arc<tokio::sync::Mutex<WatchRequestSender>>,
     pending: VecDeque<SourceEvent>,
@@ -723,8 +737,19 @@ impl EtcdWatch {
                 },
             };
             let revision = rev(kv.mod_revision());
+            if !key.starts_with(&self.prefix) {
+                // A fence (or another key the watch's range takes in): everything before it
+                // came first, on this ordered channel, so the source is at its revision.
+                if !matches!(self.pending.back(), Some(e) if e.revision() >= revision) {
+                    self.pending.push_back(SourceEvent::Progress { revision });
+                }
+                continue;
+            }
             match self.pending.back_mut() {
                 Some(SourceEvent::Changes { revision: r, changes }) if *r == revision => changes.push(change),
+                Some(SourceEvent::Progress { revision: r }) if *r == revision => {
+                    *self.pending.back_mut().expect("just matched") = SourceEvent::single(revision, change);
+                }
                 _ => self.pending.push_back(SourceEvent::single(revision, change)),
             }
         }
@@ -774,13 +799,16 @@ impl Source for EtcdSource {
         self.list_at(prefix, at).await
     }
 
+    /// Watches the prefix and its fence key (see the module docs): one range from the fence
+    /// key to the prefix's end.
     async fn watch(&self, prefix: &str, from: Revision) -> Result<Self::Watch, SourceError> {
         let options = WatchOptions::new()
-            .with_prefix()
+            .with_range(prefix_end(prefix))
             .with_start_revision(from.get() as i64)
             .with_prev_key()
             .with_progress_notify();
-        let (stream, member) = self.open_watch(prefix, options).await.map_err(unavailable)?;
+        let start = fence_key(prefix).unwrap_or(prefix);
+        let (stream, member) = self.open_watch(start, options).await.map_err(unavailable)?;
         let (sender, responses) = stream.split();
         let responses: Responses = if self.inner.watch_delay.is_zero() {
             Box::pin(responses)
@@ -788,10 +816,11 @@ impl Source for EtcdSource {
             delayed(responses, self.inner.watch_delay)
         };
         let sender = Arc::new(tokio::sync::Mutex::new(sender));
-        self.register(&sender);
+        self.register(prefix, &sender);
         debug!(prefix, %from, endpoint = self.inner.members.endpoint(member), "watching etcd");
         Ok(EtcdWatch {
             responses,
+            prefix: prefix.to_owned(),
             _sender: sender,
             pending: VecDeque::new(),
             ordered_progress: self.inner.ordered_progress,
@@ -813,13 +842,30 @@ impl Source for EtcdSource {
         revision_of(resp.header())
     }
 
-    async fn request_progress(&self) -> Result<(), SourceError> {
+    /// On an etcd that orders requested notifications, a request on every open watch of
+    /// `prefix`; on one that does not, a fence write its watches bring back in order (see the
+    /// module docs).
+    async fn request_progress(&self, prefix: &str) -> Result<(), SourceError> {
+        if !self.inner.ordered_progress {
+            let Some(fence) = fence_key(prefix) else {
+                return Ok(());
+            };
+            // A put, not a transaction on the key's revision: any number of fences, from any
+            // replica, at any time, is as good as one (a retried fence is harmless).
+            self.txn(|| Txn::new().and_then([TxnOp::put(fence, FENCE_VALUE, None)]))
+                .await?;
+            return Ok(());
+        }
         let senders: Vec<_> = {
             let watches = self.inner.watches.lock().unwrap_or_else(|p| p.into_inner());
-            watches.iter().filter_map(Weak::upgrade).collect()
+            watches
+                .iter()
+                .filter(|(p, _)| p == prefix)
+                .filter_map(|(_, w)| w.upgrade())
+                .collect()
         };
-        // Every open watch is asked, even after one failed (its member may have just died,
-        // and the others' caches still want their notification); the first failure is told.
+        // Every open watch of the prefix is asked, even after one failed (its member may have
+        // just died); the first failure is told.
         let mut failed = Ok(());
         for s in senders {
             if let Err(e) = s.lock().await.request_progress().await {
@@ -853,55 +899,8 @@ impl Source for EtcdSource {
             .ok_or_else(|| SourceError::Unavailable(format!("{SIGNING_KEY} does not hold a 16-byte key")))
     }
 
-    fn progress_requests_are_ordered(&self) -> bool {
-        self.inner.ordered_progress
-    }
-
     fn compacted_revision(&self) -> Revision {
         self.compacted()
-    }
-
-    /// Two reads at `at`, neither of which moves a value: the count of keys under the prefix,
-    /// and the keys written after `since` (etcd scans the prefix and sends only those; at
-    /// most one is asked for). The proof is the trait's.
-    async fn unchanged_since(
-        &self,
-        prefix: &str,
-        since: Revision,
-        at: Revision,
-        count: usize,
-    ) -> Result<bool, SourceError> {
-        let range = || {
-            GetOptions::new()
-                .with_range(prefix_end(prefix))
-                .with_revision(at.get() as i64)
-        };
-        let counted = self
-            .reading(|mut kv| async move { kv.get(prefix, Some(range().with_count_only())).await })
-            .await;
-        let counted = match counted {
-            Ok(r) => r,
-            Err(e) if is_compacted(&e) => return Ok(false),
-            Err(e) => return Err(unavailable(e)),
-        };
-        if counted.count() != count as i64 {
-            return Ok(false);
-        }
-        let written = range()
-            .with_keys_only()
-            .with_min_mod_revision(since.get() as i64 + 1)
-            .with_limit(1);
-        let written = self
-            .reading(|mut kv| {
-                let written = written.clone();
-                async move { kv.get(prefix, Some(written)).await }
-            })
-            .await;
-        match written {
-            Ok(r) => Ok(r.kvs().is_empty()),
-            Err(e) if is_compacted(&e) => Ok(false),
-            Err(e) => Err(unavailable(e)),
-        }
     }
 
     async fn read(&self, key: &str) -> Result<(Option<SourceItem>, Revision), SourceError> {

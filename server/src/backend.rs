@@ -142,8 +142,8 @@ impl Source for Backend {
         each!(self, s => s.current_revision().await)
     }
 
-    async fn request_progress(&self) -> Result<(), SourceError> {
-        each!(self, s => Source::request_progress(s).await)
+    async fn request_progress(&self, prefix: &str) -> Result<(), SourceError> {
+        each!(self, s => Source::request_progress(s, prefix).await)
     }
 
     async fn signing_key(&self) -> Result<[u8; 16], SourceError> {
@@ -160,15 +160,5 @@ impl Source for Backend {
 
     async fn read(&self, key: &str) -> Result<(Option<SourceItem>, Revision), SourceError> {
         each!(self, s => s.read(key).await)
-    }
-
-    async fn unchanged_since(
-        &self,
-        prefix: &str,
-        since: Revision,
-        at: Revision,
-        count: usize,
-    ) -> Result<bool, SourceError> {
-        each!(self, s => s.unchanged_since(prefix, since, at, count).await)
     }
 }

@@ -40,9 +40,9 @@ pub struct Metrics {
     /// Reads the store answered because the cache could not, per resource (see
     /// `CacheStats::source_reads`).
     pub store_reads: Family<Labels, Counter>,
-    /// Reads served from the cache's own state after the store proved the prefix unchanged up
-    /// to their revision, per resource (see `CacheStats::proven_reads`).
-    pub proven_reads: Family<Labels, Counter>,
+    /// Progress notifications asked of the store while reads waited for the cache, per
+    /// resource (see `CacheStats::progress_requests`).
+    pub progress_requests: Family<Labels, Counter>,
     /// Lists of the store that started a generation of a cache (the first one included), per
     /// resource: the apiserver's `apiserver_watch_cache_initializations_total`.
     pub initializations: Family<Labels, Counter>,
@@ -67,7 +67,7 @@ impl Default for Metrics {
             request_duration,
             watch_starts_expired: Family::default(),
             store_reads: Family::default(),
-            proven_reads: Family::default(),
+            progress_requests: Family::default(),
             initializations: Family::default(),
             registry: Registry::default(),
         };
@@ -129,13 +129,13 @@ impl Default for Metrics {
         );
         registry.register(
             "store_reads",
-            "Reads the store answered because the cache could not prove it had reached their revision or no longer held it",
+            "Reads the store answered because the cache did not reach their revision in time or no longer held it",
             m.store_reads.clone(),
         );
         registry.register(
-            "proven_reads",
-            "Reads served from the cache after the store proved the prefix unchanged up to their revision",
-            m.proven_reads.clone(),
+            "progress_requests",
+            "Progress notifications asked of the store while reads waited for the cache (one at a time per cache; on etcd before 3.4.31, a fence write each)",
+            m.progress_requests.clone(),
         );
         Metrics { registry: root, ..m }
     }

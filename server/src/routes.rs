@@ -260,8 +260,8 @@ async fn metrics_text(State(state): AppStateRef) -> Response {
             stats.source_reads.load(relaxed),
         );
         metrics::catch_up(
-            &state.metrics.proven_reads.get_or_create(&labels),
-            stats.proven_reads.load(relaxed),
+            &state.metrics.progress_requests.get_or_create(&labels),
+            stats.progress_requests.load(relaxed),
         );
         metrics::catch_up(
             &state.metrics.initializations.get_or_create(&labels),

@@ -78,8 +78,12 @@ async fn the_etcd_source_keeps_the_apiserver_layout_and_semantics() {
         .unwrap();
     assert_eq!(s.version(), "3.4.23", "Debian's etcd, the one the issue names");
     assert!(
-        !s.progress_requests_are_ordered(),
+        !watchcache_etcd::orders_requested_progress(s.version()),
         "3.4.23 answers progress requests out of band"
+    );
+    assert!(
+        s.progress_requests_are_ordered(),
+        "yet the source's requested progress is ordered: a fence write"
     );
 
     // Create, update and delete are transactions on the mod revision.
@@ -138,34 +142,6 @@ async fn the_etcd_source_keeps_the_apiserver_layout_and_semantics() {
         12
     );
 
-    // Unchanged since: proven when nothing under the prefix was written (writes elsewhere, or
-    // a key created and deleted again), refused after any net change.
-    let prefix = "/registry/configmaps/";
-    let since = s.current_revision().await.unwrap();
-    let count = s.list(prefix, Some(since)).await.unwrap().items.len();
-    s.create("/registry/pods/ns/elsewhere", Bytes::new())
-        .await
-        .unwrap();
-    s.create("/registry/configmaps/ns/brief", Bytes::new())
-        .await
-        .unwrap();
-    s.delete("/registry/configmaps/ns/brief", None).await.unwrap();
-    let now = s.current_revision().await.unwrap();
-    assert!(s.unchanged_since(prefix, since, now, count).await.unwrap());
-    assert!(
-        !s.unchanged_since(prefix, since, now, count + 1).await.unwrap(),
-        "a count that differs"
-    );
-    s.update("/registry/configmaps/ns/p0", Bytes::from_static(b"changed"), None)
-        .await
-        .unwrap();
-    let later = s.current_revision().await.unwrap();
-    assert!(
-        !s.unchanged_since(prefix, since, later, count).await.unwrap(),
-        "a key written since"
-    );
-    assert!(s.unchanged_since(prefix, later, later, count).await.unwrap());
-
     // A watch from a revision replays with previous values, then a delete.
     let mut w = s.watch("/registry/configmaps/", r2).await.unwrap();
     let (rd, prev) = s.delete(key, None).await.unwrap();
@@ -187,12 +163,41 @@ async fn the_etcd_source_keeps_the_apiserver_layout_and_semantics() {
         }
     }
     assert_eq!(last, Some(rd));
-    // A requested progress notification on 3.4.23 is never passed on: it can overtake events.
-    Source::request_progress(&s).await.unwrap();
-    let quiet = tokio::time::timeout(Duration::from_millis(500), w.next()).await;
-    assert!(
-        quiet.is_err(),
-        "nothing, not even the untrusted notification: {quiet:?}"
+    // Keys the watch's range takes in beside the prefix are not the prefix's changes.
+    let beside = s
+        .create("/registry/configmaps-x/ns/a", Bytes::new())
+        .await
+        .unwrap();
+    let e = tokio::time::timeout(Duration::from_secs(5), w.next())
+        .await
+        .unwrap();
+    assert_eq!(e.unwrap().unwrap(), SourceEvent::Progress { revision: beside });
+    // Progress is asked for with a fence write: its notification follows every change before
+    // it, on the watch's own channel (a requested notification on 3.4.23 could overtake them).
+    let prefix = "/registry/configmaps/";
+    let changed = s
+        .update("/registry/configmaps/ns/p0", Bytes::from_static(b"changed"), None)
+        .await
+        .unwrap();
+    Source::request_progress(&s, prefix).await.unwrap();
+    let mut seen = Vec::new();
+    let fenced = loop {
+        match tokio::time::timeout(Duration::from_secs(5), w.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap()
+        {
+            SourceEvent::Progress { revision } => break revision,
+            SourceEvent::Changes { revision, .. } => seen.push(revision),
+        }
+    };
+    assert_eq!(seen, [changed], "the change came first");
+    assert!(fenced > changed);
+    assert_eq!(
+        s.list(prefix, None).await.unwrap().items.len(),
+        11,
+        "no list of the prefix has the fence"
     );
 
     // The signing key is made once and shared by every replica.
@@ -359,68 +364,112 @@ async fn consistent_list(server: &Server) -> (u64, BTreeMap<String, u64>) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_replicas_never_serve_a_stale_consistent_read_on_etcd_3_4_23() {
+async fn replicas_never_serve_a_stale_consistent_read_on_etcd_3_4_23() {
     // etcd's periodic progress notifications at its default (10 minutes): nothing tells a
-    // replica it is current but its own events, as in a real cluster.
+    // replica it is current but its own events and the fences it asks for, as in a real cluster.
     let Some(cluster) = EtcdCluster::start_with(1, Duration::from_secs(600)).await else {
         return;
     };
     // Each replica's watch lags etcd, as a busy replica's does: a read that trusted the cache
-    // as it stands would miss the write just acknowledged through the other one. The first
-    // lags less than a consistent read waits for its cache (100 ms), the second more, so that
-    // its reads go to etcd, or to etcd's proof that the cache is current.
+    // as it stands would miss the write just acknowledged through another one. The first two
+    // reach every read's revision through fences, within their wait; the third lags longer
+    // than it waits, so its reads go to etcd.
     let mut replicas = Vec::new();
-    for lag in [30, 150] {
+    for (lag, wait) in [(30, 3000), (150, 3000), (400, 150)] {
         let lagging = EtcdOptions {
             watch_delay: Duration::from_millis(lag),
             ..EtcdOptions::default()
         };
         let etcd = EtcdSource::connect(&cluster.endpoints(), lagging).await.unwrap();
-        let server = Server::start_with(on_etcd(&cluster), Backend::Etcd(etcd))
-            .await
-            .unwrap();
+        let cfg = ServeConfig {
+            fresh_timeout: Duration::from_millis(wait),
+            ..on_etcd(&cluster)
+        };
+        let server = Server::start_with(cfg, Backend::Etcd(etcd)).await.unwrap();
         replicas.push(watchcache_tests::start_ready(server).await);
     }
     watchcache_tests::create_namespaces(&replicas[0], &["ha"]).await;
+    // Values no codec reads, under the same prefix (encrypted at rest, another apiserver's
+    // protobuf, a tool's): etcd counts them as keys of the prefix, the cache has no object
+    // for them. A proof by counting keys was fooled by them.
+    let direct = source(&cluster).await;
     let mut rng = fastrand::Rng::with_seed(14);
-    // name → the rv of its last acknowledged write.
-    let mut acked: BTreeMap<String, u64> = BTreeMap::new();
+    // name → whether it exists, and the rv of its last acknowledged write (or deletion).
+    let mut acked: BTreeMap<String, (bool, u64)> = BTreeMap::new();
     // The highest revision any completed operation returned.
     let mut high = 0u64;
     let (mut stale, mut reads, mut writes) = (0, 0, 0);
+    let cms = "/api/v1/namespaces/ha/configmaps";
     for op in 0..1_200 {
-        let server = &replicas[rng.usize(0..2)];
+        let server = &replicas[rng.usize(0..replicas.len())];
         let name = format!("cm-{}", rng.usize(0..24));
-        match rng.u8(0..11) {
+        let exists = acked.get(&name).is_some_and(|(e, _)| *e);
+        match rng.u8(0..14) {
             0..4 => {
-                let (code, v) = if acked.contains_key(&name) {
-                    let path = format!("/api/v1/namespaces/ha/configmaps/{name}");
-                    json_request(server, "PUT", &path, Some(cm(&name, &op.to_string()))).await
+                let (code, v) = if exists {
+                    json_request(
+                        server,
+                        "PUT",
+                        &format!("{cms}/{name}"),
+                        Some(cm(&name, &op.to_string())),
+                    )
+                    .await
                 } else {
-                    let path = "/api/v1/namespaces/ha/configmaps";
-                    json_request(server, "POST", path, Some(cm(&name, &op.to_string()))).await
+                    json_request(server, "POST", cms, Some(cm(&name, &op.to_string()))).await
                 };
                 assert!(code == 200 || code == 201, "write {code}: {v}");
                 let rv = rv_of(&v);
                 assert!(rv > high, "a write's revision is new");
                 high = rv;
-                acked.insert(name, rv);
+                acked.insert(name, (true, rv));
                 writes += 1;
             }
-            4..7 => {
-                let path = format!("/api/v1/namespaces/ha/configmaps/{name}");
-                let (code, v) = json_request(server, "GET", &path, None).await;
+            4 if exists => {
+                let (code, v) = json_request(server, "DELETE", &format!("{cms}/{name}"), None).await;
+                assert_eq!(code, 200, "delete: {v}");
+                high = current(&direct).await;
+                acked.insert(name, (false, high));
+                writes += 1;
+            }
+            4 => {
+                // Created and deleted again: the count of keys is as it was.
+                let brief = format!("brief-{op}");
+                let (code, v) = json_request(server, "POST", cms, Some(cm(&brief, "x"))).await;
+                assert_eq!(code, 201, "{v}");
+                let other = &replicas[rng.usize(0..replicas.len())];
+                let (code, v) = json_request(other, "DELETE", &format!("{cms}/{brief}"), None).await;
+                assert_eq!(code, 200, "{v}");
+                high = current(&direct).await;
+                acked.insert(brief, (false, high));
+                writes += 2;
+            }
+            5 => {
+                let key = format!("/registry/configmaps/junk/undecodable-{op}");
+                high = direct
+                    .create(&key, Bytes::from_static(b"k8s:enc:aescbc:v1:key1:..."))
+                    .await
+                    .unwrap()
+                    .get();
+                writes += 1;
+            }
+            6..9 => {
+                let (code, v) = json_request(server, "GET", &format!("{cms}/{name}"), None).await;
                 reads += 1;
                 match acked.get(&name) {
-                    Some(&w) if code != 200 || rv_of(&v) < w => stale += 1,
+                    Some(&(true, w)) if code != 200 || rv_of(&v) < w => stale += 1,
+                    Some(&(false, _)) if code != 404 => stale += 1,
                     None if code != 404 => panic!("never written, yet {code}: {v}"),
                     _ => {}
                 }
             }
-            7..10 => {
+            9..12 => {
                 let (rv, items) = consistent_list(server).await;
                 reads += 1;
-                let behind = rv < high || acked.iter().any(|(n, w)| items.get(n).is_none_or(|got| got < w));
+                let behind = rv < high
+                    || acked.iter().any(|(n, &(e, w))| match items.get(n) {
+                        Some(&got) => !e || got < w,
+                        None => e,
+                    });
                 if behind {
                     stale += 1;
                 }
@@ -439,31 +488,36 @@ async fn two_replicas_never_serve_a_stale_consistent_read_on_etcd_3_4_23() {
             }
         }
     }
-    let (mut from_store, mut proven) = (0, 0);
+    let (mut from_store, mut fences) = (0, 0);
     for r in &replicas {
         for resource in ["configmaps", "secrets"] {
             let series = |name: &str| format!("watchcache_{name}_total{{resource=\"{resource}\"}}");
             from_store += counter(r, &series("store_reads")).await;
-            proven += counter(r, &series("proven_reads")).await;
+            fences += counter(r, &series("progress_requests")).await;
         }
     }
     eprintln!(
-        "{writes} writes and {reads} consistent reads over two replicas: {stale} stale; \
-         {from_store} read from etcd, {proven} from a cache etcd proved current"
+        "{writes} writes and {reads} consistent reads over three replicas: {stale} stale; \
+         {from_store} read from etcd, {fences} progress fences written"
     );
     assert_eq!(stale, 0, "stale consistent reads");
     assert!(reads >= 500 && writes >= 300);
     assert!(
-        from_store > 0,
-        "the lag made replicas read from etcd: the path under test ran"
+        fences > 0,
+        "the quiet resource and the lagging caches asked for progress"
     );
     assert!(
-        proven > 0,
-        "the quiet resource was proven current: that path ran too"
+        from_store > 0,
+        "the replica that waits less than it lags read from etcd: that path ran too"
     );
     for r in replicas {
         r.shutdown().await.unwrap();
     }
+}
+
+/// etcd's current revision.
+async fn current(s: &EtcdSource) -> u64 {
+    s.current_revision().await.unwrap().get()
 }
 
 /// Creates configmap `name` through `server`, retrying while the cluster elects a leader; its

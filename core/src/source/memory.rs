@@ -730,7 +730,8 @@ impl Source for MemorySource {
         Ok(self.inner.signing_key)
     }
 
-    async fn request_progress(&self) -> Result<(), SourceError> {
+    /// Every watch answers (a notification to a watch of another prefix costs it nothing).
+    async fn request_progress(&self, _prefix: &str) -> Result<(), SourceError> {
         self.check_available()?;
         MemorySource::request_progress(self);
         Ok(())
@@ -738,28 +739,6 @@ impl Source for MemorySource {
 
     fn compacted_revision(&self) -> Revision {
         MemorySource::compacted_revision(self)
-    }
-
-    /// From the change log: no change under `prefix` in `(since, at]` (a stronger fact than
-    /// the trait asks, and as cheap here).
-    async fn unchanged_since(
-        &self,
-        prefix: &str,
-        since: Revision,
-        at: Revision,
-        _count: usize,
-    ) -> Result<bool, SourceError> {
-        self.check_available()?;
-        let state = self.mvcc();
-        if since.get() < state.compacted || at.get() > state.revision {
-            return Ok(false);
-        }
-        let from = state.log.partition_point(|c| c.revision <= since.get());
-        Ok(!state
-            .log
-            .range(from..)
-            .take_while(|c| c.revision <= at.get())
-            .any(|c| c.key.starts_with(prefix)))
     }
 }
 
