@@ -184,29 +184,43 @@ pub(crate) async fn update(
     let warnings = check_fields(state, t, p, &mut object)?;
     let resource = &t.resource.info.resource;
     let key = t.storage_key(name);
-    let (current, read_at) = state
-        .store
-        .get(&key)
-        .await
-        .map_err(|e| errors::source(&e, resource, name))?
-        .ok_or_else(|| Status::not_found(resource, name))?;
-    let current = parse_stored(&current)?;
     // Optimistic concurrency on metadata.resourceVersion, when the client sends one.
     let expected = take_resource_version(metadata_mut(&mut object)?)?;
-    let prepared = prepare_update(t, object, &current, Ownership::Update(&p.manager))?;
-    if p.dry_run {
-        return Ok(warn(json_response(StatusCode::OK, prepared.raw), &warnings));
+    // Without one, the update is still conditional on the version it was prepared from (the
+    // status, deletion and generation it carries over are that version's), and starts again
+    // from the newer one when another write came first, as the apiserver's unconditional
+    // update does: never written blindly over a write it did not see.
+    for _ in 0..ATTEMPTS {
+        let (current, read_at) = state
+            .store
+            .get(&key)
+            .await
+            .map_err(|e| errors::source(&e, resource, name))?
+            .ok_or_else(|| Status::not_found(resource, name))?;
+        if expected.is_some_and(|e| e != read_at) {
+            return Err(Status::conflict(resource, name));
+        }
+        let current = parse_stored(&current)?;
+        let prepared = prepare_update(t, object.clone(), &current, Ownership::Update(&p.manager))?;
+        if p.dry_run {
+            // As it would be stored, at the stored object's resourceVersion.
+            return written(t, StatusCode::OK, &prepared.version, read_at).map(|r| warn(r, &warnings));
+        }
+        match prepared.commit(state, &key, read_at).await {
+            Ok((revision, version)) => {
+                return written(t, StatusCode::OK, &version, revision).map(|r| warn(r, &warnings));
+            }
+            Err(SourceError::Conflict { .. }) => continue,
+            Err(e) => return Err(errors::source(&e, resource, name)),
+        }
     }
-    let (revision, version) = prepared
-        .commit(state, &key, expected, read_at)
-        .await
-        .map_err(|e| errors::source(&e, resource, name))?;
-    written(t, StatusCode::OK, &version, revision).map(|r| warn(r, &warnings))
+    Err(Status::conflict(resource, name))
 }
 
-/// How many times a PATCH reads, patches and writes again after losing a race to another
-/// write, before it answers 409.
-const PATCH_ATTEMPTS: usize = 8;
+/// How many times a write reads, changes and writes again after losing a race to another
+/// write, before it answers 409. The apiserver retries without a bound; one keeps a write
+/// that keeps losing from running forever.
+const ATTEMPTS: usize = 32;
 
 /// PATCH: JSON, merge and strategic patches are applied to the stored object and written
 /// back on the condition that it has not changed since it was read; a concurrent write makes
@@ -231,7 +245,7 @@ pub(crate) async fn patch(
     let resource = &t.resource.info.resource;
     let key = t.storage_key(name);
     let patch = Patch::parse(ty, body)?;
-    for _ in 0..PATCH_ATTEMPTS {
+    for _ in 0..ATTEMPTS {
         let (stored, revision) = state
             .store
             .get(&key)
@@ -285,7 +299,7 @@ async fn apply(
         config.remove("status");
     }
     let warnings = check_fields(state, t, p, &mut config)?;
-    for _ in 0..PATCH_ATTEMPTS {
+    for _ in 0..ATTEMPTS {
         let stored = state
             .store
             .get(&key)
@@ -346,10 +360,11 @@ struct Attempt<'a> {
 }
 
 impl Attempt<'_> {
-    /// Stores `object`, the new state of `current` (or answers a dry run): the response, or
-    /// `None` when another write came first and the caller should read and try again. A
-    /// `metadata.resourceVersion` the object sets is a precondition: a mismatch, or a lost
-    /// race, is then 409 rather than a retry.
+    /// Stores `object`, the new state of `current` (or answers a dry run, at the stored
+    /// object's resourceVersion): the response, or `None` when another write came first and
+    /// the caller should read and try again. A `metadata.resourceVersion` the object sets (the
+    /// patch set it; the one the patch was shown is the read's) is a precondition: a mismatch
+    /// is 409, and so is a lost race once the next attempt reads the newer version.
     async fn store(
         &self,
         state: &AppState,
@@ -365,19 +380,14 @@ impl Attempt<'_> {
         }
         let prepared = prepare_update(t, object, current, ownership)?;
         if p.dry_run {
-            return Ok(Some(warn(
-                json_response(StatusCode::OK, prepared.raw),
-                self.warnings,
-            )));
+            return written(t, StatusCode::OK, &prepared.version, self.read_at)
+                .map(|r| Some(warn(r, self.warnings)));
         }
-        match prepared
-            .commit(state, self.key, Some(self.read_at), self.read_at)
-            .await
-        {
+        match prepared.commit(state, self.key, self.read_at).await {
             Ok((revision, version)) => {
                 written(t, StatusCode::OK, &version, revision).map(|r| Some(warn(r, self.warnings)))
             }
-            Err(SourceError::Conflict { .. }) if precondition.is_none() => Ok(None),
+            Err(SourceError::Conflict { .. }) => Ok(None),
             Err(e) => Err(errors::source(&e, &t.resource.info.resource, self.name)),
         }
     }
@@ -431,13 +441,14 @@ fn parse_stored(raw: &[u8]) -> Result<Map<String, Value>, Status> {
 }
 
 /// Removes `metadata.resourceVersion` from a request's object: the revision the client
-/// expects, if it names one.
+/// expects, if it names one ("" and "0" name none).
 fn take_resource_version(meta: &mut Map<String, Value>) -> Result<Option<Revision>, Status> {
     match meta.remove("resourceVersion") {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) if s.is_empty() => Ok(None),
+        // "0" is no version at all: the apiserver treats it as unset.
         Some(Value::String(s)) => Revision::parse(&s)
-            .map(Some)
+            .map(|r| (r != Revision::ZERO).then_some(r))
             .map_err(|e| Status::bad_request(format!("metadata.resourceVersion: {e}"))),
         Some(other) => Err(Status::bad_request(format!(
             "metadata.resourceVersion {other} is not a string"
@@ -562,22 +573,21 @@ struct Prepared {
 
 impl Prepared {
     /// Stores the update, or, for an object whose last finalizer it removed, deletes it; on
-    /// the condition that the stored object is still at `expected`, if given. An update that
-    /// changes nothing of the object read at `read_at` writes nothing.
+    /// the condition that the stored object is still the one read at `read_at`. An update
+    /// that changes nothing writes nothing.
     async fn commit(
         self,
         state: &AppState,
         key: &str,
-        expected: Option<Revision>,
         read_at: Revision,
     ) -> Result<(Revision, ObjectVersion), SourceError> {
-        if self.unchanged && expected.is_none_or(|e| e == read_at) {
+        if self.unchanged {
             return Ok((read_at, self.version));
         }
         let revision = if self.finalized {
-            state.store.delete(key, expected).await?.0
+            state.store.delete(key, Some(read_at)).await?.0
         } else {
-            state.store.update(key, self.raw, expected).await?
+            state.store.update(key, self.raw, Some(read_at)).await?
         };
         Ok((revision, self.version))
     }
@@ -624,7 +634,7 @@ pub(crate) async fn delete(
     let resource = &t.resource.info.resource;
     let key = t.storage_key(name);
     // Delete exactly the version we answer with; a concurrent update makes us look again.
-    for _ in 0..8 {
+    for _ in 0..ATTEMPTS {
         let (current, revision) = state
             .store
             .get(&key)
