@@ -54,6 +54,17 @@ pub(crate) fn source(e: &SourceError, resource: &str, name: &str) -> Status {
     }
 }
 
+/// The Status for a create whose generated names were all taken: 409 `AlreadyExists`, with a
+/// retry, as the apiserver answers when its name generator keeps colliding.
+pub(crate) fn generated_name_taken(resource: &str, name: &str) -> Status {
+    let mut s = Status::already_exists(resource, name);
+    s.message = format!(
+        "{resource} \"{name}\" already exists, the server was not able to generate a unique name for the object"
+    );
+    s.details = Some(json!({"name": name, "kind": resource, "retryAfterSeconds": 1}));
+    s
+}
+
 /// The Status for an object a request body carries that its resource's codec refuses.
 pub(crate) fn invalid_object(e: &CodecError) -> Status {
     Status::invalid(e.to_string())

@@ -204,6 +204,12 @@ impl Server {
         &self.store
     }
 
+    /// What every handler shares, for unit tests that call the handlers directly.
+    #[cfg(test)]
+    pub(crate) fn state(&self) -> &Arc<AppState> {
+        &self.state
+    }
+
     /// The metrics.
     pub fn metrics(&self) -> &Metrics {
         &self.state.metrics

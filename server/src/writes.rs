@@ -21,6 +21,7 @@ use crate::app::AppState;
 use crate::apply;
 use crate::errors;
 use crate::fields::{self, Manager};
+use crate::generate_name;
 use crate::namespaces;
 use crate::params::{DeleteParams, FieldValidation, Params, WriteParams};
 use crate::patch::{Patch, PatchType};
@@ -33,7 +34,9 @@ pub(crate) async fn create(
     p: &WriteParams,
     body: &[u8],
 ) -> Result<Response, Status> {
-    let mut object = object_from_body(&addressed(t), body, None)?;
+    let body = parse_body(body)?;
+    let generated = generate_name::prefix_of(&body).map(str::to_owned);
+    let mut object = object_from_value(&addressed(t), body, None)?;
     let warnings = check_fields(state, t, p, &mut object)?;
     set_defaults(t, &mut object);
     // The creator owns what it sent and the defaults; not the status, which the server resets
@@ -54,19 +57,32 @@ pub(crate) async fn create(
     );
     initial_status(t, &mut object);
     prepare_create(t, &mut object, &managers)?;
-    let (raw, version) = encode(t, &object)?;
-    let name = version.key().name();
-    namespaces::check_creatable(state, t, name).await?;
-    if p.dry_run {
-        // Validated and answered as it would be stored; nothing is stored.
-        return Ok(warn(json_response(StatusCode::CREATED, raw), &warnings));
+    let resource = &t.resource.info.resource;
+    // A generated name that is taken is drawn again, as the apiserver does.
+    for attempt in 1.. {
+        let (raw, version) = encode(t, &object)?;
+        let name = version.key().name();
+        namespaces::check_creatable(state, t, name).await?;
+        if p.dry_run {
+            // Validated and answered as it would be stored; nothing is stored.
+            return Ok(warn(json_response(StatusCode::CREATED, raw), &warnings));
+        }
+        match (state.store.create(&t.storage_key(name), raw).await, &generated) {
+            (Ok(revision), _) => {
+                return written(t, StatusCode::CREATED, &version, revision).map(|r| warn(r, &warnings));
+            }
+            (Err(SourceError::AlreadyExists(_)), Some(prefix)) if attempt < generate_name::ATTEMPTS => {
+                let name = generate_name::generate(prefix);
+                check_names(&addressed(t), &name)?;
+                metadata_mut(&mut object)?.insert("name".into(), Value::String(name));
+            }
+            (Err(SourceError::AlreadyExists(_)), Some(_)) => {
+                return Err(errors::generated_name_taken(resource, name));
+            }
+            (Err(e), _) => return Err(errors::source(&e, resource, name)),
+        }
     }
-    let revision = state
-        .store
-        .create(&t.storage_key(name), raw)
-        .await
-        .map_err(|e| errors::source(&e, &t.resource.info.resource, name))?;
-    written(t, StatusCode::CREATED, &version, revision).map(|r| warn(r, &warnings))
+    unreachable!("the attempts end in an answer")
 }
 
 /// The defaults the apiserver fills in on a new object.
@@ -848,9 +864,12 @@ pub(crate) fn object_from_body(
     body: &[u8],
     name_from_path: Option<&str>,
 ) -> Result<Map<String, Value>, Status> {
-    let value: Value =
-        serde_json::from_slice(body).map_err(|e| Status::bad_request(format!("invalid JSON body: {e}")))?;
-    object_from_value(r, value, name_from_path)
+    object_from_value(r, parse_body(body)?, name_from_path)
+}
+
+/// A request body as JSON.
+fn parse_body(body: &[u8]) -> Result<Value, Status> {
+    serde_json::from_slice(body).map_err(|e| Status::bad_request(format!("invalid JSON body: {e}")))
 }
 
 /// [`object_from_body`] for a body already parsed (or made by a patch).
@@ -912,12 +931,7 @@ pub(crate) fn object_from_value(
         }
         (Some(Value::String(n)), _, _) if !n.is_empty() => n.clone(),
         (_, _, Some(path)) => path.to_owned(),
-        (_, Some(Value::String(prefix)), None) if !prefix.is_empty() => {
-            let suffix: String = (0..5)
-                .map(|_| fastrand::alphanumeric().to_ascii_lowercase())
-                .collect();
-            format!("{prefix}{suffix}")
-        }
+        (_, Some(Value::String(prefix)), None) if !prefix.is_empty() => generate_name::generate(prefix),
         _ => {
             return Err(Status::invalid(
                 "metadata.name: Required value: name or generateName is required",
@@ -961,6 +975,65 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// A server on a free loopback port, on this test's runtime and thread.
+    async fn server() -> crate::Server {
+        let config = crate::ServeConfig {
+            addr: "127.0.0.1:0".parse().unwrap(),
+            ..crate::ServeConfig::default()
+        };
+        crate::Server::start(config).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_generated_name_that_is_taken_is_drawn_again_then_given_up() {
+        let server = server().await;
+        let state = server.state();
+        let t = Target::resolve(state, "v1", "configmaps", Some("default".into()), None).unwrap();
+        let body = br#"{"metadata":{"generateName":"g-"}}"#;
+        // The names a create draws, made predictable: the test's thread is the handler's.
+        let draws = |n: usize| {
+            fastrand::seed(7);
+            (0..n).map(|_| generate_name::generate("g-")).collect::<Vec<_>>()
+        };
+        let take = |name: &str| {
+            let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "default"}});
+            let key = t.storage_key(name);
+            async move { state.store.create(&key, Bytes::from(cm.to_string())).await }
+        };
+        let names = draws(3);
+        for name in &names[..2] {
+            take(name).await.unwrap();
+        }
+        fastrand::seed(7);
+        let response = create(state, &t, &WriteParams::default(), body).await.unwrap();
+        assert_eq!(response.status(), StatusCode::CREATED);
+        let created: Value = serde_json::from_slice(
+            &axum::body::to_bytes(response.into_body(), usize::MAX)
+                .await
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(created["metadata"]["name"], names[2], "the third draw");
+        // When every draw is taken: 409, as the apiserver words it.
+        let names = draws(generate_name::ATTEMPTS);
+        for name in &names[3..] {
+            take(name).await.unwrap();
+        }
+        fastrand::seed(7);
+        let refused = create(state, &t, &WriteParams::default(), body)
+            .await
+            .unwrap_err();
+        assert_eq!((refused.code, refused.reason), (409, "AlreadyExists"));
+        assert_eq!(
+            refused.message,
+            format!(
+                "configmaps \"{}\" already exists, the server was not able to generate a unique name for the object",
+                names[generate_name::ATTEMPTS - 1]
+            )
+        );
+        server.shutdown().await.unwrap();
+    }
 
     #[test]
     fn defaults_fill_only_what_is_unset() {

@@ -221,3 +221,43 @@ async fn a_put_at_resource_version_zero_is_unconditional_and_dry_runs_answer_the
     expect(&server, "PUT", &format!("{cms}/c"), Some(body), 409).await;
     server.shutdown().await.unwrap();
 }
+
+// ---- generateName ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generated_names_use_the_apiservers_alphabet_and_length() {
+    let server = start(config(0)).await;
+    let cms = "/api/v1/namespaces/default/configmaps";
+    for _ in 0..40 {
+        let out = expect(
+            &server,
+            "POST",
+            cms,
+            Some(json!({"metadata": {"generateName": "web-"}})),
+            201,
+        )
+        .await;
+        let name = out["metadata"]["name"].as_str().unwrap();
+        let suffix = name.strip_prefix("web-").expect("the prefix");
+        assert_eq!(suffix.len(), 5, "{name}");
+        assert!(
+            suffix.chars().all(|c| "bcdfghjklmnpqrstvwxz2456789".contains(c)),
+            "{name}"
+        );
+        assert_eq!(out["metadata"]["generateName"], "web-");
+    }
+    // A long prefix is cut to 58 characters, so the name fits in 63.
+    let long = "a".repeat(70);
+    let out = expect(
+        &server,
+        "POST",
+        cms,
+        Some(json!({"metadata": {"generateName": long}})),
+        201,
+    )
+    .await;
+    let name = out["metadata"]["name"].as_str().unwrap();
+    assert_eq!(name.len(), 63, "{name}");
+    assert!(name.starts_with(&"a".repeat(58)), "{name}");
+    server.shutdown().await.unwrap();
+}
