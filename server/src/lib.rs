@@ -18,6 +18,7 @@ mod apply;
 pub mod backend;
 pub mod config;
 mod connection;
+mod conversion;
 mod discovery;
 mod errors;
 mod fields;

@@ -19,6 +19,7 @@ use watchcache_encoders::{ResourceInfo, Status};
 
 use crate::app::AppState;
 use crate::apply;
+use crate::conversion;
 use crate::errors;
 use crate::fields::{self, Manager};
 use crate::generate_name;
@@ -38,6 +39,7 @@ pub(crate) async fn create(
     let generated = generate_name::prefix_of(&body).map(str::to_owned);
     let mut object = object_from_value(&addressed(t), body, None)?;
     let warnings = check_fields(state, t, p, &mut object)?;
+    conversion::on_write(&t.resource.info.kind, &mut object);
     set_defaults(t, &mut object);
     // The creator owns what it sent and the defaults; not the status, which the server resets
     // on a kind with /status (the apiserver's "reset fields").
@@ -323,6 +325,7 @@ async fn apply(
             .map_err(|e| errors::source(&e, resource, name))?;
         let Some((stored, revision)) = stored else {
             let mut object = apply::apply(kind, api_version, None, &config, &p.manager, p.force, &now())?;
+            conversion::on_write(kind, &mut object);
             let managers = fields::managers(&object);
             set_defaults(t, &mut object);
             initial_status(t, &mut object);
@@ -490,6 +493,7 @@ fn prepare_update(
     ownership: Ownership<'_>,
 ) -> Result<Prepared, Status> {
     let kind = &t.resource.info.kind;
+    conversion::on_write(kind, &mut object);
     let mut object = match (t.subresource, t.resource.status_subresource) {
         // Through /status only the status changes (and labels and annotations, as the
         // apiserver lets status writers change them).

@@ -261,3 +261,65 @@ async fn generated_names_use_the_apiservers_alphabet_and_length() {
     assert!(name.starts_with(&"a".repeat(58)), "{name}");
     server.shutdown().await.unwrap();
 }
+
+// ---- Secrets: stringData is write-only ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secret_string_data_is_merged_into_data_and_never_stored() {
+    let server = start(config(0)).await;
+    let secrets = "/api/v1/namespaces/default/secrets";
+    let body = json!({"metadata": {"name": "s"}, "data": {"user": "YWRtaW4=", "pw": "b2xk"}, "stringData": {"pw": "hunter2"}});
+    let out = expect(&server, "POST", secrets, Some(body), 201).await;
+    assert_eq!(
+        out["data"],
+        json!({"user": "YWRtaW4=", "pw": "aHVudGVyMg=="}),
+        "{out}"
+    );
+    assert!(out.get("stringData").is_none(), "{out}");
+    let got = expect(&server, "GET", &format!("{secrets}/s"), None, 200).await;
+    assert_eq!(got["data"]["pw"], "aHVudGVyMg==");
+    assert!(got.get("stringData").is_none(), "{got}");
+    // Updates and patches convert it the same way.
+    let mut replaced = got.clone();
+    replaced["stringData"] = json!({"token": "t"});
+    let out = expect(&server, "PUT", &format!("{secrets}/s"), Some(replaced), 200).await;
+    assert_eq!(out["data"]["token"], "dA==", "{out}");
+    let (code, out) = patch(
+        &server,
+        &format!("{secrets}/s"),
+        MERGE,
+        json!({"stringData": {"user": "root"}}),
+    )
+    .await;
+    assert_eq!(code, 200, "{out}");
+    assert_eq!(out["data"]["user"], "cm9vdA==", "{out}");
+    assert!(out.get("stringData").is_none(), "{out}");
+    let (code, out) = patch(
+        &server,
+        &format!("{secrets}/applied?fieldManager=m"),
+        APPLY,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "applied"}, "stringData": {"k": "v"}}),
+    )
+    .await;
+    assert_eq!(code, 201, "{out}");
+    assert_eq!(out["data"], json!({"k": "dg=="}), "{out}");
+    assert!(out.get("stringData").is_none(), "{out}");
+    // The Table's DATA column counts them.
+    let (code, _, table) = watchcache_tests::get_raw(
+        &server,
+        &format!("{secrets}/s"),
+        "application/json;as=Table;v=v1;g=meta.k8s.io",
+    )
+    .await;
+    assert_eq!(code, 200);
+    let table: Value = serde_json::from_slice(&table).unwrap();
+    let columns: Vec<&str> = table["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    let data = columns.iter().position(|c| *c == "Data").expect("a Data column");
+    assert_eq!(table["rows"][0]["cells"][data], 3, "{table}");
+    server.shutdown().await.unwrap();
+}
