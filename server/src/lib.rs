@@ -43,6 +43,7 @@ mod strategic;
 mod switch;
 mod table;
 mod target;
+mod validation;
 mod watch_body;
 pub mod workload;
 mod writes;

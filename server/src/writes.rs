@@ -28,6 +28,7 @@ use crate::params::{DeleteParams, FieldValidation, Params, WriteParams};
 use crate::patch::{Patch, PatchType};
 use crate::response::json_response;
 use crate::target::{Subresource, Target};
+use crate::validation;
 
 pub(crate) async fn create(
     state: &AppState,
@@ -59,6 +60,7 @@ pub(crate) async fn create(
     );
     initial_status(t, &mut object);
     prepare_create(t, &mut object, &managers)?;
+    validate(t, &object, None, false)?;
     let resource = &t.resource.info.resource;
     // A generated name that is taken is drawn again, as the apiserver does.
     for attempt in 1.. {
@@ -219,7 +221,7 @@ pub(crate) async fn update(
             return Err(Status::conflict(resource, name));
         }
         let current = parse_stored(&current)?;
-        let prepared = prepare_update(t, object.clone(), &current, Ownership::Update(&p.manager))?;
+        let prepared = prepare_update(t, object.clone(), &current, Ownership::Update(&p.manager), false)?;
         if p.dry_run {
             // As it would be stored, at the stored object's resourceVersion.
             return written(t, StatusCode::OK, &prepared.version, read_at).map(|r| warn(r, &warnings));
@@ -281,6 +283,7 @@ pub(crate) async fn patch(
             name,
             read_at: revision,
             warnings: &warnings,
+            patched: true,
         };
         let ownership = Ownership::Update(&p.manager);
         if let Some(response) = attempt.store(state, t, p, object, &current, ownership).await? {
@@ -330,6 +333,7 @@ async fn apply(
             set_defaults(t, &mut object);
             initial_status(t, &mut object);
             prepare_create(t, &mut object, &managers)?;
+            validate(t, &object, None, false)?;
             let (raw, version) = encode(t, &object)?;
             namespaces::check_creatable(state, t, name).await?;
             if p.dry_run {
@@ -358,6 +362,7 @@ async fn apply(
             name,
             read_at: revision,
             warnings: &warnings,
+            patched: false,
         };
         if let Some(response) = attempt
             .store(state, t, p, object, &current, Ownership::Recorded)
@@ -376,6 +381,8 @@ struct Attempt<'a> {
     /// The revision the object was read at: the write is conditional on it.
     read_at: Revision,
     warnings: &'a [String],
+    /// A JSON, merge or strategic patch made the object (not an apply's configuration).
+    patched: bool,
 }
 
 impl Attempt<'_> {
@@ -397,7 +404,7 @@ impl Attempt<'_> {
         if precondition.is_some_and(|r| r != self.read_at) {
             return Err(Status::conflict(&t.resource.info.resource, self.name));
         }
-        let prepared = prepare_update(t, object, current, ownership)?;
+        let prepared = prepare_update(t, object, current, ownership, self.patched)?;
         if p.dry_run {
             return written(t, StatusCode::OK, &prepared.version, self.read_at)
                 .map(|r| Some(warn(r, self.warnings)));
@@ -491,6 +498,7 @@ fn prepare_update(
     mut object: Map<String, Value>,
     current: &Map<String, Value>,
     ownership: Ownership<'_>,
+    patched: bool,
 ) -> Result<Prepared, Status> {
     let kind = &t.resource.info.kind;
     conversion::on_write(kind, &mut object);
@@ -563,6 +571,7 @@ fn prepare_update(
     if let Some(managers) = managers {
         fields::set_managers(&mut object, &managers, &t.resource.info.api_version);
     }
+    validate(t, &object, Some(current), patched)?;
     // An object being deleted goes when its last finalizer does.
     let finalized =
         is_deleting(&object) && finalizers(&object).is_empty() && spec_finalizers(&object).is_empty();
@@ -791,6 +800,30 @@ fn check_preconditions(
         }
     }
     Ok(())
+}
+
+/// Validates `object` as it will be stored (the update of `current`, if any) as the
+/// apiserver validates its kind; a refusal is the Status the apiserver answers (`patched`: a
+/// JSON, merge or strategic patch made it).
+fn validate(
+    t: &Target,
+    object: &Map<String, Value>,
+    current: Option<&Map<String, Value>>,
+    patched: bool,
+) -> Result<(), Status> {
+    let kind = &t.resource.info.kind;
+    let checked = match current {
+        None => validation::on_create(kind, object),
+        Some(current) => validation::on_update(kind, object, current),
+    };
+    checked.map_err(|refusal| {
+        let name = object
+            .get("metadata")
+            .and_then(|m| m.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        errors::refused(&t.resource.info, name, refusal, patched.then_some(object))
+    })
 }
 
 /// Serialises `object` as it will be stored, and decodes it once with the resource's codec:

@@ -6,11 +6,13 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use watchcache_tests::{Backing, Server, config, http, request, request_typed, start};
 
 const MERGE: &str = "application/merge-patch+json";
+const STRATEGIC: &str = "application/strategic-merge-patch+json";
 const APPLY: &str = "application/apply-patch+yaml";
 
 /// Sends `method` with a JSON body (or none) and returns the code and the answer as JSON.
@@ -43,6 +45,27 @@ fn pod(name: &str, spec: Value) -> Value {
 
 fn container() -> Value {
     json!({"name": "app", "image": "app:1"})
+}
+
+/// Waits (bounded) until GET `path` answers 404.
+async fn until_gone(server: &Server, path: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (code, _) = request(&http(), server, "GET", path, None).await;
+        if code == 404 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{path} is still there");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The cause of a Status with `field`, if any.
+fn cause<'a>(status: &'a Value, field: &str) -> Option<&'a Value> {
+    status["details"]["causes"]
+        .as_array()?
+        .iter()
+        .find(|c| c["field"] == field)
 }
 
 // ---- An update without a resourceVersion compare-and-swaps on the version it read ----
@@ -222,6 +245,50 @@ async fn a_put_at_resource_version_zero_is_unconditional_and_dry_runs_answer_the
     server.shutdown().await.unwrap();
 }
 
+// ---- No new finalizer on an object being deleted ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_new_finalizer_may_be_added_to_an_object_being_deleted() {
+    let server = start(config(0)).await;
+    let cms = "/api/v1/namespaces/default/configmaps";
+    let held = json!({"metadata": {"name": "held", "finalizers": ["example.com/a"]}});
+    expect(&server, "POST", cms, Some(held), 201).await;
+    let marked = expect(&server, "DELETE", &format!("{cms}/held"), None, 200).await;
+    assert!(marked["metadata"]["deletionTimestamp"].is_string(), "{marked}");
+    let message = "ConfigMap \"held\" is invalid: metadata.finalizers: Forbidden: no new finalizers can be added \
+        if the object is being deleted, found new finalizers []string{\"example.com/b\"}";
+    // Through a patch, a replace and an apply alike.
+    let add = json!({"metadata": {"finalizers": ["example.com/a", "example.com/b"]}});
+    let (code, s) = patch(&server, &format!("{cms}/held"), MERGE, add.clone()).await;
+    assert_eq!((code, s["reason"].as_str()), (422, Some("Invalid")), "{s}");
+    assert_eq!(s["message"], message);
+    let c = cause(&s, "metadata.finalizers").expect("a cause");
+    assert_eq!(c["reason"], "FieldValueForbidden");
+    let mut replaced = marked.clone();
+    replaced["metadata"]["finalizers"] = json!(["example.com/b", "example.com/a"]);
+    let s = expect(&server, "PUT", &format!("{cms}/held"), Some(replaced), 422).await;
+    assert_eq!(s["message"], message);
+    let (code, s) = patch(
+        &server,
+        &format!("{cms}/held?fieldManager=m"),
+        APPLY,
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "held", "finalizers": ["example.com/b"]}}),
+    )
+    .await;
+    assert_eq!(code, 422, "{s}");
+    // Removing one is how it goes.
+    let (code, out) = patch(
+        &server,
+        &format!("{cms}/held"),
+        MERGE,
+        json!({"metadata": {"finalizers": null}}),
+    )
+    .await;
+    assert_eq!(code, 200, "{out}");
+    until_gone(&server, &format!("{cms}/held")).await;
+    server.shutdown().await.unwrap();
+}
+
 // ---- generateName ----
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -322,4 +389,389 @@ async fn secret_string_data_is_merged_into_data_and_never_stored() {
     let data = columns.iter().position(|c| *c == "Data").expect("a Data column");
     assert_eq!(table["rows"][0]["cells"][data], 3, "{table}");
     server.shutdown().await.unwrap();
+}
+
+// ---- Validation of the built-in kinds ----
+
+/// One refusal: what is sent, and what the apiserver answers.
+struct Refusal {
+    what: &'static str,
+    method: &'static str,
+    /// Under /api/v1/namespaces/default/.
+    path: &'static str,
+    body: Value,
+    code: u16,
+    /// The cause's field and reason (422), or a piece of the message (400).
+    field: &'static str,
+    reason: &'static str,
+}
+
+fn refusals() -> Vec<Refusal> {
+    let spec = |containers: Value| json!({"containers": containers});
+    let with = |extra: Value| {
+        let mut c = container();
+        for (k, v) in extra.as_object().unwrap() {
+            c[k] = v.clone();
+        }
+        spec(json!([c]))
+    };
+    let resources =
+        |requests: Value, limits: Value| with(json!({"resources": {"requests": requests, "limits": limits}}));
+    let ports = |port: Value| with(json!({"ports": [port]}));
+    let meta = |meta: Value| {
+        let mut p = pod("x", spec(json!([container()])));
+        for (k, v) in meta.as_object().unwrap() {
+            p["metadata"][k] = v.clone();
+        }
+        p
+    };
+    let r = |what, body, code, field, reason| Refusal {
+        what,
+        method: "POST",
+        path: "pods",
+        body,
+        code,
+        field,
+        reason,
+    };
+    let update = |what, method, body: Value, field, reason| Refusal {
+        what,
+        method,
+        path: "pods/running",
+        body,
+        code: 422,
+        field,
+        reason,
+    };
+    vec![
+        r(
+            "a pod with no containers",
+            pod("x", spec(json!([]))),
+            422,
+            "spec.containers",
+            "FieldValueRequired",
+        ),
+        r(
+            "a pod with no spec",
+            json!({"metadata": {"name": "x"}}),
+            422,
+            "spec.containers",
+            "FieldValueRequired",
+        ),
+        r(
+            "a container with no image",
+            pod("x", spec(json!([{"name": "app"}]))),
+            422,
+            "spec.containers[0].image",
+            "FieldValueRequired",
+        ),
+        r(
+            "a container with no name",
+            pod("x", spec(json!([{"image": "a"}]))),
+            422,
+            "spec.containers[0].name",
+            "FieldValueRequired",
+        ),
+        r(
+            "a container name that is no DNS label",
+            pod("x", spec(json!([{"name": "App_1", "image": "a"}]))),
+            422,
+            "spec.containers[0].name",
+            "FieldValueInvalid",
+        ),
+        r(
+            "two containers of one name",
+            pod("x", spec(json!([container(), container()]))),
+            422,
+            "spec.containers[1].name",
+            "FieldValueDuplicate",
+        ),
+        r(
+            "an init container with no image",
+            pod(
+                "x",
+                json!({"containers": [container()], "initContainers": [{"name": "init"}]}),
+            ),
+            422,
+            "spec.initContainers[0].image",
+            "FieldValueRequired",
+        ),
+        r(
+            "cpu: lots",
+            pod("x", resources(json!({"cpu": "lots"}), json!({}))),
+            400,
+            "quantities must match the regular expression",
+            "",
+        ),
+        r(
+            "memory: 32MMi",
+            pod("x", resources(json!({}), json!({"memory": "32MMi"}))),
+            400,
+            "unable to parse quantity's suffix",
+            "",
+        ),
+        r(
+            "a negative request",
+            pod("x", resources(json!({"cpu": "-1"}), json!({}))),
+            422,
+            "spec.containers[0].resources.requests[cpu]",
+            "FieldValueInvalid",
+        ),
+        r(
+            "a request over its limit",
+            pod("x", resources(json!({"cpu": "2"}), json!({"cpu": "1"}))),
+            422,
+            "spec.containers[0].resources.requests",
+            "FieldValueInvalid",
+        ),
+        r(
+            "a resource no container has",
+            pod("x", resources(json!({"gpus": "1"}), json!({}))),
+            422,
+            "spec.containers[0].resources.requests[gpus]",
+            "FieldValueInvalid",
+        ),
+        r(
+            "port 70000",
+            pod("x", ports(json!({"containerPort": 70000}))),
+            422,
+            "spec.containers[0].ports[0].containerPort",
+            "FieldValueInvalid",
+        ),
+        r(
+            "a port with no number",
+            pod("x", ports(json!({"name": "http"}))),
+            422,
+            "spec.containers[0].ports[0].containerPort",
+            "FieldValueRequired",
+        ),
+        r(
+            "host port 0x10000",
+            pod("x", ports(json!({"containerPort": 80, "hostPort": 65536}))),
+            422,
+            "spec.containers[0].ports[0].hostPort",
+            "FieldValueInvalid",
+        ),
+        r(
+            "protocol XTP",
+            pod("x", ports(json!({"containerPort": 80, "protocol": "XTP"}))),
+            422,
+            "spec.containers[0].ports[0].protocol",
+            "FieldValueNotSupported",
+        ),
+        r(
+            "a port name too long",
+            pod(
+                "x",
+                ports(json!({"containerPort": 80, "name": "a-very-long-port-name"})),
+            ),
+            422,
+            "spec.containers[0].ports[0].name",
+            "FieldValueInvalid",
+        ),
+        r(
+            "restartPolicy: Sometimes",
+            pod(
+                "x",
+                json!({"containers": [container()], "restartPolicy": "Sometimes"}),
+            ),
+            422,
+            "spec.restartPolicy",
+            "FieldValueNotSupported",
+        ),
+        r(
+            "a label key with a bad prefix",
+            meta(json!({"labels": {"Example.com/app": "x"}})),
+            422,
+            "metadata.labels",
+            "FieldValueInvalid",
+        ),
+        r(
+            "a label value of 64 characters",
+            meta(json!({"labels": {"app": "v".repeat(64)}})),
+            422,
+            "metadata.labels",
+            "FieldValueInvalid",
+        ),
+        r(
+            "a label value with a space",
+            meta(json!({"labels": {"app": "a b"}})),
+            422,
+            "metadata.labels",
+            "FieldValueInvalid",
+        ),
+        r(
+            "an annotation key with two slashes",
+            meta(json!({"annotations": {"a/b/c": "x"}})),
+            422,
+            "metadata.annotations",
+            "FieldValueInvalid",
+        ),
+        r(
+            "annotations over 256 KiB",
+            meta(json!({"annotations": {"big": "x".repeat(300 << 10)}})),
+            422,
+            "metadata.annotations",
+            "FieldValueTooLong",
+        ),
+        r(
+            "a finalizer that is no qualified name",
+            meta(json!({"finalizers": ["a b"]})),
+            422,
+            "metadata.finalizers",
+            "FieldValueInvalid",
+        ),
+        Refusal {
+            what: "a ConfigMap key with a space",
+            method: "POST",
+            path: "configmaps",
+            body: json!({"metadata": {"name": "x"}, "data": {"a b": "1"}}),
+            code: 422,
+            field: "data[a b]",
+            reason: "FieldValueInvalid",
+        },
+        Refusal {
+            what: "a Secret key that is '..'",
+            method: "POST",
+            path: "secrets",
+            body: json!({"metadata": {"name": "x"}, "data": {"..": "YQ=="}}),
+            code: 422,
+            field: "data[..]",
+            reason: "FieldValueInvalid",
+        },
+        Refusal {
+            what: "Secret data that is not base64",
+            method: "POST",
+            path: "secrets",
+            body: json!({"metadata": {"name": "x"}, "data": {"a": "not base64!"}}),
+            code: 400,
+            field: "illegal base64 data",
+            reason: "",
+        },
+        update(
+            "moving a running pod to another node",
+            "PATCH",
+            json!({"spec": {"nodeName": "n2"}}),
+            "spec",
+            "FieldValueForbidden",
+        ),
+        update(
+            "a port added to a running pod",
+            "PATCH",
+            json!({"spec": {"containers": [{"name": "app", "ports": [{"containerPort": 81}]}]}}),
+            "spec",
+            "FieldValueForbidden",
+        ),
+        update(
+            "a container added to a running pod",
+            "PATCH",
+            json!({"spec": {"containers": [{"name": "app"}, {"name": "more", "image": "m"}]}}),
+            "spec.containers",
+            "FieldValueForbidden",
+        ),
+        update(
+            "an image removed",
+            "PATCH",
+            json!({"spec": {"containers": [{"name": "app", "image": null}]}}),
+            "spec.containers[0].image",
+            "FieldValueRequired",
+        ),
+        update(
+            "a bad label on an update",
+            "PATCH",
+            json!({"metadata": {"labels": {"-x": "1"}}}),
+            "metadata.labels",
+            "FieldValueInvalid",
+        ),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_built_in_kinds_are_validated_as_the_apiserver_validates_them() {
+    let server = start(config(0)).await;
+    let base = "/api/v1/namespaces/default";
+    let running = pod(
+        "running",
+        json!({"nodeName": "n1", "containers": [container()], "tolerations": [{"key": "a", "operator": "Exists"}]}),
+    );
+    expect(&server, "POST", &format!("{base}/pods"), Some(running), 201).await;
+    let mut failures = Vec::new();
+    for case in refusals() {
+        let path = format!("{base}/{}", case.path);
+        let (code, s) = match case.method {
+            "PATCH" => patch(&server, &path, STRATEGIC, case.body.clone()).await,
+            method => call(&server, method, &path, Some(case.body.clone())).await,
+        };
+        let ok = match case.code {
+            422 => {
+                code == 422
+                    && s["reason"] == "Invalid"
+                    && cause(&s, case.field).is_some_and(|c| c["reason"] == case.reason)
+                    && s["message"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .contains(&format!("{}: ", case.field))
+            }
+            _ => {
+                code == case.code
+                    && s["reason"] == "BadRequest"
+                    && s["message"].as_str().unwrap_or_default().contains(case.field)
+            }
+        };
+        if !ok {
+            failures.push(format!(
+                "{}: expected {} {}, got {code} {s}",
+                case.what, case.code, case.field
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of the refusals differ:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    // Nothing refused was stored; what a running pod may change, it may.
+    let list = expect(&server, "GET", &format!("{base}/pods"), None, 200).await;
+    assert_eq!(list["items"].as_array().unwrap().len(), 1, "{list}");
+    let (code, out) = patch(&server, &format!("{base}/pods/running"), STRATEGIC, json!({"spec": {"containers": [{"name": "app", "image": "app:2"}], "activeDeadlineSeconds": 600, "tolerations": [{"key": "a", "operator": "Exists"}, {"key": "b", "operator": "Exists"}]}, "metadata": {"labels": {"tier": "web"}}})).await;
+    assert_eq!(code, 200, "{out}");
+    assert_eq!(out["spec"]["containers"][0]["image"], "app:2");
+    // Messages are the apiserver's.
+    let (_, s) = call(
+        &server,
+        "POST",
+        &format!("{base}/pods"),
+        Some(pod("x", spec_with_image_missing())),
+    )
+    .await;
+    assert_eq!(
+        s["message"],
+        "Pod \"x\" is invalid: spec.containers[0].image: Required value"
+    );
+    assert_eq!(
+        cause(&s, "spec.containers[0].image").unwrap()["message"],
+        "Required value"
+    );
+    let (_, s) = call(&server, "POST", &format!("{base}/pods"), Some(pod("x", json!({"containers": [{"name": "app", "image": "a", "resources": {"requests": {"cpu": "lots"}}}]})))).await;
+    assert_eq!(
+        s["message"],
+        "Pod in version \"v1\" cannot be handled as a Pod: quantities must match the regular expression \
+         '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+    );
+    let (_, s) = call(&server, "POST", &format!("{base}/pods"), Some(pod("x", json!({"containers": [{"name": "app", "image": "a", "ports": [{"containerPort": 80, "protocol": "XTP"}]}]})))).await;
+    assert_eq!(
+        s["message"],
+        "Pod \"x\" is invalid: spec.containers[0].ports[0].protocol: Unsupported value: \"XTP\": supported values: \"SCTP\", \"TCP\", \"UDP\""
+    );
+    let (_, s) = call(&server, "POST", &format!("{base}/pods"), Some(pod("x", json!({"containers": [{"name": "app", "image": "a", "resources": {"requests": {"cpu": "1500m"}, "limits": {"cpu": "1"}}}]})))).await;
+    assert_eq!(
+        s["message"],
+        "Pod \"x\" is invalid: spec.containers[0].resources.requests: Invalid value: \"1500m\": must be less than or equal to cpu limit of 1"
+    );
+    server.shutdown().await.unwrap();
+}
+
+fn spec_with_image_missing() -> Value {
+    json!({"containers": [{"name": "app"}]})
 }
