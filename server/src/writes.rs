@@ -521,20 +521,23 @@ fn prepare_update(
             }
             out
         }
-        // The object itself: its status is left as it is.
-        (None, true) => {
-            match current.get("status") {
-                Some(status) => object.insert("status".into(), status.clone()),
-                None => object.remove("status"),
-            };
+        // Through /finalize, a namespace's object but its status, spec.finalizers included.
+        (Some(Subresource::Finalize), _) => {
+            keep(&mut object, current, "status");
             object
         }
-        (None, false) => object,
+        // The object itself: its status, and the fields its kind resets, are left as they are.
+        (None, status) => {
+            if status {
+                keep(&mut object, current, "status");
+            }
+            for path in t.resource.reset_on_update {
+                keep(&mut object, current, path);
+            }
+            object
+        }
     };
-    let subresource = match t.subresource {
-        Some(Subresource::Status) => "status",
-        None => "",
-    };
+    let subresource = t.subresource.map_or("", Subresource::name);
     let managers = match ownership {
         Ownership::Update(manager) => {
             // What a client sends in managedFields is not taken: ownership follows the change.
@@ -854,6 +857,33 @@ fn written(
     Ok(json_response(code, body.freeze()))
 }
 
+/// Gives `object` the field at dotted `path` as `current` has it (or, where `current` has none,
+/// none): what an update may not change.
+fn keep(object: &mut Map<String, Value>, current: &Map<String, Value>, path: &str) {
+    let mut parents: Vec<&str> = path.split('.').collect();
+    let Some(field) = parents.pop() else { return };
+    let stored = parents
+        .iter()
+        .try_fold(current, |m, p| m.get(*p)?.as_object())
+        .and_then(|m| m.get(field))
+        .cloned();
+    let mut at = object;
+    for part in parents {
+        if stored.is_none() && !at.get(part).is_some_and(Value::is_object) {
+            return; // nothing there to remove, nothing to put there
+        }
+        match at.entry(part).or_insert_with(|| Value::Object(Map::new())) {
+            Value::Object(next) => at = next,
+            // Not an object where the stored one has one: the codec judges it.
+            _ => return,
+        }
+    }
+    match stored {
+        Some(v) => at.insert(field.to_owned(), v),
+        None => at.remove(field),
+    };
+}
+
 /// Sets the field at dotted `path` to `value` unless the object sets it; creates the objects
 /// on the way. A non-object on the way leaves the object as it is (its codec judges it).
 fn set_if_unset(object: &mut Map<String, Value>, path: &str, value: &str) {
@@ -1070,6 +1100,26 @@ mod tests {
             )
         );
         server.shutdown().await.unwrap();
+    }
+
+    #[test]
+    fn kept_fields_are_the_stored_ones() {
+        let current = json!({"spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}});
+        let current = current.as_object().unwrap();
+        let mut object = json!({"spec": {"finalizers": []}, "metadata": {}})
+            .as_object()
+            .unwrap()
+            .clone();
+        keep(&mut object, current, "spec.finalizers");
+        keep(&mut object, current, "status");
+        assert_eq!(
+            Value::Object(object),
+            json!({"spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}, "metadata": {}})
+        );
+        let mut none = json!({"status": {"x": 1}}).as_object().unwrap().clone();
+        keep(&mut none, &Map::new(), "status");
+        keep(&mut none, &Map::new(), "spec.finalizers");
+        assert_eq!(Value::Object(none), json!({}), "no spec made up");
     }
 
     #[test]

@@ -289,6 +289,117 @@ async fn no_new_finalizer_may_be_added_to_an_object_being_deleted() {
     server.shutdown().await.unwrap();
 }
 
+// ---- A namespace's spec.finalizers change only through /finalize ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespaces_spec_finalizers_change_only_through_finalize() {
+    let server = start(config(0)).await;
+    expect(
+        &server,
+        "POST",
+        "/api/v1/namespaces",
+        Some(json!({"metadata": {"name": "team"}})),
+        201,
+    )
+    .await;
+    // An object a finalizer holds keeps the namespace Terminating.
+    let held = json!({"metadata": {"name": "held", "finalizers": ["example.com/keep"]}});
+    expect(
+        &server,
+        "POST",
+        "/api/v1/namespaces/team/configmaps",
+        Some(held),
+        201,
+    )
+    .await;
+    expect(&server, "DELETE", "/api/v1/namespaces/team", None, 200).await;
+    // A plain update cannot drop the `kubernetes` finalizer (the apiserver resets it).
+    let (code, out) = patch(
+        &server,
+        "/api/v1/namespaces/team",
+        MERGE,
+        json!({"spec": {"finalizers": []}}),
+    )
+    .await;
+    assert_eq!(code, 200, "{out}");
+    assert_eq!(out["spec"]["finalizers"], json!(["kubernetes"]), "{out}");
+    let mut ns = expect(&server, "GET", "/api/v1/namespaces/team", None, 200).await;
+    ns["spec"]["finalizers"] = json!([]);
+    let out = expect(&server, "PUT", "/api/v1/namespaces/team", Some(ns.clone()), 200).await;
+    assert_eq!(out["spec"]["finalizers"], json!(["kubernetes"]), "{out}");
+    // Nor can a status write.
+    let (code, out) = patch(
+        &server,
+        "/api/v1/namespaces/team/status",
+        MERGE,
+        json!({"spec": {"finalizers": []}}),
+    )
+    .await;
+    assert_eq!(code, 200, "{out}");
+    assert_eq!(out["spec"]["finalizers"], json!(["kubernetes"]), "{out}");
+    // The namespace and what it holds are still there.
+    let still = expect(&server, "GET", "/api/v1/namespaces/team", None, 200).await;
+    assert_eq!(still["status"]["phase"], "Terminating");
+    expect(
+        &server,
+        "GET",
+        "/api/v1/namespaces/team/configmaps/held",
+        None,
+        200,
+    )
+    .await;
+    // /finalize is the way (kubectl replace --raw …/finalize): it changes spec.finalizers only.
+    let mut finalize = still.clone();
+    finalize["spec"]["finalizers"] = json!(["example.com/other", "kubernetes"]);
+    finalize["status"]["phase"] = json!("Active");
+    let out = expect(
+        &server,
+        "PUT",
+        "/api/v1/namespaces/team/finalize",
+        Some(finalize),
+        200,
+    )
+    .await;
+    assert_eq!(
+        out["spec"]["finalizers"],
+        json!(["example.com/other", "kubernetes"]),
+        "{out}"
+    );
+    assert_eq!(
+        out["status"]["phase"], "Terminating",
+        "/finalize leaves the status alone"
+    );
+    expect(
+        &server,
+        "PATCH",
+        "/api/v1/namespaces/team/finalize",
+        Some(json!({})),
+        405,
+    )
+    .await;
+    expect(
+        &server,
+        "PUT",
+        "/api/v1/namespaces/default/configmaps/held/finalize",
+        Some(json!({})),
+        404,
+    )
+    .await;
+    // Emptied through /finalize, a namespace being deleted goes.
+    let mut empty = out.clone();
+    empty["spec"]["finalizers"] = json!([]);
+    expect(
+        &server,
+        "PUT",
+        "/api/v1/namespaces/team/finalize",
+        Some(empty),
+        200,
+    )
+    .await;
+    until_gone(&server, "/api/v1/namespaces/team").await;
+    server.shutdown().await.unwrap();
+}
+
 // ---- generateName ----
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
