@@ -440,6 +440,72 @@ async fn generated_names_use_the_apiservers_alphabet_and_length() {
     server.shutdown().await.unwrap();
 }
 
+// ---- Apply bodies are declared objects ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_bodies_are_declared_objects_not_patches() {
+    let server = start(config(0)).await;
+    let path = "/api/v1/namespaces/default/configmaps/ssa";
+    let cm = |labels: Value| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa", "labels": labels}});
+    let (code, out) = patch(
+        &server,
+        &format!("{path}?fieldManager=a"),
+        APPLY,
+        cm(json!({"x": "1", "y": "2"})),
+    )
+    .await;
+    assert_eq!(code, 201, "{out}");
+    // Strategic merge directives are refused wherever they are.
+    for body in [
+        cm(json!({"$patch": "replace", "z": "3"})),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa", "$patch": "delete"}}),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa", "$setElementOrder/finalizers": []}}),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa", "$retainKeys": ["name"]}}),
+    ] {
+        let (code, s) = patch(&server, &format!("{path}?fieldManager=b"), APPLY, body.clone()).await;
+        assert_eq!(
+            (code, s["reason"].as_str()),
+            (400, Some("BadRequest")),
+            "{body}: {s}"
+        );
+        assert!(s["message"].as_str().unwrap().contains("$"), "{s}");
+    }
+    let pods = "/api/v1/namespaces/default/pods";
+    expect(
+        &server,
+        "POST",
+        pods,
+        Some(pod("p", json!({"containers": [container()]}))),
+        201,
+    )
+    .await;
+    let (code, s) = patch(
+        &server,
+        &format!("{pods}/p?fieldManager=b"),
+        APPLY,
+        pod("p", json!({"containers": [{"name": "app", "$patch": "delete"}]})),
+    )
+    .await;
+    assert_eq!(code, 400, "{s}");
+    // A null is no deletion: b declares nothing of x, which stays a's.
+    let (code, out) = patch(
+        &server,
+        &format!("{path}?fieldManager=b"),
+        APPLY,
+        cm(json!({"x": null, "w": "4"})),
+    )
+    .await;
+    assert_eq!(code, 200, "{out}");
+    assert_eq!(
+        out["metadata"]["labels"],
+        json!({"x": "1", "y": "2", "w": "4"}),
+        "{out}"
+    );
+    let now = expect(&server, "GET", path, None, 200).await;
+    assert_eq!(now["metadata"]["labels"]["x"], "1");
+    server.shutdown().await.unwrap();
+}
+
 // ---- Secrets: stringData is write-only ----
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
