@@ -20,6 +20,7 @@ use watchcache_encoders::{ResourceInfo, Status};
 use crate::app::AppState;
 use crate::apply;
 use crate::conversion;
+use crate::deletion::{self, Deletion};
 use crate::errors;
 use crate::fields::{self, Manager};
 use crate::generate_name;
@@ -575,9 +576,9 @@ fn prepare_update(
         fields::set_managers(&mut object, &managers, &t.resource.info.api_version);
     }
     validate(t, &object, Some(current), patched)?;
-    // An object being deleted goes when its last finalizer does.
-    let finalized =
-        is_deleting(&object) && finalizers(&object).is_empty() && spec_finalizers(&object).is_empty();
+    // An object being deleted goes when its last finalizer does (unless a grace period is
+    // still running: then it waits for the delete that ends it).
+    let finalized = deletion::finished(&object);
     // An update that changes nothing is not written (no new resourceVersion, no event).
     let mut before = current.clone();
     if let Some(Value::Object(meta)) = before.get_mut("metadata") {
@@ -625,31 +626,6 @@ impl Prepared {
     }
 }
 
-fn is_deleting(object: &Map<String, Value>) -> bool {
-    object
-        .get("metadata")
-        .and_then(|m| m.get("deletionTimestamp"))
-        .is_some_and(|d| !d.is_null())
-}
-
-fn finalizers(object: &Map<String, Value>) -> &[Value] {
-    object
-        .get("metadata")
-        .and_then(|m| m.get("finalizers"))
-        .and_then(Value::as_array)
-        .map_or(&[], Vec::as_slice)
-}
-
-/// A namespace's `spec.finalizers` (`kubernetes`, which the namespace controller removes once
-/// the namespace is empty).
-fn spec_finalizers(object: &Map<String, Value>) -> &[Value] {
-    object
-        .get("spec")
-        .and_then(|m| m.get("finalizers"))
-        .and_then(Value::as_array)
-        .map_or(&[], Vec::as_slice)
-}
-
 fn bump_generation(object: &mut Map<String, Value>) -> Result<(), Status> {
     let meta = metadata_mut(object)?;
     let generation = meta.get("generation").and_then(Value::as_i64).unwrap_or(0);
@@ -657,6 +633,9 @@ fn bump_generation(object: &mut Map<String, Value>) -> Result<(), Status> {
     Ok(())
 }
 
+/// DELETE: the object goes at once, is marked for its finalizers or its grace period, or is
+/// answered as it is, as [`deletion::plan`] decides; each on the condition that the object is
+/// still the one read, so a concurrent update makes it look again.
 pub(crate) async fn delete(
     state: &AppState,
     t: &Target,
@@ -665,7 +644,6 @@ pub(crate) async fn delete(
 ) -> Result<Response, Status> {
     let resource = &t.resource.info.resource;
     let key = t.storage_key(name);
-    // Delete exactly the version we answer with; a concurrent update makes us look again.
     for _ in 0..ATTEMPTS {
         let (current, revision) = state
             .store
@@ -675,42 +653,29 @@ pub(crate) async fn delete(
             .ok_or_else(|| Status::not_found(resource, name))?;
         check_preconditions(t, name, p, &current, revision)?;
         let mut object = parse_stored(&current)?;
-        // A namespace is always marked: the namespace controller empties it, then deletes it.
-        let namespace = t.resource.info.kind == "Namespace";
-        if namespace || !finalizers(&object).is_empty() {
-            // Finalizers hold the object: it is marked for deletion, and goes when the last
-            // one is removed. Marked already, it is answered as it is.
-            if is_deleting(&object) {
-                return answer_with(t, &current, revision);
-            }
-            let meta = metadata_mut(&mut object)?;
-            meta.insert("deletionTimestamp".into(), Value::String(now()));
-            meta.insert(
-                "deletionGracePeriodSeconds".into(),
-                Value::from(p.grace_period_seconds.unwrap_or(0)),
-            );
-            if t.resource.generation {
-                bump_generation(&mut object)?;
-            }
-            if namespace {
-                object.insert("status".into(), serde_json::json!({"phase": "Terminating"}));
-            }
-            let (raw, version) = encode(t, &object)?;
-            if p.write.dry_run {
-                return Ok(json_response(StatusCode::OK, raw));
-            }
-            match state.store.update(&key, raw, Some(revision)).await {
-                // A namespace is emptied, then deleted, by the namespace controller.
-                Ok(revision) => return written(t, StatusCode::OK, &version, revision),
+        let mark = match deletion::plan(
+            &t.resource.info.kind,
+            &object,
+            p.grace_period_seconds,
+            SystemTime::now(),
+        ) {
+            Deletion::AsIs => return answer_with(t, &current, revision),
+            Deletion::Now if p.write.dry_run => return answer_with(t, &current, revision),
+            Deletion::Now => match state.store.delete(&key, Some(revision)).await {
+                Ok((_, prev)) => return answer_with(t, &prev, revision),
                 Err(SourceError::Conflict { .. }) => continue,
                 Err(e) => return Err(errors::source(&e, resource, name)),
-            }
-        }
+            },
+            Deletion::Mark(mark) => mark,
+        };
+        metadata_mut(&mut object)?;
+        mark.apply(&mut object);
+        let (raw, version) = encode(t, &object)?;
         if p.write.dry_run {
-            return answer_with(t, &current, revision);
+            return written(t, StatusCode::OK, &version, revision);
         }
-        match state.store.delete(&key, Some(revision)).await {
-            Ok((_, prev)) => return answer_with(t, &prev, revision),
+        match state.store.update(&key, raw, Some(revision)).await {
+            Ok(revision) => return written(t, StatusCode::OK, &version, revision),
             Err(SourceError::Conflict { .. }) => continue,
             Err(e) => return Err(errors::source(&e, resource, name)),
         }

@@ -400,6 +400,182 @@ async fn a_namespaces_spec_finalizers_change_only_through_finalize() {
     server.shutdown().await.unwrap();
 }
 
+// ---- Graceful pod deletion and the pod garbage collector ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_bound_to_a_node_are_deleted_gracefully() {
+    let server = start(config(0)).await;
+    expect(
+        &server,
+        "POST",
+        "/api/v1/nodes",
+        Some(json!({"metadata": {"name": "n1"}})),
+        201,
+    )
+    .await;
+    let pods = "/api/v1/namespaces/default/pods";
+    // Bound, with a long grace period: marked, and there until a grace-0 delete.
+    let spec = json!({"nodeName": "n1", "terminationGracePeriodSeconds": 3600, "containers": [container()]});
+    expect(&server, "POST", pods, Some(pod("bound", spec)), 201).await;
+    let before = std::time::SystemTime::now();
+    let marked = expect(&server, "DELETE", &format!("{pods}/bound"), None, 200).await;
+    assert_eq!(marked["metadata"]["deletionGracePeriodSeconds"], 3600, "{marked}");
+    let at = humantime::parse_rfc3339(marked["metadata"]["deletionTimestamp"].as_str().unwrap()).unwrap();
+    let ahead = at.duration_since(before).expect("in the future").as_secs();
+    assert!(
+        (3590..=3601).contains(&ahead),
+        "deletionTimestamp is now + grace: {ahead}s ahead"
+    );
+    assert_eq!(
+        marked["metadata"]["generation"], 2,
+        "the first graceful delete bumps generation"
+    );
+    let still = expect(&server, "GET", &format!("{pods}/bound"), None, 200).await;
+    assert_eq!(
+        still["metadata"]["deletionTimestamp"],
+        marked["metadata"]["deletionTimestamp"]
+    );
+    // A second delete may shorten the grace period, never lengthen it.
+    let shorter = expect(
+        &server,
+        "DELETE",
+        &format!("{pods}/bound?gracePeriodSeconds=1800"),
+        None,
+        200,
+    )
+    .await;
+    assert_eq!(
+        shorter["metadata"]["deletionGracePeriodSeconds"], 1800,
+        "{shorter}"
+    );
+    let sooner =
+        humantime::parse_rfc3339(shorter["metadata"]["deletionTimestamp"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        at.duration_since(sooner).unwrap().as_secs(),
+        1800,
+        "moved by the difference"
+    );
+    let longer = json!({"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 2400});
+    let same = expect(&server, "DELETE", &format!("{pods}/bound"), Some(longer), 200).await;
+    assert_eq!(same["metadata"]["deletionGracePeriodSeconds"], 1800, "{same}");
+    assert_eq!(
+        same["metadata"]["resourceVersion"],
+        shorter["metadata"]["resourceVersion"]
+    );
+    expect(
+        &server,
+        "DELETE",
+        &format!("{pods}/bound?gracePeriodSeconds=0"),
+        None,
+        200,
+    )
+    .await;
+    expect(&server, "GET", &format!("{pods}/bound"), None, 404).await;
+
+    // Unbound pods, and pods that have finished, go at once.
+    expect(
+        &server,
+        "POST",
+        pods,
+        Some(pod("unbound", json!({"containers": [container()]}))),
+        201,
+    )
+    .await;
+    expect(&server, "DELETE", &format!("{pods}/unbound"), None, 200).await;
+    expect(&server, "GET", &format!("{pods}/unbound"), None, 404).await;
+    let spec = json!({"nodeName": "n1", "containers": [container()]});
+    expect(&server, "POST", pods, Some(pod("done", spec)), 201).await;
+    let (code, out) = patch(
+        &server,
+        &format!("{pods}/done/status"),
+        MERGE,
+        json!({"status": {"phase": "Succeeded"}}),
+    )
+    .await;
+    assert_eq!(code, 200, "{out}");
+    expect(&server, "DELETE", &format!("{pods}/done"), None, 200).await;
+    expect(&server, "GET", &format!("{pods}/done"), None, 404).await;
+
+    // A finalizer holds a force-deleted pod; removing it then deletes the pod.
+    let spec = json!({"nodeName": "n1", "terminationGracePeriodSeconds": 3600, "containers": [container()]});
+    let mut held = pod("held", spec);
+    held["metadata"]["finalizers"] = json!(["example.com/keep"]);
+    expect(&server, "POST", pods, Some(held), 201).await;
+    let out = expect(
+        &server,
+        "DELETE",
+        &format!("{pods}/held?gracePeriodSeconds=0"),
+        None,
+        200,
+    )
+    .await;
+    assert_eq!(out["metadata"]["deletionGracePeriodSeconds"], 0, "{out}");
+    let (code, out) = patch(
+        &server,
+        &format!("{pods}/held"),
+        MERGE,
+        json!({"metadata": {"finalizers": null}}),
+    )
+    .await;
+    assert_eq!(code, 200, "{out}");
+    until_gone(&server, &format!("{pods}/held")).await;
+
+    // A ConfigMap has no graceful deletion: a finalizer holds it with a grace period of 0.
+    let cms = "/api/v1/namespaces/default/configmaps";
+    expect(
+        &server,
+        "POST",
+        cms,
+        Some(json!({"metadata": {"name": "cm", "finalizers": ["example.com/keep"]}})),
+        201,
+    )
+    .await;
+    let out = expect(
+        &server,
+        "DELETE",
+        &format!("{cms}/cm?gracePeriodSeconds=30"),
+        None,
+        200,
+    )
+    .await;
+    assert_eq!(out["metadata"]["deletionGracePeriodSeconds"], 0, "{out}");
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pod_gc_finishes_deletions_no_kubelet_will() {
+    let server = start(config(0)).await;
+    let pods = "/api/v1/namespaces/default/pods";
+    // On a node that does not exist: force-deleted as podgc does, grace period or not.
+    let spec =
+        json!({"nodeName": "gone", "terminationGracePeriodSeconds": 3600, "containers": [container()]});
+    expect(&server, "POST", pods, Some(pod("orphan", spec)), 201).await;
+    let marked = expect(&server, "DELETE", &format!("{pods}/orphan"), None, 200).await;
+    assert!(marked["metadata"]["deletionTimestamp"].is_string(), "{marked}");
+    until_gone(&server, &format!("{pods}/orphan")).await;
+    // On a node that exists: gone once its grace period has run out, as its kubelet would
+    // have deleted it by then.
+    expect(
+        &server,
+        "POST",
+        "/api/v1/nodes",
+        Some(json!({"metadata": {"name": "n1"}})),
+        201,
+    )
+    .await;
+    let spec = json!({"nodeName": "n1", "terminationGracePeriodSeconds": 1, "containers": [container()]});
+    expect(&server, "POST", pods, Some(pod("brief", spec)), 201).await;
+    let marked = expect(&server, "DELETE", &format!("{pods}/brief"), None, 200).await;
+    assert_eq!(marked["metadata"]["deletionGracePeriodSeconds"], 1, "{marked}");
+    until_gone(&server, &format!("{pods}/brief")).await;
+    // Not a pod that is not being deleted.
+    let spec = json!({"nodeName": "gone", "containers": [container()]});
+    expect(&server, "POST", pods, Some(pod("running", spec)), 201).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    expect(&server, "GET", &format!("{pods}/running"), None, 200).await;
+    server.shutdown().await.unwrap();
+}
+
 // ---- generateName ----
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
