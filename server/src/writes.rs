@@ -67,13 +67,14 @@ pub(crate) async fn create(
     for attempt in 1.. {
         let (raw, version) = encode(t, &object)?;
         let name = version.key().name();
-        namespaces::check_creatable(state, t, name).await?;
+        let admitted = namespaces::check_creatable(state, t, name).await?;
         if p.dry_run {
             // Validated and answered as it would be stored; nothing is stored.
             return Ok(warn(json_response(StatusCode::CREATED, raw), &warnings));
         }
         match (state.store.create(&t.storage_key(name), raw).await, &generated) {
             (Ok(revision), _) => {
+                namespaces::confirm_created(state, t, name, &admitted).await?;
                 return written(t, StatusCode::CREATED, &version, revision).map(|r| warn(r, &warnings));
             }
             (Err(SourceError::AlreadyExists(_)), Some(prefix)) if attempt < generate_name::ATTEMPTS => {
@@ -336,12 +337,13 @@ async fn apply(
             prepare_create(t, &mut object, &managers)?;
             validate(t, &object, None, false)?;
             let (raw, version) = encode(t, &object)?;
-            namespaces::check_creatable(state, t, name).await?;
+            let admitted = namespaces::check_creatable(state, t, name).await?;
             if p.dry_run {
                 return Ok(warn(json_response(StatusCode::CREATED, raw), &warnings));
             }
             match state.store.create(&key, raw).await {
                 Ok(revision) => {
+                    namespaces::confirm_created(state, t, name, &admitted).await?;
                     return written(t, StatusCode::CREATED, &version, revision).map(|r| warn(r, &warnings));
                 }
                 Err(SourceError::AlreadyExists(_)) => continue,

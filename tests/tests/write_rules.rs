@@ -576,6 +576,78 @@ async fn the_pod_gc_finishes_deletions_no_kubelet_will() {
     server.shutdown().await.unwrap();
 }
 
+// ---- Creates racing their namespace's deletion ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn creates_racing_a_namespace_deletion_do_not_outlive_it() {
+    let mut cfg = config(0);
+    // Each create pauses between finding its namespace active and writing, as a slow one may:
+    // longer than the namespace controller takes to empty and delete a namespace.
+    cfg.create_delay = Duration::from_secs(2);
+    let server = Arc::new(start(cfg).await);
+    let mut survivors = 0;
+    let mut created = 0;
+    for round in 0..3 {
+        let ns = format!("race-{round}");
+        expect(
+            &server,
+            "POST",
+            "/api/v1/namespaces",
+            Some(json!({"metadata": {"name": ns}})),
+            201,
+        )
+        .await;
+        let creators: Vec<_> = (0..3)
+            .map(|w| {
+                let (server, ns) = (server.clone(), ns.clone());
+                tokio::spawn(async move {
+                    let mut ok = 0;
+                    for k in 0.. {
+                        let cm = json!({"metadata": {"name": format!("c-{w}-{k}")}});
+                        let (code, out) = call(
+                            &server,
+                            "POST",
+                            &format!("/api/v1/namespaces/{ns}/configmaps"),
+                            Some(cm),
+                        )
+                        .await;
+                        match code {
+                            201 => ok += 1,
+                            403 | 404 => return ok,
+                            _ => panic!("a create: {out}"),
+                        }
+                    }
+                    ok
+                })
+            })
+            .collect();
+        // Deleted once each creator's first create has landed and while its second is between
+        // its check and its write.
+        tokio::time::sleep(Duration::from_millis(2300 + 300 * round as u64)).await;
+        expect(&server, "DELETE", &format!("/api/v1/namespaces/{ns}"), None, 200).await;
+        for c in creators {
+            created += c.await.expect("a creator ends");
+        }
+        until_gone(&server, &format!("/api/v1/namespaces/{ns}")).await;
+        let left = expect(
+            &server,
+            "GET",
+            &format!("/api/v1/namespaces/{ns}/configmaps"),
+            None,
+            200,
+        )
+        .await;
+        survivors += left["items"].as_array().unwrap().len();
+    }
+    eprintln!("creates racing a namespace's deletion: {survivors} outlived it ({created} answered 201)");
+    assert_eq!(survivors, 0, "objects outlived their namespace");
+    Arc::into_inner(server)
+        .expect("creators done")
+        .shutdown()
+        .await
+        .unwrap();
+}
+
 // ---- generateName ----
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
