@@ -111,7 +111,7 @@ impl Mark {
         );
         if self.bump_generation {
             let generation = meta.get("generation").and_then(Value::as_i64).unwrap_or(0);
-            meta.insert("generation".into(), Value::from(generation + 1));
+            meta.insert("generation".into(), Value::from(generation.saturating_add(1)));
         }
     }
 }
@@ -138,9 +138,18 @@ fn timestamp(at: SystemTime) -> String {
     humantime::format_rfc3339_seconds(at).to_string()
 }
 
+/// The longest a deletion's timestamp is moved, whatever grace period is asked for: the
+/// timestamp must stay a time RFC 3339 can write.
+const MAX_SHIFT: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 fn shifted(at: SystemTime, seconds: i64) -> SystemTime {
-    let by = Duration::from_secs(seconds.unsigned_abs());
-    if seconds < 0 { at - by } else { at + by }
+    let by = Duration::from_secs(seconds.unsigned_abs()).min(MAX_SHIFT);
+    let moved = if seconds < 0 {
+        at.checked_sub(by)
+    } else {
+        at.checked_add(by)
+    };
+    moved.unwrap_or(at)
 }
 
 /// What a DELETE of `object` (of `kind`, as stored), asking for the grace period `requested`
@@ -289,6 +298,21 @@ mod tests {
             "finalizers": ["x/y"]}, "spec": {"nodeName": "n"}}),
         );
         assert_eq!(plan("Pod", &forced, Some(0), at(NOW)), Deletion::AsIs);
+    }
+
+    #[test]
+    fn any_grace_period_makes_a_timestamp() {
+        let pod = obj(json!({"spec": {"nodeName": "n"}}));
+        for grace in [i64::MAX, i64::MIN, 1 << 40] {
+            let Deletion::Mark(mark) = plan("Pod", &pod, Some(grace), at(NOW)) else {
+                panic!("marked");
+            };
+            assert!(
+                humantime::parse_rfc3339(&mark.timestamp).is_ok(),
+                "{grace}: {}",
+                mark.timestamp
+            );
+        }
     }
 
     #[test]

@@ -136,10 +136,11 @@ pub(crate) fn parse(s: &str) -> Result<Quantity, &'static str> {
     let (format, exponent) = interpret(suffix).ok_or(SUFFIX)?;
     let digits = format!("{num}{denom}");
     let mut mantissa: i128 = digits.parse().map_err(|_| NUMERIC)?;
-    let mut scale = -(denom.len() as i32);
+    let fraction = i32::try_from(denom.len()).map_err(|_| NUMERIC)?;
+    let mut scale = -fraction;
     match format {
         Format::BinarySi => mantissa = mantissa.checked_mul(1i128 << exponent).ok_or(NUMERIC)?,
-        _ => scale += exponent,
+        _ => scale = scale.checked_add(exponent).ok_or(NUMERIC)?,
     }
     // Finer than a nano rounds up, away from zero: asking for some is getting some.
     if scale < -9 {
@@ -240,23 +241,29 @@ impl Quantity {
             }
             return format!("{v}{}", BINARY[k]);
         }
-        // Trailing zeros move into the exponent, which is then a multiple of 3.
-        let (mut m, mut e) = (self.mantissa, self.scale);
+        // Trailing zeros move into the exponent, which is then a multiple of 3 (where the
+        // mantissa has room for the zeros that takes).
+        let (mut m, mut e) = (self.mantissa, i64::from(self.scale));
         while m % 10 == 0 {
             m /= 10;
             e += 1;
         }
-        match e.rem_euclid(3) {
-            1 => (m, e) = (m * 10, e - 1),
-            2 => (m, e) = (m * 100, e - 2),
-            _ => {}
+        let step = match e.rem_euclid(3) {
+            1 => Some((10, 1)),
+            2 => Some((100, 2)),
+            _ => None,
+        };
+        if let Some((by, less)) = step
+            && let Some(more) = m.checked_mul(by)
+        {
+            (m, e) = (more, e - less);
         }
         let suffix = match self.format {
             Format::DecimalExponent if e == 0 => String::new(),
             Format::DecimalExponent => format!("e{e}"),
             _ => DECIMAL
                 .iter()
-                .find(|(_, x)| *x == e)
+                .find(|(_, x)| i64::from(*x) == e)
                 .map_or_else(|| format!("e{e}"), |(s, _)| (*s).to_owned()),
         };
         format!("{m}{suffix}")
@@ -303,6 +310,23 @@ mod tests {
     }
 
     #[test]
+    fn extremes_do_not_overflow() {
+        for s in [
+            "1.5e-2147483648",
+            "1e2147483647",
+            "9e-2147483648",
+            "1Ei",
+            &"9".repeat(60),
+            "-0.000000000001",
+        ] {
+            if let Ok(q) = parse(s) {
+                let _ = q.canonical();
+                let _ = q.partial_cmp(&parse("1").unwrap());
+            }
+        }
+    }
+
+    #[test]
     fn canonical_forms() {
         for (s, canonical) in [
             ("0", "0"),
@@ -327,6 +351,7 @@ mod tests {
             ("1.5k", "1500"),
             ("0.1n", "1n"),
             ("12345678901234567890", "12345678901234567890"),
+            ("10e2147483647", "100e2147483646"),
         ] {
             assert_eq!(parse(s).unwrap().canonical(), canonical, "{s}");
         }
