@@ -65,6 +65,11 @@ pub(crate) async fn check_creatable(state: &AppState, t: &Target, name: &str) ->
     })
 }
 
+/// How many times a create reads its namespace again when the store does not answer, and
+/// how long apart (an etcd electing a leader answers within a few seconds).
+const CONFIRM_ATTEMPTS: usize = 20;
+const CONFIRM_RETRY: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// The check a create's write can race: the namespace's deletion may start between the check
 /// and the write, and its controller may list the namespace empty before the write lands, so
 /// the object would outlive its namespace. So after writing, the create reads the namespace
@@ -80,11 +85,22 @@ pub(crate) async fn confirm_created(
     let (Some(namespace), Some(uid)) = (t.namespace.as_deref(), admitted.uid.as_deref()) else {
         return Ok(());
     };
-    let refusal = match active(state, t, namespace, name).await {
-        Ok(ns) if ns["metadata"]["uid"].as_str().unwrap_or_default() == uid => return Ok(()),
-        // Deleted and made again: not the namespace the object was admitted to.
-        Ok(_) => Status::not_found("namespaces", namespace),
-        Err(refusal) => refusal,
+    let mut attempt = 0;
+    let refusal = loop {
+        match active(state, t, namespace, name).await {
+            Ok(ns) if ns["metadata"]["uid"].as_str().unwrap_or_default() == uid => return Ok(()),
+            // Deleted and made again: not the namespace the object was admitted to.
+            Ok(_) => break Status::not_found("namespaces", namespace),
+            Err(refusal) if matches!(refusal.code, 403 | 404) => break refusal,
+            // The store did not answer: the object is kept (a namespace that cannot be read
+            // proves nothing, and taking back a create that stands would lose it), and the
+            // create is answered as a write whose outcome the store did not confirm.
+            Err(unconfirmed) if attempt == CONFIRM_ATTEMPTS => return Err(unconfirmed),
+            Err(_) => {
+                attempt += 1;
+                tokio::time::sleep(CONFIRM_RETRY).await;
+            }
+        }
     };
     match state.store.delete(&t.storage_key(name), None).await {
         Ok(_) | Err(SourceError::NotFound(_)) => Err(refusal),
