@@ -64,7 +64,9 @@ pub(crate) async fn create(
     validate(t, &object, None, false)?;
     let resource = &t.resource.info.resource;
     // A generated name that is taken is drawn again, as the apiserver does.
-    for attempt in 1.. {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
         let (raw, version) = encode(t, &object)?;
         let name = version.key().name();
         let admitted = namespaces::check_creatable(state, t, name).await?;
@@ -88,7 +90,6 @@ pub(crate) async fn create(
             (Err(e), _) => return Err(errors::source(&e, resource, name)),
         }
     }
-    unreachable!("the attempts end in an answer")
 }
 
 /// The defaults the apiserver fills in on a new object.
@@ -670,6 +671,7 @@ pub(crate) async fn delete(
             },
             Deletion::Mark(mark) => mark,
         };
+        // A stored object without metadata is a fault to report, not one to mark blindly.
         metadata_mut(&mut object)?;
         mark.apply(&mut object);
         let (raw, version) = encode(t, &object)?;
