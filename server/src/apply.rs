@@ -11,6 +11,11 @@
 //! - The manager's `Apply` entry in `managedFields` then holds exactly the configuration's
 //!   fields.
 //!
+//! - The configuration is a declared object, not a patch: strategic merge directives
+//!   (`$patch`, `$retainKeys`, `$setElementOrder/…`, `$deleteFromPrimitiveList/…`) are refused
+//!   with 400, and a null declares nothing (it deletes nothing another manager set; a field the
+//!   manager itself applied before goes as any field it stopped applying).
+//!
 //! Bodies are YAML, or JSON (which kubectl, client-go, kube-rs and the Python client send).
 
 use serde_json::{Map, Value, json};
@@ -34,7 +39,49 @@ pub(crate) fn parse(body: &[u8]) -> Result<Map<String, Value>, Status> {
     if managed.is_some_and(|m| !m.is_null()) {
         return Err(Status::bad_request("metadata.managedFields must be nil"));
     }
+    let mut config = config;
+    declared(&mut config, "")?;
     Ok(config)
+}
+
+/// The keys strategic merge reads as directives, and the prefixes of those that name a field.
+const DIRECTIVES: &[&str] = &["$patch", "$retainKeys"];
+const DIRECTIVE_PREFIXES: &[&str] = &["$setElementOrder/", "$deleteFromPrimitiveList/"];
+
+/// Makes `map` (at `path`) a declaration: refuses the directives a patch would carry, and
+/// drops nulls, which declare nothing.
+fn declared(map: &mut Map<String, Value>, path: &str) -> Result<(), Status> {
+    let at = |key: &str| {
+        if path.is_empty() {
+            key.to_owned()
+        } else {
+            format!("{path}.{key}")
+        }
+    };
+    if let Some(key) = map
+        .keys()
+        .find(|k| DIRECTIVES.contains(&k.as_str()) || DIRECTIVE_PREFIXES.iter().any(|p| k.starts_with(p)))
+    {
+        return Err(Status::bad_request(format!(
+            "the apply configuration is an object, not a patch: {} is a strategic merge patch directive",
+            at(key)
+        )));
+    }
+    map.retain(|_, v| !v.is_null());
+    for (key, value) in map.iter_mut() {
+        match value {
+            Value::Object(inner) => declared(inner, &at(key))?,
+            Value::Array(items) => {
+                for (i, item) in items.iter_mut().enumerate() {
+                    if let Value::Object(inner) = item {
+                        declared(inner, &format!("{}[{i}]", at(key)))?;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Applies `config` by `manager` to `live` (`None`: the object does not exist yet) and
@@ -273,5 +320,47 @@ mod tests {
             400
         );
         assert!(parse(br#"{"metadata":{"name":"x"}}"#).is_ok());
+    }
+
+    #[test]
+    fn configurations_declare_and_do_not_patch() {
+        for body in [
+            r#"{"metadata":{"labels":{"$patch":"replace"}}}"#,
+            r#"{"spec":{"containers":[{"name":"a","$patch":"delete"}]}}"#,
+            r#"{"spec":{"$setElementOrder/containers":[]}}"#,
+            r#"{"metadata":{"$deleteFromPrimitiveList/finalizers":["x"]}}"#,
+            r#"{"spec":{"volumes":[{"$retainKeys":["name"]}]}}"#,
+        ] {
+            let refused = parse(body.as_bytes()).unwrap_err();
+            assert_eq!(refused.code, 400, "{body}");
+            assert!(
+                refused.message.contains("is a strategic merge patch directive"),
+                "{body}: {}",
+                refused.message
+            );
+        }
+        assert!(
+            parse(br#"{"spec":{"containers":[{"name":"a","$patch":"delete"}]}}"#)
+                .unwrap_err()
+                .message
+                .contains("spec.containers[0].$patch")
+        );
+        let config =
+            parse(br#"{"metadata":{"labels":{"a":null,"b":"1"}},"data":null,"x":[{"y":null}]}"#).unwrap();
+        assert_eq!(
+            Value::Object(config),
+            json!({"metadata": {"labels": {"b": "1"}}, "x": [{}]})
+        );
+    }
+
+    #[test]
+    fn a_null_takes_nothing_from_another_manager() {
+        let first = apply("ConfigMap", "v1", None, &cm(json!({"a": "1"})), "me", false, "t").unwrap();
+        let config = parse(
+            br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c"},"data":{"a":null,"b":"2"}}"#,
+        )
+        .unwrap();
+        let out = apply("ConfigMap", "v1", Some(&first), &config, "you", false, "t").unwrap();
+        assert_eq!(out["data"], json!({"a": "1", "b": "2"}));
     }
 }

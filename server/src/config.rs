@@ -41,6 +41,10 @@ pub struct ServeConfig {
     /// starts, so that clients resuming watches after a restart go on without a 410 and a
     /// relist. Default on.
     pub history_fill: bool,
+    /// A fault switch for tests, zero in service: how long each create in a namespace pauses
+    /// between finding its namespace active and writing, as a slow create may, so that tests
+    /// can race it against the namespace's deletion.
+    pub create_delay: Duration,
 }
 
 impl Default for ServeConfig {
@@ -59,6 +63,7 @@ impl Default for ServeConfig {
             etcd: Vec::new(),
             compaction_interval: Duration::from_secs(300),
             history_fill: true,
+            create_delay: Duration::ZERO,
         }
     }
 }

@@ -121,6 +121,15 @@ pub(crate) fn resource_list<'a>(
                 "verbs": STATUS_VERBS,
             }));
         }
+        if r.finalize_subresource {
+            list.push(json!({
+                "name": format!("{}/finalize", r.info.resource),
+                "singularName": "",
+                "namespaced": r.namespaced,
+                "kind": r.info.kind,
+                "verbs": ["update"],
+            }));
+        }
     }
     (!list.is_empty())
         .then(|| json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": api_version, "resources": list}))
@@ -172,9 +181,15 @@ pub(crate) fn aggregated<'a>(
             "verbs": VERBS,
             "shortNames": r.short_names,
         });
+        let mut subresources = Vec::new();
         if r.status_subresource {
-            entry["subresources"] =
-                json!([{"subresource": "status", "responseKind": kind, "verbs": STATUS_VERBS}]);
+            subresources.push(json!({"subresource": "status", "responseKind": kind, "verbs": STATUS_VERBS}));
+        }
+        if r.finalize_subresource {
+            subresources.push(json!({"subresource": "finalize", "responseKind": kind, "verbs": ["update"]}));
+        }
+        if !subresources.is_empty() {
+            entry["subresources"] = Value::Array(subresources);
         }
         tree.entry(g).or_default().entry(v).or_default().push(entry);
     }

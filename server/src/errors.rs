@@ -2,9 +2,11 @@
 //! which HTTP code and reason each failure of core, a source or a codec gets, as the
 //! apiserver answers them.
 
-use serde_json::json;
+use serde_json::{Map, Value, json};
 use watchcache_core::{CacheError, CodecError, Expired, SourceError};
-use watchcache_encoders::Status;
+use watchcache_encoders::{ResourceInfo, Status};
+
+use crate::validation::{FieldError, Refusal};
 
 /// The Status for a cache error.
 pub(crate) fn cache(e: &CacheError) -> Status {
@@ -52,6 +54,83 @@ pub(crate) fn source(e: &SourceError, resource: &str, name: &str) -> Status {
         SourceError::Compacted { .. } => Status::gone(e.to_string()),
         SourceError::Unavailable(_) => Status::unavailable(e.to_string()),
     }
+}
+
+/// The Status for a create whose generated names were all taken: 409 `AlreadyExists`, with a
+/// retry, as the apiserver answers when its name generator keeps colliding.
+pub(crate) fn generated_name_taken(resource: &str, name: &str) -> Status {
+    let mut s = Status::already_exists(resource, name);
+    s.message = format!(
+        "{resource} \"{name}\" already exists, the server was not able to generate a unique name for the object"
+    );
+    s.details = Some(json!({"name": name, "kind": resource, "retryAfterSeconds": 1}));
+    s
+}
+
+/// The Status for object `name` of `info`'s kind that its validation refuses, as the apiserver
+/// answers: 400 when it does not even decode into its kind (`Pod in version "v1" cannot be
+/// handled as a Pod: …`), else 422 `Invalid` with a cause per field. A PATCH (other than an
+/// apply) whose result does not decode is 422 on the field `patch`, as the apiserver's patcher
+/// reports it: `patched` is that result.
+pub(crate) fn refused(
+    info: &ResourceInfo,
+    name: &str,
+    refusal: Refusal,
+    patched: Option<&Map<String, Value>>,
+) -> Status {
+    let (group, version) = match info.api_version.split_once('/') {
+        Some((group, version)) => (group, version),
+        None => ("", info.api_version.as_str()),
+    };
+    match (refusal, patched) {
+        (Refusal::Undecodable(why), None) => Status::bad_request(format!(
+            "{kind} in version \"{version}\" cannot be handled as a {kind}: {why}",
+            kind = info.kind
+        )),
+        (Refusal::Undecodable(why), Some(patched)) => {
+            let as_json = Value::Object(patched.clone()).to_string();
+            let error = FieldError {
+                kind: crate::validation::ErrorKind::Invalid,
+                field: "patch".to_owned(),
+                value: Value::String(as_json),
+                detail: why,
+            };
+            invalid("", "", "", &[error])
+        }
+        (Refusal::Invalid(errors), _) => invalid(group, &info.kind, name, &errors),
+    }
+}
+
+/// 422 `Invalid` for object `name` of `kind` in `group`, in apimachinery's `NewInvalid` shape:
+/// `Kind "name" is invalid: <each error, once>`, a cause per error.
+fn invalid(group: &str, kind: &str, name: &str, errors: &[FieldError]) -> Status {
+    let qualified = if group.is_empty() {
+        kind.to_owned()
+    } else {
+        format!("{kind}.{group}")
+    };
+    let mut messages: Vec<String> = Vec::new();
+    for e in errors {
+        let m = e.to_string();
+        if !messages.contains(&m) {
+            messages.push(m);
+        }
+    }
+    let listed = match messages.as_slice() {
+        [one] => one.clone(),
+        many => format!("[{}]", many.join(", ")),
+    };
+    let causes: Vec<Value> = errors
+        .iter()
+        .map(|e| json!({"reason": e.kind.reason(), "message": e.body(), "field": e.field}))
+        .collect();
+    let mut s = Status::invalid(format!("{qualified} {} is invalid: {listed}", Value::from(name)));
+    let mut details = json!({"name": name, "kind": kind, "causes": causes});
+    if !group.is_empty() {
+        details["group"] = json!(group);
+    }
+    s.details = Some(details);
+    s
 }
 
 /// The Status for an object a request body carries that its resource's codec refuses.

@@ -34,6 +34,9 @@ pub fn write_body(body: &[u8]) {
         let codec = JsonCodec::new(namespaced, &["spec.nodeName", "status.phase"]);
         for name in [None, Some("named")] {
             if let Ok(object) = object_from_body(&addressed, body, name) {
+                // Validation takes any object without a panic, as a create and as an update.
+                let _ = crate::validation::on_create(&info.kind, &object);
+                let _ = crate::validation::on_update(&info.kind, &object, &object);
                 let raw = serde_json::to_vec(&object).expect("a JSON object serialises");
                 if let Err(e) = codec.decode(&raw, Revision::new(1)) {
                     // Only values the codec reads itself may still be refused (labels that are

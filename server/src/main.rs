@@ -206,6 +206,7 @@ async fn main() -> std::process::ExitCode {
         etcd: args.etcd,
         compaction_interval: args.compaction_interval,
         history_fill: args.history_fill,
+        ..ServeConfig::default()
     };
     let server = match Server::start(config).await {
         Ok(s) => s,

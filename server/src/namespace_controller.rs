@@ -86,6 +86,11 @@ async fn terminating(state: &AppState) -> Vec<String> {
 
 async fn cleanup(state: &Arc<AppState>, namespace: &str) {
     loop {
+        // Finalized meanwhile (through /finalize, or by another replica): nothing left to do,
+        // whatever objects remain.
+        if !being_deleted(state, namespace).await {
+            return;
+        }
         match delete_contents(state, namespace).await {
             Ok(0) => break,
             Ok(_) => {}
@@ -128,6 +133,20 @@ async fn cleanup(state: &Arc<AppState>, namespace: &str) {
                 return;
             }
         }
+    }
+}
+
+/// Whether `namespace` is still there, marked for deletion (a store that does not answer is
+/// asked again later).
+async fn being_deleted(state: &AppState, namespace: &str) -> bool {
+    match state.store.get(&key(namespace)).await {
+        Ok(Some((raw, _))) => serde_json::from_slice::<Value>(&raw).is_ok_and(|ns| {
+            ns["metadata"]
+                .get("deletionTimestamp")
+                .is_some_and(|d| !d.is_null())
+        }),
+        Ok(None) => false,
+        Err(_) => true,
     }
 }
 

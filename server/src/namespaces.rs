@@ -1,7 +1,8 @@
 //! Namespace lifecycle, as the apiserver keeps it:
 //! - the namespaces the apiserver creates at start (`default`, `kube-system`, `kube-public`,
 //!   `kube-node-lease`) exist;
-//! - creating in a namespace that does not exist is 404, in one being deleted 403.
+//! - creating in a namespace that does not exist is 404, in one being deleted 403, including a
+//!   create that raced the namespace's deletion (it confirms the namespace after its write).
 //!
 //! Deleting a namespace marks it `Terminating` (the write path); emptying it is the
 //! [namespace controller](crate::namespace_controller)'s job.
@@ -41,12 +42,75 @@ pub(crate) async fn ensure_system(store: &Backend) {
     }
 }
 
+/// The namespace a create found active: the one it writes into, which must still be there,
+/// and still active, once the object is written ([`confirm_created`]).
+pub(crate) struct Admitted {
+    /// `None` for an object of a cluster-scoped resource.
+    uid: Option<String>,
+}
+
 /// Whether objects may be created in `namespace`: 404 if it does not exist, 403 if it is
 /// being deleted, as the apiserver's NamespaceLifecycle admission answers.
-pub(crate) async fn check_creatable(state: &AppState, t: &Target, name: &str) -> Result<(), Status> {
+pub(crate) async fn check_creatable(state: &AppState, t: &Target, name: &str) -> Result<Admitted, Status> {
     let Some(namespace) = t.namespace.as_deref() else {
+        return Ok(Admitted { uid: None });
+    };
+    let ns = active(state, t, namespace, name).await?;
+    let pause = state.config.create_delay;
+    if !pause.is_zero() {
+        tokio::time::sleep(pause).await;
+    }
+    Ok(Admitted {
+        uid: Some(ns["metadata"]["uid"].as_str().unwrap_or_default().to_owned()),
+    })
+}
+
+/// How many times a create reads its namespace again when the store does not answer, and
+/// how long apart (an etcd electing a leader answers within a few seconds).
+const CONFIRM_ATTEMPTS: usize = 20;
+const CONFIRM_RETRY: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// The check a create's write can race: the namespace's deletion may start between the check
+/// and the write, and its controller may list the namespace empty before the write lands, so
+/// the object would outlive its namespace. So after writing, the create reads the namespace
+/// again: still the one it found, and still active, the object stands (were the deletion to
+/// start now, the controller, listing after it, finds the object); otherwise the create
+/// deletes what it wrote and is refused as if it had come later.
+pub(crate) async fn confirm_created(
+    state: &AppState,
+    t: &Target,
+    name: &str,
+    admitted: &Admitted,
+) -> Result<(), Status> {
+    let (Some(namespace), Some(uid)) = (t.namespace.as_deref(), admitted.uid.as_deref()) else {
         return Ok(());
     };
+    let mut attempt = 0;
+    let refusal = loop {
+        match active(state, t, namespace, name).await {
+            Ok(ns) if ns["metadata"]["uid"].as_str().unwrap_or_default() == uid => return Ok(()),
+            // Deleted and made again: not the namespace the object was admitted to.
+            Ok(_) => break Status::not_found("namespaces", namespace),
+            Err(refusal) if matches!(refusal.code, 403 | 404) => break refusal,
+            // The store did not answer: the object is kept (a namespace that cannot be read
+            // proves nothing, and taking back a create that stands would lose it), and the
+            // create is answered as a write whose outcome the store did not confirm.
+            Err(unconfirmed) if attempt == CONFIRM_ATTEMPTS => return Err(unconfirmed),
+            Err(_) => {
+                attempt += 1;
+                tokio::time::sleep(CONFIRM_RETRY).await;
+            }
+        }
+    };
+    match state.store.delete(&t.storage_key(name), None).await {
+        Ok(_) | Err(SourceError::NotFound(_)) => Err(refusal),
+        Err(e) => Err(crate::errors::source(&e, &t.resource.info.resource, name)),
+    }
+}
+
+/// `namespace`, as stored, if it is active: else 404 if it does not exist, 403 if it is being
+/// deleted (for the create of `name`).
+async fn active(state: &AppState, t: &Target, namespace: &str, name: &str) -> Result<Value, Status> {
     let stored = state
         .store
         .get(&key(namespace))
@@ -75,5 +139,5 @@ pub(crate) async fn check_creatable(state: &AppState, t: &Target, name: &str) ->
         }));
         return Err(s);
     }
-    Ok(())
+    Ok(ns)
 }

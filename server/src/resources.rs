@@ -26,6 +26,13 @@ pub struct Resource {
     /// Whether the resource has a `/status` subresource: then writes to the object itself
     /// leave its status alone, and writes to `/status` change only the status.
     pub status_subresource: bool,
+    /// Whether the resource has a `/finalize` subresource (namespaces), the only way other than
+    /// its controller to change what it reset on an update.
+    pub finalize_subresource: bool,
+    /// Fields an update of the object itself cannot change (dotted paths): kept as stored, as
+    /// the apiserver's "reset fields" are (a namespace's `spec.finalizers`, which only
+    /// `/finalize` and the namespace controller change).
+    pub reset_on_update: &'static [&'static str],
     /// Whether `metadata.generation` is kept: 1 on create, one more at each change of `spec`
     /// (pods; the other kinds served have no spec or, like nodes, do not count).
     pub generation: bool,
@@ -54,6 +61,7 @@ struct Spec {
     fields: &'static [&'static str],
     trigger: Option<&'static str>,
     create_defaults: &'static [(&'static str, &'static str)],
+    reset_on_update: &'static [&'static str],
     /// Selectable fields that read as a value when unset (the Go zero value the apiserver's
     /// field selectors see), never stored.
     unset_reads_as: &'static [(&'static str, &'static str)],
@@ -80,6 +88,7 @@ const SPECS: &[Spec] = &[
         ],
         trigger: Some("spec.nodeName"),
         create_defaults: &[],
+        reset_on_update: &[],
         unset_reads_as: &[],
     },
     Spec {
@@ -94,6 +103,7 @@ const SPECS: &[Spec] = &[
         fields: &[],
         trigger: None,
         create_defaults: &[],
+        reset_on_update: &[],
         unset_reads_as: &[],
     },
     Spec {
@@ -108,6 +118,7 @@ const SPECS: &[Spec] = &[
         fields: &["type"],
         trigger: None,
         create_defaults: &[("type", "Opaque")],
+        reset_on_update: &[],
         unset_reads_as: &[],
     },
     Spec {
@@ -122,6 +133,7 @@ const SPECS: &[Spec] = &[
         fields: &["status.phase"],
         trigger: None,
         create_defaults: &[],
+        reset_on_update: &["spec.finalizers"],
         unset_reads_as: &[],
     },
     Spec {
@@ -136,6 +148,7 @@ const SPECS: &[Spec] = &[
         fields: &["spec.unschedulable"],
         trigger: None,
         create_defaults: &[],
+        reset_on_update: &[],
         unset_reads_as: &[("spec.unschedulable", "false")],
     },
     Spec {
@@ -164,6 +177,7 @@ const SPECS: &[Spec] = &[
         ],
         trigger: None,
         create_defaults: &[],
+        reset_on_update: &[],
         unset_reads_as: &[],
     },
     Spec {
@@ -178,6 +192,7 @@ const SPECS: &[Spec] = &[
         fields: &[],
         trigger: None,
         create_defaults: &[],
+        reset_on_update: &[],
         unset_reads_as: &[],
     },
 ];
@@ -229,6 +244,8 @@ pub fn build(
                 create_defaults: spec.create_defaults,
                 generation: spec.name == "pods",
                 status_subresource: matches!(spec.name, "pods" | "nodes" | "namespaces"),
+                finalize_subresource: spec.name == "namespaces",
+                reset_on_update: spec.reset_on_update,
                 prefix,
                 codec,
                 frames,

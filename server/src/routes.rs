@@ -327,9 +327,10 @@ async fn resource_request(
     let mut resource = parts.remove("resource").unwrap_or_default();
     let (mut ns, mut name) = (parts.remove("ns"), parts.remove("name"));
     let mut subresource = parts.remove("subresource");
-    // `/api/v1/namespaces/<name>/status` has the shape of a namespaced collection.
-    if resource == "status" && name.is_none() {
-        (resource, name, subresource) = ("namespaces".into(), ns.take(), Some("status".into()));
+    // `/api/v1/namespaces/<name>/status` (and `/finalize`) has the shape of a namespaced
+    // collection.
+    if matches!(resource.as_str(), "status" | "finalize") && name.is_none() {
+        (resource, name, subresource) = ("namespaces".into(), ns.take(), Some(resource));
     }
     let body = match body {
         Ok(body) => body,
@@ -355,11 +356,9 @@ async fn resource_request(
         b => media::json_body(content_type, b, Some(openapi::DELETE_OPTIONS)),
     };
     let result = match target {
-        Ok(t) if t.subresource.is_some() && !matches!(method, Method::GET | Method::PUT | Method::PATCH) => {
-            Err(Status::method_not_allowed(format!(
-                "method {method} is not supported on a subresource"
-            )))
-        }
+        Ok(t) if t.subresource.is_some_and(|s| !s.serves(&method)) => Err(Status::method_not_allowed(
+            format!("method {method} is not supported on a subresource"),
+        )),
         Ok(t) => match (method, t.name.as_deref()) {
             (Method::GET, name) => {
                 let format = media::read_format(accept.as_deref());

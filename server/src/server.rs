@@ -24,6 +24,7 @@ use crate::metrics::Metrics;
 use crate::namespace_controller;
 use crate::namespaces;
 use crate::openapi::OpenApi;
+use crate::pod_gc;
 use crate::switch::Switch;
 use crate::{resources, routes, workload};
 
@@ -180,6 +181,7 @@ impl Server {
             shutdown.token(),
         ));
         tokio::spawn(namespace_controller::run(state.clone()));
+        tokio::spawn(pod_gc::run(state.clone()));
         let app = routes::router(state.clone());
         let kill_all = Switch::new();
         let listener = KillableListener::new(listener, kill_all.clone());
@@ -202,6 +204,12 @@ impl Server {
     /// The store under the caches.
     pub fn store(&self) -> &Backend {
         &self.store
+    }
+
+    /// What every handler shares, for unit tests that call the handlers directly.
+    #[cfg(test)]
+    pub(crate) fn state(&self) -> &Arc<AppState> {
+        &self.state
     }
 
     /// The metrics.

@@ -24,6 +24,27 @@ pub(crate) struct Target {
 pub(crate) enum Subresource {
     /// `/status`: writes change only the status (pods, nodes and namespaces).
     Status,
+    /// `/finalize`: a namespace's update that may change its `spec.finalizers` (PUT only).
+    Finalize,
+}
+
+impl Subresource {
+    /// Whether the subresource serves `method`.
+    pub(crate) fn serves(self, method: &axum::http::Method) -> bool {
+        use axum::http::Method;
+        match self {
+            Subresource::Status => matches!(*method, Method::GET | Method::PUT | Method::PATCH),
+            Subresource::Finalize => *method == Method::PUT,
+        }
+    }
+
+    /// Its name in a path and in `managedFields`.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Subresource::Status => "status",
+            Subresource::Finalize => "finalize",
+        }
+    }
 }
 
 impl Target {
@@ -59,6 +80,10 @@ impl Target {
         match subresource {
             "status" if self.resource.status_subresource && self.name.is_some() => {
                 self.subresource = Some(Subresource::Status);
+                Ok(self)
+            }
+            "finalize" if self.resource.finalize_subresource && self.name.is_some() => {
+                self.subresource = Some(Subresource::Finalize);
                 Ok(self)
             }
             _ => Err(Status::not_found(

@@ -19,13 +19,17 @@ use watchcache_encoders::{ResourceInfo, Status};
 
 use crate::app::AppState;
 use crate::apply;
+use crate::conversion;
+use crate::deletion::{self, Deletion};
 use crate::errors;
 use crate::fields::{self, Manager};
+use crate::generate_name;
 use crate::namespaces;
 use crate::params::{DeleteParams, FieldValidation, Params, WriteParams};
 use crate::patch::{Patch, PatchType};
 use crate::response::json_response;
 use crate::target::{Subresource, Target};
+use crate::validation;
 
 pub(crate) async fn create(
     state: &AppState,
@@ -33,8 +37,11 @@ pub(crate) async fn create(
     p: &WriteParams,
     body: &[u8],
 ) -> Result<Response, Status> {
-    let mut object = object_from_body(&addressed(t), body, None)?;
+    let body = parse_body(body)?;
+    let generated = generate_name::prefix_of(&body).map(str::to_owned);
+    let mut object = object_from_value(&addressed(t), body, None)?;
     let warnings = check_fields(state, t, p, &mut object)?;
+    conversion::on_write(&t.resource.info.kind, &mut object);
     set_defaults(t, &mut object);
     // The creator owns what it sent and the defaults; not the status, which the server resets
     // on a kind with /status (the apiserver's "reset fields").
@@ -54,19 +61,35 @@ pub(crate) async fn create(
     );
     initial_status(t, &mut object);
     prepare_create(t, &mut object, &managers)?;
-    let (raw, version) = encode(t, &object)?;
-    let name = version.key().name();
-    namespaces::check_creatable(state, t, name).await?;
-    if p.dry_run {
-        // Validated and answered as it would be stored; nothing is stored.
-        return Ok(warn(json_response(StatusCode::CREATED, raw), &warnings));
+    validate(t, &object, None, false)?;
+    let resource = &t.resource.info.resource;
+    // A generated name that is taken is drawn again, as the apiserver does.
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let (raw, version) = encode(t, &object)?;
+        let name = version.key().name();
+        let admitted = namespaces::check_creatable(state, t, name).await?;
+        if p.dry_run {
+            // Validated and answered as it would be stored; nothing is stored.
+            return Ok(warn(json_response(StatusCode::CREATED, raw), &warnings));
+        }
+        match (state.store.create(&t.storage_key(name), raw).await, &generated) {
+            (Ok(revision), _) => {
+                namespaces::confirm_created(state, t, name, &admitted).await?;
+                return written(t, StatusCode::CREATED, &version, revision).map(|r| warn(r, &warnings));
+            }
+            (Err(SourceError::AlreadyExists(_)), Some(prefix)) if attempt < generate_name::ATTEMPTS => {
+                let name = generate_name::generate(prefix);
+                check_names(&addressed(t), &name)?;
+                metadata_mut(&mut object)?.insert("name".into(), Value::String(name));
+            }
+            (Err(SourceError::AlreadyExists(_)), Some(_)) => {
+                return Err(errors::generated_name_taken(resource, name));
+            }
+            (Err(e), _) => return Err(errors::source(&e, resource, name)),
+        }
     }
-    let revision = state
-        .store
-        .create(&t.storage_key(name), raw)
-        .await
-        .map_err(|e| errors::source(&e, &t.resource.info.resource, name))?;
-    written(t, StatusCode::CREATED, &version, revision).map(|r| warn(r, &warnings))
 }
 
 /// The defaults the apiserver fills in on a new object.
@@ -184,29 +207,43 @@ pub(crate) async fn update(
     let warnings = check_fields(state, t, p, &mut object)?;
     let resource = &t.resource.info.resource;
     let key = t.storage_key(name);
-    let (current, read_at) = state
-        .store
-        .get(&key)
-        .await
-        .map_err(|e| errors::source(&e, resource, name))?
-        .ok_or_else(|| Status::not_found(resource, name))?;
-    let current = parse_stored(&current)?;
     // Optimistic concurrency on metadata.resourceVersion, when the client sends one.
     let expected = take_resource_version(metadata_mut(&mut object)?)?;
-    let prepared = prepare_update(t, object, &current, Ownership::Update(&p.manager))?;
-    if p.dry_run {
-        return Ok(warn(json_response(StatusCode::OK, prepared.raw), &warnings));
+    // Without one, the update is still conditional on the version it was prepared from (the
+    // status, deletion and generation it carries over are that version's), and starts again
+    // from the newer one when another write came first, as the apiserver's unconditional
+    // update does: never written blindly over a write it did not see.
+    for _ in 0..ATTEMPTS {
+        let (current, read_at) = state
+            .store
+            .get(&key)
+            .await
+            .map_err(|e| errors::source(&e, resource, name))?
+            .ok_or_else(|| Status::not_found(resource, name))?;
+        if expected.is_some_and(|e| e != read_at) {
+            return Err(Status::conflict(resource, name));
+        }
+        let current = parse_stored(&current)?;
+        let prepared = prepare_update(t, object.clone(), &current, Ownership::Update(&p.manager), false)?;
+        if p.dry_run {
+            // As it would be stored, at the stored object's resourceVersion.
+            return written(t, StatusCode::OK, &prepared.version, read_at).map(|r| warn(r, &warnings));
+        }
+        match prepared.commit(state, &key, read_at).await {
+            Ok((revision, version)) => {
+                return written(t, StatusCode::OK, &version, revision).map(|r| warn(r, &warnings));
+            }
+            Err(SourceError::Conflict { .. }) => continue,
+            Err(e) => return Err(errors::source(&e, resource, name)),
+        }
     }
-    let (revision, version) = prepared
-        .commit(state, &key, expected, read_at)
-        .await
-        .map_err(|e| errors::source(&e, resource, name))?;
-    written(t, StatusCode::OK, &version, revision).map(|r| warn(r, &warnings))
+    Err(Status::conflict(resource, name))
 }
 
-/// How many times a PATCH reads, patches and writes again after losing a race to another
-/// write, before it answers 409.
-const PATCH_ATTEMPTS: usize = 8;
+/// How many times a write reads, changes and writes again after losing a race to another
+/// write, before it answers 409. The apiserver retries without a bound; one keeps a write
+/// that keeps losing from running forever.
+const ATTEMPTS: usize = 32;
 
 /// PATCH: JSON, merge and strategic patches are applied to the stored object and written
 /// back on the condition that it has not changed since it was read; a concurrent write makes
@@ -231,7 +268,7 @@ pub(crate) async fn patch(
     let resource = &t.resource.info.resource;
     let key = t.storage_key(name);
     let patch = Patch::parse(ty, body)?;
-    for _ in 0..PATCH_ATTEMPTS {
+    for _ in 0..ATTEMPTS {
         let (stored, revision) = state
             .store
             .get(&key)
@@ -249,6 +286,7 @@ pub(crate) async fn patch(
             name,
             read_at: revision,
             warnings: &warnings,
+            patched: true,
         };
         let ownership = Ownership::Update(&p.manager);
         if let Some(response) = attempt.store(state, t, p, object, &current, ownership).await? {
@@ -285,7 +323,7 @@ async fn apply(
         config.remove("status");
     }
     let warnings = check_fields(state, t, p, &mut config)?;
-    for _ in 0..PATCH_ATTEMPTS {
+    for _ in 0..ATTEMPTS {
         let stored = state
             .store
             .get(&key)
@@ -293,17 +331,20 @@ async fn apply(
             .map_err(|e| errors::source(&e, resource, name))?;
         let Some((stored, revision)) = stored else {
             let mut object = apply::apply(kind, api_version, None, &config, &p.manager, p.force, &now())?;
+            conversion::on_write(kind, &mut object);
             let managers = fields::managers(&object);
             set_defaults(t, &mut object);
             initial_status(t, &mut object);
             prepare_create(t, &mut object, &managers)?;
+            validate(t, &object, None, false)?;
             let (raw, version) = encode(t, &object)?;
-            namespaces::check_creatable(state, t, name).await?;
+            let admitted = namespaces::check_creatable(state, t, name).await?;
             if p.dry_run {
                 return Ok(warn(json_response(StatusCode::CREATED, raw), &warnings));
             }
             match state.store.create(&key, raw).await {
                 Ok(revision) => {
+                    namespaces::confirm_created(state, t, name, &admitted).await?;
                     return written(t, StatusCode::CREATED, &version, revision).map(|r| warn(r, &warnings));
                 }
                 Err(SourceError::AlreadyExists(_)) => continue,
@@ -325,6 +366,7 @@ async fn apply(
             name,
             read_at: revision,
             warnings: &warnings,
+            patched: false,
         };
         if let Some(response) = attempt
             .store(state, t, p, object, &current, Ownership::Recorded)
@@ -343,13 +385,16 @@ struct Attempt<'a> {
     /// The revision the object was read at: the write is conditional on it.
     read_at: Revision,
     warnings: &'a [String],
+    /// A JSON, merge or strategic patch made the object (not an apply's configuration).
+    patched: bool,
 }
 
 impl Attempt<'_> {
-    /// Stores `object`, the new state of `current` (or answers a dry run): the response, or
-    /// `None` when another write came first and the caller should read and try again. A
-    /// `metadata.resourceVersion` the object sets is a precondition: a mismatch, or a lost
-    /// race, is then 409 rather than a retry.
+    /// Stores `object`, the new state of `current` (or answers a dry run, at the stored
+    /// object's resourceVersion): the response, or `None` when another write came first and
+    /// the caller should read and try again. A `metadata.resourceVersion` the object sets (the
+    /// patch set it; the one the patch was shown is the read's) is a precondition: a mismatch
+    /// is 409, and so is a lost race once the next attempt reads the newer version.
     async fn store(
         &self,
         state: &AppState,
@@ -363,21 +408,16 @@ impl Attempt<'_> {
         if precondition.is_some_and(|r| r != self.read_at) {
             return Err(Status::conflict(&t.resource.info.resource, self.name));
         }
-        let prepared = prepare_update(t, object, current, ownership)?;
+        let prepared = prepare_update(t, object, current, ownership, self.patched)?;
         if p.dry_run {
-            return Ok(Some(warn(
-                json_response(StatusCode::OK, prepared.raw),
-                self.warnings,
-            )));
+            return written(t, StatusCode::OK, &prepared.version, self.read_at)
+                .map(|r| Some(warn(r, self.warnings)));
         }
-        match prepared
-            .commit(state, self.key, Some(self.read_at), self.read_at)
-            .await
-        {
+        match prepared.commit(state, self.key, self.read_at).await {
             Ok((revision, version)) => {
                 written(t, StatusCode::OK, &version, revision).map(|r| Some(warn(r, self.warnings)))
             }
-            Err(SourceError::Conflict { .. }) if precondition.is_none() => Ok(None),
+            Err(SourceError::Conflict { .. }) => Ok(None),
             Err(e) => Err(errors::source(&e, &t.resource.info.resource, self.name)),
         }
     }
@@ -431,13 +471,14 @@ fn parse_stored(raw: &[u8]) -> Result<Map<String, Value>, Status> {
 }
 
 /// Removes `metadata.resourceVersion` from a request's object: the revision the client
-/// expects, if it names one.
+/// expects, if it names one ("" and "0" name none).
 fn take_resource_version(meta: &mut Map<String, Value>) -> Result<Option<Revision>, Status> {
     match meta.remove("resourceVersion") {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) if s.is_empty() => Ok(None),
+        // "0" is no version at all: the apiserver treats it as unset.
         Some(Value::String(s)) => Revision::parse(&s)
-            .map(Some)
+            .map(|r| (r != Revision::ZERO).then_some(r))
             .map_err(|e| Status::bad_request(format!("metadata.resourceVersion: {e}"))),
         Some(other) => Err(Status::bad_request(format!(
             "metadata.resourceVersion {other} is not a string"
@@ -461,8 +502,10 @@ fn prepare_update(
     mut object: Map<String, Value>,
     current: &Map<String, Value>,
     ownership: Ownership<'_>,
+    patched: bool,
 ) -> Result<Prepared, Status> {
     let kind = &t.resource.info.kind;
+    conversion::on_write(kind, &mut object);
     let mut object = match (t.subresource, t.resource.status_subresource) {
         // Through /status only the status changes (and labels and annotations, as the
         // apiserver lets status writers change them).
@@ -482,20 +525,23 @@ fn prepare_update(
             }
             out
         }
-        // The object itself: its status is left as it is.
-        (None, true) => {
-            match current.get("status") {
-                Some(status) => object.insert("status".into(), status.clone()),
-                None => object.remove("status"),
-            };
+        // Through /finalize, a namespace's object but its status, spec.finalizers included.
+        (Some(Subresource::Finalize), _) => {
+            keep(&mut object, current, "status");
             object
         }
-        (None, false) => object,
+        // The object itself: its status, and the fields its kind resets, are left as they are.
+        (None, status) => {
+            if status {
+                keep(&mut object, current, "status");
+            }
+            for path in t.resource.reset_on_update {
+                keep(&mut object, current, path);
+            }
+            object
+        }
     };
-    let subresource = match t.subresource {
-        Some(Subresource::Status) => "status",
-        None => "",
-    };
+    let subresource = t.subresource.map_or("", Subresource::name);
     let managers = match ownership {
         Ownership::Update(manager) => {
             // What a client sends in managedFields is not taken: ownership follows the change.
@@ -532,9 +578,10 @@ fn prepare_update(
     if let Some(managers) = managers {
         fields::set_managers(&mut object, &managers, &t.resource.info.api_version);
     }
-    // An object being deleted goes when its last finalizer does.
-    let finalized =
-        is_deleting(&object) && finalizers(&object).is_empty() && spec_finalizers(&object).is_empty();
+    validate(t, &object, Some(current), patched)?;
+    // An object being deleted goes when its last finalizer does (unless a grace period is
+    // still running: then it waits for the delete that ends it).
+    let finalized = deletion::finished(&object);
     // An update that changes nothing is not written (no new resourceVersion, no event).
     let mut before = current.clone();
     if let Some(Value::Object(meta)) = before.get_mut("metadata") {
@@ -562,50 +609,24 @@ struct Prepared {
 
 impl Prepared {
     /// Stores the update, or, for an object whose last finalizer it removed, deletes it; on
-    /// the condition that the stored object is still at `expected`, if given. An update that
-    /// changes nothing of the object read at `read_at` writes nothing.
+    /// the condition that the stored object is still the one read at `read_at`. An update
+    /// that changes nothing writes nothing.
     async fn commit(
         self,
         state: &AppState,
         key: &str,
-        expected: Option<Revision>,
         read_at: Revision,
     ) -> Result<(Revision, ObjectVersion), SourceError> {
-        if self.unchanged && expected.is_none_or(|e| e == read_at) {
+        if self.unchanged {
             return Ok((read_at, self.version));
         }
         let revision = if self.finalized {
-            state.store.delete(key, expected).await?.0
+            state.store.delete(key, Some(read_at)).await?.0
         } else {
-            state.store.update(key, self.raw, expected).await?
+            state.store.update(key, self.raw, Some(read_at)).await?
         };
         Ok((revision, self.version))
     }
-}
-
-fn is_deleting(object: &Map<String, Value>) -> bool {
-    object
-        .get("metadata")
-        .and_then(|m| m.get("deletionTimestamp"))
-        .is_some_and(|d| !d.is_null())
-}
-
-fn finalizers(object: &Map<String, Value>) -> &[Value] {
-    object
-        .get("metadata")
-        .and_then(|m| m.get("finalizers"))
-        .and_then(Value::as_array)
-        .map_or(&[], Vec::as_slice)
-}
-
-/// A namespace's `spec.finalizers` (`kubernetes`, which the namespace controller removes once
-/// the namespace is empty).
-fn spec_finalizers(object: &Map<String, Value>) -> &[Value] {
-    object
-        .get("spec")
-        .and_then(|m| m.get("finalizers"))
-        .and_then(Value::as_array)
-        .map_or(&[], Vec::as_slice)
 }
 
 fn bump_generation(object: &mut Map<String, Value>) -> Result<(), Status> {
@@ -615,6 +636,9 @@ fn bump_generation(object: &mut Map<String, Value>) -> Result<(), Status> {
     Ok(())
 }
 
+/// DELETE: the object goes at once, is marked for its finalizers or its grace period, or is
+/// answered as it is, as [`deletion::plan`] decides; each on the condition that the object is
+/// still the one read, so a concurrent update makes it look again.
 pub(crate) async fn delete(
     state: &AppState,
     t: &Target,
@@ -623,8 +647,7 @@ pub(crate) async fn delete(
 ) -> Result<Response, Status> {
     let resource = &t.resource.info.resource;
     let key = t.storage_key(name);
-    // Delete exactly the version we answer with; a concurrent update makes us look again.
-    for _ in 0..8 {
+    for _ in 0..ATTEMPTS {
         let (current, revision) = state
             .store
             .get(&key)
@@ -633,42 +656,30 @@ pub(crate) async fn delete(
             .ok_or_else(|| Status::not_found(resource, name))?;
         check_preconditions(t, name, p, &current, revision)?;
         let mut object = parse_stored(&current)?;
-        // A namespace is always marked: the namespace controller empties it, then deletes it.
-        let namespace = t.resource.info.kind == "Namespace";
-        if namespace || !finalizers(&object).is_empty() {
-            // Finalizers hold the object: it is marked for deletion, and goes when the last
-            // one is removed. Marked already, it is answered as it is.
-            if is_deleting(&object) {
-                return answer_with(t, &current, revision);
-            }
-            let meta = metadata_mut(&mut object)?;
-            meta.insert("deletionTimestamp".into(), Value::String(now()));
-            meta.insert(
-                "deletionGracePeriodSeconds".into(),
-                Value::from(p.grace_period_seconds.unwrap_or(0)),
-            );
-            if t.resource.generation {
-                bump_generation(&mut object)?;
-            }
-            if namespace {
-                object.insert("status".into(), serde_json::json!({"phase": "Terminating"}));
-            }
-            let (raw, version) = encode(t, &object)?;
-            if p.write.dry_run {
-                return Ok(json_response(StatusCode::OK, raw));
-            }
-            match state.store.update(&key, raw, Some(revision)).await {
-                // A namespace is emptied, then deleted, by the namespace controller.
-                Ok(revision) => return written(t, StatusCode::OK, &version, revision),
+        let mark = match deletion::plan(
+            &t.resource.info.kind,
+            &object,
+            p.grace_period_seconds,
+            SystemTime::now(),
+        ) {
+            Deletion::AsIs => return answer_with(t, &current, revision),
+            Deletion::Now if p.write.dry_run => return answer_with(t, &current, revision),
+            Deletion::Now => match state.store.delete(&key, Some(revision)).await {
+                Ok((_, prev)) => return answer_with(t, &prev, revision),
                 Err(SourceError::Conflict { .. }) => continue,
                 Err(e) => return Err(errors::source(&e, resource, name)),
-            }
-        }
+            },
+            Deletion::Mark(mark) => mark,
+        };
+        // A stored object without metadata is a fault to report, not one to mark blindly.
+        metadata_mut(&mut object)?;
+        mark.apply(&mut object);
+        let (raw, version) = encode(t, &object)?;
         if p.write.dry_run {
-            return answer_with(t, &current, revision);
+            return written(t, StatusCode::OK, &version, revision);
         }
-        match state.store.delete(&key, Some(revision)).await {
-            Ok((_, prev)) => return answer_with(t, &prev, revision),
+        match state.store.update(&key, raw, Some(revision)).await {
+            Ok(revision) => return written(t, StatusCode::OK, &version, revision),
             Err(SourceError::Conflict { .. }) => continue,
             Err(e) => return Err(errors::source(&e, resource, name)),
         }
@@ -763,6 +774,30 @@ fn check_preconditions(
     Ok(())
 }
 
+/// Validates `object` as it will be stored (the update of `current`, if any) as the
+/// apiserver validates its kind; a refusal is the Status the apiserver answers (`patched`: a
+/// JSON, merge or strategic patch made it).
+fn validate(
+    t: &Target,
+    object: &Map<String, Value>,
+    current: Option<&Map<String, Value>>,
+    patched: bool,
+) -> Result<(), Status> {
+    let kind = &t.resource.info.kind;
+    let checked = match current {
+        None => validation::on_create(kind, object),
+        Some(current) => validation::on_update(kind, object, current),
+    };
+    checked.map_err(|refusal| {
+        let name = object
+            .get("metadata")
+            .and_then(|m| m.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        errors::refused(&t.resource.info, name, refusal, patched.then_some(object))
+    })
+}
+
 /// Serialises `object` as it will be stored, and decodes it once with the resource's codec:
 /// the check that the cache will accept it, and the version the response is written from.
 fn encode(t: &Target, object: &Map<String, Value>) -> Result<(Bytes, ObjectVersion), Status> {
@@ -789,6 +824,33 @@ fn written(
         .write_object(version, revision, &mut body)
         .map_err(|e| errors::codec(&e))?;
     Ok(json_response(code, body.freeze()))
+}
+
+/// Gives `object` the field at dotted `path` as `current` has it (or, where `current` has none,
+/// none): what an update may not change.
+fn keep(object: &mut Map<String, Value>, current: &Map<String, Value>, path: &str) {
+    let mut parents: Vec<&str> = path.split('.').collect();
+    let Some(field) = parents.pop() else { return };
+    let stored = parents
+        .iter()
+        .try_fold(current, |m, p| m.get(*p)?.as_object())
+        .and_then(|m| m.get(field))
+        .cloned();
+    let mut at = object;
+    for part in parents {
+        if stored.is_none() && !at.get(part).is_some_and(Value::is_object) {
+            return; // nothing there to remove, nothing to put there
+        }
+        match at.entry(part).or_insert_with(|| Value::Object(Map::new())) {
+            Value::Object(next) => at = next,
+            // Not an object where the stored one has one: the codec judges it.
+            _ => return,
+        }
+    }
+    match stored {
+        Some(v) => at.insert(field.to_owned(), v),
+        None => at.remove(field),
+    };
 }
 
 /// Sets the field at dotted `path` to `value` unless the object sets it; creates the objects
@@ -838,9 +900,12 @@ pub(crate) fn object_from_body(
     body: &[u8],
     name_from_path: Option<&str>,
 ) -> Result<Map<String, Value>, Status> {
-    let value: Value =
-        serde_json::from_slice(body).map_err(|e| Status::bad_request(format!("invalid JSON body: {e}")))?;
-    object_from_value(r, value, name_from_path)
+    object_from_value(r, parse_body(body)?, name_from_path)
+}
+
+/// A request body as JSON.
+fn parse_body(body: &[u8]) -> Result<Value, Status> {
+    serde_json::from_slice(body).map_err(|e| Status::bad_request(format!("invalid JSON body: {e}")))
 }
 
 /// [`object_from_body`] for a body already parsed (or made by a patch).
@@ -902,12 +967,7 @@ pub(crate) fn object_from_value(
         }
         (Some(Value::String(n)), _, _) if !n.is_empty() => n.clone(),
         (_, _, Some(path)) => path.to_owned(),
-        (_, Some(Value::String(prefix)), None) if !prefix.is_empty() => {
-            let suffix: String = (0..5)
-                .map(|_| fastrand::alphanumeric().to_ascii_lowercase())
-                .collect();
-            format!("{prefix}{suffix}")
-        }
+        (_, Some(Value::String(prefix)), None) if !prefix.is_empty() => generate_name::generate(prefix),
         _ => {
             return Err(Status::invalid(
                 "metadata.name: Required value: name or generateName is required",
@@ -951,6 +1011,85 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// A server on a free loopback port, on this test's runtime and thread.
+    async fn server() -> crate::Server {
+        let config = crate::ServeConfig {
+            addr: "127.0.0.1:0".parse().unwrap(),
+            ..crate::ServeConfig::default()
+        };
+        crate::Server::start(config).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_generated_name_that_is_taken_is_drawn_again_then_given_up() {
+        let server = server().await;
+        let state = server.state();
+        let t = Target::resolve(state, "v1", "configmaps", Some("default".into()), None).unwrap();
+        let body = br#"{"metadata":{"generateName":"g-"}}"#;
+        // The names a create draws, made predictable: the test's thread is the handler's.
+        let draws = |n: usize| {
+            fastrand::seed(7);
+            (0..n).map(|_| generate_name::generate("g-")).collect::<Vec<_>>()
+        };
+        let take = |name: &str| {
+            let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "default"}});
+            let key = t.storage_key(name);
+            async move { state.store.create(&key, Bytes::from(cm.to_string())).await }
+        };
+        let names = draws(3);
+        for name in &names[..2] {
+            take(name).await.unwrap();
+        }
+        fastrand::seed(7);
+        let response = create(state, &t, &WriteParams::default(), body).await.unwrap();
+        assert_eq!(response.status(), StatusCode::CREATED);
+        let created: Value = serde_json::from_slice(
+            &axum::body::to_bytes(response.into_body(), usize::MAX)
+                .await
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(created["metadata"]["name"], names[2], "the third draw");
+        // When every draw is taken: 409, as the apiserver words it.
+        let names = draws(generate_name::ATTEMPTS);
+        for name in &names[3..] {
+            take(name).await.unwrap();
+        }
+        fastrand::seed(7);
+        let refused = create(state, &t, &WriteParams::default(), body)
+            .await
+            .unwrap_err();
+        assert_eq!((refused.code, refused.reason), (409, "AlreadyExists"));
+        assert_eq!(
+            refused.message,
+            format!(
+                "configmaps \"{}\" already exists, the server was not able to generate a unique name for the object",
+                names[generate_name::ATTEMPTS - 1]
+            )
+        );
+        server.shutdown().await.unwrap();
+    }
+
+    #[test]
+    fn kept_fields_are_the_stored_ones() {
+        let current = json!({"spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}});
+        let current = current.as_object().unwrap();
+        let mut object = json!({"spec": {"finalizers": []}, "metadata": {}})
+            .as_object()
+            .unwrap()
+            .clone();
+        keep(&mut object, current, "spec.finalizers");
+        keep(&mut object, current, "status");
+        assert_eq!(
+            Value::Object(object),
+            json!({"spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}, "metadata": {}})
+        );
+        let mut none = json!({"status": {"x": 1}}).as_object().unwrap().clone();
+        keep(&mut none, &Map::new(), "status");
+        keep(&mut none, &Map::new(), "spec.finalizers");
+        assert_eq!(Value::Object(none), json!({}), "no spec made up");
+    }
 
     #[test]
     fn defaults_fill_only_what_is_unset() {

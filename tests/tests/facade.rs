@@ -61,17 +61,21 @@ async fn each_patch_type_applies_and_bad_ones_get_the_apiservers_codes() {
         out["spec"]["containers"],
         json!([{"name": "a", "image": "a:1"}, {"name": "b", "image": "b:2"}])
     );
-    // Merge: the list is replaced whole; a null removes a label.
+    // Merge: the list is replaced whole (a pod's containers may only change their images); a
+    // null removes a label.
     let (code, out) = patch(
         &server,
         &path,
         MERGE,
-        json!({"metadata": {"labels": {"app": null, "tier": "x"}}, "spec": {"containers": [{"name": "c", "image": "c"}]}}),
+        json!({"metadata": {"labels": {"app": null, "tier": "x"}}, "spec": {"containers": [{"image": "a:3", "name": "a"}, {"name": "b", "image": "b:3"}]}}),
     )
     .await;
     assert_eq!(code, 200, "{out}");
     assert_eq!(out["metadata"]["labels"], json!({"tier": "x"}));
-    assert_eq!(out["spec"]["containers"], json!([{"name": "c", "image": "c"}]));
+    assert_eq!(
+        out["spec"]["containers"],
+        json!([{"name": "a", "image": "a:3"}, {"name": "b", "image": "b:3"}])
+    );
     // JSON patch, with a test that holds.
     let ops = json!([
         {"op": "test", "path": "/metadata/labels/tier", "value": "x"},
@@ -445,7 +449,7 @@ async fn tables_carry_the_apiservers_columns_for_lists_gets_and_watches() {
     let server = start(config(0)).await;
     let c = http();
     let pods = "/api/v1/namespaces/default/pods";
-    let pod = json!({"metadata": {"name": "p"}, "spec": {"nodeName": "n1", "containers": [{"name": "a"}, {"name": "b"}]}});
+    let pod = json!({"metadata": {"name": "p"}, "spec": {"nodeName": "n1", "containers": [{"name": "a", "image": "a"}, {"name": "b", "image": "b"}]}});
     let (code, _) = request(&c, &server, "POST", pods, Some(pod)).await;
     assert_eq!(code, 201);
     // The status is the kubelet's to write, through /status.

@@ -41,7 +41,7 @@ async fn expect_status(
 }
 
 fn pod(ns: &str, name: &str) -> Value {
-    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns}, "spec": {"containers": []}})
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns}, "spec": {"containers": [{"name": "app", "image": "app:1"}]}})
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

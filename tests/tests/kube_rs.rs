@@ -121,7 +121,8 @@ async fn reflector_follows_the_server(cfg: watcher::Config, etcd: bool) {
         &http(),
         &server,
         "DELETE",
-        "/api/v1/namespaces/ns-1/pods/web-000011",
+        // Bound to a node: deleted at once only with a grace period of 0, as a kubelet deletes.
+        "/api/v1/namespaces/ns-1/pods/web-000011?gracePeriodSeconds=0",
         None,
     )
     .await;

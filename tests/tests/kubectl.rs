@@ -760,3 +760,60 @@ async fn kubectl_creates_and_deletes_with_protobuf_bodies_on_every_build() {
         "the image's kubectl sends protobuf for typed verbs: {protobuf_builds:?}"
     );
 }
+
+/// `kubectl delete pod` waits for the pod to go; on this server no kubelet finishes a
+/// graceful deletion, so the pod garbage collector does: at once for a pod whose node does not
+/// exist, when the grace period runs out for one on a node that does (the seeded pods' nodes
+/// exist). Secrets written with stringData show their keys in the DATA column.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_delete_returns_for_pods_bound_to_a_node_and_secrets_show_their_data() {
+    let builds = kubectl_builds();
+    let Some(bin) = builds.first() else {
+        return;
+    };
+    let server = start(config(30)).await;
+    let k = Kubectl::new(bin, &server);
+    let ghost = serde_json::json!({"metadata": {"name": "ghost"},
+        "spec": {"nodeName": "gone", "containers": [{"name": "c", "image": "busybox"}]}});
+    let (code, _) = request(
+        &http(),
+        &server,
+        "POST",
+        "/api/v1/namespaces/ns-1/pods",
+        Some(ghost),
+    )
+    .await;
+    assert_eq!(code, 201);
+    for args in [
+        &["delete", "pod", "ghost", "-n", "ns-1"][..],
+        &["delete", "pod", "web-000001", "-n", "ns-1", "--grace-period=1"][..],
+    ] {
+        let out = k.run(args).await;
+        assert!(out.contains("\" deleted"), "{args:?}: {out}");
+        let path = format!("/api/v1/namespaces/ns-1/pods/{}", args[2]);
+        let (code, _) = request(&http(), &server, "GET", &path, None).await;
+        assert_eq!(code, 404, "{args:?}: kubectl returned once the pod was gone");
+    }
+    let secret =
+        serde_json::json!({"metadata": {"name": "creds"}, "stringData": {"user": "admin", "pw": "hunter2"}});
+    let (code, _) = request(
+        &http(),
+        &server,
+        "POST",
+        "/api/v1/namespaces/ns-1/secrets",
+        Some(secret),
+    )
+    .await;
+    assert_eq!(code, 201);
+    let out = k.run(&["get", "secret", "creds", "-n", "ns-1"]).await;
+    let row: Vec<&str> = lines(&out)[1].split_whitespace().collect();
+    assert_eq!(row[..3], ["creds", "Opaque", "2"], "{out}");
+    let yaml = k
+        .run(&["get", "secret", "creds", "-n", "ns-1", "-o", "yaml"])
+        .await;
+    assert!(
+        !yaml.contains("hunter2") && !yaml.contains("stringData"),
+        "{yaml}"
+    );
+    server.shutdown().await.unwrap();
+}

@@ -1,0 +1,188 @@
+//! The validation of the built-in kinds on a write, as the apiserver's validation does it, for
+//! what a user meets daily: the metadata of every kind (label and annotation syntax and sizes,
+//! finalizer names, no new finalizer on an object being deleted), a Pod's required fields,
+//! ports, resources and quantities and the immutability of its spec, and the keys of a
+//! ConfigMap's or a Secret's data.
+//!
+//! Plain values in, a typed refusal out: no HTTP here. A refusal is either [`Undecodable`]
+//! (the apiserver could not even decode the body into its type: a quantity that is none,
+//! data that is not base64) or a list of [`FieldError`]s, each with the apiserver's field
+//! path, reason and message; `errors.rs` makes the Status of either.
+//!
+//! What each kind checks is a declaration ([`KINDS`]); the checks live in one file per
+//! concern under `validation/`.
+//!
+//! [`Undecodable`]: Refusal::Undecodable
+
+mod data;
+mod field;
+mod meta;
+mod names;
+mod pod;
+mod quantity;
+
+use serde_json::{Map, Value};
+
+use field::Errors;
+pub(crate) use field::{ErrorKind, FieldError};
+
+/// Why a written object is refused.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Refusal {
+    /// A value does not decode into its type (the apiserver's decoding fails before any
+    /// validation): why.
+    Undecodable(String),
+    /// The fields that are invalid, in the order the apiserver finds them.
+    Invalid(Vec<FieldError>),
+}
+
+/// What one kind checks beyond its metadata.
+struct Kind {
+    kind: &'static str,
+    /// The maps of resource quantities, which must decode (`[]` steps into each element of
+    /// a list).
+    quantities: &'static [&'static str],
+    /// Other values that must decode: the first that does not, and why.
+    decode: fn(&Map<String, Value>) -> Result<(), String>,
+    /// A new object's fields.
+    create: fn(&Map<String, Value>, &mut Errors),
+    /// An update's rules beyond the new object's fields: what may not change.
+    update: fn(&Map<String, Value>, &Map<String, Value>, &mut Errors),
+}
+
+/// The kinds with checks of their own; every kind's metadata is checked.
+const KINDS: &[Kind] = &[
+    Kind {
+        kind: "Pod",
+        quantities: &[
+            "spec.containers[].resources.limits",
+            "spec.containers[].resources.requests",
+            "spec.initContainers[].resources.limits",
+            "spec.initContainers[].resources.requests",
+            "spec.ephemeralContainers[].resources.limits",
+            "spec.ephemeralContainers[].resources.requests",
+            "spec.resources.limits",
+            "spec.resources.requests",
+            "spec.overhead",
+        ],
+        decode: decodes,
+        create: pod::validate,
+        update: pod::validate_update,
+    },
+    Kind {
+        kind: "ConfigMap",
+        quantities: &[],
+        decode: decodes,
+        create: data::config_map,
+        update: unrestricted,
+    },
+    Kind {
+        kind: "Secret",
+        quantities: &[],
+        decode: data::decode_secret,
+        create: data::secret,
+        update: unrestricted,
+    },
+    Kind {
+        kind: "Node",
+        quantities: &["status.capacity", "status.allocatable"],
+        decode: decodes,
+        create: unchecked,
+        update: unrestricted,
+    },
+];
+
+fn decodes(_: &Map<String, Value>) -> Result<(), String> {
+    Ok(())
+}
+
+fn unchecked(_: &Map<String, Value>, _: &mut Errors) {}
+
+fn unrestricted(_: &Map<String, Value>, _: &Map<String, Value>, _: &mut Errors) {}
+
+fn rules(kind: &str) -> Option<&'static Kind> {
+    KINDS.iter().find(|k| k.kind == kind)
+}
+
+/// Whether the object decodes into its kind at all, as the apiserver decodes it before any
+/// validation.
+fn decode(rules: Option<&Kind>, object: &Map<String, Value>) -> Result<(), Refusal> {
+    let Some(r) = rules else { return Ok(()) };
+    quantity::decode_at(object, r.quantities).map_err(Refusal::Undecodable)?;
+    (r.decode)(object).map_err(Refusal::Undecodable)
+}
+
+/// Checks a new `object` of `kind`, as it will be stored.
+pub(crate) fn on_create(kind: &str, object: &Map<String, Value>) -> Result<(), Refusal> {
+    let rules = rules(kind);
+    decode(rules, object)?;
+    let mut errors = Errors::default();
+    meta::validate(object, &mut errors);
+    if let Some(r) = rules {
+        (r.create)(object, &mut errors);
+    }
+    errors.into_result()
+}
+
+/// Checks `object` of `kind`, the update of `old`, as it will be stored: the metadata update's
+/// rules, the new object's fields, then what the kind does not let change.
+pub(crate) fn on_update(
+    kind: &str,
+    object: &Map<String, Value>,
+    old: &Map<String, Value>,
+) -> Result<(), Refusal> {
+    let rules = rules(kind);
+    decode(rules, object)?;
+    let mut errors = Errors::default();
+    meta::validate_update(object, old, &mut errors);
+    meta::validate(object, &mut errors);
+    if let Some(r) = rules {
+        (r.create)(object, &mut errors);
+        (r.update)(object, old, &mut errors);
+    }
+    errors.into_result()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn obj(v: Value) -> Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    fn fields(r: Result<(), Refusal>) -> Vec<(String, &'static str)> {
+        match r {
+            Err(Refusal::Invalid(errors)) => errors
+                .iter()
+                .map(|e| (e.field.clone(), e.kind.reason()))
+                .collect(),
+            other => panic!("not field errors: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn kinds_without_rules_have_their_metadata_checked() {
+        let lease = obj(json!({"metadata": {"name": "l", "labels": {"a": "b c"}}}));
+        assert_eq!(
+            fields(on_create("Lease", &lease)),
+            [("metadata.labels".to_owned(), "FieldValueInvalid")]
+        );
+        let ok = obj(json!({"metadata": {"name": "l", "labels": {"a": "b"}}}));
+        assert_eq!(on_create("Lease", &ok), Ok(()));
+    }
+
+    #[test]
+    fn an_undecodable_value_is_refused_before_any_field() {
+        let pod = obj(
+            json!({"metadata": {"labels": {"-": "x"}}, "spec": {"containers": [
+            {"name": "a", "image": "i", "resources": {"limits": {"cpu": "lots"}}}]}}),
+        );
+        match on_create("Pod", &pod) {
+            Err(Refusal::Undecodable(why)) => assert!(why.starts_with("quantities must match"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
+}
