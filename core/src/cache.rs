@@ -67,6 +67,53 @@ pub enum CacheError {
     },
     /// The source failed a request the cache had to make (a consistent read's revision).
     Source(SourceError),
+    /// The object a GET addresses is corrupt: its stored value does not decode (HTTP 500).
+    CorruptObject(Corrupt),
+    /// Objects a LIST (or a watch's initial events) would include are corrupt (HTTP 500
+    /// `StorageReadError`, naming each): the read fails rather than skip them or serve what
+    /// they were. At most [`MAX_CORRUPT_LISTED`] are named; `more` says others follow.
+    CorruptObjects {
+        /// The corrupt objects, in key order.
+        objects: Vec<Corrupt>,
+        /// Whether more than these are corrupt.
+        more: bool,
+    },
+}
+
+/// How many corrupt objects a failed LIST names.
+pub const MAX_CORRUPT_LISTED: usize = 100;
+
+/// A corrupt object a read met: its storage key, revision and why its value does not decode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Corrupt {
+    /// The storage key.
+    pub key: String,
+    /// The revision of its value.
+    pub revision: Revision,
+    /// Why the value does not decode.
+    pub reason: String,
+}
+
+impl Corrupt {
+    /// The corruption of `object`, if it is a corrupt object.
+    pub fn of(object: &ObjectVersion) -> Option<Corrupt> {
+        object.corruption().map(|(key, reason)| Corrupt {
+            key: key.to_owned(),
+            revision: object.revision(),
+            reason: reason.to_owned(),
+        })
+    }
+
+    /// The read error for the corrupt objects `filter` selects in `snapshot`, if any.
+    pub(crate) fn in_scope(snapshot: &Snapshot, filter: &crate::filter::Filter) -> Result<(), CacheError> {
+        let mut found = snapshot.corrupt_matching(filter).filter_map(|o| Corrupt::of(o));
+        let objects: Vec<Corrupt> = found.by_ref().take(MAX_CORRUPT_LISTED).collect();
+        if objects.is_empty() {
+            return Ok(());
+        }
+        let more = found.next().is_some();
+        Err(CacheError::CorruptObjects { objects, more })
+    }
 }
 
 impl fmt::Display for CacheError {
@@ -85,6 +132,18 @@ impl fmt::Display for CacheError {
             CacheError::Selector(e) => e.fmt(f),
             CacheError::NotReady { .. } => f.write_str("the watch cache is not initialized yet"),
             CacheError::Source(e) => e.fmt(f),
+            CacheError::CorruptObject(c) => write!(f, "corrupt object at {}: {}", c.key, c.reason),
+            CacheError::CorruptObjects { objects, more } => write!(
+                f,
+                "{}{} corrupt objects: {}",
+                objects.len(),
+                if *more { "+" } else { "" },
+                objects
+                    .iter()
+                    .map(|c| c.key.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
         }
     }
 }

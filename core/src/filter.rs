@@ -89,13 +89,25 @@ impl Filter {
         Ok(())
     }
 
-    /// Whether `object` is selected.
+    /// Whether `object` is selected. A corrupt object ([`ObjectVersion::corrupt`]) has no
+    /// labels or fields that can be read: it is selected by a filter that selects by
+    /// namespace and name only (a read of everything in its scope would include it), and by
+    /// no filter that selects by a label or another field.
     pub fn matches(&self, object: &ObjectVersion) -> bool {
-        self.namespace
+        let in_scope = self
+            .namespace
             .as_deref()
-            .is_none_or(|ns| object.key().namespace() == ns)
-            && self.labels.matches(object)
-            && self.fields.matches(object)
+            .is_none_or(|ns| object.key().namespace() == ns);
+        if object.is_corrupt() {
+            let by_key_only = self.labels.is_everything()
+                && self
+                    .fields
+                    .requirements()
+                    .iter()
+                    .all(|r| matches!(r.field(), "metadata.name" | "metadata.namespace"));
+            return in_scope && by_key_only && self.fields.matches(object);
+        }
+        in_scope && self.labels.matches(object) && self.fields.matches(object)
     }
 
     /// The namespace an object must be in to be selected: the scope, or a

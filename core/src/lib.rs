@@ -99,7 +99,7 @@ mod store;
 mod watch;
 mod watcher;
 
-pub use cache::{Cache, CacheError};
+pub use cache::{Cache, CacheError, Corrupt, MAX_CORRUPT_LISTED};
 pub use config::{BuildError, CacheConfig};
 pub use consistency::Consistency;
 pub use event::{Delivery, Event, EventKind, WatchEvent};

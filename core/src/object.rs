@@ -221,6 +221,15 @@ pub enum CodecError {
     UnsupportedFormat(WireFormat),
     /// Encoding failed.
     Encode(String),
+    /// The object's stored value does not decode (a corrupt object, as KEP-3926 names it):
+    /// the cache holds its key and revision, but nothing to encode. Reads that would include
+    /// it fail naming it, until it is written again or deleted.
+    Corrupt {
+        /// The storage key of the value.
+        key: String,
+        /// Why the value does not decode.
+        reason: String,
+    },
 }
 
 impl fmt::Display for CodecError {
@@ -228,6 +237,7 @@ impl fmt::Display for CodecError {
         match self {
             CodecError::Decode(m) => write!(f, "cannot decode object: {m}"),
             CodecError::MissingName => f.write_str("object has no metadata.name"),
+            CodecError::Corrupt { key, reason } => write!(f, "corrupt object at {key}: {reason}"),
             CodecError::WrongNamespace { expected, found } => write!(
                 f,
                 "object namespace {found:?} does not match the expected namespace {expected:?}"
@@ -278,6 +288,42 @@ impl ObjectVersion {
             fields: Vec::new(),
             encodings: Vec::new(),
         }
+    }
+
+    /// A corrupt object: the version at `revision` of the key `key`, whose stored value (at
+    /// `storage_key`) does not decode, for `reason`. It has no labels, no fields and no
+    /// encoding: asking for one is [`CodecError::Corrupt`].
+    pub fn corrupt(key: ObjectKey, revision: Revision, storage_key: &str, reason: &str) -> ObjectVersion {
+        let error = || {
+            Err(Box::new(CodecError::Corrupt {
+                key: storage_key.to_owned(),
+                reason: reason.to_owned(),
+            }))
+        };
+        ObjectVersion {
+            key,
+            revision,
+            labels: Box::default(),
+            fields: Box::default(),
+            encodings: std::array::from_fn(|_| OnceLock::from(error())),
+        }
+    }
+
+    /// For a corrupt object ([`ObjectVersion::corrupt`]), its storage key and why its value
+    /// does not decode.
+    pub fn corruption(&self) -> Option<(&str, &str)> {
+        match self.encodings[0].get() {
+            Some(Err(e)) => match &**e {
+                CodecError::Corrupt { key, reason } => Some((key, reason)),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// Whether this is a corrupt object ([`ObjectVersion::corrupt`]).
+    pub fn is_corrupt(&self) -> bool {
+        self.corruption().is_some()
     }
 
     /// The object's key.

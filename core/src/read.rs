@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use crate::cache::{Cache, CacheError};
+use crate::cache::{Cache, CacheError, Corrupt};
 use crate::filter::Filter;
 use crate::object::{ObjectKey, ObjectVersion};
 use crate::page::page;
@@ -66,6 +66,20 @@ impl<S: Source> Cache<S> {
     /// GET: the object at `key` and the revision it was read at. `resource_version` as for
     /// LIST with NotOlderThan.
     pub async fn get(
+        &self,
+        key: &ObjectKey,
+        resource_version: Option<Revision>,
+    ) -> Result<(Option<Arc<ObjectVersion>>, Revision), CacheError> {
+        let (object, revision) = self.get_any(key, resource_version).await?;
+        // A corrupt object is not served as absent, nor as what it was: the read fails.
+        if let Some(corrupt) = object.as_deref().and_then(Corrupt::of) {
+            return Err(CacheError::CorruptObject(corrupt));
+        }
+        Ok((object, revision))
+    }
+
+    /// GET, corrupt objects included.
+    async fn get_any(
         &self,
         key: &ObjectKey,
         resource_version: Option<Revision>,
@@ -158,6 +172,7 @@ impl<S: Source> Cache<S> {
             }
         };
         let filter = &opts.filter;
+        Corrupt::in_scope(&snapshot, filter)?;
         let selects_all = filter.selects_all_in_namespace();
         let limit = opts.limit.filter(|&l| l > 0);
         let plan = snapshot.plan(filter);

@@ -94,8 +94,11 @@ pub(crate) fn decode(
     decode_value(codec, config, stats, &item.key, &item.value, item.mod_revision)
 }
 
-/// Decodes one source value, checking it is the object its key says; a value that is not is
-/// counted, logged and skipped (a cache must not stop on one bad value).
+/// Decodes one source value, checking it is the object its key says. A value that does not
+/// decode, or decodes to another object, is a corrupt object (KEP-3926's word): the cache
+/// keeps its key and revision, so that reads including it fail naming it rather than skip it
+/// or serve what it was before; it is counted and logged. A key outside the resource's layout
+/// names no object a request can reach, and is skipped.
 fn decode_value(
     codec: &Arc<dyn Codec>,
     config: &CacheConfig,
@@ -104,20 +107,19 @@ fn decode_value(
     value: &[u8],
     revision: Revision,
 ) -> Option<Arc<ObjectVersion>> {
-    let expected = parse_storage_key(&config.prefix, key);
-    let decoded = codec.decode(value, revision);
-    match (expected, decoded) {
-        (Some(k), Ok(o)) if *o.key() == k => Some(Arc::new(o)),
-        (k, o) => {
-            stats.decode_errors.fetch_add(1, Ordering::Relaxed);
-            warn!(
-                resource = %config.resource, key, revision = %revision,
-                error = ?o.err(), key_ok = k.is_some(),
-                "skipping a value that does not decode to the object its key names"
-            );
-            None
-        }
-    }
+    let Some(expected) = parse_storage_key(&config.prefix, key) else {
+        stats.decode_errors.fetch_add(1, Ordering::Relaxed);
+        warn!(resource = %config.resource, key, revision = %revision, "skipping a key outside the resource's layout");
+        return None;
+    };
+    let reason = match codec.decode(value, revision) {
+        Ok(o) if *o.key() == expected => return Some(Arc::new(o)),
+        Ok(o) => format!("the value is the object {}, not {expected}", o.key()),
+        Err(e) => e.to_string(),
+    };
+    stats.decode_errors.fetch_add(1, Ordering::Relaxed);
+    warn!(resource = %config.resource, key, revision = %revision, %reason, "a corrupt object: its value does not decode to the object its key names");
+    Some(Arc::new(ObjectVersion::corrupt(expected, revision, key, &reason)))
 }
 
 /// Runs the cache's reflector until the task is aborted, replacing one that panics (a codec

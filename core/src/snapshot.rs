@@ -36,6 +36,9 @@ pub struct Snapshot {
     revision: Revision,
     items: imbl::Vector<Arc<ObjectVersion>>,
     index: Option<FieldIndex>,
+    /// The corrupt objects among the items (their stored values do not decode), by key:
+    /// almost always empty, so a read checks its scope for them at no cost.
+    corrupt: imbl::OrdMap<ObjectKey, Arc<ObjectVersion>>,
     /// Per wire format, every item's encoded length in key order, made on first use
     /// ([`encoded_lens`](Self::encoded_lens)): a LIST that must state its body's size first
     /// (protobuf) reads the sizes here rather than walking every object for them.
@@ -154,12 +157,27 @@ impl Snapshot {
             }
             same
         });
+        let corrupt = items
+            .iter()
+            .filter(|o| o.is_corrupt())
+            .map(|o| (o.key().clone(), Arc::clone(o)))
+            .collect();
         Snapshot {
             revision,
             items: items.into_iter().collect(),
             index: None,
+            corrupt,
             encoded_lens: Default::default(),
         }
+    }
+
+    /// The corrupt objects `filter` may select (see [`Filter::matches`]), in key order: what
+    /// a read through `filter` fails naming, rather than skip them or serve what they were.
+    pub fn corrupt_matching<'a>(
+        &'a self,
+        filter: &'a Filter,
+    ) -> impl Iterator<Item = &'a Arc<ObjectVersion>> + 'a {
+        self.corrupt.values().filter(move |o| filter.matches(o))
     }
 
     /// This snapshot with its objects indexed by `field` (a missing field counts as ""), so
@@ -332,6 +350,7 @@ impl Snapshot {
             revision,
             items: self.items.clone(),
             index: self.index.clone(),
+            corrupt: self.corrupt.clone(),
             encoded_lens: Default::default(),
         }
     }
@@ -360,6 +379,12 @@ impl Snapshot {
             if let Some(new) = new {
                 index.insert(new);
             }
+        }
+        if old.is_some_and(|o| o.is_corrupt()) {
+            self.corrupt.remove(key);
+        }
+        if let Some(new) = new.filter(|n| n.is_corrupt()) {
+            self.corrupt.insert(key.clone(), Arc::clone(new));
         }
     }
 }

@@ -8,7 +8,8 @@ use std::sync::atomic::AtomicU64;
 pub struct CacheStats {
     /// Completed lists of the source (the first one included).
     pub lists: AtomicU64,
-    /// Source values that could not be decoded and were skipped.
+    /// Source values that could not be decoded (held as corrupt objects), or whose keys are
+    /// outside the resource's layout (skipped).
     pub decode_errors: AtomicU64,
     /// Events applied.
     pub events: AtomicU64,

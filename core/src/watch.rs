@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures_core::Stream;
 
-use crate::cache::{Basis, Cache, CacheError};
+use crate::cache::{Basis, Cache, CacheError, Corrupt};
 use crate::event::{Delivery, EventKind, WatchEvent};
 use crate::filter::Filter;
 use crate::page::page;
@@ -60,6 +60,9 @@ impl<S: Source> Cache<S> {
                 _ => self.basis_for(rv).await?,
             };
             let view = &basis.view;
+            if with_state {
+                Corrupt::in_scope(&basis.snapshot, &opts.filter)?;
+            }
             let (after, initial) = if with_state {
                 // The state may come from the source, ahead of the hub: the live part then
                 // starts after it, which a hub allows (see above).

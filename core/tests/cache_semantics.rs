@@ -966,22 +966,103 @@ async fn the_consistency_check_compares_cache_and_source_at_one_revision() {
 }
 
 #[tokio::test]
-async fn undecodable_values_are_skipped_and_counted_never_fatal() {
+async fn a_value_that_does_not_decode_is_a_corrupt_object_reads_name_and_never_skip_or_serve_stale() {
     let (s, cache) = started(config()).await;
+    let r = create(&s, "ns", "good");
+    let was = create(&s, "ns", "turned");
+    let mut watch = cache
+        .watch(WatchOptions {
+            resource_version: Some(was),
+            filter: Filter::parse(Some("ns"), "", "").unwrap(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
     s.create("pods/ns/bad", bytes::Bytes::from_static(b"\xff\xfe"))
         .unwrap();
     s.create("pods/ns/liar", text_pod("other", "liar", "x", "n"))
         .unwrap();
-    let r = create(&s, "ns", "good");
-    let list = cache.list(&ListOptions::default()).await.unwrap();
-    assert!(list.revision >= r);
-    assert_eq!(names(list), vec!["ns/good"]);
+    // A value that decoded once and no longer does is not served as what it was.
+    let turned = s
+        .update("pods/ns/turned", bytes::Bytes::from_static(b"not json"), None)
+        .unwrap();
+    let corrupt_keys = |e: CacheError| match e {
+        CacheError::CorruptObjects { objects, more } => {
+            assert!(!more);
+            objects.into_iter().map(|c| c.key).collect::<Vec<_>>()
+        }
+        other => panic!("not a corrupt-objects error: {other:?}"),
+    };
+    let err = cache.list(&ListOptions::default()).await.unwrap_err();
+    assert_eq!(
+        corrupt_keys(err),
+        ["pods/ns/bad", "pods/ns/liar", "pods/ns/turned"]
+    );
+    match cache
+        .get(&watchcache_core::ObjectKey::new("ns", "turned"), None)
+        .await
+    {
+        Err(CacheError::CorruptObject(c)) => {
+            assert_eq!((c.key.as_str(), c.revision), ("pods/ns/turned", turned))
+        }
+        other => panic!("{other:?}"),
+    }
+    // Only reads that include one fail: another namespace, another name, or a selector on
+    // labels (which a corrupt object has none of) read on.
+    let good = cache
+        .get(&watchcache_core::ObjectKey::new("ns", "good"), None)
+        .await
+        .unwrap();
+    assert_eq!(good.0.map(|o| o.revision()), Some(r));
+    let elsewhere = ListOptions {
+        filter: Filter::parse(Some("other"), "", "").unwrap(),
+        ..Default::default()
+    };
+    assert!(names(cache.list(&elsewhere).await.unwrap()).is_empty());
+    let by_label = ListOptions {
+        filter: Filter::parse(None, "app=web", "").unwrap(),
+        ..Default::default()
+    };
+    assert_eq!(names(cache.list(&by_label).await.unwrap()), ["ns/good"]);
+    let by_name = ListOptions {
+        filter: Filter::parse(None, "", "metadata.name=bad").unwrap(),
+        ..Default::default()
+    };
+    assert_eq!(
+        corrupt_keys(cache.list(&by_name).await.unwrap_err()),
+        ["pods/ns/bad"]
+    );
+    // A watch of the namespace is told of each: the corrupt object is delivered (the server
+    // frames it as an ERROR naming its key), never skipped.
+    let mut delivered = Vec::new();
+    for _ in 0..3 {
+        let e = next(&mut watch).await;
+        let o = e.object.unwrap();
+        delivered.push((e.kind, o.key().name().to_owned(), o.is_corrupt()));
+    }
+    assert_eq!(
+        delivered,
+        [
+            (EventKind::Added, "bad".to_owned(), true),
+            (EventKind::Added, "liar".to_owned(), true),
+            (EventKind::Modified, "turned".to_owned(), true),
+        ]
+    );
+    // Deleted or written anew, it is an object like any other again.
+    s.delete("pods/ns/bad", None).unwrap();
+    s.delete("pods/ns/liar", None).unwrap();
+    s.update("pods/ns/turned", text_pod("ns", "turned", "web", "n1"), None)
+        .unwrap();
+    assert_eq!(
+        names(cache.list(&ListOptions::default()).await.unwrap()),
+        ["ns/good", "ns/turned"]
+    );
     assert_eq!(
         cache
             .stats()
             .decode_errors
             .load(std::sync::atomic::Ordering::Relaxed),
-        2
+        3
     );
 }
 

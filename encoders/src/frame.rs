@@ -75,8 +75,16 @@ impl FrameEncoder {
         &self.info
     }
 
-    /// Appends the frame for `delivery` to `out`.
+    /// Appends the frame for `delivery` to `out`. A corrupt object ([`ObjectVersion::corrupt`])
+    /// has no encoding: its deletion goes out as its name alone, and any other event of it is
+    /// [`CodecError::Corrupt`], which a watch answers with an ERROR frame naming it.
     pub fn write(&self, delivery: &Delivery<'_>, out: &mut BytesMut) -> Result<(), CodecError> {
+        if let Some(object) = delivery.object.filter(|o| o.is_corrupt())
+            && delivery.kind == EventKind::Deleted
+        {
+            self.write_deleted_name(object, delivery.revision, out);
+            return Ok(());
+        }
         if self.format == WireFormat::Protobuf {
             return match delivery.object {
                 Some(object) => self.write_protobuf_object(delivery.kind, object, delivery.revision, out),
@@ -88,8 +96,13 @@ impl FrameEncoder {
         }
         match delivery.object {
             Some(object) => {
+                let start = out.len();
                 out.put_slice(prefix(delivery.kind));
-                self.write_object(object, delivery.revision, out)?;
+                if let Err(e) = self.write_object(object, delivery.revision, out) {
+                    // No half frame is left behind for the ERROR frame that follows.
+                    out.truncate(start);
+                    return Err(e);
+                }
                 out.put_slice(SUFFIX);
             }
             None => self.write_bookmark(delivery.revision, delivery.initial_events_end, out),
@@ -169,6 +182,34 @@ impl FrameEncoder {
             out.put_slice(br#","annotations":{"k8s.io/initial-events-end":"true"}"#);
         }
         out.put_slice(b"}}");
+        out.put_slice(SUFFIX);
+    }
+
+    /// Appends a DELETED frame of `object` by its name alone, at `revision`: the deletion of a
+    /// corrupt object, whose last value cannot be shown.
+    fn write_deleted_name(&self, object: &ObjectVersion, revision: Revision, out: &mut BytesMut) {
+        let key = object.key();
+        let mut meta = serde_json::Map::new();
+        meta.insert("name".into(), key.name().into());
+        if !key.namespace().is_empty() {
+            meta.insert("namespace".into(), key.namespace().into());
+        }
+        meta.insert("resourceVersion".into(), revision.to_string().into());
+        if let (WireFormat::Protobuf, Some(definition)) = (self.format, self.info.protobuf) {
+            let mut stub = serde_json::Map::new();
+            stub.insert("metadata".into(), meta.into());
+            // Strings in metadata always fit the schema.
+            let raw = protobuf::encode_json(definition, &stub).unwrap_or_default();
+            protobuf::write_watch_frame("DELETED", &self.info.api_version, &self.info.kind, &raw, out);
+            return;
+        }
+        let stub = serde_json::json!({
+            "kind": self.info.kind,
+            "apiVersion": self.info.api_version,
+            "metadata": meta,
+        });
+        out.put_slice(prefix(EventKind::Deleted));
+        out.put_slice(stub.to_string().as_bytes());
         out.put_slice(SUFFIX);
     }
 

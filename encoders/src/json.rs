@@ -122,9 +122,51 @@ fn encode(object: &Map<String, Value>) -> Result<(Vec<u8>, Option<Range<usize>>)
     Ok((out, at))
 }
 
+impl JsonCodec {
+    /// The stored value as a JSON tree: JSON as it is, or a protobuf value (`k8s\0` and a
+    /// `runtime.Unknown` envelope, what kube-apiserver stores by default) transcoded, with the
+    /// envelope's `apiVersion` and `kind`.
+    fn parse(&self, raw: &[u8]) -> Result<Value, CodecError> {
+        let decode = |e: String| CodecError::Decode(e);
+        match self.protobuf {
+            Some(definition) if raw.starts_with(protobuf::MAGIC) => {
+                let envelope = protobuf::open_envelope(raw).map_err(|e| decode(e.0))?;
+                let mut object = protobuf::decode_json(definition, envelope.raw).map_err(|e| decode(e.0))?;
+                object.insert("apiVersion".into(), Value::String(envelope.api_version));
+                object.insert("kind".into(), Value::String(envelope.kind));
+                Ok(Value::Object(object))
+            }
+            _ => serde_json::from_slice(raw).map_err(|e| decode(e.to_string())),
+        }
+    }
+}
+
+impl JsonCodec {
+    /// A stored value as the JSON object a write starts from: what [`Codec::decode`] reads of
+    /// it, refused as decode refuses it (a value that is no object, or does not fit the
+    /// kind's schema): the store's object is then corrupt.
+    pub fn stored_object(&self, raw: &[u8]) -> Result<Map<String, Value>, CodecError> {
+        let Value::Object(object) = self.parse(raw)? else {
+            return Err(CodecError::Decode("not a JSON object".into()));
+        };
+        if let Some(definition) = self.protobuf {
+            protobuf::encode_json(definition, &object).map_err(|e| {
+                CodecError::Decode(format!(
+                    "the object does not fit the schema of {definition}: {}",
+                    e.0
+                ))
+            })?;
+        }
+        Ok(object)
+    }
+}
+
 impl Codec for JsonCodec {
+    /// Decodes a stored value, JSON or protobuf. A value whose types do not fit its kind's
+    /// schema (a number where a string goes) is refused, as the apiserver's typed decoding
+    /// refuses it: it would make no protobuf encoding, and every protobuf read of it fail.
     fn decode(&self, raw: &[u8], revision: Revision) -> Result<ObjectVersion, CodecError> {
-        let mut value: Value = serde_json::from_slice(raw).map_err(|e| CodecError::Decode(e.to_string()))?;
+        let mut value = self.parse(raw)?;
         let Some(object) = value.as_object_mut() else {
             return Err(CodecError::Decode("not a JSON object".into()));
         };
@@ -183,6 +225,15 @@ impl Codec for JsonCodec {
             unreachable!("checked above")
         };
         let (bytes, at) = encode(object)?;
+        if let Some(definition) = self.protobuf {
+            // Checked, not kept: the protobuf encoding is made when first asked for.
+            protobuf::encode_json_text(definition, &bytes).map_err(|e| {
+                CodecError::Decode(format!(
+                    "the object does not fit the schema of {definition}: {}",
+                    e.0
+                ))
+            })?;
+        }
         // Exactly sized: no spare capacity is kept for the life of the version.
         let bytes = Bytes::from(bytes.into_boxed_slice());
         let encoding = match at {

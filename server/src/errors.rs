@@ -3,14 +3,16 @@
 //! apiserver answers them.
 
 use serde_json::{Map, Value, json};
-use watchcache_core::{CacheError, CodecError, Expired, SourceError};
+use watchcache_core::{CacheError, CodecError, Corrupt, Expired, SourceError};
 use watchcache_encoders::{ResourceInfo, Status};
 
 use crate::validation::{FieldError, Refusal};
 
-/// The Status for a cache error.
-pub(crate) fn cache(e: &CacheError) -> Status {
+/// The Status for a cache error met reading `info`'s resource.
+pub(crate) fn cache(e: &CacheError, info: &ResourceInfo) -> Status {
     match e {
+        CacheError::CorruptObject(c) => corrupt_object(&c.key, &c.reason),
+        CacheError::CorruptObjects { objects, more } => corrupt_list(info, objects, *more),
         CacheError::Expired(e) => expired(e),
         CacheError::ContinueExpired(_) => Status::gone(e.to_string()),
         CacheError::TooLargeResourceVersion { .. } => {
@@ -138,9 +140,56 @@ pub(crate) fn invalid_object(e: &CodecError) -> Status {
     Status::invalid(e.to_string())
 }
 
-/// The Status for a stored object the codec cannot encode or decode (a server fault).
+/// The Status for a stored object the codec cannot encode or decode (a server fault); for a
+/// corrupt one, the error naming it.
 pub(crate) fn codec(e: &CodecError) -> Status {
-    Status::internal(e.to_string())
+    match e {
+        CodecError::Corrupt { key, reason } => corrupt_object(key, reason),
+        e => Status::internal(e.to_string()),
+    }
+}
+
+/// The Status for a read of one corrupt object (KEP-3926): 500, naming its storage key, as
+/// the apiserver reports the storage layer's corrupt-object error.
+pub(crate) fn corrupt_object(key: &str, reason: &str) -> Status {
+    let message = format!(
+        "StorageError: corrupt object, Code: 7, Key: {key}, ResourceVersion: 0, AdditionalErrorMsg: {reason}"
+    );
+    let mut s = Status::internal(format!("Internal error occurred: {message}"));
+    s.details = Some(json!({"causes": [{"message": message}]}));
+    s
+}
+
+/// The Status for a LIST that would include corrupt objects: 500 `StorageReadError`, one cause
+/// per object naming its storage key (and one saying the list is cut, past the limit), as the
+/// apiserver reports them.
+fn corrupt_list(info: &ResourceInfo, objects: &[Corrupt], more: bool) -> Status {
+    let group = info.api_version.split_once('/').map_or("", |(g, _)| g);
+    let qualified = if group.is_empty() {
+        info.resource.clone()
+    } else {
+        format!("{}.{group}", info.resource)
+    };
+    let mut causes: Vec<Value> = objects
+        .iter()
+        .map(|c| {
+            json!({
+                "reason": "UnexpectedServerResponse",
+                "field": c.key,
+                "message": format!("key: {}, revision: {}: object not decodable: {}", c.key, c.revision, c.reason),
+            })
+        })
+        .collect();
+    if more {
+        causes.push(json!({"reason": "TooMany", "message": "too many errors, the list is truncated"}));
+    }
+    let mut s = Status::new(
+        500,
+        "StorageReadError",
+        format!("failed to read one or more {qualified} from the storage"),
+    );
+    s.details = Some(json!({"group": group, "kind": info.resource, "name": "list", "causes": causes}));
+    s
 }
 
 #[cfg(test)]
@@ -199,8 +248,9 @@ mod tests {
                 "Timeout",
             ),
         ];
+        let pods = ResourceInfo::new("pods", "Pod", "v1");
         for (e, code, reason) in cases {
-            let s = cache(&e);
+            let s = cache(&e, &pods);
             let b = body(&s);
             assert_eq!(
                 (b["kind"].as_str(), b["apiVersion"].as_str(), b["status"].as_str()),
@@ -214,11 +264,56 @@ mod tests {
     }
 
     #[test]
+    fn corrupt_objects_are_named_as_the_apiserver_names_them() {
+        let corrupt = |key: &str| Corrupt {
+            key: key.into(),
+            revision: Revision::new(7),
+            reason: "not json".into(),
+        };
+        let leases = ResourceInfo::new("leases", "Lease", "coordination.k8s.io/v1");
+        let e = CacheError::CorruptObjects {
+            objects: vec![corrupt("/registry/leases/ns/a"), corrupt("/registry/leases/ns/b")],
+            more: true,
+        };
+        let b = body(&cache(&e, &leases));
+        assert_eq!(
+            (b["code"].as_u64(), b["reason"].as_str()),
+            (Some(500), Some("StorageReadError"))
+        );
+        assert_eq!(
+            b["message"],
+            "failed to read one or more leases.coordination.k8s.io from the storage"
+        );
+        assert_eq!(b["details"]["group"], "coordination.k8s.io");
+        assert_eq!(b["details"]["name"], "list");
+        let causes = b["details"]["causes"].as_array().unwrap();
+        assert_eq!(causes[1]["field"], "/registry/leases/ns/b");
+        assert_eq!(causes[2]["reason"], "TooMany");
+        let one = body(&cache(
+            &CacheError::CorruptObject(corrupt("/registry/leases/ns/a")),
+            &leases,
+        ));
+        assert_eq!(
+            (one["code"].as_u64(), one["reason"].as_str()),
+            (Some(500), Some("InternalError"))
+        );
+        assert!(
+            one["message"]
+                .as_str()
+                .unwrap()
+                .contains("corrupt object, Code: 7, Key: /registry/leases/ns/a")
+        );
+    }
+
+    #[test]
     fn too_large_resource_version_carries_its_cause_and_retry() {
-        let s = cache(&CacheError::TooLargeResourceVersion {
-            requested: Revision::new(9),
-            current: Revision::new(5),
-        });
+        let s = cache(
+            &CacheError::TooLargeResourceVersion {
+                requested: Revision::new(9),
+                current: Revision::new(5),
+            },
+            &ResourceInfo::new("pods", "Pod", "v1"),
+        );
         let b = body(&s);
         assert_eq!(b["message"], "Too large resource version: 9, current: 5");
         assert_eq!(b["details"]["causes"][0]["reason"], "ResourceVersionTooLarge");

@@ -160,7 +160,7 @@ async fn delete_contents(state: &Arc<AppState>, namespace: &str) -> Result<usize
             .cache
             .list(&opts)
             .await
-            .map_err(|e| crate::errors::cache(&e))?;
+            .map_err(|e| crate::errors::cache(&e, &resource.info))?;
         let t = Target {
             resource: resource.clone(),
             namespace: Some(namespace.to_owned()),

@@ -286,6 +286,9 @@ pub(crate) struct DeleteParams {
     pub(crate) propagation: Option<Propagation>,
     pub(crate) precondition_uid: Option<String>,
     pub(crate) precondition_revision: Option<Revision>,
+    /// `ignoreStoreReadErrorWithClusterBreakingPotential`: delete a corrupt object (one whose
+    /// stored value does not decode) without reading it (KEP-3926).
+    pub(crate) ignore_store_read_error: bool,
 }
 
 impl DeleteParams {
@@ -295,6 +298,9 @@ impl DeleteParams {
             match &*k {
                 "gracePeriodSeconds" => p.grace_period_seconds = Some(grace_period(&v)?),
                 "propagationPolicy" => p.propagation = Some(propagation(&v)?),
+                "ignoreStoreReadErrorWithClusterBreakingPotential" => {
+                    p.ignore_store_read_error = boolean(k.as_ref(), &v)?
+                }
                 other => p.write.take(other, &v)?,
             }
         }
@@ -320,6 +326,11 @@ impl DeleteParams {
                     p.grace_period_seconds = Some(n);
                 }
                 "propagationPolicy" => p.propagation = Some(propagation(&string(v, k)?)?),
+                "ignoreStoreReadErrorWithClusterBreakingPotential" => {
+                    p.ignore_store_read_error = v
+                        .as_bool()
+                        .ok_or_else(|| Status::bad_request(format!("{k} is not a boolean")))?;
+                }
                 "dryRun" => {
                     for d in v
                         .as_array()
@@ -344,6 +355,17 @@ impl DeleteParams {
             }
         }
         Ok(p)
+    }
+}
+
+/// A boolean query parameter, as the apiserver reads them.
+fn boolean(name: &str, v: &str) -> Result<bool, Status> {
+    match v {
+        "true" => Ok(true),
+        "false" | "" => Ok(false),
+        other => Err(Status::bad_request(format!(
+            "invalid {name} {other:?}: not a boolean"
+        ))),
     }
 }
 

@@ -46,7 +46,11 @@ pub(crate) async fn list(state: &AppState, t: &Target, p: &Params, form: Form) -
     let table = form.table();
     let r = &t.resource;
     let opts = p.list_options(t.namespace.as_deref())?;
-    let result = r.cache.list(&opts).await.map_err(|e| errors::cache(&e))?;
+    let result = r
+        .cache
+        .list(&opts)
+        .await
+        .map_err(|e| errors::cache(&e, &r.info))?;
     let labels = metrics::resource(&r.info.resource);
     state.metrics.list_requests.get_or_create(&labels).inc();
     if let Some(table) = table {
@@ -129,7 +133,7 @@ pub(crate) async fn get(t: &Target, name: &str, p: &Params, form: Form) -> Resul
         .cache
         .get(&t.key(name), p.resource_version)
         .await
-        .map_err(|e| errors::cache(&e))?;
+        .map_err(|e| errors::cache(&e, &r.info))?;
     let object = object.ok_or_else(|| Status::not_found(&r.info.resource, name))?;
     if let Some(table) = table {
         let row = crate::table::row(
@@ -222,7 +226,7 @@ pub(crate) async fn watch(
             frames.write_error(&errors::expired(&e), &mut buf);
             (None, Some(buf.freeze()))
         }
-        Err(e) => return Err(errors::cache(&e)),
+        Err(e) => return Err(errors::cache(&e, &r.info)),
     };
     // The apiserver's default: a random 30 to 60 minutes, so reconnections spread out.
     let timeout = p

@@ -223,7 +223,7 @@ pub(crate) async fn update(
         if expected.is_some_and(|e| e != read_at) {
             return Err(Status::conflict(resource, name));
         }
-        let current = parse_stored(&current)?;
+        let current = parse_stored(t, name, &current)?;
         let prepared = prepare_update(t, object.clone(), &current, Ownership::Update(&p.manager), false)?;
         if p.dry_run {
             // As it would be stored, at the stored object's resourceVersion.
@@ -275,7 +275,7 @@ pub(crate) async fn patch(
             .await
             .map_err(|e| errors::source(&e, resource, name))?
             .ok_or_else(|| Status::not_found(resource, name))?;
-        let mut current = parse_stored(&stored)?;
+        let mut current = parse_stored(t, name, &stored)?;
         // The patch sees the object as a GET shows it, resourceVersion included.
         metadata_mut(&mut current)?.insert("resourceVersion".into(), Value::String(revision.to_string()));
         let patched = patch.apply_to(&t.resource.info.kind, current.clone())?;
@@ -351,7 +351,7 @@ async fn apply(
                 Err(e) => return Err(errors::source(&e, resource, name)),
             }
         };
-        let current = parse_stored(&stored)?;
+        let current = parse_stored(t, name, &stored)?;
         let object = apply::apply(
             kind,
             api_version,
@@ -461,13 +461,14 @@ fn warn(mut response: Response, warnings: &[String]) -> Response {
     response
 }
 
-/// A stored value as a JSON object.
-fn parse_stored(raw: &[u8]) -> Result<Map<String, Value>, Status> {
-    match serde_json::from_slice(raw) {
-        Ok(Value::Object(m)) => Ok(m),
-        Ok(_) => Err(Status::internal("the stored value is not a JSON object")),
-        Err(e) => Err(Status::internal(format!("the stored value is not JSON: {e}"))),
-    }
+/// The stored value of `name` as a JSON object (JSON, or the protobuf kube-apiserver stores);
+/// one that does not decode is a corrupt object, and the write fails naming it (500), as the
+/// apiserver's does.
+fn parse_stored(t: &Target, name: &str, raw: &[u8]) -> Result<Map<String, Value>, Status> {
+    t.resource
+        .codec
+        .stored_object(raw)
+        .map_err(|e| errors::corrupt_object(&t.storage_key(name), &e.to_string()))
 }
 
 /// Removes `metadata.resourceVersion` from a request's object: the revision the client
@@ -654,8 +655,12 @@ pub(crate) async fn delete(
             .await
             .map_err(|e| errors::source(&e, resource, name))?
             .ok_or_else(|| Status::not_found(resource, name))?;
-        check_preconditions(t, name, p, &current, revision)?;
-        let mut object = parse_stored(&current)?;
+        let parsed = parse_stored(t, name, &current);
+        if p.ignore_store_read_error {
+            return unsafe_delete(state, t, name, p, parsed.is_err(), revision).await;
+        }
+        let mut object = parsed?;
+        check_preconditions(t, name, p, &object, revision)?;
         let mark = match deletion::plan(
             &t.resource.info.kind,
             &object,
@@ -704,7 +709,7 @@ pub(crate) async fn delete_collection(
         .cache
         .list(&opts)
         .await
-        .map_err(|e| errors::cache(&e))?;
+        .map_err(|e| errors::cache(&e, &t.resource.info))?;
     let mut items = Vec::with_capacity(list.items.len());
     for object in list.items {
         let target = Target {
@@ -746,13 +751,53 @@ fn answer_with(t: &Target, value: &[u8], revision: Revision) -> Result<Response,
     written(t, StatusCode::OK, &version, revision)
 }
 
+/// A DELETE with `ignoreStoreReadErrorWithClusterBreakingPotential` (KEP-3926): a corrupt
+/// object (its stored value does not decode, so no finalizer, precondition or grace period
+/// can be read) is deleted as it is stored, at the revision read. The option is refused (422)
+/// for an object that decodes: it is only for corrupt ones.
+async fn unsafe_delete(
+    state: &AppState,
+    t: &Target,
+    name: &str,
+    p: &DeleteParams,
+    corrupt: bool,
+    revision: Revision,
+) -> Result<Response, Status> {
+    let resource = &t.resource.info.resource;
+    if !corrupt {
+        let field = "ignoreStoreReadErrorWithClusterBreakingPotential";
+        let why = "Invalid value: true: is exclusively used to delete corrupt object(s), try again by removing this option";
+        let mut s = Status::invalid(format!("{resource} {name:?} is invalid: {field}: {why}"));
+        s.details = Some(serde_json::json!({
+            "name": name,
+            "kind": resource,
+            "causes": [{"reason": "FieldValueInvalid", "message": why, "field": field}],
+        }));
+        return Err(s);
+    }
+    if !p.write.dry_run {
+        match state.store.delete(&t.storage_key(name), Some(revision)).await {
+            Ok(_) | Err(SourceError::NotFound(_)) => {}
+            Err(e) => return Err(errors::source(&e, resource, name)),
+        }
+    }
+    let status = serde_json::json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": {"name": name, "kind": resource},
+    });
+    Ok(crate::response::json_response(StatusCode::OK, status.to_string()))
+}
+
 /// A DELETE's preconditions against the object as stored: a mismatch is 409, as the
 /// apiserver answers it.
 fn check_preconditions(
     t: &Target,
     name: &str,
     p: &DeleteParams,
-    current: &[u8],
+    current: &Map<String, Value>,
     revision: Revision,
 ) -> Result<(), Status> {
     let failed = |what: &str, wanted: &str, found: &str| {
@@ -765,8 +810,11 @@ fn check_preconditions(
         return failed("ResourceVersion", &wanted.to_string(), &revision.to_string());
     }
     if let Some(wanted) = &p.precondition_uid {
-        let current: Value = serde_json::from_slice(current).map_err(|e| Status::internal(e.to_string()))?;
-        let found = current["metadata"]["uid"].as_str().unwrap_or_default();
+        let found = current
+            .get("metadata")
+            .and_then(|m| m.get("uid"))
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         if found != wanted {
             return failed("UID", wanted, found);
         }
