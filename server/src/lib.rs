@@ -24,6 +24,7 @@ mod fields;
 #[cfg(fuzzing)]
 #[doc(hidden)]
 pub mod fuzz;
+mod leases;
 mod media;
 pub mod metrics;
 mod namespace_controller;

@@ -62,8 +62,8 @@ pub(crate) async fn create(
         return Ok(warn(json_response(StatusCode::CREATED, raw), &warnings));
     }
     let revision = state
-        .store
-        .create(&t.storage_key(name), raw)
+        .leases
+        .create(&t.storage_key(name), raw, t.resource.ttl)
         .await
         .map_err(|e| errors::source(&e, &t.resource.info.resource, name))?;
     written(t, StatusCode::CREATED, &version, revision).map(|r| warn(r, &warnings))
@@ -302,7 +302,7 @@ async fn apply(
             if p.dry_run {
                 return Ok(warn(json_response(StatusCode::CREATED, raw), &warnings));
             }
-            match state.store.create(&key, raw).await {
+            match state.leases.create(&key, raw, t.resource.ttl).await {
                 Ok(revision) => {
                     return written(t, StatusCode::CREATED, &version, revision).map(|r| warn(r, &warnings));
                 }
@@ -547,6 +547,7 @@ fn prepare_update(
         version,
         finalized,
         unchanged,
+        ttl: t.resource.ttl,
     })
 }
 
@@ -558,6 +559,8 @@ struct Prepared {
     finalized: bool,
     /// The update changes nothing: it is answered without a write.
     unchanged: bool,
+    /// The object's time to live, counted again from this write (Events).
+    ttl: Option<std::time::Duration>,
 }
 
 impl Prepared {
@@ -577,7 +580,7 @@ impl Prepared {
         let revision = if self.finalized {
             state.store.delete(key, expected).await?.0
         } else {
-            state.store.update(key, self.raw, expected).await?
+            state.leases.update(key, self.raw, expected, self.ttl).await?
         };
         Ok((revision, self.version))
     }
