@@ -1,8 +1,9 @@
 //! Events expire after `--event-ttl`, on the embedded store and on etcd, as kube-apiserver's
 //! do: written on a store lease that the writes of one reuse window share, so that they go
 //! together, at one revision, which every watcher and every consistent LIST sees whole. Other
-//! kinds stay. The waits are bounded; nothing is timed but a lower bound (nothing goes before
-//! its TTL).
+//! kinds stay. The waits are bounded and nothing is timed (that nothing goes before its TTL is
+//! `leases.rs`'s test, on paused time); the one clock read is the shared-lease test's check
+//! that its Events were written within one window, which it makes again if not.
 
 use std::time::{Duration, Instant};
 
@@ -73,7 +74,6 @@ async fn an_event_goes_after_its_ttl_and_a_configmap_stays(etcd: bool) {
     let events = "/api/v1/namespaces/default/events";
     let rv = list_rv(&server, events).await;
     let mut w = Frames::open(&server, &format!("{events}?watch=true&resourceVersion={rv}")).await;
-    let began = Instant::now();
     let (code, v) = send(&server, "POST", events, Some(event("created", "once"))).await;
     assert_eq!(code, 201, "{v}");
     let (code, mut updated) = send(&server, "POST", events, Some(event("updated", "once"))).await;
@@ -104,11 +104,6 @@ async fn an_event_goes_after_its_ttl_and_a_configmap_stays(etcd: bool) {
             ("DELETED".to_owned(), "updated".to_owned())
         ],
         "both Events expire, the updated one too"
-    );
-    assert!(
-        began.elapsed() >= TTL,
-        "nothing goes before its TTL ({:?})",
-        began.elapsed()
     );
     for name in ["created", "updated"] {
         let (code, v) = send(&server, "GET", &format!("{events}/{name}"), None).await;
