@@ -9,7 +9,9 @@
 //! - **Writes.** A create is a transaction on `mod_revision == 0`; an update or a delete is a
 //!   transaction on the expected `mod_revision` (or on the key existing, when none is
 //!   expected). A failed comparison reads the key in the same transaction, to say which of
-//!   409 or 404 it is.
+//!   409 or 404 it is. A create or an update may attach the key to a lease
+//!   ([`EtcdSource::grant_lease`]), as the apiserver stores objects with a TTL: etcd deletes
+//!   every key of a lease at one revision when it expires.
 //! - **Lists** are read in pages of [`LIST_PAGE`] keys (by default), all at the first page's revision.
 //! - **Watches** start at a revision, with `prev_kv` and progress notifications, one gRPC
 //!   watch stream per watch.
@@ -45,8 +47,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use etcd_client::{
-    Client, Compare, CompareOp, EventType, GetOptions, KeyValue, KvClient, Txn, TxnOp, TxnOpResponse,
-    WatchOptions, WatchRequestSender, WatchResponse, WatchResponseStream, WatchStream,
+    Client, Compare, CompareOp, EventType, GetOptions, KeyValue, KvClient, PutOptions, Txn, TxnOp,
+    TxnOpResponse, WatchOptions, WatchRequestSender, WatchResponse, WatchResponseStream, WatchStream,
 };
 use futures_core::Stream;
 use futures_util::StreamExt;
@@ -167,6 +169,35 @@ fn write_failed(e: etcd_client::Error) -> SourceError {
     }
 }
 
+/// A write's failure when it carried `lease`: etcd refuses a put whose lease is gone (expired
+/// or revoked) before applying anything, which the caller may answer by granting another.
+fn leased_write_failed(e: etcd_client::Error, lease: Option<i64>) -> SourceError {
+    match (lease, &e) {
+        (Some(id), etcd_client::Error::GRpcStatus(s))
+            if s.code() == tonic::Code::NotFound && s.message().contains("requested lease not found") =>
+        {
+            SourceError::NotFound(lease_name(id))
+        }
+        _ => write_failed(e),
+    }
+}
+
+/// How a missing lease is named in [`SourceError::NotFound`], as the embedded store names its
+/// own: `lease <id>`.
+pub fn lease_name(id: i64) -> String {
+    format!("lease {id}")
+}
+
+/// A put of `value` at `key`, attached to `lease` when given (a put without one detaches the
+/// key from any lease it had, in etcd as here).
+fn put(key: &str, value: &Bytes, lease: Option<i64>) -> TxnOp {
+    TxnOp::put(
+        key,
+        value.to_vec(),
+        lease.map(|id| PutOptions::new().with_lease(id)),
+    )
+}
+
 /// A KV client taking responses of any size: a page of 10,000 pods is tens of MB, far above
 /// gRPC's default 4 MB (the apiserver lifts the limit the same way).
 fn kv(client: Client) -> KvClient {
@@ -281,6 +312,15 @@ impl EtcdSource {
     /// Runs the transaction `make` makes on the leader, made again for each attempt (a retry
     /// only when the attempt before was never sent, or refused unapplied).
     async fn txn(&self, make: impl Fn() -> Txn) -> Result<etcd_client::TxnResponse, SourceError> {
+        self.leased_txn(None, make).await
+    }
+
+    /// As [`txn`](Self::txn), for a transaction that attaches a key to `lease`.
+    async fn leased_txn(
+        &self,
+        lease: Option<i64>,
+        make: impl Fn() -> Txn,
+    ) -> Result<etcd_client::TxnResponse, SourceError> {
         self.inner
             .members
             .call(Kind::Write, |_, c| {
@@ -288,7 +328,7 @@ impl EtcdSource {
                 async move { kv(c).txn(txn).await }
             })
             .await
-            .map_err(write_failed)
+            .map_err(|e| leased_write_failed(e, lease))
     }
 
     /// Opens a watch of `key` on a member in rotation; the stream, and the member's index.
@@ -331,11 +371,23 @@ impl EtcdSource {
 
     /// Creates `key`; `AlreadyExists` if it is there.
     pub async fn create(&self, key: &str, value: Bytes) -> Result<Revision, SourceError> {
+        self.create_with_lease(key, value, None).await
+    }
+
+    /// Creates `key`, attached to `lease` when given (etcd deletes it when the lease expires);
+    /// `AlreadyExists` if it is there, `NotFound` naming the lease ([`lease_name`]) if the lease
+    /// is gone.
+    pub async fn create_with_lease(
+        &self,
+        key: &str,
+        value: Bytes,
+        lease: Option<i64>,
+    ) -> Result<Revision, SourceError> {
         let resp = self
-            .txn(|| {
+            .leased_txn(lease, || {
                 Txn::new()
                     .when([Compare::mod_revision(key, CompareOp::Equal, 0)])
-                    .and_then([TxnOp::put(key, value.to_vec(), None)])
+                    .and_then([put(key, &value, lease)])
             })
             .await?;
         if resp.succeeded() {
@@ -352,10 +404,23 @@ impl EtcdSource {
         value: Bytes,
         expected: Option<Revision>,
     ) -> Result<Revision, SourceError> {
+        self.update_with_lease(key, value, expected, None).await
+    }
+
+    /// As [`update`](Self::update), attaching the key to `lease` when given; without one, the
+    /// key leaves any lease it was attached to (etcd's put). `NotFound` naming the lease
+    /// ([`lease_name`]) if the lease is gone.
+    pub async fn update_with_lease(
+        &self,
+        key: &str,
+        value: Bytes,
+        expected: Option<Revision>,
+        lease: Option<i64>,
+    ) -> Result<Revision, SourceError> {
         let resp = self
-            .txn(|| {
+            .leased_txn(lease, || {
                 guarded(key, expected)
-                    .and_then([TxnOp::put(key, value.to_vec(), None)])
+                    .and_then([put(key, &value, lease)])
                     .or_else([TxnOp::get(key, None)])
             })
             .await?;
@@ -364,6 +429,26 @@ impl EtcdSource {
         } else {
             Err(failed_guard(key, &resp))
         }
+    }
+
+    /// Grants a lease of `ttl` (whole seconds, rounded up; etcd may raise it to its minimum,
+    /// one and a half election timeouts): keys attached to it are deleted together, at one
+    /// revision, when it expires. Its id. A grant is a write: it is retried only when it was
+    /// never sent or refused unapplied; one lost after it was sent leaves a lease no key uses,
+    /// which expires.
+    pub async fn grant_lease(&self, ttl: Duration) -> Result<i64, SourceError> {
+        let seconds = i64::try_from(ttl.as_secs().saturating_add(u64::from(ttl.subsec_nanos() > 0)))
+            .unwrap_or(i64::MAX)
+            .max(1);
+        let resp = self
+            .inner
+            .members
+            .call(Kind::Write, |_, c| async move {
+                c.lease_client().grant(seconds, None).await
+            })
+            .await
+            .map_err(write_failed)?;
+        Ok(resp.id())
     }
 
     /// Deletes `key` if it exists (at mod revision `expected`, when given); returns the

@@ -7,6 +7,7 @@ use std::sync::atomic::AtomicUsize;
 
 use crate::backend::Backend;
 use crate::config::ServeConfig;
+use crate::leases::Leases;
 use crate::metrics::Metrics;
 use crate::openapi::OpenApi;
 use crate::resources::Resource;
@@ -15,6 +16,8 @@ use crate::switch::Switch;
 /// Shared by every request.
 pub(crate) struct AppState {
     pub(crate) store: Backend,
+    /// Writes of objects with a TTL (Events) go through it, to their shared lease.
+    pub(crate) leases: Leases,
     pub(crate) resources: BTreeMap<&'static str, Arc<Resource>>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) config: ServeConfig,

@@ -2,14 +2,19 @@
 //! [`MemorySource`], or etcd (`--etcd`, with the `etcd` feature).
 //!
 //! Keys are laid out as kube-apiserver lays them out in etcd, `/registry/<resource>/…`, on
-//! both, so the same data reads the same whichever store holds it.
+//! both, so the same data reads the same whichever store holds it. Both have etcd's leases:
+//! a key written with a [`Lease`] is deleted with every other key of that lease, at one
+//! revision, when it expires (how objects with a TTL, Events, go; `leases.rs` decides which
+//! lease a write takes).
 
+use std::fmt;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures_core::Stream;
-use watchcache_core::source::memory::MemoryWatch;
+use watchcache_core::source::memory::{LeaseId, MemoryWatch};
 use watchcache_core::{MemorySource, Revision, Source, SourceError, SourceEvent, SourceItem, SourceList};
 
 /// The store under the caches.
@@ -20,6 +25,34 @@ pub enum Backend {
     /// An etcd cluster.
     #[cfg(feature = "etcd")]
     Etcd(watchcache_etcd::EtcdSource),
+}
+
+/// A lease of one store, granted by [`Backend::grant_lease`].
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Lease {
+    /// On the embedded store.
+    Memory(LeaseId),
+    /// On etcd: etcd's lease id.
+    #[cfg(feature = "etcd")]
+    Etcd(i64),
+}
+
+/// `lease <id>`: how either store names a lease that is gone in [`SourceError::NotFound`].
+impl fmt::Display for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Lease::Memory(id) => write!(f, "lease {}", id.0),
+            #[cfg(feature = "etcd")]
+            Lease::Etcd(id) => f.write_str(&watchcache_etcd::lease_name(*id)),
+        }
+    }
+}
+
+impl Lease {
+    /// Whether `e` says this lease is gone (expired or revoked): nothing was written.
+    pub fn is_gone(&self, e: &SourceError) -> bool {
+        matches!(e, SourceError::NotFound(what) if *what == self.to_string())
+    }
 }
 
 /// Calls the same method on whichever store this is.
@@ -72,6 +105,63 @@ impl Backend {
             Backend::Memory(m) => m.update(key, value, expected),
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => e.update(key, value, expected).await,
+        }
+    }
+
+    /// Grants a lease that expires `ttl` from now (on etcd, in whole seconds rounded up, and
+    /// no shorter than etcd's minimum).
+    pub async fn grant_lease(&self, ttl: Duration) -> Result<Lease, SourceError> {
+        match self {
+            Backend::Memory(m) => m.grant_lease(ttl).map(Lease::Memory),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => e.grant_lease(ttl).await.map(Lease::Etcd),
+        }
+    }
+
+    /// Creates `key` as [`create`](Self::create) does, attached to `lease` when given: it is
+    /// deleted when the lease expires. `NotFound` naming the lease ([`Lease::is_gone`]) when
+    /// the lease is gone.
+    pub async fn create_with_lease(
+        &self,
+        key: &str,
+        value: Bytes,
+        lease: Option<Lease>,
+    ) -> Result<Revision, SourceError> {
+        match (self, lease) {
+            (Backend::Memory(m), None) => m.create(key, value),
+            (Backend::Memory(m), Some(Lease::Memory(l))) => m.create_with_lease(key, value, Some(l)),
+            #[cfg(feature = "etcd")]
+            (Backend::Etcd(e), None) => e.create(key, value).await,
+            #[cfg(feature = "etcd")]
+            (Backend::Etcd(e), Some(Lease::Etcd(l))) => e.create_with_lease(key, value, Some(l)).await,
+            #[cfg(feature = "etcd")]
+            (_, Some(other)) => Err(SourceError::NotFound(other.to_string())),
+        }
+    }
+
+    /// Replaces `key`'s value as [`update`](Self::update) does, attached to `lease` when given;
+    /// without one, the key leaves any lease it had (etcd's put). `NotFound` naming the lease
+    /// ([`Lease::is_gone`]) when the lease is gone.
+    pub async fn update_with_lease(
+        &self,
+        key: &str,
+        value: Bytes,
+        expected: Option<Revision>,
+        lease: Option<Lease>,
+    ) -> Result<Revision, SourceError> {
+        match (self, lease) {
+            (Backend::Memory(m), None) => m.update(key, value, expected),
+            (Backend::Memory(m), Some(Lease::Memory(l))) => {
+                m.update_with_lease(key, value, expected, Some(l))
+            }
+            #[cfg(feature = "etcd")]
+            (Backend::Etcd(e), None) => e.update(key, value, expected).await,
+            #[cfg(feature = "etcd")]
+            (Backend::Etcd(e), Some(Lease::Etcd(l))) => {
+                e.update_with_lease(key, value, expected, Some(l)).await
+            }
+            #[cfg(feature = "etcd")]
+            (_, Some(other)) => Err(SourceError::NotFound(other.to_string())),
         }
     }
 

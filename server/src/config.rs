@@ -45,6 +45,19 @@ pub struct ServeConfig {
     /// between finding its namespace active and writing, as a slow create may, so that tests
     /// can race it against the namespace's deletion.
     pub create_delay: Duration,
+    /// How long an Event lives after its last write (`--event-ttl`, the apiserver's flag):
+    /// Events are written attached to a store lease that expires then, and go with it. Whole
+    /// seconds, at least one. Default 1 h.
+    pub event_ttl: Duration,
+    /// The longest a lease is shared by the writes of objects with a TTL
+    /// (`--lease-reuse-duration-seconds`, the apiserver's flag); a lease is granted for the TTL
+    /// plus this window, so an Event lives up to that much longer than its TTL. Zero: a lease
+    /// per write. Default 60 s.
+    pub lease_reuse: Duration,
+    /// The most of the TTL the reuse window may be, as a fraction: 0.05, the apiserver's fixed
+    /// share, so that a short TTL is stretched by little. Not a flag; tests raise it to share
+    /// leases at TTLs of seconds.
+    pub lease_reuse_share: f64,
 }
 
 impl Default for ServeConfig {
@@ -64,6 +77,9 @@ impl Default for ServeConfig {
             compaction_interval: Duration::from_secs(300),
             history_fill: true,
             create_delay: Duration::ZERO,
+            event_ttl: Duration::from_secs(3600),
+            lease_reuse: Duration::from_secs(60),
+            lease_reuse_share: 0.05,
         }
     }
 }

@@ -27,6 +27,7 @@ mod fields;
 #[doc(hidden)]
 pub mod fuzz;
 mod generate_name;
+mod leases;
 mod media;
 pub mod metrics;
 mod namespace_controller;

@@ -62,6 +62,20 @@ fn seconds_or_zero(s: &str) -> Result<Duration, String> {
     }
 }
 
+/// A whole number of seconds from `min` to a year: a time to live or a lease's reuse window,
+/// which etcd's leases count in whole seconds.
+fn whole_seconds(min: u64) -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync + 'static {
+    move |s| {
+        let max = MAX_SECONDS as u64;
+        match s.parse::<u64>() {
+            Ok(n) if (min..=max).contains(&n) => Ok(Duration::from_secs(n)),
+            _ => Err(format!(
+                "must be a whole number of seconds from {min} to {max} (a year)"
+            )),
+        }
+    }
+}
+
 /// A byte count from 1 MiB to 1 TiB.
 fn bytes(s: &str) -> Result<usize, String> {
     let n: usize = s.parse().map_err(|e| format!("{e}"))?;
@@ -148,6 +162,14 @@ struct ServeArgs {
     /// apiserver does).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     history_fill: bool,
+    /// Seconds an Event lives after its last write (kube-apiserver's flag and default): Events
+    /// are written on a store lease that expires then.
+    #[arg(long, default_value = "3600", value_parser = whole_seconds(1))]
+    event_ttl: Duration,
+    /// Seconds one lease is shared by the writes of Events (kube-apiserver's flag and default;
+    /// at most 5% of `--event-ttl`); 0: a lease per write.
+    #[arg(long, default_value = "60", value_parser = whole_seconds(0))]
+    lease_reuse_duration_seconds: Duration,
 }
 
 /// SIGINT or SIGTERM, registered now: a signal that arrives between this call and the first
@@ -206,6 +228,8 @@ async fn main() -> std::process::ExitCode {
         etcd: args.etcd,
         compaction_interval: args.compaction_interval,
         history_fill: args.history_fill,
+        event_ttl: args.event_ttl,
+        lease_reuse: args.lease_reuse_duration_seconds,
         ..ServeConfig::default()
     };
     let server = match Server::start(config).await {
@@ -250,5 +274,10 @@ mod tests {
         assert!(bytes("1000").is_err() && bytes("268435456") == Ok(256 << 20));
         assert_eq!(seconds_or_zero("0"), Ok(Duration::ZERO));
         assert!(seconds_or_zero("-1").is_err() && seconds_or_zero("1e-9").is_err());
+        for bad in ["0", "0.5", "1.5", "-1", "31536001", "1h", ""] {
+            assert!(whole_seconds(1)(bad).is_err(), "{bad}");
+        }
+        assert_eq!(whole_seconds(1)("3600"), Ok(Duration::from_secs(3600)));
+        assert_eq!(whole_seconds(0)("0"), Ok(Duration::ZERO));
     }
 }

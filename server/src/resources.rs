@@ -36,6 +36,9 @@ pub struct Resource {
     /// Whether `metadata.generation` is kept: 1 on create, one more at each change of `spec`
     /// (pods; the other kinds served have no spec or, like nodes, do not count).
     pub generation: bool,
+    /// How long an object lives after its last write (Events: `--event-ttl`), through a
+    /// store lease; `None`: until it is deleted.
+    pub ttl: Option<std::time::Duration>,
     /// The storage key prefix, `/registry/pods/`.
     pub prefix: String,
     /// Decodes source values.
@@ -246,6 +249,8 @@ pub fn build(
                 status_subresource: matches!(spec.name, "pods" | "nodes" | "namespaces"),
                 finalize_subresource: spec.name == "namespaces",
                 reset_on_update: spec.reset_on_update,
+                // Only Events expire, as in the apiserver (its events registry's TTL).
+                ttl: (spec.name == "events").then_some(config.event_ttl),
                 prefix,
                 codec,
                 frames,

@@ -20,6 +20,7 @@ use crate::backend::Backend;
 use crate::app::AppState;
 use crate::config::ServeConfig;
 use crate::connection::KillableListener;
+use crate::leases::Leases;
 use crate::metrics::Metrics;
 use crate::namespace_controller;
 use crate::namespaces;
@@ -146,7 +147,8 @@ impl Server {
         ))
     }
 
-    /// As [`start`](Self::start), over a given store.
+    /// As [`start`](Self::start), over a given store (on the embedded store, expiring its
+    /// leases as they come due while the server runs).
     pub async fn start_with(config: ServeConfig, store: Backend) -> Result<Server, ServeError> {
         let listener = tokio::net::TcpListener::bind(config.addr)
             .await
@@ -166,6 +168,7 @@ impl Server {
         let openapi = OpenApi::build(resources.values().map(|r| &**r));
         let state = Arc::new(AppState {
             store: store.clone(),
+            leases: Leases::new(store.clone(), config.lease_reuse, config.lease_reuse_share),
             openapi,
             resources,
             metrics,
@@ -182,6 +185,18 @@ impl Server {
         ));
         tokio::spawn(namespace_controller::run(state.clone()));
         tokio::spawn(pod_gc::run(state.clone()));
+        if let Some(memory) = store.memory() {
+            // The embedded store expires its leases (Events' TTL) only when asked: it is asked
+            // as each comes due, while the server runs. etcd expires its own.
+            let keep = memory.clone().keep_leases();
+            let stop = shutdown.token();
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = keep => {}
+                    () = stop.cancelled() => {}
+                }
+            });
+        }
         let app = routes::router(state.clone());
         let kill_all = Switch::new();
         let listener = KillableListener::new(listener, kill_all.clone());

@@ -74,7 +74,13 @@ pub(crate) async fn create(
             // Validated and answered as it would be stored; nothing is stored.
             return Ok(warn(json_response(StatusCode::CREATED, raw), &warnings));
         }
-        match (state.store.create(&t.storage_key(name), raw).await, &generated) {
+        match (
+            state
+                .leases
+                .create(&t.storage_key(name), raw, t.resource.ttl)
+                .await,
+            &generated,
+        ) {
             (Ok(revision), _) => {
                 namespaces::confirm_created(state, t, name, &admitted).await?;
                 return written(t, StatusCode::CREATED, &version, revision).map(|r| warn(r, &warnings));
@@ -342,7 +348,7 @@ async fn apply(
             if p.dry_run {
                 return Ok(warn(json_response(StatusCode::CREATED, raw), &warnings));
             }
-            match state.store.create(&key, raw).await {
+            match state.leases.create(&key, raw, t.resource.ttl).await {
                 Ok(revision) => {
                     namespaces::confirm_created(state, t, name, &admitted).await?;
                     return written(t, StatusCode::CREATED, &version, revision).map(|r| warn(r, &warnings));
@@ -595,6 +601,7 @@ fn prepare_update(
         version,
         finalized,
         unchanged,
+        ttl: t.resource.ttl,
     })
 }
 
@@ -606,6 +613,8 @@ struct Prepared {
     finalized: bool,
     /// The update changes nothing: it is answered without a write.
     unchanged: bool,
+    /// The object's time to live, counted again from this write (Events).
+    ttl: Option<std::time::Duration>,
 }
 
 impl Prepared {
@@ -624,7 +633,10 @@ impl Prepared {
         let revision = if self.finalized {
             state.store.delete(key, Some(read_at)).await?.0
         } else {
-            state.store.update(key, self.raw, Some(read_at)).await?
+            state
+                .leases
+                .update(key, self.raw, Some(read_at), self.ttl)
+                .await?
         };
         Ok((revision, self.version))
     }

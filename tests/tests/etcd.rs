@@ -1384,3 +1384,55 @@ async fn one_etcd_request_that_changes_many_keys_is_applied_whole() {
     );
     server.shutdown().await.unwrap();
 }
+
+/// The source's lease-aware writes, as the server stores Events: keys written on a lease go
+/// with it at one revision; a put without the lease detaches the key; a write on a lease that
+/// is gone is refused as `NotFound` naming the lease, with nothing written, so the server can
+/// take another lease and write again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_written_on_an_etcd_lease_go_with_it_and_a_gone_lease_is_named() {
+    let Some(cluster) = EtcdCluster::start(1).await else {
+        return;
+    };
+    let s = source(&cluster).await;
+    let lease = s.grant_lease(Duration::from_secs(3600)).await.unwrap();
+    let key = |n: &str| format!("/registry/events/ha/{n}");
+    let mut written = Vec::new();
+    for n in ["a", "b", "c"] {
+        let k = key(n);
+        let r = s.create_with_lease(&k, Bytes::from_static(b"1"), Some(lease));
+        written.push(r.await.unwrap());
+    }
+    s.update(&key("c"), Bytes::from_static(b"2"), None).await.unwrap();
+    let r = s
+        .update_with_lease(&key("b"), Bytes::from_static(b"2"), Some(written[1]), Some(lease))
+        .await
+        .unwrap();
+    let mut watch = s
+        .watch("/registry/events/", Revision::new(r.get() + 1))
+        .await
+        .unwrap();
+    s.client().lease_revoke(lease).await.unwrap();
+    let Some(Ok(SourceEvent::Changes { changes, .. })) = watch.next().await else {
+        panic!("the revocation's changes");
+    };
+    let gone: Vec<_> = changes.iter().map(SourceChange::key).collect();
+    assert_eq!(
+        gone,
+        [key("a"), key("b")],
+        "a and b at one revision; c left the lease"
+    );
+    assert!(s.get(&key("c")).await.unwrap().is_some());
+
+    let named = Err(SourceError::NotFound(watchcache_etcd::lease_name(lease)));
+    assert_eq!(
+        s.create_with_lease(&key("d"), Bytes::new(), Some(lease)).await,
+        named
+    );
+    assert_eq!(
+        s.update_with_lease(&key("c"), Bytes::new(), None, Some(lease))
+            .await,
+        named
+    );
+    assert_eq!(s.get(&key("d")).await.unwrap(), None, "nothing written");
+}
