@@ -734,3 +734,40 @@ async fn watches_beyond_max_watchers_get_429_and_the_slot_frees_when_one_ends() 
     assert!(freed, "the slot of a closed watch is released");
     server.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_timeout_is_clamped_and_a_client_that_stops_reading_is_still_dropped() {
+    // As `a_client_that_never_reads_neither_outlives_its_timeout_nor_holds_up_shutdown`, with
+    // timeoutSeconds = 2^64 - 1: the watch ends at the server's longest deadline (twice the
+    // minimum request timeout: 2 s here), and the stalled connection is dropped after grace.
+    let mut cfg = config(2000);
+    cfg.shutdown_grace = Duration::from_millis(500);
+    cfg.min_request_timeout = Duration::from_secs(1);
+    let server = start(cfg).await;
+    let addr = server.addr();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(64 * 1024).unwrap();
+    let mut s = socket.connect(addr).await.unwrap();
+    let path = "/api/v1/pods?watch=1&resourceVersion=0&timeoutSeconds=18446744073709551615";
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let mut buf = vec![0u8; 1 << 16];
+    let mut read = 0usize;
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf)).await {
+            Ok(Ok(0) | Err(_)) => break,
+            Ok(Ok(n)) => read += n,
+            Err(_) => panic!("the server kept the connection past its longest deadline ({read} bytes read)"),
+        }
+    }
+    assert!(
+        read < 8 << 20,
+        "dropped before it could send everything ({read} bytes)"
+    );
+    // The server goes on serving.
+    let (code, _) = request(&http(), &server, "GET", "/api/v1/pods?limit=1", None).await;
+    assert_eq!(code, 200);
+    server.shutdown().await.unwrap();
+}
