@@ -735,6 +735,279 @@ async fn watches_beyond_max_watchers_get_429_and_the_slot_frees_when_one_ends() 
     server.shutdown().await.unwrap();
 }
 
+/// A protobuf LIST of `path`: its code, and the item count when it decodes.
+async fn protobuf_list(server: &Server, path: &str) -> (u16, Option<usize>) {
+    let (code, _, body) =
+        watchcache_tests::get_raw(server, path, "application/vnd.kubernetes.protobuf").await;
+    let items = watchcache_encoders::protobuf::open_envelope(&body)
+        .ok()
+        .and_then(|e| {
+            watchcache_encoders::protobuf::decode_json("io.k8s.api.core.v1.ConfigMapList", e.raw).ok()
+        })
+        .map(|list| list.get("items").and_then(Value::as_array).map_or(0, Vec::len));
+    (code, items)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ill_typed_values_are_400_on_every_write_and_protobuf_lists_go_on() {
+    let server = start(config(0)).await;
+    create_namespaces(&server, &["ns-1"]).await;
+    let c = http();
+    let cms = "/api/v1/namespaces/ns-1/configmaps";
+    let (code, _) = request(
+        &c,
+        &server,
+        "POST",
+        cms,
+        Some(json!({"metadata": {"name": "good"}, "data": {"a": "1"}})),
+    )
+    .await;
+    assert_eq!(code, 201);
+    let pod = |spec: Value| json!({"metadata": {"name": "p"}, "spec": spec});
+    let container = |extra: Value| {
+        let mut c = json!({"name": "a", "image": "i"});
+        c.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        pod(json!({"containers": [c]}))
+    };
+    let cases = [
+        // (collection, body, what the message names)
+        (
+            cms,
+            json!({"metadata": {"name": "n"}, "data": {"a": 1}}),
+            "ConfigMap.data",
+        ),
+        (
+            cms,
+            json!({"metadata": {"name": "n"}, "data": ["a"]}),
+            "ConfigMap.data",
+        ),
+        (
+            cms,
+            json!({"metadata": {"name": "n", "labels": {"a": true}}}),
+            "metadata.labels",
+        ),
+        (
+            cms,
+            json!({"metadata": {"name": "n", "finalizers": "a"}}),
+            "metadata.finalizers",
+        ),
+        (
+            cms,
+            json!({"metadata": {"name": "n"}, "immutable": "yes"}),
+            "immutable",
+        ),
+        (
+            cms,
+            json!({"metadata": {"name": "n"}, "binaryData": {"b": "not base64!"}}),
+            "binaryData",
+        ),
+        (
+            "/api/v1/namespaces/ns-1/pods",
+            pod(json!({"containers": {"name": "a"}})),
+            "spec.containers",
+        ),
+        (
+            "/api/v1/namespaces/ns-1/pods",
+            container(json!({"ports": [{"containerPort": "80"}]})),
+            "containerPort",
+        ),
+        (
+            "/api/v1/namespaces/ns-1/pods",
+            container(json!({"ports": [{"containerPort": 4_294_967_296u64}]})),
+            "containerPort",
+        ),
+        (
+            "/api/v1/namespaces/ns-1/pods",
+            container(json!({"ports": [{"containerPort": 80.5}]})),
+            "containerPort",
+        ),
+        (
+            "/api/v1/namespaces/ns-1/pods",
+            container(json!({"resources": {"limits": {"cpu": "lots"}}})),
+            "limits",
+        ),
+        (
+            "/api/v1/namespaces/ns-1/pods",
+            container(json!({"resources": {"limits": {"cpu": ["1"]}}})),
+            "limits",
+        ),
+        (
+            "/api/v1/namespaces/ns-1/pods",
+            container(json!({"livenessProbe": {"httpGet": {"port": true}}})),
+            "port",
+        ),
+        (
+            "/api/v1/namespaces/ns-1/pods",
+            pod(json!({"containers": [], "activeDeadlineSeconds": 1.5})),
+            "activeDeadlineSeconds",
+        ),
+        (
+            "/api/v1/namespaces/ns-1/events",
+            json!({"metadata": {"name": "e"}, "involvedObject": {}, "lastTimestamp": "yesterday"}),
+            "lastTimestamp",
+        ),
+    ];
+    for (path, body, names) in cases {
+        let s = expect_status(&server, "POST", path, Some(body.clone()), 400, "BadRequest").await;
+        let message = s["message"].as_str().unwrap();
+        assert!(
+            message.contains("cannot be handled as a") && message.contains(names),
+            "{body}: {message}"
+        );
+    }
+    // A patch, an update and an apply that would make the object ill-typed are refused too.
+    let good = format!("{cms}/good");
+    let (code, s) = watchcache_tests::request_typed(
+        &c,
+        &server,
+        "PATCH",
+        &good,
+        "application/merge-patch+json",
+        r#"{"data":{"a":1}}"#,
+    )
+    .await;
+    assert_eq!((code, s["reason"].as_str()), (400, Some("BadRequest")), "{s}");
+    let (code, s) = watchcache_tests::request_typed(
+        &c,
+        &server,
+        "PATCH",
+        &good,
+        "application/json-patch+json",
+        r#"[{"op":"add","path":"/data/b","value":{"x":1}}]"#,
+    )
+    .await;
+    assert_eq!((code, s["reason"].as_str()), (400, Some("BadRequest")), "{s}");
+    let (code, s) = watchcache_tests::request_typed(
+        &c,
+        &server,
+        "PATCH",
+        &format!("{good}?fieldManager=m"),
+        "application/apply-patch+yaml",
+        "data:\n  a: 1\n",
+    )
+    .await;
+    assert_eq!((code, s["reason"].as_str()), (400, Some("BadRequest")), "{s}");
+    let (code, _) = request(
+        &c,
+        &server,
+        "PUT",
+        &good,
+        Some(json!({"metadata": {"name": "good"}, "data": {"a": 2}})),
+    )
+    .await;
+    assert_eq!(code, 400);
+    // Nothing ill-typed was stored: every protobuf LIST of config maps answers, whole.
+    for path in [cms, "/api/v1/configmaps"] {
+        assert_eq!(protobuf_list(&server, path).await, (200, Some(1)), "{path}");
+    }
+    let (_, body) = request(&c, &server, "GET", &good, None).await;
+    assert_eq!(
+        serde_json::from_slice::<Value>(&body).unwrap()["data"],
+        json!({"a": "1"})
+    );
+    // What clients send in the value types' other JSON forms is accepted: a quantity as a
+    // number, an IntOrString as either, null for anything.
+    let ok = container(json!({
+        "resources": {"limits": {"cpu": 1, "memory": "64Mi"}, "requests": {"cpu": "250m"}},
+        "livenessProbe": {"httpGet": {"port": "http"}, "periodSeconds": null},
+        "readinessProbe": {"tcpSocket": {"port": 8080}},
+    }));
+    let (code, body) = request(&c, &server, "POST", "/api/v1/namespaces/ns-1/pods", Some(ok)).await;
+    assert_eq!(code, 201, "{}", String::from_utf8_lossy(&body));
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_patches_are_bounded_in_operations_and_copies_and_objects_in_size() {
+    let server = start(config(0)).await;
+    create_namespaces(&server, &["ns-1"]).await;
+    let c = http();
+    let cms = "/api/v1/namespaces/ns-1/configmaps";
+    let (code, _) = request(
+        &c,
+        &server,
+        "POST",
+        cms,
+        Some(json!({"metadata": {"name": "cm"}, "data": {"a": "x".repeat(1024)}})),
+    )
+    .await;
+    assert_eq!(code, 201);
+    let cm = format!("{cms}/cm");
+    let patch = |ops: Vec<Value>| Value::Array(ops).to_string();
+    // More operations than the apiserver allows: 413.
+    let test = json!({"op": "test", "path": "/data/a", "value": "x".repeat(1024)});
+    let many = patch(vec![
+        json!({"op": "test", "path": "/kind", "value": "ConfigMap"});
+        10_001
+    ]);
+    let (code, s) =
+        watchcache_tests::request_typed(&c, &server, "PATCH", &cm, "application/json-patch+json", many).await;
+    assert_eq!(
+        (code, s["reason"].as_str()),
+        (413, Some("RequestEntityTooLarge")),
+        "{s}"
+    );
+    assert!(s["message"].as_str().unwrap().contains("10000"), "{s}");
+    // Copies that double a map twelve times (a 600-byte patch, 4 MiB of copies): 422 once
+    // the copies add up past 3 MiB, and nothing is stored.
+    let mut ops = vec![
+        test,
+        json!({"op": "add", "path": "/data", "value": {"a": "x".repeat(1024)}}),
+    ];
+    ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": {}}));
+    for i in 0..12 {
+        ops.push(json!({"op": "copy", "from": "/data", "path": format!("/data/d{i}")}));
+    }
+    let (code, s) = watchcache_tests::request_typed(
+        &c,
+        &server,
+        "PATCH",
+        &cm,
+        "application/json-patch+json",
+        patch(ops),
+    )
+    .await;
+    assert_eq!((code, s["reason"].as_str()), (422, Some("Invalid")), "{s}");
+    assert!(s["message"].as_str().unwrap().contains("copy"), "{s}");
+    // Within the bounds, copies apply.
+    let ops = vec![json!({"op": "copy", "from": "/data/a", "path": "/data/b"})];
+    let (code, out) = watchcache_tests::request_typed(
+        &c,
+        &server,
+        "PATCH",
+        &cm,
+        "application/json-patch+json",
+        patch(ops),
+    )
+    .await;
+    assert_eq!(code, 200, "{out}");
+    assert_eq!(out["data"]["b"], out["data"]["a"]);
+    // An object larger than etcd takes (1.5 MiB) is refused as the apiserver refuses it, on a
+    // create, an update and a patch alike; one just under is stored.
+    let big = |n: usize| json!({"metadata": {"name": "big"}, "data": {"v": "y".repeat(n)}});
+    for (method, path) in [("POST", cms.to_owned()), ("PUT", format!("{cms}/cm"))] {
+        let mut body = big(1_600_000);
+        body["metadata"]["name"] = json!(if method == "POST" { "big" } else { "cm" });
+        let s = expect_status(&server, method, &path, Some(body), 500, "").await;
+        assert!(
+            s["message"].as_str().unwrap().contains("request is too large"),
+            "{s}"
+        );
+    }
+    let grow = json!({"data": {"v": "z".repeat(1_600_000)}}).to_string();
+    let (code, s) =
+        watchcache_tests::request_typed(&c, &server, "PATCH", &cm, "application/merge-patch+json", grow)
+            .await;
+    assert_eq!(code, 500, "{s}");
+    let (code, _) = request(&c, &server, "GET", &format!("{cms}/big"), None).await;
+    assert_eq!(code, 404, "nothing stored");
+    let (code, _) = request(&c, &server, "POST", cms, Some(big(1_500_000))).await;
+    assert_eq!(code, 201);
+    server.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_huge_timeout_is_clamped_and_a_client_that_stops_reading_is_still_dropped() {
     // As `a_client_that_never_reads_neither_outlives_its_timeout_nor_holds_up_shutdown`, with
