@@ -16,16 +16,17 @@
 use serde_json::{Map, Value, json};
 use watchcache_encoders::Status;
 
+use crate::errors;
 use crate::fields::{self, Fields, Manager, Segment};
 use crate::strategic;
+use crate::yaml;
 
 /// Parses an apply body, YAML or JSON (YAML's subset, which most clients send): an object
 /// with no `managedFields` of its own.
 pub(crate) fn parse(body: &[u8]) -> Result<Map<String, Value>, Status> {
     let config: Value = match serde_json::from_slice(body) {
         Ok(v) => v,
-        Err(_) => serde_yaml_ng::from_slice(body)
-            .map_err(|e| Status::bad_request(format!("the apply configuration is not YAML: {e}")))?,
+        Err(_) => yaml::parse(body).map_err(|e| errors::yaml(&e, "the apply configuration is not YAML"))?,
     };
     let Value::Object(config) = config else {
         return Err(Status::bad_request("the apply configuration is not an object"));

@@ -9,6 +9,7 @@ use watchcache_encoders::Status;
 use crate::patch::PatchLimit;
 use crate::stored::Refused;
 use crate::validation::ValueError;
+use crate::yaml::YamlError;
 
 /// The Status for a cache error.
 pub(crate) fn cache(e: &CacheError) -> Status {
@@ -103,6 +104,12 @@ impl From<PatchLimit> for Status {
             PatchLimit::Copies => Status::invalid(format!("the patch cannot be applied: {e}")),
         }
     }
+}
+
+/// The Status for a YAML body that is not YAML or expands past its bound: 400, `what` naming
+/// the body.
+pub(crate) fn yaml(e: &YamlError, what: &str) -> Status {
+    Status::bad_request(format!("{what}: {e}"))
 }
 
 /// The Status for an object a request body carries that its resource's codec refuses.

@@ -46,6 +46,7 @@ mod validation;
 mod watch_body;
 pub mod workload;
 mod writes;
+mod yaml;
 
 pub use backend::Backend;
 pub use config::ServeConfig;

@@ -1009,6 +1009,55 @@ async fn json_patches_are_bounded_in_operations_and_copies_and_objects_in_size()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn yaml_aliases_cannot_expand_a_body_past_the_body_limit() {
+    let server = start(config(0)).await;
+    create_namespaces(&server, &["ns-1"]).await;
+    let c = http();
+    let cms = "/api/v1/namespaces/ns-1/configmaps";
+    // 10,000 aliases of a 1 KiB string: a 70 KB body that expands to 10 MB of finalizers.
+    let mut wide = format!(
+        "metadata:\n  name: wide\n  annotations:\n    a: &a {}\n  finalizers:\n",
+        "x".repeat(1024)
+    );
+    for _ in 0..10_000 {
+        wide.push_str("  - *a\n");
+    }
+    // Nine levels of nine aliases each (the classic "billion laughs").
+    let mut laughs = String::from("metadata:\n  name: laughs\ndata:\n  l0: &l0 \"lol\"\n");
+    for i in 1..10 {
+        let refs = vec![format!("*l{}", i - 1); 9].join(", ");
+        laughs.push_str(&format!("  l{i}: &l{i} [{refs}]\n"));
+    }
+    for (name, body) in [("wide", &wide), ("laughs", &laughs)] {
+        for (method, path, ct) in [
+            ("POST", cms.to_owned(), "application/yaml"),
+            (
+                "PATCH",
+                format!("{cms}/{name}?fieldManager=m"),
+                "application/apply-patch+yaml",
+            ),
+        ] {
+            let (code, s) =
+                watchcache_tests::request_typed(&c, &server, method, &path, ct, body.clone()).await;
+            assert_eq!(
+                (code, s["reason"].as_str()),
+                (400, Some("BadRequest")),
+                "{name} {method}: {s}"
+            );
+        }
+        let (code, _) = request(&c, &server, "GET", &format!("{cms}/{name}"), None).await;
+        assert_eq!(code, 404, "{name}: nothing stored");
+    }
+    // An anchor used a few times is still YAML the server reads.
+    let yaml =
+        "metadata:\n  name: anchored\n  labels:\n    app: &app web\n    tier: *app\ndata:\n  k: *app\n";
+    let (code, out) =
+        watchcache_tests::request_typed(&c, &server, "POST", cms, "application/yaml", yaml).await;
+    assert_eq!((code, out["data"]["k"].as_str()), (201, Some("web")), "{out}");
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_huge_timeout_is_clamped_and_a_client_that_stops_reading_is_still_dropped() {
     // As `a_client_that_never_reads_neither_outlives_its_timeout_nor_holds_up_shutdown`, with
     // timeoutSeconds = 2^64 - 1: the watch ends at the server's longest deadline (twice the
