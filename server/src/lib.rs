@@ -43,6 +43,7 @@ mod switch;
 mod table;
 mod target;
 mod validation;
+mod value_key;
 mod watch_body;
 pub mod workload;
 mod writes;

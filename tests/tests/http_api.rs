@@ -1093,3 +1093,83 @@ async fn a_huge_timeout_is_clamped_and_a_client_that_stops_reading_is_still_drop
     assert_eq!(code, 200);
     server.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_label_patch_of_an_object_with_40000_finalizers_keeps_every_finalizer() {
+    let server = start(config(0)).await;
+    create_namespaces(&server, &["ns-1"]).await;
+    let c = http();
+    let cms = "/api/v1/namespaces/ns-1/configmaps";
+    let finalizers: Vec<String> = (0..40_000).map(|i| format!("f{i}")).collect();
+    let body = json!({"metadata": {"name": "held", "finalizers": finalizers}, "data": {"k": "v"}});
+    let (code, out) = request(
+        &c,
+        &server,
+        "POST",
+        &format!("{cms}?fieldManager=creator"),
+        Some(body),
+    )
+    .await;
+    assert_eq!(
+        code,
+        201,
+        "{}",
+        String::from_utf8_lossy(&out[..out.len().min(300)])
+    );
+    let held = format!("{cms}/held");
+    let finalizers_of = |v: &Value| -> Vec<String> {
+        v["metadata"]["finalizers"]
+            .as_array()
+            .map(|a| a.iter().map(|f| f.as_str().unwrap().to_owned()).collect())
+            .unwrap_or_default()
+    };
+    // kubectl label: a merge patch of the labels.
+    let (code, out) = watchcache_tests::request_typed(
+        &c,
+        &server,
+        "PATCH",
+        &format!("{held}?fieldManager=labeller"),
+        "application/merge-patch+json",
+        r#"{"metadata":{"labels":{"tier":"front"}}}"#,
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert_eq!(out["metadata"]["labels"]["tier"], "front");
+    assert_eq!(finalizers_of(&out), finalizers, "every finalizer kept, in order");
+    let managers: Vec<&str> = out["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["manager"].as_str().unwrap())
+        .collect();
+    assert_eq!(managers, ["creator", "labeller"]);
+    // A strategic patch that removes half of them, and an apply that takes one: the rest stay.
+    let half: Vec<&String> = finalizers.iter().step_by(2).collect();
+    let drop_half = json!({"metadata": {"$deleteFromPrimitiveList/finalizers": half}}).to_string();
+    let (code, out) = watchcache_tests::request_typed(
+        &c,
+        &server,
+        "PATCH",
+        &held,
+        "application/strategic-merge-patch+json",
+        drop_half,
+    )
+    .await;
+    assert_eq!(code, 200);
+    let odd: Vec<String> = finalizers.iter().skip(1).step_by(2).cloned().collect();
+    assert_eq!(finalizers_of(&out), odd);
+    let apply = "metadata:\n  finalizers: [f1]\n  labels:\n    owner: me\n";
+    let (code, out) = watchcache_tests::request_typed(
+        &c,
+        &server,
+        "PATCH",
+        &format!("{held}?fieldManager=applier"),
+        "application/apply-patch+yaml",
+        apply,
+    )
+    .await;
+    assert_eq!(code, 200, "{out}");
+    assert_eq!(finalizers_of(&out), odd);
+    assert_eq!(out["metadata"]["labels"], json!({"tier": "front", "owner": "me"}));
+    server.shutdown().await.unwrap();
+}
