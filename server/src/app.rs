@@ -8,6 +8,7 @@ use std::sync::atomic::AtomicUsize;
 use crate::backend::Backend;
 use crate::config::ServeConfig;
 use crate::metrics::Metrics;
+use crate::offload::Offload;
 use crate::openapi::OpenApi;
 use crate::resources::Resource;
 use crate::switch::Switch;
@@ -24,4 +25,6 @@ pub(crate) struct AppState {
     pub(crate) addr: SocketAddr,
     /// The OpenAPI documents of the served resources, and their schemas for field validation.
     pub(crate) openapi: OpenApi,
+    /// Where writes run: off the runtime's workers, a bounded number at once.
+    pub(crate) writes: Offload,
 }

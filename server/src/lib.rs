@@ -28,6 +28,7 @@ mod media;
 pub mod metrics;
 mod namespace_controller;
 mod namespaces;
+mod offload;
 mod openapi;
 mod openapi_pb;
 mod params;

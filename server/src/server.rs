@@ -23,6 +23,7 @@ use crate::connection::KillableListener;
 use crate::metrics::Metrics;
 use crate::namespace_controller;
 use crate::namespaces;
+use crate::offload::{self, Offload};
 use crate::openapi::OpenApi;
 use crate::switch::Switch;
 use crate::{resources, routes, workload};
@@ -172,6 +173,7 @@ impl Server {
             shutdown: shutdown.clone(),
             open_watchers: Arc::new(AtomicUsize::new(0)),
             addr,
+            writes: Offload::new(offload::MAX_WRITES),
         });
         tokio::spawn(workload::churn(
             store.clone(),
