@@ -8,7 +8,15 @@ cd "$(dirname "$0")"
 seconds="${1:-30}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(label_selector field_selector continue_token query json_codec write_body patch protobuf)
+[ ${#targets[@]} -gt 0 ] || targets=(label_selector field_selector continue_token query json_codec write_body patch protobuf json_patch_growth yaml_apply)
+# Every target runs under a memory limit, so that an input whose cost is not bounded (a
+# patch's copies or YAML aliases expanding a few kilobytes into gigabytes) is a crash, not a
+# slow run: 256 MB, three times what any target needs with its bounds in force (a target
+# process peaks at about 57 MB, json_patch_growth at 78 MB with 3 MiB of copies), and an
+# eighth of libFuzzer's default (2 GB), which an amplification could stay under for the
+# whole run. libFuzzer also takes it as the largest single allocation. (With the copy bound
+# taken out, json_patch_growth's seed `doubling` is an out-of-memory crash at once.)
+rss_limit_mb=256
 # No sanitizer: the code fuzzed here is safe Rust (the ring's unsafe code is checked by Miri
 # and loom); debug assertions on, so arithmetic overflow is a crash.
 flags=(--sanitizer none --debug-assertions)
@@ -21,11 +29,13 @@ for t in "${targets[@]}"; do
   cp corpus/"$t"/* "$work/$t"/ 2>/dev/null
   log="$work/$t.log"
   cargo +nightly fuzz run "${flags[@]}" "$t" "$work/$t" -- \
-    -max_total_time="$seconds" -print_final_stats=1 -artifact_prefix="$work/artifacts/$t/" >"$log" 2>&1
+    -max_total_time="$seconds" -rss_limit_mb="$rss_limit_mb" -print_final_stats=1 \
+    -artifact_prefix="$work/artifacts/$t/" >"$log" 2>&1
   rc=$?
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
   crashes=$(ls "$work/artifacts/$t" | wc -l)
-  echo "fuzz $t: ${execs:-0} execs in ${seconds}s, exit $rc, $crashes crash artifacts"
+  peak=$(grep -o 'stat::peak_rss_mb: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
+  echo "fuzz $t: ${execs:-0} execs in ${seconds}s, peak RSS ${peak:-?} MB (limit $rss_limit_mb), exit $rc, $crashes crash artifacts"
   if [ "$rc" -ne 0 ] || [ "$crashes" -ne 0 ]; then
     status=1
     tail -40 "$log"

@@ -7,7 +7,8 @@
 //! `Value` list, with a memcpy reference), [`idle`] (a parked cursor against a task and a
 //! channel per watcher), [`http`] (the whole server over loopback), [`soak`] (the server
 //! for minutes under reconnecting, stalled and listing clients) and [`etcd`] (initial sync,
-//! following and restarts on real etcd). The criterion benches
+//! following and restarts on real etcd), and [`patch`] (the cost of a label PATCH against the
+//! length of a list in the object). The criterion benches
 //! in `benches/` and the scenario runner (`src/main.rs`) both drive them.
 
 pub mod alloc;
@@ -18,5 +19,6 @@ pub mod http;
 pub mod idle;
 pub mod list;
 pub mod objects;
+pub mod patch;
 pub mod report;
 pub mod soak;

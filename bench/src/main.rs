@@ -17,7 +17,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Map, Value, json};
 use watchcache_bench::alloc::{self, Counting};
 use watchcache_bench::report::{self, Column, human, human_bytes, quantile, round3};
-use watchcache_bench::{cluster, fanout, http, idle, list, soak};
+use watchcache_bench::{cluster, fanout, http, idle, list, patch, soak};
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -51,6 +51,8 @@ enum Scenario {
     /// On real etcd: a cache's initial sync, the event rate it follows, and a replica restarted
     /// under watch clients with history fill on and off.
     Etcd(EtcdArgs),
+    /// The cost of a label PATCH of an object with N finalizers, N doubling: linear or not.
+    Patch(PatchArgs),
     /// Runs one design in this process and prints its figures (used by the runner).
     #[command(name = "__child", hide = true)]
     Child { spec: String },
@@ -201,6 +203,19 @@ struct HttpArgs {
     json: bool,
 }
 
+#[derive(Args)]
+struct PatchArgs {
+    /// Finalizer counts, comma-separated (the last is near the stored object size limit).
+    #[arg(long, value_delimiter = ',', default_value = "2500,5000,10000,20000,40000")]
+    lengths: Vec<usize>,
+    /// Label PATCHes timed at each length.
+    #[arg(long, default_value_t = 7)]
+    patches: usize,
+    /// Print one JSON object on stdout (the table goes to stderr).
+    #[arg(long)]
+    json: bool,
+}
+
 fn main() {
     let cli = Cli::parse();
     let result = match cli.scenario {
@@ -212,6 +227,7 @@ fn main() {
         Scenario::Http(a) => run_http(a),
         Scenario::Soak(a) => run_soak(a),
         Scenario::Etcd(a) => run_etcd(a),
+        Scenario::Patch(a) => run_patch(a),
     };
     if let Err(e) = result {
         eprintln!("watchcache-bench: {e}");
@@ -861,6 +877,63 @@ fn server_binary(given: Option<PathBuf>) -> Result<PathBuf, String> {
         ));
     }
     Ok(sibling)
+}
+
+fn factor(x: f64) -> String {
+    format!("{x:.2}x")
+}
+
+/// The `patch` scenario: see `watchcache_bench::patch`.
+fn run_patch(a: PatchArgs) -> Result<(), String> {
+    if a.lengths.is_empty() || a.patches == 0 {
+        return Err("--lengths and --patches must not be empty or zero".into());
+    }
+    let p = patch::Params {
+        lengths: a.lengths.clone(),
+        patches: a.patches,
+    };
+    let bar = ProgressBar::new((a.lengths.len() * a.patches) as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{prefix:>32} [{elapsed_precise}] {wide_bar} {pos}/{len}")
+            .expect("a valid template"),
+    );
+    bar.set_prefix("label PATCH");
+    let b = bar.clone();
+    let rows = patch::run(&p, &move |n| b.set_position(n))?;
+    bar.finish_and_clear();
+    let mut out = Vec::new();
+    let mut ratios = Map::new();
+    for (i, r) in rows.iter().enumerate() {
+        let mut row = json!({
+            "finalizers": r.length,
+            "object_bytes": r.object_bytes,
+            "median_ms": round3(r.median.as_secs_f64() * 1e3),
+            "min_ms": round3(r.min.as_secs_f64() * 1e3),
+            "us_per_1000": round3(r.median.as_secs_f64() * 1e9 / r.length.max(1) as f64),
+        });
+        if let Some(prev) = i.checked_sub(1).map(|j| &rows[j]) {
+            let d = round3(patch::per_doubling(prev, r));
+            row["per_doubling"] = json!(d);
+            ratios.insert(format!("per_doubling_{}_to_{}", prev.length, r.length), json!(d));
+        }
+        out.push(row);
+    }
+    finish(
+        "patch",
+        json!({"lengths": a.lengths, "patches": a.patches}),
+        out,
+        ratios,
+        &[
+            ("finalizers", "finalizers", human),
+            ("object", "object_bytes", human_bytes),
+            ("median", "median_ms", ms),
+            ("min", "min_ms", ms),
+            ("µs per 1000", "us_per_1000", human),
+            ("per doubling", "per_doubling", factor),
+        ],
+        a.json,
+    );
+    Ok(())
 }
 
 fn run_http(a: HttpArgs) -> Result<(), String> {

@@ -170,6 +170,13 @@ impl Codec for JsonCodec {
         let Some(object) = value.as_object_mut() else {
             return Err(CodecError::Decode("not a JSON object".into()));
         };
+        // A null map value or list element reads as Go reads it (its type's zero value), in
+        // JSON as in protobuf. Most objects have no null at all: only those are walked.
+        if let Some(definition) = self.protobuf
+            && raw.windows(4).any(|w| w == b"null")
+        {
+            protobuf::zero_nulls(definition, object);
+        }
         let Some(Value::Object(meta)) = object.get_mut("metadata") else {
             return Err(CodecError::MissingName);
         };

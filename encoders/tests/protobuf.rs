@@ -407,7 +407,6 @@ fn the_json_text_is_read_in_any_key_order_and_refused_when_it_does_not_fit() {
     for bad in [
         &br#"{"metadata": {"name": 5}}"#[..],
         br#"{"metadata": {"labels": ["a"]}}"#,
-        br#"{"spec": {"containers": [null]}}"#,
         br#"{"spec": {"containers": [{"ports": [{"containerPort": 1.5}]}]}}"#,
         br#"{"metadata": {"creationTimestamp": "yesterday"}}"#,
         br#"[1]"#,
@@ -419,5 +418,77 @@ fn the_json_text_is_read_in_any_key_order_and_refused_when_it_does_not_fit() {
             "{}",
             String::from_utf8_lossy(bad)
         );
+    }
+}
+
+#[test]
+fn a_null_map_value_or_list_element_reads_as_its_zero_value_in_json_and_in_protobuf() {
+    let cases = [
+        (
+            "io.k8s.api.core.v1.ConfigMap",
+            json!({"metadata": {"name": "c", "namespace": "n", "labels": {"l": null, "m": "1"}, "finalizers": ["a", null]},
+                   "data": {"a": null, "b": "x"}, "binaryData": {"z": null}}),
+            json!({"metadata": {"name": "c", "namespace": "n", "labels": {"l": "", "m": "1"}, "finalizers": ["a", ""]},
+                   "data": {"a": "", "b": "x"}, "binaryData": {"z": ""}}),
+        ),
+        (
+            POD,
+            json!({"metadata": {"name": "p", "namespace": "n", "annotations": {"a": null}},
+                   "spec": {"containers": [null, {"name": "c", "args": [null], "resources": {"limits": {"cpu": null}}}],
+                            "nodeSelector": {"k": null}}}),
+            json!({"metadata": {"name": "p", "namespace": "n", "annotations": {"a": ""}},
+                   "spec": {"containers": [{}, {"name": "c", "args": [""], "resources": {"limits": {"cpu": ""}}}],
+                            "nodeSelector": {"k": ""}}}),
+        ),
+    ];
+    for (definition, written, as_go_reads_it) in cases {
+        let text = serde_json::to_vec(&written).unwrap();
+        // The transcoder writes the zero values...
+        let pb = protobuf::decode_json(
+            definition,
+            &protobuf::encode_json_text(definition, &text).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            without_empty_strings(&Value::Object(pb.clone())),
+            without_empty_strings(&as_go_reads_it),
+            "{definition}"
+        );
+        for (path, want) in [
+            ("/data/a", json!("")),
+            ("/metadata/labels/l", json!("")),
+            ("/spec/nodeSelector/k", json!("")),
+        ] {
+            if let Some(want_here) = as_go_reads_it.pointer(path) {
+                assert_eq!(
+                    Value::Object(pb.clone()).pointer(path),
+                    Some(want_here),
+                    "{definition} {path}"
+                );
+                assert_eq!(want_here, &want);
+            }
+        }
+        // ...and the codec reads the JSON as Go does, so both encodings agree.
+        let codec = JsonCodec::new(true, &[]).with_protobuf(definition);
+        let version = codec.decode(&text, Revision::new(3)).unwrap();
+        let mut json: Value =
+            serde_json::from_slice(version.encoded(WireFormat::Json).unwrap().bytes()).unwrap();
+        json["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("resourceVersion");
+        assert_eq!(json, as_go_reads_it, "{definition}");
+        let from_codec = version.encoding(WireFormat::Protobuf, &codec).unwrap();
+        let mut back = Value::Object(protobuf::decode_json(definition, from_codec.bytes()).unwrap());
+        back["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("resourceVersion");
+        assert_eq!(
+            without_empty_strings(&back),
+            without_empty_strings(&json),
+            "{definition}"
+        );
+        assert_eq!(back.pointer("/data/a"), json.pointer("/data/a"), "{definition}");
     }
 }

@@ -61,9 +61,28 @@ struct PbField {
     type_path: Option<String>,
 }
 
+/// The triple of the machine the tests run on, as the rustc that cargo builds with names it.
+fn host_triple() -> String {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".to_owned());
+    let out = std::process::Command::new(rustc)
+        .arg("-vV")
+        .output()
+        .expect("rustc -vV runs");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: "))
+        .expect("rustc -vV names its host")
+        .to_owned()
+}
+
+/// Where k8s-pb's sources are. `cargo metadata` reads the manifest of every package it lists:
+/// filtered to this machine's platform it lists (and, when they are missing, downloads) only
+/// the packages a build here uses, never the lock file's Windows-only ones, which a build on
+/// Linux never fetched (`--offline` without the filter failed on a fresh `CARGO_HOME`).
 fn k8s_pb_src() -> PathBuf {
     let out = std::process::Command::new(env!("CARGO"))
-        .args(["metadata", "--format-version", "1", "--offline"])
+        .args(["metadata", "--format-version", "1", "--filter-platform"])
+        .arg(host_triple())
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("cargo metadata runs");

@@ -9,6 +9,7 @@ use crate::backend::Backend;
 use crate::config::ServeConfig;
 use crate::leases::Leases;
 use crate::metrics::Metrics;
+use crate::offload::Offload;
 use crate::openapi::OpenApi;
 use crate::resources::Resource;
 use crate::switch::Switch;
@@ -27,4 +28,6 @@ pub(crate) struct AppState {
     pub(crate) addr: SocketAddr,
     /// The OpenAPI documents of the served resources, and their schemas for field validation.
     pub(crate) openapi: OpenApi,
+    /// Where writes run: off the runtime's workers, a bounded number at once.
+    pub(crate) writes: Offload,
 }

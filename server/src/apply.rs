@@ -21,16 +21,17 @@
 use serde_json::{Map, Value, json};
 use watchcache_encoders::Status;
 
-use crate::fields::{self, Fields, Manager, Segment};
+use crate::errors;
+use crate::fields::{self, Fields, Indexed, Manager, Segment};
 use crate::strategic;
+use crate::yaml;
 
 /// Parses an apply body, YAML or JSON (YAML's subset, which most clients send): an object
 /// with no `managedFields` of its own.
 pub(crate) fn parse(body: &[u8]) -> Result<Map<String, Value>, Status> {
     let config: Value = match serde_json::from_slice(body) {
         Ok(v) => v,
-        Err(_) => serde_yaml_ng::from_slice(body)
-            .map_err(|e| Status::bad_request(format!("the apply configuration is not YAML: {e}")))?,
+        Err(_) => yaml::parse(body).map_err(|e| errors::yaml(&e, "the apply configuration is not YAML"))?,
     };
     let Value::Object(config) = config else {
         return Err(Status::bad_request("the apply configuration is not an object"));
@@ -95,19 +96,23 @@ pub(crate) fn apply(
     force: bool,
     now: &str,
 ) -> Result<Map<String, Value>, Status> {
-    let applied = Fields::of(kind, config);
+    // Each object is walked once: its fields and their values, by path.
+    let applied = Indexed::of(kind, config);
     let Some(live) = live else {
         let mut object = config.clone();
-        let entry = entry(manager, now, applied);
+        let entry = entry(manager, now, applied.fields);
         fields::set_managers(&mut object, &[entry], api_version);
         return Ok(object);
     };
+    let live_fields = Indexed::of(kind, live);
     let mut managers = fields::managers(live);
     let is_self = |m: &Manager| m.manager == manager && m.operation == "Apply" && m.subresource.is_empty();
 
     let mut conflicts: Vec<(String, Vec<Segment>)> = Vec::new();
-    for leaf in applied.leaves() {
-        if fields::is_existence(&leaf) || fields::value_at(live, &leaf) == fields::value_at(config, &leaf) {
+    for leaf in applied.fields.leaves() {
+        // A path that is a leaf of the configuration and not of the live object holds another
+        // value there (the same value would have the same fields): not equal, as `None` is not.
+        if fields::is_existence(&leaf) || live_fields.value(&leaf) == applied.value(&leaf) {
             continue;
         }
         for m in managers
@@ -137,25 +142,24 @@ pub(crate) fn apply(
         .map(|m| m.fields.clone())
         .unwrap_or_default();
     let others: Vec<&Manager> = managers.iter().filter(|m| !is_self(m)).collect();
+    let mut gone = Fields::default();
     for leaf in previous.leaves() {
-        if applied.contains(&leaf) || others.iter().any(|m| m.fields.contains(&leaf)) {
+        if applied.fields.contains(&leaf) || others.iter().any(|m| m.fields.contains(&leaf)) {
             continue;
         }
         // An element (or map) goes only when no one else owns anything in it.
         if fields::is_existence(&leaf) {
             let parent = &leaf[..leaf.len() - 1];
-            let owned_inside = others
-                .iter()
-                .any(|m| m.fields.leaves().iter().any(|l| l.starts_with(parent)));
-            if owned_inside {
+            if others.iter().any(|m| m.fields.has_prefix(parent)) {
                 continue;
             }
         }
-        fields::remove_at(&mut object, &leaf);
+        gone.insert(&leaf);
     }
+    fields::remove_all(&mut object, &gone);
 
     managers.retain(|m| !is_self(m));
-    managers.push(entry(manager, now, applied));
+    managers.push(entry(manager, now, applied.fields));
     managers.retain(|m| !m.fields.is_empty());
     fields::set_managers(&mut object, &managers, api_version);
     Ok(object)

@@ -31,6 +31,10 @@ pub struct ServeConfig {
     /// how long past its deadline a watch whose client stopped reading keeps its connection.
     /// Default 10 s.
     pub shutdown_grace: Duration,
+    /// A watch that names no `timeoutSeconds` ends after a random time between this and
+    /// twice this, so that clients reconnect spread out (the apiserver's
+    /// `--min-request-timeout`). Default 1800 s.
+    pub min_request_timeout: Duration,
     /// etcd client URLs to follow instead of the embedded store (needs the `etcd` feature).
     /// Empty (the default): the embedded store.
     pub etcd: Vec<String>,
@@ -73,6 +77,7 @@ impl Default for ServeConfig {
             seed_pods: 0,
             churn: 0.0,
             shutdown_grace: Duration::from_secs(10),
+            min_request_timeout: Duration::from_secs(1800),
             etcd: Vec::new(),
             compaction_interval: Duration::from_secs(300),
             history_fill: true,

@@ -88,7 +88,9 @@ impl Connection {
     pub(crate) fn end_if_stalled_after(&self, deadline: Duration, grace: Duration) {
         let (kill, state, peer) = (self.kill.clone(), Arc::clone(&self.state), self.peer);
         tokio::spawn(async move {
-            let mut wait = deadline + grace;
+            // Saturating: a deadline and a grace period of any size are a time to wait, never
+            // an overflow that would end this task and leave the connection to its client.
+            let mut wait = deadline.saturating_add(grace);
             loop {
                 tokio::select! {
                     _ = state.closed.cancelled() => return,

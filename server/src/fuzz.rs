@@ -4,11 +4,14 @@
 use watchcache_core::{Codec, Revision};
 use watchcache_encoders::{JsonCodec, ResourceInfo};
 
+use serde_json::{Map, Value, json};
+
 use crate::apply;
 use crate::fields;
 use crate::params::{DeleteParams, Params, WriteParams};
-use crate::patch::{Patch, PatchType};
+use crate::patch::{MAX_COPY_BYTES, MAX_OPERATIONS, Patch, PatchType};
 use crate::writes::{Addressed, object_from_body};
+use crate::yaml;
 
 /// Parses `query` as every verb would: LIST and WATCH options, write and DELETE parameters.
 pub fn query(query: &str, body: &[u8]) {
@@ -96,5 +99,126 @@ pub fn patch(body: &[u8]) {
             false,
             "t",
         );
+    }
+}
+
+/// Pointers a generated JSON patch uses: maps, a list, strings, the root, and ones that are
+/// not there.
+const POINTERS: &[&str] = &[
+    "",
+    "/data",
+    "/data/a",
+    "/data/b",
+    "/data/d",
+    "/data/d/a",
+    "/metadata/annotations",
+    "/metadata/annotations/x",
+    "/metadata/finalizers",
+    "/metadata/finalizers/0",
+    "/metadata/finalizers/-",
+    "/missing/path",
+];
+
+/// A JSON patch made from `data`, applied to a config map: a body that does not start with
+/// `[` is read as operations, two bytes each (which operation, which pointers), so that most
+/// inputs are patches that copy, move and add, and the fuzzer explores how far they can grow
+/// a document. Whatever is accepted is no larger than the document, the copies allowed and
+/// what the body spells out (a value written in a patch can take more bytes once written
+/// again: `1e15` is `1000000000000000.0`, under five times) together; more operations than
+/// allowed are refused.
+pub fn json_patch_growth(data: &[u8]) {
+    let body = if data.first() == Some(&b'[') {
+        data.to_vec()
+    } else {
+        let ops: Vec<Value> = data
+            .chunks(2)
+            .map(|c| {
+                let (a, b) = (c[0], c.get(1).copied().unwrap_or(0));
+                let path = POINTERS[usize::from(b) % POINTERS.len()];
+                let from = POINTERS[usize::from(b / 16) % POINTERS.len()];
+                match a % 6 {
+                    0 | 1 => json!({"op": "copy", "from": from, "path": path}),
+                    2 => json!({"op": "move", "from": from, "path": path}),
+                    3 => json!({"op": "add", "path": path, "value": {"a": "x".repeat(usize::from(a))}}),
+                    4 => json!({"op": "remove", "path": path}),
+                    _ => json!({"op": "test", "path": path, "value": null}),
+                }
+            })
+            .collect();
+        serde_json::to_vec(&ops).expect("a patch serialises")
+    };
+    let doc = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "c", "namespace": "ns", "finalizers": ["f"]},
+        "data": {"a": "0123456789abcdef", "d": {"a": "x"}}
+    });
+    let Value::Object(doc) = doc else {
+        unreachable!("an object literal");
+    };
+    let doc_len = serde_json::to_vec(&doc).expect("serialises").len();
+    let patch = match Patch::parse(PatchType::Json, &body) {
+        Ok(p) => p,
+        Err(s) => {
+            let ops = serde_json::from_slice::<Vec<Value>>(&body).map_or(0, |v| v.len());
+            assert!(s.code != 413 || ops > MAX_OPERATIONS, "{ops} operations refused");
+            return;
+        }
+    };
+    if let Ok(after) = patch.apply_to("ConfigMap", doc) {
+        let len = serde_json::to_vec(&after).expect("serialises").len();
+        assert!(
+            len <= doc_len + 5 * body.len() + MAX_COPY_BYTES,
+            "a {}-byte patch grew a {doc_len}-byte document to {len} bytes",
+            body.len()
+        );
+    }
+}
+
+/// Values and bytes a JSON value holds, as the YAML reader spends its budget on them.
+fn units(v: &Value) -> usize {
+    1 + match v {
+        Value::String(s) => s.len(),
+        Value::Array(items) => items.iter().map(units).sum(),
+        Value::Object(m) => m.iter().map(|(k, v)| 1 + k.len() + units(v)).sum(),
+        _ => 0,
+    }
+}
+
+/// A YAML apply body made from `data`: read as it is when it starts with a printable byte,
+/// otherwise built from it as anchors and aliases (each level a flow list of aliases to the
+/// levels before, so the fuzzer explores how far aliases can expand a small body). What the
+/// reader accepts holds no more than its budget; what it accepts is then applied to a pod.
+pub fn yaml_apply(data: &[u8]) {
+    let body = match data.first() {
+        Some(b) if b.is_ascii_graphic() || b.is_ascii_whitespace() => data.to_vec(),
+        _ => {
+            let mut yaml = String::from("metadata:\n  name: p\n  annotations:\n    l0: &l0 lol\n");
+            for (i, &n) in data.iter().enumerate().skip(1).take(12) {
+                let refs: Vec<String> = (0..usize::from(n % 16) + 1)
+                    .map(|r| format!("*l{}", (i + r) % i))
+                    .collect();
+                yaml.push_str(&format!("    l{i}: &l{i} [{}]\n", refs.join(", ")));
+            }
+            yaml.into_bytes()
+        }
+    };
+    let Ok(value) = yaml::parse(&body) else {
+        return;
+    };
+    let spent = units(&value);
+    assert!(
+        spent <= yaml::budget(body.len()),
+        "a {}-byte YAML body expanded to {spent} values and bytes",
+        body.len()
+    );
+    if let Ok(config) = apply::parse(&body) {
+        let live = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"},
+                          "spec": {"containers": [{"name": "a", "image": "a"}]}});
+        let Value::Object(live) = live else {
+            unreachable!("an object literal");
+        };
+        if let Ok(applied) = apply::apply("Pod", "v1", Some(&live), &config, "applier", false, "t") {
+            let _ = apply::apply("Pod", "v1", Some(&applied), &Map::new(), "applier", false, "t");
+        }
     }
 }

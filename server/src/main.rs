@@ -146,6 +146,10 @@ struct ServeArgs {
     /// long past its deadline a watch whose client stopped reading keeps its connection).
     #[arg(long, default_value = "10", value_parser = seconds)]
     shutdown_grace: Duration,
+    /// Seconds: a watch without timeoutSeconds ends after a random time between this and
+    /// twice this.
+    #[arg(long, default_value = "1800", value_parser = seconds)]
+    min_request_timeout: Duration,
     /// The most watches open at once; more get 429.
     #[arg(long, default_value_t = 100_000, value_parser = positive_count)]
     max_watchers: usize,
@@ -223,6 +227,7 @@ async fn main() -> std::process::ExitCode {
         seed_pods: args.seed_pods,
         churn: args.churn,
         shutdown_grace: args.shutdown_grace,
+        min_request_timeout: args.min_request_timeout,
         history_bytes: args.history_bytes,
         snapshot_retention: args.snapshot_retention,
         etcd: args.etcd,

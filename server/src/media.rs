@@ -6,10 +6,11 @@
 
 use std::borrow::Cow;
 
-use serde_json::Value;
 use watchcache_encoders::{Status, protobuf};
 
+use crate::errors;
 use crate::table::TableVersion;
+use crate::yaml;
 
 /// One media range of an Accept header: `type/subtype;k=v;…`.
 #[derive(Debug, PartialEq)]
@@ -111,8 +112,7 @@ pub(crate) fn json_body<'a>(
         return Ok(Cow::Borrowed(body));
     }
     if media.eq_ignore_ascii_case("application/yaml") {
-        let value: Value = serde_yaml_ng::from_slice(body)
-            .map_err(|e| Status::bad_request(format!("invalid YAML body: {e}")))?;
+        let value = yaml::parse(body).map_err(|e| errors::yaml(&e, "invalid YAML body"))?;
         let json = serde_json::to_vec(&value).map_err(|e| Status::internal(e.to_string()))?;
         return Ok(Cow::Owned(json));
     }
@@ -142,6 +142,8 @@ pub(crate) fn json_body<'a>(
 
 #[cfg(test)]
 mod tests {
+    use serde_json::Value;
+
     use super::*;
 
     #[test]

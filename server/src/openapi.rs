@@ -25,6 +25,7 @@ use serde_json::{Map, Value, json};
 
 use crate::resources::Resource;
 use crate::strategic::{ListStrategy, MERGE_LISTS};
+use crate::value_types::{self, ValueError};
 
 /// A served kind: its group, version and schema.
 struct Kind {
@@ -211,6 +212,22 @@ impl OpenApi {
             prune(&self.definitions, &schema, object, "", &mut out);
         }
         out
+    }
+}
+
+impl OpenApi {
+    /// Checks the value types of `object` (an object of `apiVersion` and `kind`) against its
+    /// schema ([`validation`]). A kind without a schema here is not checked.
+    pub(crate) fn check_values(
+        &self,
+        api_version: &str,
+        kind: &str,
+        object: &Map<String, Value>,
+    ) -> Result<(), ValueError> {
+        match self.by_kind.get(&(api_version.to_owned(), kind.to_owned())) {
+            Some(def) => value_types::check(&self.definitions, def, object),
+            None => Ok(()),
+        }
     }
 }
 

@@ -99,6 +99,23 @@ impl Params {
         Ok(p)
     }
 
+    /// How long a watch runs before the server ends it: `timeoutSeconds` when the client gave
+    /// one, cut to the longest the server would choose (twice `min_request_timeout`), so that
+    /// any value, up to 2^64 - 1 seconds, is a deadline the server can compute and keep;
+    /// otherwise a random time between `min_request_timeout` and twice it, so that clients
+    /// reconnect spread out (the apiserver's default).
+    pub(crate) fn watch_timeout(&self, min_request_timeout: Duration) -> Duration {
+        let longest = min_request_timeout.saturating_mul(2);
+        match self.timeout {
+            Some(asked) => asked.min(longest),
+            None => {
+                let jitter = Duration::try_from_secs_f64(min_request_timeout.as_secs_f64() * fastrand::f64())
+                    .unwrap_or(min_request_timeout);
+                min_request_timeout.saturating_add(jitter)
+            }
+        }
+    }
+
     /// The filter of a request in `namespace`.
     pub(crate) fn filter(&self, namespace: Option<&str>) -> Result<Filter, Status> {
         let labels = watchcache_core::LabelSelector::parse(&self.label_selector)
@@ -323,7 +340,7 @@ impl DeleteParams {
                     let n = v
                         .as_i64()
                         .ok_or_else(|| Status::bad_request("gracePeriodSeconds is not an integer"))?;
-                    p.grace_period_seconds = Some(n);
+                    p.grace_period_seconds = Some(clamp_grace_period(n));
                 }
                 "propagationPolicy" => p.propagation = Some(propagation(&string(v, k)?)?),
                 "ignoreStoreReadErrorWithClusterBreakingPotential" => {
@@ -369,8 +386,23 @@ fn boolean(name: &str, v: &str) -> Result<bool, Status> {
     }
 }
 
+/// The longest grace period kept: about 136 years, so that a deletion time computed from it
+/// (now plus the grace period) is a time every clock and RFC 3339 can write.
+pub(crate) const MAX_GRACE_PERIOD_SECONDS: i64 = 1 << 32;
+
+/// A grace period as the apiserver takes it on the delete path: a negative one is one second;
+/// and, here, a longer one than [`MAX_GRACE_PERIOD_SECONDS`] is that.
+fn clamp_grace_period(seconds: i64) -> i64 {
+    if seconds < 0 {
+        1
+    } else {
+        seconds.min(MAX_GRACE_PERIOD_SECONDS)
+    }
+}
+
 fn grace_period(v: &str) -> Result<i64, Status> {
     v.parse()
+        .map(clamp_grace_period)
         .map_err(|_| Status::bad_request(format!("invalid gracePeriodSeconds {v:?}: not an integer")))
 }
 
@@ -450,6 +482,44 @@ mod tests {
         assert_eq!(p.timeout, None);
         let p = Params::parse(Some("watch=1&timeoutSeconds=5")).unwrap();
         assert_eq!(p.timeout, Some(Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn deadlines_from_the_client_are_clamped_never_overflowed() {
+        let min = Duration::from_secs(1800);
+        let p = Params::parse(Some("watch=1&timeoutSeconds=18446744073709551615")).unwrap();
+        assert_eq!(p.timeout, Some(Duration::from_secs(u64::MAX)));
+        assert_eq!(
+            p.watch_timeout(min),
+            Duration::from_secs(3600),
+            "the longest default"
+        );
+        let p = Params::parse(Some("watch=1&timeoutSeconds=290")).unwrap();
+        assert_eq!(p.watch_timeout(min), Duration::from_secs(290));
+        let p = Params::parse(Some("watch=1")).unwrap();
+        for _ in 0..100 {
+            let t = p.watch_timeout(min);
+            assert!(t >= min && t <= min * 2, "{t:?}");
+        }
+        // Even an absurd minimum: saturating, not a panic.
+        assert_eq!(p.watch_timeout(Duration::MAX), Duration::MAX);
+        for (q, want) in [
+            ("gracePeriodSeconds=-5", 1),
+            ("gracePeriodSeconds=0", 0),
+            ("gracePeriodSeconds=30", 30),
+            ("gracePeriodSeconds=9223372036854775807", MAX_GRACE_PERIOD_SECONDS),
+        ] {
+            assert_eq!(
+                DeleteParams::parse(Some(q), b"").unwrap().grace_period_seconds,
+                Some(want),
+                "{q}"
+            );
+        }
+        let body = br#"{"gracePeriodSeconds":-9223372036854775808}"#;
+        assert_eq!(
+            DeleteParams::parse(None, body).unwrap().grace_period_seconds,
+            Some(1)
+        );
     }
 
     #[test]

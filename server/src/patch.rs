@@ -5,11 +5,32 @@
 //! As the apiserver answers: an unknown patch type is 415, a body that is not a patch of its
 //! type is 400, and a patch that cannot apply to the object (a failed JSON-patch `test`, a path
 //! that is not there, an element without its merge key) is 422.
+//!
+//! A JSON patch is bounded as the apiserver bounds it, since a few hundred bytes of `copy`
+//! operations can double a document again and again: at most [`MAX_OPERATIONS`] operations
+//! (413), and its copies may add at most [`MAX_COPY_BYTES`] of JSON in all (422). What the
+//! other operations add is in the body, whose size is bounded already.
 
 use serde_json::{Map, Value};
 use watchcache_encoders::Status;
 
 use crate::strategic;
+
+/// The most operations a JSON patch may have, as the apiserver allows.
+pub(crate) const MAX_OPERATIONS: usize = 10_000;
+
+/// The most bytes of JSON a JSON patch's copies may add up to, as the apiserver allows (its
+/// `JSONPatchMaxCopyBytes`): twice etcd's request limit.
+pub(crate) const MAX_COPY_BYTES: usize = 3 << 20;
+
+/// A JSON patch past its bounds.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub(crate) enum PatchLimit {
+    #[error("a JSON patch may have at most {MAX_OPERATIONS} operations; this one has {0}")]
+    Operations(usize),
+    #[error("its copy operations add more than {MAX_COPY_BYTES} bytes")]
+    Copies,
+}
 
 /// The four patch types the apiserver accepts.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -63,7 +84,13 @@ impl Patch {
     pub(crate) fn parse(ty: PatchType, body: &[u8]) -> Result<Patch, Status> {
         let bad = |e: serde_json::Error| Status::bad_request(format!("invalid {ty:?} patch body: {e}"));
         match ty {
-            PatchType::Json => serde_json::from_slice(body).map(Patch::Json).map_err(bad),
+            PatchType::Json => {
+                let ops: json_patch::Patch = serde_json::from_slice(body).map_err(bad)?;
+                if ops.len() > MAX_OPERATIONS {
+                    return Err(PatchLimit::Operations(ops.len()).into());
+                }
+                Ok(Patch::Json(ops))
+            }
             PatchType::Merge => serde_json::from_slice(body).map(Patch::Merge).map_err(bad),
             PatchType::Strategic => match serde_json::from_slice(body).map_err(bad)? {
                 Value::Object(m) => Ok(Patch::Strategic(m)),
@@ -85,7 +112,15 @@ impl Patch {
         let result = match self {
             Patch::Json(ops) => {
                 let mut doc = Value::Object(object);
+                let mut copied = 0usize;
                 for op in ops.iter() {
+                    if let json_patch::PatchOperation::Copy(c) = op
+                        && let Some(from) = doc.pointer(c.from.as_str())
+                    {
+                        copied = json_len_within(from, MAX_COPY_BYTES - copied)
+                            .map(|n| copied + n)
+                            .ok_or(PatchLimit::Copies)?;
+                    }
                     // As the apiserver's JSON patch has it, a `test` for null passes where the
                     // path is missing (kube-runtime's finalizer() relies on it).
                     if let json_patch::PatchOperation::Test(t) = op
@@ -114,6 +149,29 @@ impl Patch {
             other => Err(cannot(&format!("the result is not an object: {other}"))),
         }
     }
+}
+
+/// The length of `v` as compact JSON, if it is at most `limit`: counted while writing it out,
+/// and stopped once past the limit.
+fn json_len_within(v: &Value, limit: usize) -> Option<usize> {
+    struct Counter {
+        n: usize,
+        limit: usize,
+    }
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.n += buf.len();
+            if self.n > self.limit {
+                return Err(std::io::Error::other("over the limit"));
+            }
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Counter { n: 0, limit };
+    serde_json::to_writer(&mut c, v).ok().map(|()| c.n)
 }
 
 #[cfg(test)]
@@ -159,6 +217,38 @@ mod tests {
         );
         let p = Patch::parse(PatchType::Json, br#"[{"op":"replace","path":"","value":7}]"#).unwrap();
         assert_eq!(p.apply_to("ConfigMap", obj(json!({}))).unwrap_err().code, 422);
+    }
+
+    #[test]
+    fn json_patches_are_bounded_in_operations_and_in_what_their_copies_add() {
+        let op = r#"{"op":"test","path":"/kind","value":"ConfigMap"}"#;
+        let ops = |n: usize| format!("[{}]", vec![op; n].join(","));
+        assert!(Patch::parse(PatchType::Json, ops(MAX_OPERATIONS).as_bytes()).is_ok());
+        let err = Patch::parse(PatchType::Json, ops(MAX_OPERATIONS + 1).as_bytes())
+            .err()
+            .unwrap();
+        assert_eq!((err.code, err.reason), (413, "RequestEntityTooLarge"));
+        // 30 copies of a map into itself: 2^30 times its size, stopped at 3 MiB of copies.
+        let mut doubling = vec![
+            r#"{"op":"add","path":"/data","value":{"a":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}}"#.to_owned(),
+        ];
+        for i in 0..30 {
+            doubling.push(format!(r#"{{"op":"copy","from":"/data","path":"/data/d{i}"}}"#));
+        }
+        let p = Patch::parse(PatchType::Json, format!("[{}]", doubling.join(",")).as_bytes()).unwrap();
+        let err = p.apply_to("ConfigMap", obj(json!({}))).unwrap_err();
+        assert_eq!(err.code, 422);
+        assert!(err.message.contains("copy"), "{}", err.message);
+        // A copy within the bound applies.
+        let p = Patch::parse(
+            PatchType::Json,
+            br#"[{"op":"copy","from":"/data/a","path":"/data/b"}]"#,
+        )
+        .unwrap();
+        let out = p.apply_to("ConfigMap", obj(json!({"data": {"a": "1"}}))).unwrap();
+        assert_eq!(out["data"], json!({"a": "1", "b": "1"}));
+        assert_eq!(json_len_within(&json!({"a": "1"}), 100), Some(9));
+        assert_eq!(json_len_within(&json!({"a": "1"}), 8), None);
     }
 
     #[test]

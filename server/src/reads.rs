@@ -228,10 +228,7 @@ pub(crate) async fn watch(
         }
         Err(e) => return Err(errors::cache(&e, &r.info)),
     };
-    // The apiserver's default: a random 30 to 60 minutes, so reconnections spread out.
-    let timeout = p
-        .timeout
-        .unwrap_or_else(|| Duration::from_secs(1800 + fastrand::u64(0..1800)));
+    let timeout = p.watch_timeout(state.config.min_request_timeout);
     // The body ends the watch cleanly at its deadline; if the client has stopped reading, that
     // end cannot be flushed, and the connection is dropped once it has stalled for the grace
     // period.

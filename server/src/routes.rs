@@ -355,11 +355,13 @@ async fn resource_request(
         [] => Ok(std::borrow::Cow::Borrowed(&body[..])),
         b => media::json_body(content_type, b, Some(openapi::DELETE_OPTIONS)),
     };
+    // Writes run off the runtime's workers (`offload`), each with what it needs moved in.
+    let content_type = content_type.map(str::to_owned);
     let result = match target {
         Ok(t) if t.subresource.is_some_and(|s| !s.serves(&method)) => Err(Status::method_not_allowed(
             format!("method {method} is not supported on a subresource"),
         )),
-        Ok(t) => match (method, t.name.as_deref()) {
+        Ok(t) => match (method, t.name.clone()) {
             (Method::GET, name) => {
                 let format = media::read_format(accept.as_deref());
                 match format.and_then(|f| Params::parse(query.as_deref()).map(|p| (f, p))) {
@@ -375,29 +377,46 @@ async fn resource_request(
                         match name {
                             None if p.watch => reads::watch(&state, &conn, &t, &p, form).await,
                             None => reads::list(&state, &t, &p, form).await,
-                            Some(name) => reads::get(&t, name, &p, form).await,
+                            Some(name) => reads::get(&t, &name, &p, form).await,
                         }
                     }
                     Err(s) => Err(s),
                 }
             }
-            (Method::POST, None) => match (
-                write_params(),
-                media::json_body(content_type, &body, t.resource.info.protobuf),
-            ) {
-                (Ok(p), Ok(body)) => writes::create(&state, &t, &p, &body).await,
-                (Err(s), _) | (_, Err(s)) => Err(s),
+            (Method::POST, None) => match write_params() {
+                Ok(p) => {
+                    let (s, body) = (state.clone(), body.clone());
+                    let write = move || async move {
+                        let body =
+                            media::json_body(content_type.as_deref(), &body, t.resource.info.protobuf)?;
+                        writes::create(&s, &t, &p, &body).await
+                    };
+                    state.writes.run(write).await
+                }
+                Err(s) => Err(s),
             },
-            (Method::PUT, Some(name)) => match (
-                write_params(),
-                media::json_body(content_type, &body, t.resource.info.protobuf),
-            ) {
-                (Ok(p), Ok(body)) => writes::update(&state, &t, name, &p, &body).await,
-                (Err(s), _) | (_, Err(s)) => Err(s),
+            (Method::PUT, Some(name)) => match write_params() {
+                Ok(p) => {
+                    let (s, body) = (state.clone(), body.clone());
+                    let write = move || async move {
+                        let body =
+                            media::json_body(content_type.as_deref(), &body, t.resource.info.protobuf)?;
+                        writes::update(&s, &t, &name, &p, &body).await
+                    };
+                    state.writes.run(write).await
+                }
+                Err(s) => Err(s),
             },
             (Method::PATCH, Some(name)) => {
-                match (PatchType::from_content_type(content_type), write_params()) {
-                    (Ok(ty), Ok(p)) => writes::patch(&state, &t, name, &p, ty, &body).await,
+                match (
+                    PatchType::from_content_type(content_type.as_deref()),
+                    write_params(),
+                ) {
+                    (Ok(ty), Ok(p)) => {
+                        let (s, body) = (state.clone(), body.clone());
+                        let write = move || async move { writes::patch(&s, &t, &name, &p, ty, &body).await };
+                        state.writes.run(write).await
+                    }
                     (Err(s), _) | (_, Err(s)) => Err(s),
                 }
             }
@@ -405,12 +424,20 @@ async fn resource_request(
                 Params::parse(query.as_deref()),
                 delete_body().and_then(|b| DeleteParams::parse(query.as_deref(), &b)),
             ) {
-                (Ok(p), Ok(d)) => writes::delete_collection(&state, &t, &p, &d).await,
+                (Ok(p), Ok(d)) => {
+                    let s = state.clone();
+                    let write = move || async move { writes::delete_collection(&s, &t, &p, &d).await };
+                    state.writes.run(write).await
+                }
                 (Err(s), _) | (_, Err(s)) => Err(s),
             },
             (Method::DELETE, Some(name)) => {
                 match delete_body().and_then(|b| DeleteParams::parse(query.as_deref(), &b)) {
-                    Ok(p) => writes::delete(&state, &t, name, &p).await,
+                    Ok(p) => {
+                        let s = state.clone();
+                        let write = move || async move { writes::delete(&s, &t, &name, &p).await };
+                        state.writes.run(write).await
+                    }
                     Err(s) => Err(s),
                 }
             }

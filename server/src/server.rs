@@ -24,6 +24,7 @@ use crate::leases::Leases;
 use crate::metrics::Metrics;
 use crate::namespace_controller;
 use crate::namespaces;
+use crate::offload::{self, Offload};
 use crate::openapi::OpenApi;
 use crate::pod_gc;
 use crate::switch::Switch;
@@ -176,6 +177,7 @@ impl Server {
             shutdown: shutdown.clone(),
             open_watchers: Arc::new(AtomicUsize::new(0)),
             addr,
+            writes: Offload::new(offload::MAX_WRITES),
         });
         tokio::spawn(workload::churn(
             store.clone(),

@@ -15,8 +15,18 @@
 //!
 //! Which lists merge, and on which key, is the built-in types' `patchStrategy` and
 //! `patchMergeKey` ([`list_strategy`]); the OpenAPI documents publish the same table.
+//!
+//! Every list is indexed once per merge (elements by value, or by merge key, in hash maps), so
+//! merging, deleting and ordering cost time linear in the list and the patch, not their
+//! product: a patch of a few thousand finalizers against tens of thousands must not take
+//! seconds.
+
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use serde_json::{Map, Value};
+
+use crate::value_key::{OwnedKey, ValueKey};
 
 /// How a list field is patched.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -168,7 +178,8 @@ fn merge_map(
                 return err(format!("{key} in {} is not a list", at(path)));
             };
             if let Some(Value::Array(list)) = object.get_mut(field) {
-                list.retain(|v| !remove.contains(v));
+                let remove: HashSet<ValueKey<'_>> = remove.iter().map(ValueKey).collect();
+                list.retain(|v| !remove.contains(&ValueKey(v)));
             }
             continue;
         }
@@ -211,14 +222,14 @@ fn merge_map(
     match patch.get(RETAIN_KEYS) {
         None => {}
         Some(Value::Array(keep)) => {
-            let mut names = Vec::with_capacity(keep.len());
+            let mut names = HashSet::with_capacity(keep.len());
             for k in keep {
                 let Value::String(k) = k else {
                     return err(format!("$retainKeys in {} holds a non-string", at(path)));
                 };
-                names.push(k.as_str());
+                names.insert(k.as_str());
             }
-            object.retain(|k, _| names.contains(&k.as_str()));
+            object.retain(|k, _| names.contains(k.as_str()));
         }
         Some(_) => return err(format!("$retainKeys in {} is not a list", at(path))),
     }
@@ -254,50 +265,105 @@ fn merge_list(
     match strategy {
         ListStrategy::Replace => unreachable!("handled above"),
         ListStrategy::MergeSet => {
-            for item in patch {
-                if item.is_object() || item.is_array() {
-                    return err(format!("{path} is a list of values; the patch holds {item}"));
-                }
-                if !current.contains(item) {
-                    current.push(item.clone());
+            // The values the list holds, and those the patch adds (once each, in its order).
+            let mut added = Vec::new();
+            {
+                let mut present: HashSet<ValueKey<'_>> = current.iter().map(ValueKey).collect();
+                for item in patch {
+                    if item.is_object() || item.is_array() {
+                        return err(format!("{path} is a list of values; the patch holds {item}"));
+                    }
+                    if present.insert(ValueKey(item)) {
+                        added.push(item.clone());
+                    }
                 }
             }
+            current.extend(added);
             Ok(current)
         }
-        ListStrategy::MergeByKey(key) => {
-            for item in patch {
-                let Value::Object(element) = item else {
-                    return err(format!(
-                        "{path} is merged by {key:?}; the patch's element {item} is not a map"
-                    ));
-                };
-                let Some(id) = element.get(key) else {
-                    return err(format!(
-                        "{path}: the patch's element {item} does not contain the merge key {key:?}"
-                    ));
-                };
-                let found = current
-                    .iter()
-                    .position(|c| c.as_object().and_then(|c| c.get(key)) == Some(id));
-                if is_directive(item, "delete") {
-                    current.retain(|c| c.as_object().and_then(|c| c.get(key)) != Some(id));
-                    continue;
-                }
-                match found {
-                    Some(i) => {
-                        let Value::Object(existing) = &mut current[i] else {
-                            unreachable!("matched on a map's key");
-                        };
-                        if let Outcome::Delete = merge_map(kind, path, existing, element)? {
-                            current.remove(i);
-                        }
-                    }
-                    None => current.push(fresh(kind, path, item)?),
-                }
-            }
-            Ok(current)
+        ListStrategy::MergeByKey(key) => merge_by_key(kind, path, key, current, patch),
+    }
+}
+
+/// The merge key of `element`, if it is a map that has one.
+fn id_of<'v>(element: &'v Value, key: &str) -> Option<&'v Value> {
+    element.as_object().and_then(|m| m.get(key))
+}
+
+/// A keyed list merged with the patch's elements, in the patch's order: an element with a key
+/// the list has is merged into the first element with that key (or, with `$patch: delete`,
+/// every element with it goes); any other is appended. The list is indexed once: for each key,
+/// the positions of the elements that have it, first first.
+fn merge_by_key(
+    kind: &str,
+    path: &str,
+    key: &str,
+    current: Vec<Value>,
+    patch: &[Value],
+) -> Result<Vec<Value>, PatchError> {
+    let mut slots: Vec<Option<Value>> = current.into_iter().map(Some).collect();
+    let mut by_id: HashMap<OwnedKey, VecDeque<usize>> = HashMap::new();
+    for (i, slot) in slots.iter().enumerate() {
+        if let Some(id) = slot.as_ref().and_then(|e| id_of(e, key)) {
+            by_id.entry(OwnedKey(id.clone())).or_default().push_back(i);
         }
     }
+    // Files position `i` under the key its element has now (if any), in list order.
+    let index = |by_id: &mut HashMap<OwnedKey, VecDeque<usize>>, slots: &[Option<Value>], i: usize| {
+        if let Some(id) = slots[i].as_ref().and_then(|e| id_of(e, key)) {
+            let positions = by_id.entry(OwnedKey(id.clone())).or_default();
+            let at = positions.partition_point(|&p| p < i);
+            positions.insert(at, i);
+        }
+    };
+    for item in patch {
+        let Value::Object(element) = item else {
+            return err(format!(
+                "{path} is merged by {key:?}; the patch's element {item} is not a map"
+            ));
+        };
+        let Some(id) = element.get(key) else {
+            return err(format!(
+                "{path}: the patch's element {item} does not contain the merge key {key:?}"
+            ));
+        };
+        let id = OwnedKey(id.clone());
+        if is_directive(item, "delete") {
+            for i in by_id.remove(&id).unwrap_or_default() {
+                slots[i] = None;
+            }
+            continue;
+        }
+        match by_id.get(&id).and_then(|p| p.front().copied()) {
+            Some(i) => {
+                let Some(Value::Object(existing)) = &mut slots[i] else {
+                    unreachable!("indexed by a map's key");
+                };
+                let outcome = merge_map(kind, path, existing, element)?;
+                // The element leaves its key's index if it goes, or if the merge changed its
+                // key (`$retainKeys` can drop it); it is filed again under a new one.
+                let still = matches!(outcome, Outcome::Keep)
+                    && slots[i].as_ref().and_then(|e| id_of(e, key)) == Some(&id.0);
+                if !still {
+                    if let Entry::Occupied(mut e) = by_id.entry(id) {
+                        e.get_mut().pop_front();
+                        if e.get().is_empty() {
+                            e.remove();
+                        }
+                    }
+                    match outcome {
+                        Outcome::Delete => slots[i] = None,
+                        Outcome::Keep => index(&mut by_id, &slots, i),
+                    }
+                }
+            }
+            None => {
+                slots.push(Some(fresh(kind, path, item)?));
+                index(&mut by_id, &slots, slots.len() - 1);
+            }
+        }
+    }
+    Ok(slots.into_iter().flatten().collect())
 }
 
 /// A patch value that has nothing to merge into, its directives applied to nothing.
@@ -322,15 +388,15 @@ fn reorder(list: &mut Vec<Value>, order: &[Value], strategy: ListStrategy) -> Re
             _ => Some(v.clone()),
         }
     };
-    let mut wanted = Vec::with_capacity(order.len());
-    for o in order {
-        wanted.push(
-            identity(o)
-                .ok_or_else(|| PatchError(format!("$setElementOrder element {o} has no merge key")))?,
-        );
+    // Each identity's first place in the order.
+    let mut wanted: HashMap<OwnedKey, usize> = HashMap::with_capacity(order.len());
+    for (rank, o) in order.iter().enumerate() {
+        let id = identity(o)
+            .ok_or_else(|| PatchError(format!("$setElementOrder element {o} has no merge key")))?;
+        wanted.entry(OwnedKey(id)).or_insert(rank);
     }
     let mut original: Vec<Option<Value>> = std::mem::take(list).into_iter().map(Some).collect();
-    let rank = |v: &Value| identity(v).and_then(|id| wanted.iter().position(|w| *w == id));
+    let rank = |v: &Value| identity(v).and_then(|id| wanted.get(&OwnedKey(id)).copied());
     let mut named: Vec<(usize, usize)> = Vec::new(); // (rank, index in the list as it was)
     let mut others: Vec<usize> = Vec::new();
     for (i, v) in original.iter().enumerate() {

@@ -25,6 +25,7 @@ use serde_json::{Map, Value};
 
 use field::Errors;
 pub(crate) use field::{ErrorKind, FieldError};
+pub(crate) use quantity::parse as parse_quantity;
 
 /// Why a written object is refused.
 #[derive(Debug, PartialEq)]

@@ -28,6 +28,7 @@ use crate::namespaces;
 use crate::params::{DeleteParams, FieldValidation, Params, WriteParams};
 use crate::patch::{Patch, PatchType};
 use crate::response::json_response;
+use crate::stored;
 use crate::target::{Subresource, Target};
 use crate::validation;
 
@@ -440,6 +441,10 @@ fn check_fields(
 ) -> Result<Vec<String>, Status> {
     let info = &t.resource.info;
     let unknown = state.openapi.prune_unknown(&info.api_version, &info.kind, object);
+    state
+        .openapi
+        .check_values(&info.api_version, &info.kind, object)
+        .map_err(|e| errors::ill_typed(&e, &info.kind, &info.api_version))?;
     match p.field_validation {
         FieldValidation::Strict if !unknown.is_empty() => {
             let fields: Vec<String> = unknown.iter().map(|f| format!("unknown field {f:?}")).collect();
@@ -862,6 +867,8 @@ fn validate(
 /// the check that the cache will accept it, and the version the response is written from.
 fn encode(t: &Target, object: &Map<String, Value>) -> Result<(Bytes, ObjectVersion), Status> {
     let raw = Bytes::from(serde_json::to_vec(object).map_err(|e| Status::internal(e.to_string()))?);
+    let info = &t.resource.info;
+    stored::admit(info.protobuf, &raw).map_err(|e| errors::not_stored(&e, &info.kind, &info.api_version))?;
     // Revision 0 until the store assigns one; `written` stamps the real one.
     let version = t
         .resource

@@ -734,3 +734,449 @@ async fn watches_beyond_max_watchers_get_429_and_the_slot_frees_when_one_ends() 
     assert!(freed, "the slot of a closed watch is released");
     server.shutdown().await.unwrap();
 }
+
+/// A protobuf LIST of `path`: its code, and the item count when it decodes.
+async fn protobuf_list(server: &Server, path: &str) -> (u16, Option<usize>) {
+    let (code, _, body) =
+        watchcache_tests::get_raw(server, path, "application/vnd.kubernetes.protobuf").await;
+    let items = watchcache_encoders::protobuf::open_envelope(&body)
+        .ok()
+        .and_then(|e| {
+            watchcache_encoders::protobuf::decode_json("io.k8s.api.core.v1.ConfigMapList", e.raw).ok()
+        })
+        .map(|list| list.get("items").and_then(Value::as_array).map_or(0, Vec::len));
+    (code, items)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ill_typed_values_are_400_on_every_write_and_protobuf_lists_go_on() {
+    let server = start(config(0)).await;
+    create_namespaces(&server, &["ns-1"]).await;
+    let c = http();
+    let cms = "/api/v1/namespaces/ns-1/configmaps";
+    let (code, _) = request(
+        &c,
+        &server,
+        "POST",
+        cms,
+        Some(json!({"metadata": {"name": "good"}, "data": {"a": "1"}})),
+    )
+    .await;
+    assert_eq!(code, 201);
+    let pod = |spec: Value| json!({"metadata": {"name": "p"}, "spec": spec});
+    let container = |extra: Value| {
+        let mut c = json!({"name": "a", "image": "i"});
+        c.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        pod(json!({"containers": [c]}))
+    };
+    let cases = [
+        // (collection, body, what the message names)
+        (
+            cms,
+            json!({"metadata": {"name": "n"}, "data": {"a": 1}}),
+            "ConfigMap.data",
+        ),
+        (
+            cms,
+            json!({"metadata": {"name": "n"}, "data": ["a"]}),
+            "ConfigMap.data",
+        ),
+        (
+            cms,
+            json!({"metadata": {"name": "n", "labels": {"a": true}}}),
+            "metadata.labels",
+        ),
+        (
+            cms,
+            json!({"metadata": {"name": "n", "finalizers": "a"}}),
+            "metadata.finalizers",
+        ),
+        (
+            cms,
+            json!({"metadata": {"name": "n"}, "immutable": "yes"}),
+            "immutable",
+        ),
+        (
+            cms,
+            json!({"metadata": {"name": "n"}, "binaryData": {"b": "not base64!"}}),
+            "binaryData",
+        ),
+        (
+            "/api/v1/namespaces/ns-1/pods",
+            pod(json!({"containers": {"name": "a"}})),
+            "spec.containers",
+        ),
+        (
+            "/api/v1/namespaces/ns-1/pods",
+            container(json!({"ports": [{"containerPort": "80"}]})),
+            "containerPort",
+        ),
+        (
+            "/api/v1/namespaces/ns-1/pods",
+            container(json!({"ports": [{"containerPort": 4_294_967_296u64}]})),
+            "containerPort",
+        ),
+        (
+            "/api/v1/namespaces/ns-1/pods",
+            container(json!({"ports": [{"containerPort": 80.5}]})),
+            "containerPort",
+        ),
+        (
+            "/api/v1/namespaces/ns-1/pods",
+            container(json!({"resources": {"limits": {"cpu": "lots"}}})),
+            "limits",
+        ),
+        (
+            "/api/v1/namespaces/ns-1/pods",
+            container(json!({"resources": {"limits": {"cpu": ["1"]}}})),
+            "limits",
+        ),
+        (
+            "/api/v1/namespaces/ns-1/pods",
+            container(json!({"livenessProbe": {"httpGet": {"port": true}}})),
+            "port",
+        ),
+        (
+            "/api/v1/namespaces/ns-1/pods",
+            pod(json!({"containers": [], "activeDeadlineSeconds": 1.5})),
+            "activeDeadlineSeconds",
+        ),
+        (
+            "/api/v1/namespaces/ns-1/events",
+            json!({"metadata": {"name": "e"}, "involvedObject": {}, "lastTimestamp": "yesterday"}),
+            "lastTimestamp",
+        ),
+    ];
+    for (path, body, names) in cases {
+        let s = expect_status(&server, "POST", path, Some(body.clone()), 400, "BadRequest").await;
+        let message = s["message"].as_str().unwrap();
+        assert!(
+            message.contains("cannot be handled as a") && message.contains(names),
+            "{body}: {message}"
+        );
+    }
+    // A patch, an update and an apply that would make the object ill-typed are refused too.
+    let good = format!("{cms}/good");
+    let (code, s) = watchcache_tests::request_typed(
+        &c,
+        &server,
+        "PATCH",
+        &good,
+        "application/merge-patch+json",
+        r#"{"data":{"a":1}}"#,
+    )
+    .await;
+    assert_eq!((code, s["reason"].as_str()), (400, Some("BadRequest")), "{s}");
+    let (code, s) = watchcache_tests::request_typed(
+        &c,
+        &server,
+        "PATCH",
+        &good,
+        "application/json-patch+json",
+        r#"[{"op":"add","path":"/data/b","value":{"x":1}}]"#,
+    )
+    .await;
+    assert_eq!((code, s["reason"].as_str()), (400, Some("BadRequest")), "{s}");
+    let (code, s) = watchcache_tests::request_typed(
+        &c,
+        &server,
+        "PATCH",
+        &format!("{good}?fieldManager=m"),
+        "application/apply-patch+yaml",
+        "data:\n  a: 1\n",
+    )
+    .await;
+    assert_eq!((code, s["reason"].as_str()), (400, Some("BadRequest")), "{s}");
+    let (code, _) = request(
+        &c,
+        &server,
+        "PUT",
+        &good,
+        Some(json!({"metadata": {"name": "good"}, "data": {"a": 2}})),
+    )
+    .await;
+    assert_eq!(code, 400);
+    // Nothing ill-typed was stored: every protobuf LIST of config maps answers, whole.
+    for path in [cms, "/api/v1/configmaps"] {
+        assert_eq!(protobuf_list(&server, path).await, (200, Some(1)), "{path}");
+    }
+    let (_, body) = request(&c, &server, "GET", &good, None).await;
+    assert_eq!(
+        serde_json::from_slice::<Value>(&body).unwrap()["data"],
+        json!({"a": "1"})
+    );
+    // What clients send in the value types' other JSON forms is accepted: a quantity as a
+    // number, an IntOrString as either, null for anything.
+    let ok = container(json!({
+        "resources": {"limits": {"cpu": 1, "memory": "64Mi"}, "requests": {"cpu": "250m"}},
+        "livenessProbe": {"httpGet": {"port": "http"}, "periodSeconds": null},
+        "readinessProbe": {"tcpSocket": {"port": 8080}},
+    }));
+    let (code, body) = request(&c, &server, "POST", "/api/v1/namespaces/ns-1/pods", Some(ok)).await;
+    assert_eq!(code, 201, "{}", String::from_utf8_lossy(&body));
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_patches_are_bounded_in_operations_and_copies_and_objects_in_size() {
+    let server = start(config(0)).await;
+    create_namespaces(&server, &["ns-1"]).await;
+    let c = http();
+    let cms = "/api/v1/namespaces/ns-1/configmaps";
+    let (code, _) = request(
+        &c,
+        &server,
+        "POST",
+        cms,
+        Some(json!({"metadata": {"name": "cm"}, "data": {"a": "x".repeat(1024)}})),
+    )
+    .await;
+    assert_eq!(code, 201);
+    let cm = format!("{cms}/cm");
+    let patch = |ops: Vec<Value>| Value::Array(ops).to_string();
+    // More operations than the apiserver allows: 413.
+    let test = json!({"op": "test", "path": "/data/a", "value": "x".repeat(1024)});
+    let many = patch(vec![
+        json!({"op": "test", "path": "/kind", "value": "ConfigMap"});
+        10_001
+    ]);
+    let (code, s) =
+        watchcache_tests::request_typed(&c, &server, "PATCH", &cm, "application/json-patch+json", many).await;
+    assert_eq!(
+        (code, s["reason"].as_str()),
+        (413, Some("RequestEntityTooLarge")),
+        "{s}"
+    );
+    assert!(s["message"].as_str().unwrap().contains("10000"), "{s}");
+    // Copies that double a map twelve times (a 600-byte patch, 4 MiB of copies): 422 once
+    // the copies add up past 3 MiB, and nothing is stored.
+    let mut ops = vec![
+        test,
+        json!({"op": "add", "path": "/data", "value": {"a": "x".repeat(1024)}}),
+    ];
+    ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": {}}));
+    for i in 0..12 {
+        ops.push(json!({"op": "copy", "from": "/data", "path": format!("/data/d{i}")}));
+    }
+    let (code, s) = watchcache_tests::request_typed(
+        &c,
+        &server,
+        "PATCH",
+        &cm,
+        "application/json-patch+json",
+        patch(ops),
+    )
+    .await;
+    assert_eq!((code, s["reason"].as_str()), (422, Some("Invalid")), "{s}");
+    assert!(s["message"].as_str().unwrap().contains("copy"), "{s}");
+    // Within the bounds, copies apply.
+    let ops = vec![json!({"op": "copy", "from": "/data/a", "path": "/data/b"})];
+    let (code, out) = watchcache_tests::request_typed(
+        &c,
+        &server,
+        "PATCH",
+        &cm,
+        "application/json-patch+json",
+        patch(ops),
+    )
+    .await;
+    assert_eq!(code, 200, "{out}");
+    assert_eq!(out["data"]["b"], out["data"]["a"]);
+    // An object larger than etcd takes (1.5 MiB) is refused as the apiserver refuses it, on a
+    // create, an update and a patch alike; one just under is stored. (A Lease: a ConfigMap's
+    // data is refused past 1 MiB by its validation already, with a 422.)
+    let leases = "/apis/coordination.k8s.io/v1/namespaces/ns-1/leases";
+    let big =
+        |name: &str, n: usize| json!({"metadata": {"name": name}, "spec": {"holderIdentity": "y".repeat(n)}});
+    let (code, _) = request(&c, &server, "POST", leases, Some(big("lease", 10))).await;
+    assert_eq!(code, 201);
+    for (method, path, name) in [
+        ("POST", leases.to_owned(), "big"),
+        ("PUT", format!("{leases}/lease"), "lease"),
+    ] {
+        let s = expect_status(&server, method, &path, Some(big(name, 1_600_000)), 500, "").await;
+        assert!(
+            s["message"].as_str().unwrap().contains("request is too large"),
+            "{s}"
+        );
+    }
+    let grow = json!({"spec": {"holderIdentity": "z".repeat(1_600_000)}}).to_string();
+    let lease = format!("{leases}/lease");
+    let (code, s) =
+        watchcache_tests::request_typed(&c, &server, "PATCH", &lease, "application/merge-patch+json", grow)
+            .await;
+    assert_eq!(code, 500, "{s}");
+    let (code, _) = request(&c, &server, "GET", &format!("{leases}/big"), None).await;
+    assert_eq!(code, 404, "nothing stored");
+    let (code, _) = request(&c, &server, "POST", leases, Some(big("big", 1_500_000))).await;
+    assert_eq!(code, 201);
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn yaml_aliases_cannot_expand_a_body_past_the_body_limit() {
+    let server = start(config(0)).await;
+    create_namespaces(&server, &["ns-1"]).await;
+    let c = http();
+    let cms = "/api/v1/namespaces/ns-1/configmaps";
+    // 10,000 aliases of a 1 KiB string: a 70 KB body that expands to 10 MB of finalizers.
+    let mut wide = format!(
+        "metadata:\n  name: wide\n  annotations:\n    a: &a {}\n  finalizers:\n",
+        "x".repeat(1024)
+    );
+    for _ in 0..10_000 {
+        wide.push_str("  - *a\n");
+    }
+    // Nine levels of nine aliases each (the classic "billion laughs").
+    let mut laughs = String::from("metadata:\n  name: laughs\ndata:\n  l0: &l0 \"lol\"\n");
+    for i in 1..10 {
+        let refs = vec![format!("*l{}", i - 1); 9].join(", ");
+        laughs.push_str(&format!("  l{i}: &l{i} [{refs}]\n"));
+    }
+    for (name, body) in [("wide", &wide), ("laughs", &laughs)] {
+        for (method, path, ct) in [
+            ("POST", cms.to_owned(), "application/yaml"),
+            (
+                "PATCH",
+                format!("{cms}/{name}?fieldManager=m"),
+                "application/apply-patch+yaml",
+            ),
+        ] {
+            let (code, s) =
+                watchcache_tests::request_typed(&c, &server, method, &path, ct, body.clone()).await;
+            assert_eq!(
+                (code, s["reason"].as_str()),
+                (400, Some("BadRequest")),
+                "{name} {method}: {s}"
+            );
+        }
+        let (code, _) = request(&c, &server, "GET", &format!("{cms}/{name}"), None).await;
+        assert_eq!(code, 404, "{name}: nothing stored");
+    }
+    // An anchor used a few times is still YAML the server reads.
+    let yaml =
+        "metadata:\n  name: anchored\n  labels:\n    app: &app web\n    tier: *app\ndata:\n  k: *app\n";
+    let (code, out) =
+        watchcache_tests::request_typed(&c, &server, "POST", cms, "application/yaml", yaml).await;
+    assert_eq!((code, out["data"]["k"].as_str()), (201, Some("web")), "{out}");
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_timeout_is_clamped_and_a_client_that_stops_reading_is_still_dropped() {
+    // As `a_client_that_never_reads_neither_outlives_its_timeout_nor_holds_up_shutdown`, with
+    // timeoutSeconds = 2^64 - 1: the watch ends at the server's longest deadline (twice the
+    // minimum request timeout: 2 s here), and the stalled connection is dropped after grace.
+    let mut cfg = config(2000);
+    cfg.shutdown_grace = Duration::from_millis(500);
+    cfg.min_request_timeout = Duration::from_secs(1);
+    let server = start(cfg).await;
+    let addr = server.addr();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(64 * 1024).unwrap();
+    let mut s = socket.connect(addr).await.unwrap();
+    let path = "/api/v1/pods?watch=1&resourceVersion=0&timeoutSeconds=18446744073709551615";
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let mut buf = vec![0u8; 1 << 16];
+    let mut read = 0usize;
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf)).await {
+            Ok(Ok(0) | Err(_)) => break,
+            Ok(Ok(n)) => read += n,
+            Err(_) => panic!("the server kept the connection past its longest deadline ({read} bytes read)"),
+        }
+    }
+    assert!(
+        read < 8 << 20,
+        "dropped before it could send everything ({read} bytes)"
+    );
+    // The server goes on serving.
+    let (code, _) = request(&http(), &server, "GET", "/api/v1/pods?limit=1", None).await;
+    assert_eq!(code, 200);
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_label_patch_of_an_object_with_40000_finalizers_keeps_every_finalizer() {
+    let server = start(config(0)).await;
+    create_namespaces(&server, &["ns-1"]).await;
+    let c = http();
+    let cms = "/api/v1/namespaces/ns-1/configmaps";
+    let finalizers: Vec<String> = (0..40_000).map(|i| format!("f{i}")).collect();
+    let body = json!({"metadata": {"name": "held", "finalizers": finalizers}, "data": {"k": "v"}});
+    let (code, out) = request(
+        &c,
+        &server,
+        "POST",
+        &format!("{cms}?fieldManager=creator"),
+        Some(body),
+    )
+    .await;
+    assert_eq!(
+        code,
+        201,
+        "{}",
+        String::from_utf8_lossy(&out[..out.len().min(300)])
+    );
+    let held = format!("{cms}/held");
+    let finalizers_of = |v: &Value| -> Vec<String> {
+        v["metadata"]["finalizers"]
+            .as_array()
+            .map(|a| a.iter().map(|f| f.as_str().unwrap().to_owned()).collect())
+            .unwrap_or_default()
+    };
+    // kubectl label: a merge patch of the labels.
+    let (code, out) = watchcache_tests::request_typed(
+        &c,
+        &server,
+        "PATCH",
+        &format!("{held}?fieldManager=labeller"),
+        "application/merge-patch+json",
+        r#"{"metadata":{"labels":{"tier":"front"}}}"#,
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert_eq!(out["metadata"]["labels"]["tier"], "front");
+    assert_eq!(finalizers_of(&out), finalizers, "every finalizer kept, in order");
+    let managers: Vec<&str> = out["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["manager"].as_str().unwrap())
+        .collect();
+    assert_eq!(managers, ["creator", "labeller"]);
+    // A strategic patch that removes half of them, and an apply that takes one: the rest stay.
+    let half: Vec<&String> = finalizers.iter().step_by(2).collect();
+    let drop_half = json!({"metadata": {"$deleteFromPrimitiveList/finalizers": half}}).to_string();
+    let (code, out) = watchcache_tests::request_typed(
+        &c,
+        &server,
+        "PATCH",
+        &held,
+        "application/strategic-merge-patch+json",
+        drop_half,
+    )
+    .await;
+    assert_eq!(code, 200);
+    let odd: Vec<String> = finalizers.iter().skip(1).step_by(2).cloned().collect();
+    assert_eq!(finalizers_of(&out), odd);
+    let apply = "metadata:\n  finalizers: [f1]\n  labels:\n    owner: me\n";
+    let (code, out) = watchcache_tests::request_typed(
+        &c,
+        &server,
+        "PATCH",
+        &format!("{held}?fieldManager=applier"),
+        "application/apply-patch+yaml",
+        apply,
+    )
+    .await;
+    assert_eq!(code, 200, "{out}");
+    assert_eq!(finalizers_of(&out), odd);
+    assert_eq!(out["metadata"]["labels"], json!({"tier": "front", "owner": "me"}));
+    server.shutdown().await.unwrap();
+}

@@ -189,7 +189,10 @@ impl Model {
         } else {
             // Nothing of the model's changed: the revision moved only if something else wrote
             // (on etcd 3.4.23, the fences the caches write to ask for progress).
-            assert!(rev >= last, "{ctx}: a write that changed nothing moved the revision back");
+            assert!(
+                rev >= last,
+                "{ctx}: a write that changed nothing moved the revision back"
+            );
         }
     }
 

@@ -534,3 +534,48 @@ fn workload_pods_round_trip_through_protobuf() {
         assert_eq!(Value::Object(back), pod, "pod {i}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_null_map_value_reads_the_same_through_json_and_protobuf() {
+    let server = start(config(0)).await;
+    watchcache_tests::create_namespaces(&server, &["ns-1"]).await;
+    let c = http();
+    let cms = "/api/v1/namespaces/ns-1/configmaps";
+    let written = json!({
+        "metadata": {"name": "nulls", "labels": {"l": null, "m": "1"}, "annotations": {"n": null}},
+        "data": {"a": null, "b": "x"},
+    });
+    let (code, body) = request(&c, &server, "POST", cms, Some(written)).await;
+    assert_eq!(code, 201, "{}", String::from_utf8_lossy(&body));
+    // As stored by a server before this one read nulls as Go does: straight into the store.
+    let raw = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "old", "namespace": "ns-1", "uid": "u", "creationTimestamp": "2024-01-01T00:00:00Z", "labels": {"l": null}},
+        "data": {"a": null, "b": "x"},
+    });
+    watchcache_tests::memory(&server)
+        .create("/registry/configmaps/ns-1/old", Bytes::from(raw.to_string()))
+        .unwrap();
+    for name in ["nulls", "old"] {
+        let path = format!("{cms}/{name}?resourceVersion=0");
+        let mut json: Value = Value::Null;
+        for _ in 0..100 {
+            let (code, body) = request(&c, &server, "GET", &path, None).await;
+            if code == 200 {
+                json = serde_json::from_slice(&body).unwrap();
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        let (code, _, body) = get_raw(&server, &path, PROTOBUF).await;
+        assert_eq!(code, 200);
+        let envelope = protobuf::open_envelope(&body).unwrap();
+        let pb = protobuf::decode_json("io.k8s.api.core.v1.ConfigMap", envelope.raw).unwrap();
+        // Go decodes a null map value as the zero value of its type: "" for a string.
+        assert_eq!(json["data"], json!({"a": "", "b": "x"}), "{name}: {json}");
+        assert_eq!(pb["data"], json["data"], "{name}");
+        assert_eq!(pb["metadata"]["labels"], json["metadata"]["labels"], "{name}");
+        assert_eq!(json["metadata"]["labels"]["l"], "", "{name}");
+    }
+    server.shutdown().await.unwrap();
+}

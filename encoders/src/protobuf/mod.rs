@@ -12,6 +12,7 @@
 //! k8s-openapi crates by `tests/protobuf_schema.rs` into `generated.rs`.
 
 mod generated;
+mod nulls;
 pub(crate) mod schema;
 mod transcode;
 
@@ -59,6 +60,15 @@ pub fn encode_json_text(definition: &str, json: &[u8]) -> Result<Vec<u8>, Transc
     let mut out = Vec::with_capacity(json.len());
     transcode::encode_json_text(message(definition)?, json, &mut out)?;
     Ok(out)
+}
+
+/// Rewrites `object` (JSON of message `definition`) as Go reads it into the built-in types:
+/// a `null` map value or list element becomes its type's zero value (`""`, `0`, `{}`). A
+/// definition without a message leaves the object as it is.
+pub fn zero_nulls(definition: &str, object: &mut Map<String, Value>) {
+    if let Some(m) = schema::message(definition) {
+        nulls::zero_nulls(m, object);
+    }
 }
 
 /// Protobuf message `definition` as JSON.

@@ -200,13 +200,7 @@ fn decode_into(
 
 /// A map value that was left off the wire: the zero value of its type.
 fn empty(ty: &Type) -> Value {
-    match ty {
-        Type::Str | Type::Bytes | Type::Quantity => Value::String(String::new()),
-        Type::Msg(_) => Value::Object(Map::new()),
-        Type::IntOrString | Type::I32 | Type::I64 => Value::from(0),
-        Type::Bool => Value::Bool(false),
-        _ => Value::Null,
-    }
+    super::nulls::zero(ty)
 }
 
 fn push(object: &mut Map<String, Value>, json: &str, value: Option<Value>) {
@@ -376,6 +370,23 @@ mod text {
             }
 
             d.deserialize_str(KeyVisitor)
+        }
+    }
+
+    /// Writes the zero value of a list element of type `ty` as field `tag`: what Go writes for
+    /// an element it read from `null`.
+    fn zero_element(ty: &Type, tag: u32, out: &mut Vec<u8>) {
+        match ty {
+            Type::Bool | Type::I32 | Type::I64 => {
+                key(out, tag, WireType::Varint);
+                out.push(0);
+            }
+            // Strings, bytes and messages (an empty Quantity, IntOrString, Time or raw JSON
+            // too): an empty length-delimited field.
+            _ => {
+                key(out, tag, WireType::LengthDelimited);
+                out.push(0);
+            }
         }
     }
 
@@ -592,16 +603,18 @@ mod text {
             if !self.field.is_some_and(|f| f.repeated) || self.root.is_some() || self.element {
                 return Err(self.wrong("no list"));
             }
+            let field = self.field;
             while let Some(written) = seq.next_element_seed(FieldSeed {
                 message: self.message,
-                field: self.field,
+                field,
                 ty: self.ty,
                 root: None,
                 element: true,
                 out: &mut *self.out,
             })? {
                 if !written {
-                    return Err(self.wrong("no null in a list"));
+                    // `null` in a list is the element's zero value, as Go decodes it.
+                    zero_element(self.ty, field.map_or(2, |f| f.tag), self.out);
                 }
             }
             Ok(true)
@@ -640,11 +653,15 @@ mod text {
                         element: false,
                         out: &mut *out,
                     })?;
-                    if written {
-                        close(out, start);
-                    } else {
+                    if !written && matches!(value_ty, Type::Map(_)) {
+                        // No zero value to stand for (a map cannot be a map's value in the
+                        // schema): the entry is left out.
                         out.truncate(entry_start);
+                        continue;
                     }
+                    // A `null` value (nothing written) is the entry with its value left out:
+                    // the zero value, as Go decodes `null` into a map's value.
+                    close(out, start);
                 }
                 return Ok(true);
             }
