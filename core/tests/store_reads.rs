@@ -25,11 +25,24 @@ use watchcache_core::{
     SourceError, SourceEvent, SourceItem, SourceList, WatchOptions,
 };
 
-/// The embedded store, made to behave like etcd 3.4.23 towards a cache: it says its
-/// requested progress notifications are not ordered, and its watches drop every progress
-/// notification (the cache must do without them).
+/// The embedded store, made to bring no progress notification: its watches drop every one (as
+/// a member slow to answer, or an etcd whose requested ones cannot be trusted). It says
+/// whether its requested progress is ordered, and counts the requests it is sent.
 #[derive(Clone, Debug)]
-struct Unordered(MemorySource);
+struct NoProgressSource {
+    store: MemorySource,
+    ordered: bool,
+    requests: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// Like etcd before 3.4.31 towards a cache that could not order its requests.
+fn unordered(store: &MemorySource) -> NoProgressSource {
+    NoProgressSource {
+        store: store.clone(),
+        ordered: false,
+        requests: Arc::default(),
+    }
+}
 
 struct NoProgress(MemoryWatch);
 
@@ -46,32 +59,33 @@ impl Stream for NoProgress {
     }
 }
 
-impl Source for Unordered {
+impl Source for NoProgressSource {
     type Watch = NoProgress;
 
     async fn list(&self, prefix: &str, at: Option<Revision>) -> Result<SourceList, SourceError> {
-        self.0.list(prefix, at).await
+        self.store.list(prefix, at).await
     }
     async fn watch(&self, prefix: &str, from: Revision) -> Result<NoProgress, SourceError> {
-        Ok(NoProgress(self.0.watch(prefix, from).await?))
+        Ok(NoProgress(self.store.watch(prefix, from).await?))
     }
     async fn current_revision(&self) -> Result<Revision, SourceError> {
-        self.0.current_revision().await
+        self.store.current_revision().await
     }
-    async fn request_progress(&self, prefix: &str) -> Result<(), SourceError> {
-        Source::request_progress(&self.0, prefix).await
+    async fn request_progress(&self, _prefix: &str) -> Result<(), SourceError> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
     async fn signing_key(&self) -> Result<[u8; 16], SourceError> {
-        self.0.signing_key().await
+        self.store.signing_key().await
     }
     fn progress_requests_are_ordered(&self) -> bool {
-        false
+        self.ordered
     }
     fn compacted_revision(&self) -> Revision {
-        self.0.compacted_revision()
+        self.store.compacted_revision()
     }
     async fn read(&self, key: &str) -> Result<(Option<SourceItem>, Revision), SourceError> {
-        self.0.read(key).await
+        self.store.read(key).await
     }
 }
 
@@ -110,7 +124,7 @@ async fn ready<S: Source>(cache: &Cache<S>) {
 async fn a_cache_behind_an_unordered_source_answers_consistent_reads_from_the_source() {
     let store = MemorySource::new();
     pod(&store, "a");
-    let cache = Cache::new(Unordered(store.clone()), Arc::new(TextCodec), config()).unwrap();
+    let cache = Cache::new(unordered(&store), Arc::new(TextCodec), config()).unwrap();
     ready(&cache).await;
 
     // The cache's watch stops delivering (events in flight, as when etcd's notification
@@ -160,7 +174,7 @@ async fn a_cache_behind_an_unordered_source_answers_consistent_reads_from_the_so
 async fn a_quiet_prefix_on_an_unordered_source_answers_at_once_from_the_source() {
     let store = MemorySource::new();
     pod(&store, "a");
-    let cache = Cache::new(Unordered(store.clone()), Arc::new(TextCodec), config()).unwrap();
+    let cache = Cache::new(unordered(&store), Arc::new(TextCodec), config()).unwrap();
     ready(&cache).await;
     // Writes elsewhere move the store's revision; nothing ever tells this cache it is current.
     for i in 0..5 {
@@ -250,32 +264,6 @@ async fn history_fill_lets_a_watch_resume_from_before_the_cache_started() {
     assert_eq!(lists, 1, "one initialization");
 }
 
-/// The embedded store, counting the progress requests it is sent, whose watches bring no
-/// progress notification (as a source whose member is slow to answer).
-#[derive(Clone, Debug)]
-struct Counting(MemorySource, Arc<std::sync::atomic::AtomicUsize>);
-
-impl Source for Counting {
-    type Watch = NoProgress;
-
-    async fn list(&self, prefix: &str, at: Option<Revision>) -> Result<SourceList, SourceError> {
-        self.0.list(prefix, at).await
-    }
-    async fn watch(&self, prefix: &str, from: Revision) -> Result<NoProgress, SourceError> {
-        Ok(NoProgress(self.0.watch(prefix, from).await?))
-    }
-    async fn current_revision(&self) -> Result<Revision, SourceError> {
-        self.0.current_revision().await
-    }
-    async fn request_progress(&self, _prefix: &str) -> Result<(), SourceError> {
-        self.1.fetch_add(1, Ordering::Relaxed);
-        Ok(())
-    }
-    async fn signing_key(&self) -> Result<[u8; 16], SourceError> {
-        self.0.signing_key().await
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_waiting_reads_share_one_progress_request_at_a_time() {
     let store = MemorySource::new();
@@ -283,12 +271,12 @@ async fn many_waiting_reads_share_one_progress_request_at_a_time() {
     let requests = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut c = config();
     c.fresh_timeout = Duration::from_millis(600);
-    let cache = Cache::new(
-        Counting(store.clone(), Arc::clone(&requests)),
-        Arc::new(TextCodec),
-        c,
-    )
-    .unwrap();
+    let source = NoProgressSource {
+        store: store.clone(),
+        ordered: true,
+        requests: Arc::clone(&requests),
+    };
+    let cache = Cache::new(source, Arc::new(TextCodec), c).unwrap();
     ready(&cache).await;
     // Writes elsewhere move the store's revision; no notification ever tells the cache.
     store.create("configmaps/ns/x", Bytes::from_static(b"x")).unwrap();

@@ -149,15 +149,26 @@ impl JsonCodec {
         let Value::Object(object) = self.parse(raw)? else {
             return Err(CodecError::Decode("not a JSON object".into()));
         };
-        if let Some(definition) = self.protobuf {
-            protobuf::encode_json(definition, &object).map_err(|e| {
+        let text = serde_json::to_vec(&object).map_err(|e| CodecError::Decode(e.to_string()))?;
+        self.check_schema(&text)?;
+        Ok(object)
+    }
+
+    /// Refuses the JSON text of an object whose value types do not fit its kind's schema (it
+    /// would make no protobuf encoding). Checked, not kept: the protobuf encoding is made when
+    /// first asked for.
+    fn check_schema(&self, text: &[u8]) -> Result<(), CodecError> {
+        let Some(definition) = self.protobuf else {
+            return Ok(());
+        };
+        protobuf::encode_json_text(definition, text)
+            .map(drop)
+            .map_err(|e| {
                 CodecError::Decode(format!(
                     "the object does not fit the schema of {definition}: {}",
                     e.0
                 ))
-            })?;
-        }
-        Ok(object)
+            })
     }
 }
 
@@ -232,15 +243,7 @@ impl Codec for JsonCodec {
             unreachable!("checked above")
         };
         let (bytes, at) = encode(object)?;
-        if let Some(definition) = self.protobuf {
-            // Checked, not kept: the protobuf encoding is made when first asked for.
-            protobuf::encode_json_text(definition, &bytes).map_err(|e| {
-                CodecError::Decode(format!(
-                    "the object does not fit the schema of {definition}: {}",
-                    e.0
-                ))
-            })?;
-        }
+        self.check_schema(&bytes)?;
         // Exactly sized: no spare capacity is kept for the life of the version.
         let bytes = Bytes::from(bytes.into_boxed_slice());
         let encoding = match at {
