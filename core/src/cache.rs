@@ -173,6 +173,9 @@ pub(crate) struct Basis {
     pub(crate) view: Arc<View>,
     pub(crate) snapshot: Arc<Snapshot>,
     pub(crate) revision: Revision,
+    /// The snapshot was read from the source: it shares nothing with the cache's, so a LIST
+    /// does not keep it for its next pages (those read the source again).
+    pub(crate) from_source: bool,
 }
 
 impl Basis {
@@ -181,6 +184,7 @@ impl Basis {
             snapshot: Arc::clone(view.current()),
             revision: view.revision,
             view,
+            from_source: false,
         }
     }
 }
@@ -461,6 +465,7 @@ impl<S: Source> Cache<S> {
                     revision: snapshot.revision(),
                     snapshot,
                     view,
+                    from_source: true,
                 })
             }
             Err(e) => Err(e),
@@ -471,10 +476,13 @@ impl<S: Source> Cache<S> {
     /// longer (or not yet) holds it, the source's while the source retains it. Below the
     /// source's compacted revision it is `Expired`, whatever the cache still holds, as the
     /// apiserver answers.
-    pub(crate) async fn snapshot_at(
-        &self,
-        revision: Revision,
-    ) -> Result<(Arc<View>, Arc<Snapshot>), CacheError> {
+    pub(crate) async fn snapshot_at(&self, revision: Revision) -> Result<Basis, CacheError> {
+        let basis = |view, snapshot, from_source| Basis {
+            view,
+            snapshot,
+            revision,
+            from_source,
+        };
         let compacted = self.inner.source.compacted_revision();
         if revision < compacted {
             return Err(CacheError::Expired(Expired {
@@ -483,7 +491,7 @@ impl<S: Source> Cache<S> {
             }));
         }
         if let Some(snapshot) = self.inner.store.pinned(revision) {
-            return Ok((self.ready_view().await?, snapshot));
+            return Ok(basis(self.ready_view().await?, snapshot, false));
         }
         let view = match self.fresh_view(revision).await {
             Ok(view) => match view.at(revision) {
@@ -495,7 +503,7 @@ impl<S: Source> Cache<S> {
                             .undone_reads
                             .fetch_add(1, Ordering::Relaxed);
                     }
-                    return Ok((view, snapshot));
+                    return Ok(basis(view, snapshot, false));
                 }
                 Err(_) => view,
             },
@@ -514,7 +522,7 @@ impl<S: Source> Cache<S> {
             .stats
             .source_reads
             .fetch_add(1, Ordering::Relaxed);
-        Ok((view, snapshot))
+        Ok(basis(view, snapshot, true))
     }
 
     /// Keeps `snapshot`, the state at `revision`, for the next pages of a LIST that continues

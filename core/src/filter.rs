@@ -145,6 +145,13 @@ impl Filter {
                 .matches(prev)
                 .then_some(())
                 .and(delivery(EventKind::Deleted, prev)),
+            // A version that stops decoding is not a deletion: a watcher that selected the
+            // one before gets the corrupt object (its encoding fails, and the watch ends with
+            // an ERROR naming it), whatever its selectors.
+            Event::Modified { object, prev } if object.is_corrupt() => self
+                .matches(prev)
+                .then_some(())
+                .and(delivery(EventKind::Modified, object)),
             Event::Modified { object, prev } => match (self.matches(prev), self.matches(object)) {
                 (true, true) => delivery(EventKind::Modified, object),
                 (false, true) => delivery(EventKind::Added, object),

@@ -149,5 +149,8 @@
 //!     `complete` (or its start) is (claim 4): if that is still held, every entry that went
 //!     had a revision at or below the floor, so at or below `complete`, and it resumes there;
 //!     only otherwise is it `Expired`. So a watcher woken by an entry it would have skipped,
-//!     which is then overwritten, goes on. *Model: `harmless_lap`; treating every lap as
-//!     a 410 fails it (`weaken-no-lap-resume`).*
+//!     which is then overwritten, goes on. A watcher's start passes over entries the same way
+//!     (claim 6) and sets `complete` by the same rule: stopped at an entry of a revision it has
+//!     passed other entries of, it has not completed that revision, and a lap before its first
+//!     poll is a 410 (test `a_watcher_that_starts_inside_a_revision_never_resumes_past_it_after_a_lap`).
+//!     *Model: `harmless_lap`; treating every lap as a 410 fails it (`weaken-no-lap-resume`).*

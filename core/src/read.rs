@@ -139,7 +139,7 @@ impl<S: Source> Cache<S> {
         }
         opts.filter.check_fields(&self.config().fields)?;
 
-        let (snapshot, revision, start_after) = match &opts.continue_token {
+        let (basis, start_after) = match &opts.continue_token {
             Some(token) => {
                 self.ready_view().await?;
                 let c = self
@@ -148,11 +148,11 @@ impl<S: Source> Cache<S> {
                     .map_err(CacheError::InvalidContinue)?;
                 // A genuine token (from this replica or another over the same store) whose
                 // state is gone: 410, so that pagers list afresh.
-                let (_, snapshot) = self.snapshot_at(c.revision).await.map_err(|e| match e {
+                let basis = self.snapshot_at(c.revision).await.map_err(|e| match e {
                     CacheError::Expired(e) => CacheError::ContinueExpired(e),
                     e => e,
                 })?;
-                (snapshot, c.revision, Some(c.after))
+                (basis, Some(c.after))
             }
             None => {
                 // A revision with a limit and no match is Exact too (the API concepts table):
@@ -163,14 +163,12 @@ impl<S: Source> Cache<S> {
                     _ => None,
                 };
                 match exact {
-                    Some(n) => (self.snapshot_at(n).await?.1, n, None),
-                    None => {
-                        let basis = self.basis_for(rv).await?;
-                        (basis.snapshot, basis.revision, None)
-                    }
+                    Some(n) => (self.snapshot_at(n).await?, None),
+                    None => (self.basis_for(rv).await?, None),
                 }
             }
         };
+        let (snapshot, revision) = (basis.snapshot, basis.revision);
         let filter = &opts.filter;
         Corrupt::in_scope(&snapshot, filter)?;
         let selects_all = filter.selects_all_in_namespace();
@@ -179,8 +177,12 @@ impl<S: Source> Cache<S> {
         let page = page(&snapshot, plan, start_after.as_ref(), limit, filter, selects_all);
         let continue_token = match &page.more_after {
             Some(k) => {
-                // The next pages read this snapshot: pinned while they are asked for.
-                self.pin(revision, &snapshot);
+                // The next pages read this snapshot: pinned while they are asked for. Not one
+                // the source gave, which shares nothing with the cache's (a whole copy of the
+                // resource each): its next pages read the source again.
+                if !basis.from_source {
+                    self.pin(revision, &snapshot);
+                }
                 Some(self.tokens()?.encode(revision, k))
             }
             None => None,

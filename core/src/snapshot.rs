@@ -499,7 +499,8 @@ impl ListItems {
     /// the snapshot's [`encoded_lens`](Snapshot::encoded_lens), when those items are a key
     /// range that the filter does not narrow (a whole LIST, a namespace, or a page of one) and
     /// either the snapshot's lengths were measured already or the range is at least half the
-    /// snapshot. `None` otherwise: the caller walks the items.
+    /// snapshot, and no object of the snapshot is corrupt. `None` otherwise: the caller walks
+    /// the items.
     pub fn sum_encoded(
         &self,
         format: WireFormat,
@@ -516,7 +517,12 @@ impl ListItems {
                 scope.start <= next && end <= scope.end
             }
         };
-        if !in_scope || !self.filter.selects_all_in_namespace() || self.remaining != end.saturating_sub(next)
+        // A corrupt object has no encoding to measure: with one anywhere in the snapshot, even
+        // outside the span (a LIST never includes one), the span is walked instead.
+        if !in_scope
+            || !self.filter.selects_all_in_namespace()
+            || self.remaining != end.saturating_sub(next)
+            || !self.snapshot.corrupt.is_empty()
         {
             return Ok(None);
         }

@@ -399,27 +399,40 @@ impl WatchHub {
             oldest: shared.ring.floor(),
         };
         let skimmed = match after {
-            Some((seq, rev)) => {
-                Some(skim(&shared.ring, &spec.filter, seq, rev, rev).ok_or_else(|| expired(rev))?)
+            Some((cursor, rev)) => {
+                let from = Skimmed {
+                    cursor,
+                    position: rev,
+                    complete: rev,
+                };
+                Some(skim(&shared.ring, &spec.filter, from, rev).ok_or_else(|| expired(rev))?)
             }
             None => None,
         };
         // Under the registry's lock the writer is not publishing: the tail is the first
         // sequence number it will chain for a new bucket, and every event below it has moved
         // the progress revision.
-        let (bucket, cursor, position, skip_through, parked) = {
+        let (bucket, at, skip_through, parked) = {
             let mut registry = lock(&shared.registry);
             let tail = shared.ring.tail();
-            let (cursor, position, skip_through) = match (after, skimmed) {
+            let (at, skip_through) = match (after, skimmed) {
                 // Everything up to the progress revision is below the tail: nothing to skip.
-                (None, _) | (_, None) => (tail, shared.progress(), Revision::ZERO),
+                (None, _) | (_, None) => {
+                    let progress = shared.progress();
+                    let at = Skimmed {
+                        cursor: tail,
+                        position: progress,
+                        complete: progress,
+                    };
+                    (at, Revision::ZERO)
+                }
                 // `rev` may lie ahead of the ring: entries up to it are skipped when they come.
-                (Some((_, rev)), Some((seq, position))) => {
-                    let (seq, position) =
-                        skim(&shared.ring, &spec.filter, seq, position, rev).ok_or_else(|| expired(rev))?;
-                    (seq, position, rev)
+                (Some((_, rev)), Some(from)) => {
+                    let at = skim(&shared.ring, &spec.filter, from, rev).ok_or_else(|| expired(rev))?;
+                    (at, rev)
                 }
             };
+            let cursor = at.cursor;
             let bucket = registry.register(&interest, tail, id, spec.bookmarks.then_some(&cell));
             // With nothing to read, the watcher is filed at once, verified idle (claim 6 of
             // `protocol.rs`): events that do not concern it cannot lap it before its first
@@ -430,7 +443,7 @@ impl WatchHub {
             if parked {
                 bucket.file(id, &cell);
             }
-            (bucket, cursor, position, skip_through, parked)
+            (bucket, at, skip_through, parked)
         };
         Ok(Watcher {
             shared: Arc::clone(shared),
@@ -438,10 +451,10 @@ impl WatchHub {
             cell,
             filter: spec.filter,
             interest,
-            cursor,
+            cursor: at.cursor,
             chain: None,
-            position,
-            complete: position,
+            position: at.position,
+            complete: at.complete,
             skip_through,
             bookmarks: spec.bookmarks,
             id,
@@ -979,31 +992,51 @@ impl Watcher {
     }
 }
 
-/// Passes over the published entries from `cursor` that `filter` delivers nothing for (or that
-/// are at or below `skip_through`), as a poll would: where it stops (the first entry to
-/// deliver, or the tail) and the revision of the last entry passed (`position` if none).
-/// `None` when an entry it had to look at is no longer held: the start fell out of the window.
+/// Where a watcher stands after passing over entries: its cursor, the revision of the last
+/// entry passed (`position`), and the revision every entry up to which was passed
+/// (`complete`: below `position` while the entry it stopped at is of the same revision).
+#[derive(Copy, Clone, Debug)]
+struct Skimmed {
+    cursor: Seq,
+    position: Revision,
+    complete: Revision,
+}
+
+/// Passes over the published entries from `from.cursor` that `filter` delivers nothing for (or
+/// that are at or below `skip_through`), as a poll would, and stops at the first entry to
+/// deliver, or at the tail. `None` when an entry it had to look at is no longer held: the start
+/// fell out of the window.
 fn skim(
     ring: &EventRing<HubEntry>,
     filter: &Filter,
-    mut cursor: Seq,
-    mut position: Revision,
+    from: Skimmed,
     skip_through: Revision,
-) -> Option<(Seq, Revision)> {
+) -> Option<Skimmed> {
     let guard = epoch::pin();
+    let mut at = from;
     loop {
         // SAFETY: `guard` is `epoch::pin()`'s, a guard of the default collector.
-        match unsafe { ring.read_unchecked(cursor, &guard) } {
+        match unsafe { ring.read_unchecked(at.cursor, &guard) } {
             Read::Ready(entry) => {
-                if entry.revision() > skip_through {
-                    if filter.deliver(&entry.value().event).is_some() {
-                        return Some((cursor, position));
+                let revision = entry.revision();
+                if revision > skip_through {
+                    if revision > at.position {
+                        // Every entry of the revision before was passed (a revision's entries
+                        // are adjacent): only now is that revision complete.
+                        at.complete = at.complete.max(at.position);
                     }
-                    position = entry.revision();
+                    if filter.deliver(&entry.value().event).is_some() {
+                        return Some(at);
+                    }
+                    at.position = revision;
                 }
-                cursor = cursor.next();
+                at.cursor = at.cursor.next();
             }
-            Read::Empty => return Some((cursor, position)),
+            Read::Empty => {
+                // At the tail: the last revision passed was passed whole (it was committed whole).
+                at.complete = at.complete.max(at.position);
+                return Some(at);
+            }
             Read::Lapped => return None,
         }
     }

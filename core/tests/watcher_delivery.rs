@@ -993,3 +993,39 @@ fn name_watchers_are_bucketed_by_namespace_and_name() {
     assert!(per_ns[3].drain().is_empty());
     assert_eq!(any.drain().len(), 1);
 }
+
+#[test]
+fn a_watcher_that_starts_inside_a_revision_never_resumes_past_it_after_a_lap() {
+    let (mut p, hub) = hub(4);
+    // One write of two keys, the first in namespace a, the second in namespace b.
+    p.publish_revision(vec![
+        Event::Added {
+            object: pod("a", "x", 1, "app", "n"),
+        },
+        Event::Added {
+            object: pod("b", "y", 1, "app", "n"),
+        },
+    ])
+    .unwrap();
+    // A watch of namespace b after revision 0 passes over a/x and stops at b/y: it has not
+    // read all of revision 1.
+    let mut w = Probe::new(
+        hub.watch(WatchSpec::new(Filter::parse(Some("b"), "", "").unwrap()).after(Revision::ZERO))
+            .unwrap(),
+    );
+    // Before its first poll, traffic in another namespace turns the window over.
+    for rev in 2..=4 {
+        p.publish(Event::Added {
+            object: pod("a", &format!("p{rev}"), rev, "app", "n"),
+        })
+        .unwrap();
+    }
+    p.publish(Event::Added {
+        object: pod("b", "z", 5, "app", "n"),
+    })
+    .unwrap();
+    let got = w.drain();
+    // b/y was overwritten before it could be read: the watcher is told it lost it (410), and
+    // never goes on to b/z as if nothing were missing.
+    assert!(matches!(got.as_slice(), [Err(Expired { .. })]), "{got:?}");
+}

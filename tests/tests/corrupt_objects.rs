@@ -169,6 +169,14 @@ async fn corrupt_objects_fail_the_reads_that_include_them(etcd: bool) {
     let protobuf = "application/vnd.kubernetes.protobuf";
     let (code, _, _) = get_raw(&server, cms, protobuf).await;
     assert_eq!(code, 200, "a protobuf LIST of a namespace without it");
+    // One whose objects are most of the resource: its LIST measures the snapshot's encoded
+    // sizes at once, and the corrupt object elsewhere has none.
+    for i in 0..6 {
+        let (code, _) = json(&server, "POST", cms, Some(cm("t", &format!("many-{i}")))).await;
+        assert_eq!(code, 201);
+    }
+    let (code, _, _) = get_raw(&server, cms, protobuf).await;
+    assert_eq!(code, 200, "a protobuf LIST of most of the resource, without it");
     let (code, _, _) = get_raw(&server, "/api/v1/namespaces/u/configmaps", protobuf).await;
     assert_eq!(code, 500, "a protobuf LIST that includes it names it");
     let (code, v) = json(&server, "GET", "/api/v1/namespaces/u/configmaps", None).await;
