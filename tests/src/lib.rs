@@ -29,11 +29,13 @@ pub async fn start(config: ServeConfig) -> Server {
     start_ready(Server::start(config).await.expect("the server starts")).await
 }
 
-/// Waits until every cache of a started server is ready.
+/// Waits until every cache of a started server is ready: a bounded wait, generous enough for
+/// a machine busy with other builds (seeding thousands of pods then takes seconds).
 pub async fn start_ready(server: Server) -> Server {
     let client = http();
     let mut last = Bytes::new();
-    for _ in 0..200 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
         let (code, body) = request(&client, &server, "GET", "/readyz", None).await;
         if code == 200 {
             return server;

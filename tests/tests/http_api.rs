@@ -826,7 +826,8 @@ async fn ill_typed_values_are_400_on_every_write_and_protobuf_lists_go_on() {
         (
             "/api/v1/namespaces/ns-1/pods",
             container(json!({"resources": {"limits": {"cpu": "lots"}}})),
-            "limits",
+            // apimachinery's parser's own words, which name no field.
+            "quantities must match the regular expression",
         ),
         (
             "/api/v1/namespaces/ns-1/pods",
