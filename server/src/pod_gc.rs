@@ -12,8 +12,15 @@
 //!
 //! It follows the pods through their cache (one watch, from the current state; a pod's JSON is
 //! read only when it mentions a `deletionTimestamp`) and keeps the terminating ones; every
-//! [`TICK`] it applies the rules to them. Any replica may delete a pod; a delete another
-//! replica made first is a 404, and nothing.
+//! [`TICK`], once it has read every change its watch has ready, it applies the rules to them.
+//!
+//! What it keeps may still be behind the store (its watch lags, and a round awaits the store
+//! pod after pod), and a pod's name is not the pod: one force-deleted and made again under its
+//! name (as a StatefulSet does) is a new pod, running, that nobody asked to delete. So a pod is
+//! deleted only as the collector saw it, on the preconditions of its `uid` and
+//! `resourceVersion`, as a kubelet deletes the pod it ran; a 409 or a 404 says the pod is no
+//! longer the one the collector saw (made again, changed, or deleted by someone else, another
+//! replica among them), and it is left alone: the watch brings what it is now.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -37,6 +44,10 @@ const RETRY: Duration = Duration::from_secs(1);
 /// A pod being deleted, as the collector keeps it.
 #[derive(Clone, Debug, PartialEq)]
 struct Terminating {
+    /// Which pod of its name it is, and which version of it the collector saw: its delete is
+    /// conditional on both.
+    uid: String,
+    revision: Revision,
     /// The node it is bound to.
     node: String,
     /// Its `deletionTimestamp`: when its grace period runs out.
@@ -86,6 +97,10 @@ async fn follow(state: &Arc<AppState>, pods: &Arc<Resource>, nodes: &Arc<Resourc
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
+            // Every change the watch has ready is read before a round starts, so that a round
+            // does not start from what is already known to be gone (the preconditions keep a
+            // round that does from deleting what it should not; this keeps it from trying).
+            biased;
             event = watch.next() => {
                 let Some(Ok(event)) = event else { return };
                 let Some(object) = event.object else { continue };
@@ -115,11 +130,14 @@ fn terminating_of(object: &ObjectVersion, pods: &Resource) -> Option<Terminating
     }
     let pod: Value = serde_json::from_slice(json.bytes()).ok()?;
     let meta = &pod["metadata"];
+    let uid = meta["uid"].as_str()?;
     let deadline = humantime::parse_rfc3339_weak(meta["deletionTimestamp"].as_str()?).ok()?;
     let node = pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty())?;
     let grace = meta["deletionGracePeriodSeconds"].as_i64().unwrap_or(0);
     let held = meta["finalizers"].as_array().is_some_and(|f| !f.is_empty());
     (grace > 0 || !held).then(|| Terminating {
+        uid: uid.to_owned(),
+        revision: object.revision(),
         node: node.to_owned(),
         deadline,
     })
@@ -130,7 +148,7 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 }
 
 /// Applies the rules to the terminating pods, and deletes those a rule picks with a grace
-/// period of 0.
+/// period of 0, each on the condition that it is still the version the collector saw.
 async fn collect(
     state: &Arc<AppState>,
     pods: &Arc<Resource>,
@@ -166,6 +184,8 @@ async fn collect(
         };
         let force = DeleteParams {
             grace_period_seconds: Some(0),
+            precondition_uid: Some(pod.uid.clone()),
+            precondition_revision: Some(pod.revision),
             ..DeleteParams::default()
         };
         match writes::delete(state, &target, name, &force).await {
@@ -176,7 +196,15 @@ async fn collect(
                 reason = why,
                 "deleted a terminating pod"
             ),
-            Err(s) if s.code == 404 => {}
+            // No longer the pod the collector saw: not its to delete.
+            Err(s) if s.code == 404 || s.code == 409 => {
+                tracing::debug!(
+                    namespace,
+                    pod = name,
+                    code = s.code,
+                    "a terminating pod changed or went"
+                )
+            }
             Err(s) => {
                 tracing::warn!(namespace, pod = name, error = %s.message, "cannot delete a terminating pod")
             }
@@ -190,6 +218,8 @@ mod tests {
 
     fn pod(deadline: &str) -> Terminating {
         Terminating {
+            uid: "u".to_owned(),
+            revision: Revision::new(1),
             node: "n".to_owned(),
             deadline: humantime::parse_rfc3339(deadline).unwrap(),
         }

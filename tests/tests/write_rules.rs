@@ -576,6 +576,180 @@ async fn the_pod_gc_finishes_deletions_no_kubelet_will() {
     server.shutdown().await.unwrap();
 }
 
+/// Pods made again under their names, as a StatefulSet makes them, in the race.
+const REMADE_PODS: usize = 100;
+
+/// What a StatefulSet does to the pods of a node that is gone, while the collector finishes
+/// their graceful deletions: each pod is force-deleted and created again under its name (bound
+/// to the same node, not being deleted). Returns how many of the new pods are not there once
+/// the collector has caught up (none of them was ever marked for deletion, so the collector
+/// has no business with any of them).
+async fn remade_pods_lost(server: &Arc<Server>) -> usize {
+    let pods = "/api/v1/namespaces/default/pods";
+    let on_ghost = |name: &str, generation: &str| {
+        let mut p = pod(
+            name,
+            json!({"nodeName": "ghost", "terminationGracePeriodSeconds": 3600, "containers": [container()]}),
+        );
+        p["metadata"]["labels"] = json!({"gen": generation});
+        p
+    };
+    for i in 0..REMADE_PODS {
+        expect(
+            server,
+            "POST",
+            pods,
+            Some(on_ghost(&format!("sts-{i}"), "old")),
+            201,
+        )
+        .await;
+    }
+    // Marked, all of them: the collector finds their node gone and deletes them, a round at a
+    // time, while the StatefulSet below makes them again.
+    for i in 0..REMADE_PODS {
+        expect(server, "DELETE", &format!("{pods}/sts-{i}"), None, 200).await;
+    }
+    const WORKERS: usize = 10;
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|w| {
+            let server = server.clone();
+            tokio::spawn(async move {
+                for i in (w..REMADE_PODS).step_by(WORKERS) {
+                    let path = format!("{pods}/sts-{i}?gracePeriodSeconds=0");
+                    let (code, out) = call(&server, "DELETE", &path, None).await;
+                    // 404: the collector came first.
+                    assert!(code == 200 || code == 404, "a force delete: {code} {out}");
+                    expect(
+                        &server,
+                        "POST",
+                        pods,
+                        Some(on_ghost(&format!("sts-{i}"), "new")),
+                        201,
+                    )
+                    .await;
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.await.expect("a worker ends");
+    }
+    // A pod marked after every new pod was made: once the collector has deleted it, it has seen
+    // every change before (the old pods' deletions among them), and any deletion it was to make
+    // of a name made again is made.
+    expect(server, "POST", pods, Some(on_ghost("sentinel", "sentinel")), 201).await;
+    expect(server, "DELETE", &format!("{pods}/sentinel"), None, 200).await;
+    until_gone(server, &format!("{pods}/sentinel")).await;
+    let new = expect(
+        server,
+        "GET",
+        &format!("{pods}?labelSelector=gen%3Dnew"),
+        None,
+        200,
+    )
+    .await;
+    REMADE_PODS - new["items"].as_array().expect("items").len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pod_gc_never_deletes_a_pod_made_again_under_a_terminating_pods_name_on_etcd() {
+    let Some(backing) = Backing::new(true).await else {
+        return;
+    };
+    let server = Arc::new(start(backing.config(0)).await);
+    let lost = remade_pods_lost(&server).await;
+    eprintln!("pods made again under a terminating pod's name on etcd: {lost} of {REMADE_PODS} lost");
+    assert_eq!(lost, 0, "the collector deleted pods nobody marked");
+    Arc::into_inner(server)
+        .expect("workers done")
+        .shutdown()
+        .await
+        .unwrap();
+}
+
+/// The same, made certain on the embedded store: the collector's view is held stale (the
+/// store's watches paused, so no cache sees a change) while every terminating pod is
+/// force-deleted and made again, and then their node is deleted, so that the collector's next
+/// round picks every pod it still holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pod_gc_never_deletes_a_pod_made_again_while_its_view_of_the_pods_is_stale() {
+    let server = start(config(0)).await;
+    let pods = "/api/v1/namespaces/default/pods";
+    let node = json!({"metadata": {"name": "n1"}});
+    expect(&server, "POST", "/api/v1/nodes", Some(node), 201).await;
+    let on_n1 = |name: &str, generation: &str| {
+        let mut p = pod(
+            name,
+            json!({"nodeName": "n1", "terminationGracePeriodSeconds": 3600, "containers": [container()]}),
+        );
+        p["metadata"]["labels"] = json!({"gen": generation});
+        p
+    };
+    let names: Vec<String> = (0..REMADE_PODS).map(|i| format!("sts-{i}")).collect();
+    // The canary is not made again: the collector deletes it once it finds the node gone.
+    for name in names.iter().map(String::as_str).chain(["canary"]) {
+        expect(&server, "POST", pods, Some(on_n1(name, "old")), 201).await;
+        expect(&server, "DELETE", &format!("{pods}/{name}"), None, 200).await;
+    }
+    // A consistent read: the cache, and so the collector's watch, has every mark.
+    let marked = expect(
+        &server,
+        "GET",
+        &format!("{pods}?labelSelector=gen%3Dold"),
+        None,
+        200,
+    )
+    .await;
+    let marked = marked["items"].as_array().expect("items");
+    assert_eq!(marked.len(), REMADE_PODS + 1);
+    assert!(
+        marked
+            .iter()
+            .all(|p| p["metadata"]["deletionTimestamp"].is_string())
+    );
+    let store = watchcache_tests::memory(&server);
+    store.pause_watches(true);
+    for name in &names {
+        expect(
+            &server,
+            "DELETE",
+            &format!("{pods}/{name}?gracePeriodSeconds=0"),
+            None,
+            200,
+        )
+        .await;
+        expect(&server, "POST", pods, Some(on_n1(name, "new")), 201).await;
+    }
+    expect(&server, "DELETE", "/api/v1/nodes/n1", None, 200).await;
+    // The canary's deletion starts a round that finds every pod the collector holds on a node
+    // that is gone; the round runs to its end before the collector reads its watch again.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while store.get("/registry/pods/default/canary").is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "the collector never deleted the canary"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    store.pause_watches(false);
+    // Once a pod marked now is deleted, the collector has read its watch again.
+    expect(&server, "POST", pods, Some(on_n1("sentinel", "sentinel")), 201).await;
+    expect(&server, "DELETE", &format!("{pods}/sentinel"), None, 200).await;
+    until_gone(&server, &format!("{pods}/sentinel")).await;
+    let new = expect(
+        &server,
+        "GET",
+        &format!("{pods}?labelSelector=gen%3Dnew"),
+        None,
+        200,
+    )
+    .await;
+    let lost = REMADE_PODS - new["items"].as_array().expect("items").len();
+    eprintln!("pods made again while the collector's view was stale: {lost} of {REMADE_PODS} lost");
+    assert_eq!(lost, 0, "the collector deleted pods nobody marked");
+    server.shutdown().await.unwrap();
+}
+
 // ---- Creates racing their namespace's deletion ----
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
