@@ -9,7 +9,7 @@
 
 use bytes::Bytes;
 use serde_json::{Value, json};
-use watchcache_core::SourceError;
+use watchcache_core::{Revision, SourceError};
 use watchcache_encoders::Status;
 
 use crate::app::AppState;
@@ -76,11 +76,18 @@ const CONFIRM_RETRY: std::time::Duration = std::time::Duration::from_millis(250)
 /// again: still the one it found, and still active, the object stands (were the deletion to
 /// start now, the controller, listing after it, finds the object); otherwise the create
 /// deletes what it wrote and is refused as if it had come later.
+///
+/// What it deletes is its own write only, at `written_at`, the revision the create made: by
+/// the time it confirms, the namespace controller may have deleted the object and another
+/// client made one under the name (in the namespace made again), or another write changed the
+/// object (a finalizer added). Either is someone else's write, and stays; the create is still
+/// refused.
 pub(crate) async fn confirm_created(
     state: &AppState,
     t: &Target,
     name: &str,
     admitted: &Admitted,
+    written_at: Revision,
 ) -> Result<(), Status> {
     let (Some(namespace), Some(uid)) = (t.namespace.as_deref(), admitted.uid.as_deref()) else {
         return Ok(());
@@ -102,8 +109,9 @@ pub(crate) async fn confirm_created(
             }
         }
     };
-    match state.store.delete(&t.storage_key(name), None).await {
-        Ok(_) | Err(SourceError::NotFound(_)) => Err(refusal),
+    match state.store.delete(&t.storage_key(name), Some(written_at)).await {
+        // Taken back; or gone, or written since by someone else: not the create's to take.
+        Ok(_) | Err(SourceError::NotFound(_) | SourceError::Conflict { .. }) => Err(refusal),
         Err(e) => Err(crate::errors::source(&e, &t.resource.info.resource, name)),
     }
 }
@@ -140,4 +148,96 @@ async fn active(state: &AppState, t: &Target, namespace: &str, name: &str) -> Re
         return Err(s);
     }
     Ok(ns)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server on a free loopback port, on this test's runtime and thread.
+    async fn server() -> crate::Server {
+        let config = crate::ServeConfig {
+            addr: "127.0.0.1:0".parse().unwrap(),
+            ..crate::ServeConfig::default()
+        };
+        crate::Server::start(config).await.unwrap()
+    }
+
+    fn namespace(name: &str, uid: &str) -> Bytes {
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": name, "uid": uid}, "status": {"phase": "Active"}});
+        Bytes::from(ns.to_string())
+    }
+
+    fn config_map(name: &str, marker: &str) -> Bytes {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "ns", "labels": {"by": marker}}});
+        Bytes::from(cm.to_string())
+    }
+
+    /// The take-back of a create whose namespace went (or was made again) between its check and
+    /// its confirm removes the create's own write, and nothing written after it: the window
+    /// between the write and the confirm is opened here by writing in it directly.
+    #[tokio::test]
+    async fn a_create_takes_back_only_its_own_write() {
+        let server = server().await;
+        let state = server.state();
+        let store = &state.store;
+        let t = Target::resolve(state, "v1", "configmaps", Some("ns".into()), None).unwrap();
+        let admitted = Admitted {
+            uid: Some("first".to_owned()),
+        };
+        store.create(&key("ns"), namespace("ns", "first")).await.unwrap();
+
+        // Nothing since the create's write: the namespace was made again, and the write is
+        // taken back.
+        let mine = store
+            .create(&t.storage_key("a"), config_map("a", "me"))
+            .await
+            .unwrap();
+        store.delete(&key("ns"), None).await.unwrap();
+        store.create(&key("ns"), namespace("ns", "second")).await.unwrap();
+        let refused = confirm_created(state, &t, "a", &admitted, mine)
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code, 404);
+        assert!(store.get(&t.storage_key("a")).await.unwrap().is_none());
+
+        // Another client's object made under the name in the new namespace (the namespace
+        // controller deleted the create's write meanwhile): refused, and the other's object is
+        // left as it is.
+        let mine = store
+            .create(&t.storage_key("b"), config_map("b", "me"))
+            .await
+            .unwrap();
+        store.delete(&t.storage_key("b"), None).await.unwrap();
+        let theirs = store
+            .create(&t.storage_key("b"), config_map("b", "them"))
+            .await
+            .unwrap();
+        let refused = confirm_created(state, &t, "b", &admitted, mine)
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code, 404);
+        let kept = store.get(&t.storage_key("b")).await.unwrap();
+        assert_eq!(kept, Some((config_map("b", "them"), theirs)));
+
+        // The create's own object, changed by another write since (a finalizer added, say): the
+        // change is not the create's to take back.
+        let mine = store
+            .create(&t.storage_key("c"), config_map("c", "me"))
+            .await
+            .unwrap();
+        let changed = store
+            .update(&t.storage_key("c"), config_map("c", "changed"), Some(mine))
+            .await
+            .unwrap();
+        let refused = confirm_created(state, &t, "c", &admitted, mine)
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code, 404);
+        let kept = store.get(&t.storage_key("c")).await.unwrap();
+        assert_eq!(kept, Some((config_map("c", "changed"), changed)));
+        server.shutdown().await.unwrap();
+    }
 }

@@ -83,7 +83,7 @@ pub(crate) async fn create(
             &generated,
         ) {
             (Ok(revision), _) => {
-                namespaces::confirm_created(state, t, name, &admitted).await?;
+                namespaces::confirm_created(state, t, name, &admitted, revision).await?;
                 return written(t, StatusCode::CREATED, &version, revision).map(|r| warn(r, &warnings));
             }
             (Err(SourceError::AlreadyExists(_)), Some(prefix)) if attempt < generate_name::ATTEMPTS => {
@@ -351,7 +351,7 @@ async fn apply(
             }
             match state.leases.create(&key, raw, t.resource.ttl).await {
                 Ok(revision) => {
-                    namespaces::confirm_created(state, t, name, &admitted).await?;
+                    namespaces::confirm_created(state, t, name, &admitted, revision).await?;
                     return written(t, StatusCode::CREATED, &version, revision).map(|r| warn(r, &warnings));
                 }
                 Err(SourceError::AlreadyExists(_)) => continue,
