@@ -23,6 +23,10 @@ pub struct ServeConfig {
     pub fresh_timeout: Duration,
     /// The most watches open at once; more get 429. Default 100,000.
     pub max_watchers: usize,
+    /// The most writes in flight at once, as the apiserver's `--max-mutating-requests-inflight`
+    /// (default 200); as many again may wait for a place, and a write past those gets 429. Not a
+    /// flag; tests lower it.
+    pub max_writes: usize,
     /// Pods to create at start (about 4 KiB each), with their namespaces and nodes.
     pub seed_pods: usize,
     /// Pod updates per second after seeding.
@@ -74,6 +78,7 @@ impl Default for ServeConfig {
             snapshot_retention: Duration::from_secs(75),
             fresh_timeout: Duration::from_secs(3),
             max_watchers: 100_000,
+            max_writes: crate::offload::MAX_WRITES,
             seed_pods: 0,
             churn: 0.0,
             shutdown_grace: Duration::from_secs(10),

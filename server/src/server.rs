@@ -24,7 +24,7 @@ use crate::leases::Leases;
 use crate::metrics::Metrics;
 use crate::namespace_controller;
 use crate::namespaces;
-use crate::offload::{self, Offload};
+use crate::offload::Offload;
 use crate::openapi::OpenApi;
 use crate::pod_gc;
 use crate::switch::Switch;
@@ -177,7 +177,7 @@ impl Server {
             shutdown: shutdown.clone(),
             open_watchers: Arc::new(AtomicUsize::new(0)),
             addr,
-            writes: Offload::new(offload::MAX_WRITES),
+            writes: Offload::new(config.max_writes),
         });
         tokio::spawn(workload::churn(
             store.clone(),

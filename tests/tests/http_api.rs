@@ -735,6 +735,56 @@ async fn watches_beyond_max_watchers_get_429_and_the_slot_frees_when_one_ends() 
     server.shutdown().await.unwrap();
 }
 
+/// Writes wait for a place once as many as the server runs at once are in flight, but only as
+/// many as it runs: past those, a write is answered at once with the apiserver's 429 and its
+/// Retry-After, and holds nothing (its body least of all) while its client waits to retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_past_those_running_and_waiting_get_429_with_retry_after() {
+    const RUNNING: usize = 2;
+    const SENT: usize = 10;
+    let mut cfg = config(0);
+    cfg.max_writes = RUNNING;
+    // Each create holds its place this long, as a slow write may: all of them are sent while
+    // the first ones hold theirs.
+    cfg.create_delay = Duration::from_secs(2);
+    let server = std::sync::Arc::new(start(cfg).await);
+    let writes: Vec<_> = (0..SENT)
+        .map(|i| {
+            let server = server.clone();
+            tokio::spawn(async move {
+                let cm = json!({"metadata": {"name": format!("w-{i}")}});
+                let path = "/api/v1/namespaces/default/configmaps";
+                request_full(&http(), &server, "POST", path, Some(cm)).await
+            })
+        })
+        .collect();
+    let (mut created, mut refused) = (0, 0);
+    for w in writes {
+        let (code, headers, body) = w.await.expect("a write ends");
+        match code {
+            201 => created += 1,
+            429 => {
+                refused += 1;
+                assert_eq!(headers.get("retry-after").map(|v| v.as_bytes()), Some(&b"1"[..]));
+                let s = status(&body);
+                assert_eq!(s["reason"], "TooManyRequests", "{s}");
+                assert_eq!(s["message"], "Too many requests, please try again later.", "{s}");
+                assert_eq!(s["details"]["retryAfterSeconds"], 1, "{s}");
+            }
+            _ => panic!("a write: {code} {}", String::from_utf8_lossy(&body)),
+        }
+    }
+    eprintln!("{SENT} writes at once, {RUNNING} run at a time: {created} created, {refused} answered 429");
+    // The first writes run and as many wait, whenever the others come.
+    assert!(created >= 2 * RUNNING, "{created} created");
+    assert!(
+        refused > 0,
+        "no write was refused: the writes waiting are not bounded"
+    );
+    let server = std::sync::Arc::into_inner(server).expect("writes done");
+    server.shutdown().await.unwrap();
+}
+
 /// A protobuf LIST of `path`: its code, and the item count when it decodes.
 async fn protobuf_list(server: &Server, path: &str) -> (u16, Option<usize>) {
     let (code, _, body) =
