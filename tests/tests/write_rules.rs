@@ -1072,6 +1072,40 @@ fn refusals() -> Vec<Refusal> {
             "FieldValueRequired",
         ),
         r(
+            "an env var that is null (a variable without a name)",
+            pod("x", with(json!({"env": [null]}))),
+            422,
+            "spec.containers[0].env[0].name",
+            "FieldValueRequired",
+        ),
+        r(
+            "an env var name with an '='",
+            pod("x", with(json!({"env": [{"name": "A=B", "value": "1"}]}))),
+            422,
+            "spec.containers[0].env[0].name",
+            "FieldValueInvalid",
+        ),
+        r(
+            "an env var name of an init container with a control character",
+            pod(
+                "x",
+                json!({"containers": [container()], "initContainers": [{"name": "init", "image": "i", "env": [{"name": "A", "value": "1"}, {"name": "B\tC"}]}]}),
+            ),
+            422,
+            "spec.initContainers[0].env[1].name",
+            "FieldValueInvalid",
+        ),
+        r(
+            "an envFrom prefix with an '='",
+            pod(
+                "x",
+                with(json!({"envFrom": [{"prefix": "P=", "configMapRef": {"name": "cm"}}]})),
+            ),
+            422,
+            "spec.containers[0].envFrom[0].prefix",
+            "FieldValueInvalid",
+        ),
+        r(
             "a container name that is no DNS label",
             pod("x", spec(json!([{"name": "App_1", "image": "a"}]))),
             422,

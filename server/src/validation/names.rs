@@ -1,7 +1,7 @@
 //! The string formats the apiserver's validation checks, each returning its messages (none
 //! when the value is valid) in apimachinery's words: qualified names (label and annotation
-//! keys, finalizers), label values, DNS labels and subdomains, port names, and the keys of a
-//! ConfigMap's or a Secret's data. The formats are matched by hand; the messages quote the
+//! keys, finalizers), label values, DNS labels and subdomains, port names, the keys of a
+//! ConfigMap's or a Secret's data, and environment variable names. The formats are matched by hand; the messages quote the
 //! regular expressions the apiserver matches them with.
 
 const QUALIFIED_NAME_FMT: &str = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]";
@@ -17,6 +17,8 @@ const DNS1123_SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist
      '-' or '.', and must start and end with an alphanumeric character";
 const CONFIG_KEY_FMT: &str = "[-._a-zA-Z0-9]+";
 const CONFIG_KEY_MSG: &str = "a valid config key must consist of alphanumeric characters, '-', '_' or '.'";
+const ENV_VAR_NAME_MSG: &str =
+    "a valid environment variable name must consist only of printable ASCII characters other than '='";
 
 /// A message for a value longer than `max`.
 pub(crate) fn max_len(max: usize) -> String {
@@ -206,6 +208,18 @@ pub(crate) fn config_key(value: &str) -> Vec<String> {
         _ => {}
     }
     errs
+}
+
+/// An environment variable's name (or an `envFrom` prefix), by the rule the apiserver applies
+/// since its `RelaxedEnvironmentVariableValidation` gate went on by default (1.32, the version
+/// served here): any printable ASCII (the space included) but `=`, which ends a name in an
+/// environment. Whether it is empty is the caller's to say (a required name, an optional prefix).
+pub(crate) fn env_var_name(value: &str) -> Vec<String> {
+    if value.bytes().all(|c| (b' '..=b'~').contains(&c) && c != b'=') {
+        Vec::new()
+    } else {
+        vec![ENV_VAR_NAME_MSG.to_owned()]
+    }
 }
 
 /// A port number, 1 to 65535.

@@ -1,7 +1,7 @@
 //! A Pod's spec, as the apiserver validates it: containers (required, named, with an image),
-//! their ports and their resources, the pod's restart and DNS policies, node, service account
-//! and deadline; and on an update, a spec that no longer changes but for its images, its
-//! deadline and added tolerations (a pod is run as it was scheduled).
+//! their ports, environment variable names and resources, the pod's restart and DNS policies,
+//! node, service account and deadline; and on an update, a spec that no longer changes but for
+//! its images, its deadline and added tolerations (a pod is run as it was scheduled).
 
 use std::collections::BTreeSet;
 
@@ -128,6 +128,7 @@ fn container(c: &Map<String, Value>, at: &Path, names: &mut BTreeSet<String>, er
             container_port(port, &ports.index(i), &mut port_names, errors);
         }
     }
+    env(c, at, errors);
     if let Some(resources) = c.get("resources").and_then(Value::as_object) {
         requirements(resources, &at.child("resources"), errors);
     }
@@ -162,6 +163,34 @@ fn container_port(port: &Map<String, Value>, at: &Path, names: &mut BTreeSet<Str
     }
     if let Some(protocol) = text(port, "protocol") {
         one_of(protocol, PROTOCOLS, &at.child("protocol"), errors);
+    }
+}
+
+/// A container's environment: each variable named (a null one, which reads as an empty one,
+/// has no name), and its names and `envFrom` prefixes as the apiserver allows them.
+fn env(c: &Map<String, Value>, at: &Path, errors: &mut Errors) {
+    let vars = at.child("env");
+    for (i, var) in list(c, "env").iter().enumerate() {
+        let name_at = vars.index(i).child("name");
+        match var
+            .as_object()
+            .and_then(|v| text(v, "name"))
+            .filter(|n| !n.is_empty())
+        {
+            None => errors.required(&name_at),
+            Some(name) => errors.invalid_each(&name_at, name, names::env_var_name(name)),
+        }
+    }
+    let sources = at.child("envFrom");
+    for (i, source) in list(c, "envFrom").iter().enumerate() {
+        if let Some(prefix) = source
+            .as_object()
+            .and_then(|s| text(s, "prefix"))
+            .filter(|p| !p.is_empty())
+        {
+            let prefix_at = sources.index(i).child("prefix");
+            errors.invalid_each(&prefix_at, prefix, names::env_var_name(prefix));
+        }
     }
 }
 
@@ -361,6 +390,28 @@ mod tests {
                 "spec.containers[0].resources.requests: Invalid value: \"2\": must be less than or equal to cpu limit of 1500m",
                 "spec.containers[1].name: Duplicate value: \"a\"",
                 "spec.containers[1].image: Required value",
+            ]
+        );
+    }
+
+    #[test]
+    fn env_var_names_are_required_and_printable_ascii_without_an_equals_sign() {
+        let pod = obj(json!({"spec": {"containers": [
+            {"name": "a", "image": "i",
+             "env": [null, {}, {"name": ""}, {"name": "my.env-name 1"}, {"name": "A=B"}, {"name": "é"},
+                     {"name": "TAB\tHERE"}, {"name": "_ok:{}[]~"}],
+             "envFrom": [{"prefix": ""}, {"prefix": "P_"}, {"prefix": "P="}]}]}}));
+        let why = "a valid environment variable name must consist only of printable ASCII characters other than '='";
+        assert_eq!(
+            shown(|e| validate(&pod, e)),
+            [
+                "spec.containers[0].env[0].name: Required value".to_owned(),
+                "spec.containers[0].env[1].name: Required value".to_owned(),
+                "spec.containers[0].env[2].name: Required value".to_owned(),
+                format!("spec.containers[0].env[4].name: Invalid value: \"A=B\": {why}"),
+                format!("spec.containers[0].env[5].name: Invalid value: \"é\": {why}"),
+                format!("spec.containers[0].env[6].name: Invalid value: \"TAB\\tHERE\": {why}"),
+                format!("spec.containers[0].envFrom[2].prefix: Invalid value: \"P=\": {why}"),
             ]
         );
     }
