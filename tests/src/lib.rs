@@ -303,6 +303,18 @@ impl Frames {
         )
     }
 
+    /// The rest of the body, whole, bounded in time: the answer of a watch refused with an
+    /// error status.
+    pub async fn rest(mut self) -> Bytes {
+        let more = tokio::time::timeout(Duration::from_secs(30), self.body.collect())
+            .await
+            .expect("the body in time")
+            .expect("the body")
+            .to_bytes();
+        self.buf.extend_from_slice(&more);
+        Bytes::from(self.buf)
+    }
+
     /// The next frame, or None at the end of the stream.
     pub async fn next(&mut self) -> Option<serde_json::Value> {
         let line = self.next_line().await?;
