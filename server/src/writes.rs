@@ -476,10 +476,24 @@ fn warn(mut response: Response, warnings: &[String]) -> Response {
 /// one that does not decode is a corrupt object, and the write fails naming it (500), as the
 /// apiserver's does.
 fn parse_stored(t: &Target, name: &str, raw: &[u8]) -> Result<Map<String, Value>, Status> {
-    t.resource
+    let corrupt = |why: &str| errors::corrupt_object(&t.storage_key(name), why);
+    let object = t
+        .resource
         .codec
         .stored_object(raw)
-        .map_err(|e| errors::corrupt_object(&t.storage_key(name), &e.to_string()))
+        .map_err(|e| corrupt(&e.to_string()))?;
+    // A value that is another object (its name or namespace not its key's) is corrupt too, as
+    // the caches hold it: a write must not act on, nor answer with, that other object.
+    let meta = object.get("metadata");
+    let field = |f: &str| meta.and_then(|m| m.get(f)).and_then(Value::as_str).unwrap_or("");
+    let namespace = t.namespace.as_deref().unwrap_or("");
+    if field("name") != name || field("namespace") != namespace {
+        let (found_ns, found) = (field("namespace"), field("name"));
+        return Err(corrupt(&format!(
+            "the value is the object {found_ns}/{found}, not {namespace}/{name}"
+        )));
+    }
+    Ok(object)
 }
 
 /// Removes `metadata.resourceVersion` from a request's object: the revision the client

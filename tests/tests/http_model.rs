@@ -200,9 +200,6 @@ struct Model {
     /// detaches a key, as in etcd).
     lease: Option<Lease>,
     attached: BTreeSet<String>,
-    /// The corrupt objects whose value is another object's JSON (see
-    /// [`WRITES_SEE_ANOTHER_OBJECTS_VALUE`]).
-    liars: BTreeSet<String>,
     /// The pod the status races write, as the last race left it.
     pod: Option<Value>,
     /// How many compactions the schedule had made when the last race began.
@@ -303,7 +300,6 @@ impl Model {
         for &(ns, name, after) in writes {
             let key = format!("{ns}/{name}");
             let before = state.get(&key).map(|o| o.1);
-            self.liars.remove(&key);
             if on_lease && after.is_some() {
                 self.attached.insert(key.clone());
             } else {
@@ -368,19 +364,6 @@ fn rv_of(v: &Value) -> u64 {
         .unwrap_or_else(|| panic!("a resourceVersion in {v}"))
 }
 
-/// Whether the server's writes take a stored value that is another object's JSON (which its
-/// reads hold corrupt, as KEP-3926's rules have it) for a corrupt object too: a PUT or a plain
-/// DELETE of it failing 500, the unsafe delete removing it. They do not yet (the write path
-/// decodes the value without checking which object it is: a PUT writes over it, a DELETE
-/// deletes it, the unsafe delete is refused 422), so until they do the model makes no API
-/// write to such an object; every read of it is checked.
-const WRITES_SEE_ANOTHER_OBJECTS_VALUE: bool = false;
-
-/// Whether the model may write `key` (`ns/name`) through the API.
-fn writable(model: &Model, key: &str) -> bool {
-    WRITES_SEE_ANOTHER_OBJECTS_VALUE || !model.liars.contains(key)
-}
-
 /// The unsafe delete's parameter (KEP-3926).
 const UNSAFE_DELETE: &str = "ignoreStoreReadErrorWithClusterBreakingPotential=true";
 
@@ -396,9 +379,6 @@ async fn write(server: &Server, rng: &mut Rng, model: &mut Model, seed: u64) {
     let body =
         json!({"metadata": {"name": name, "labels": {"tier": tier}}, "data": {"n": rng.next().to_string()}});
     let c = http();
-    if !writable(model, &key) {
-        return;
-    }
     let kind = match state.get(&key).map(|o| o.1) {
         None => {
             let (code, out) = request(&c, server, "POST", &path, Some(body)).await;
@@ -472,10 +452,10 @@ async fn write(server: &Server, rng: &mut Rng, model: &mut Model, seed: u64) {
 /// types for a ConfigMap, another object's JSON, and protobuf's prefix before bytes that are
 /// no protobuf. Those that are JSON objects carry a `tier` label, which no label selector may
 /// read.
-fn undecodable(ns: &str, name: &str, rng: &mut Rng) -> (Bytes, bool) {
+fn undecodable(ns: &str, name: &str, rng: &mut Rng) -> Bytes {
     let tier = rng.pick(&TIERS);
     let badness = rng.below(5);
-    let value = match badness {
+    match badness {
         0 => Bytes::from_static(b"k8s:enc:aescbc:v1:gone:\x8f\x01\x00"),
         1 => {
             let whole = stored(ns, name, tier, rng);
@@ -492,8 +472,7 @@ fn undecodable(ns: &str, name: &str, rng: &mut Rng) -> (Bytes, bool) {
             stored(ns, other, tier, rng)
         }
         _ => Bytes::from_static(b"k8s\0\xff\xff\xff\xff"),
-    };
-    (value, badness == 3)
+    }
 }
 
 /// A value that does not decode written in the store at a key of [`CORRUPTIBLE`], or a corrupt
@@ -515,7 +494,7 @@ async fn corrupt(server: &Server, rng: &mut Rng, model: &mut Model, seed: u64) {
     if corrupt.is_empty() || rng.below(4) == 0 {
         let name = rng.pick(&NAMES);
         let key = storage_key(CORRUPTIBLE, name);
-        let (value, liar) = undecodable(CORRUPTIBLE, name, rng);
+        let value = undecodable(CORRUPTIBLE, name, rng);
         match state.contains_key(&format!("{CORRUPTIBLE}/{name}")) {
             true => store.update(&key, value, None).await.map(drop),
             false => store.create(&key, value).await.map(drop),
@@ -528,18 +507,12 @@ async fn corrupt(server: &Server, rng: &mut Rng, model: &mut Model, seed: u64) {
             false,
             "a corruption",
         );
-        if liar {
-            model.liars.insert(format!("{CORRUPTIBLE}/{name}"));
-        }
         model.tally.corruptions += 1;
         return;
     }
     let name = rng.pick(&corrupt);
     let key = storage_key(CORRUPTIBLE, name);
-    let how = match rng.below(3) {
-        2 if !writable(model, &format!("{CORRUPTIBLE}/{name}")) => 1,
-        how => how,
-    };
+    let how = rng.below(3);
     let after = match how {
         0 => {
             let tier = rng.pick(&TIERS);
