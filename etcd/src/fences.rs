@@ -282,7 +282,8 @@ mod tests {
         }
     }
 
-    /// Yields until `done`, a bounded number of times (the other tasks run in between).
+    /// Yields until `done`, a bounded number of times: on the test's one thread, every other
+    /// task that can run does between two yields, so this counts steps, not time.
     async fn until(mut done: impl FnMut() -> bool) {
         for _ in 0..10_000 {
             if done() {
@@ -357,7 +358,7 @@ mod tests {
         );
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[tokio::test]
     async fn concurrent_requests_share_the_round_in_flight_and_one_more() {
         let gate = Arc::new(Semaphore::new(0));
         let store = Arc::new(Fake {
@@ -372,6 +373,14 @@ mod tests {
         let asking = || fences.state().asking.values().sum::<usize>();
         let at_gate = || store.state().at_gate;
         let prefix = |i: usize| ["/registry/pods/", "/registry/secrets/"][i % 2];
+        // Every request ends, within a bounded number of steps (one held at the gate forever
+        // fails the test rather than hang it).
+        async fn ended(requests: Vec<tokio::task::JoinHandle<Result<(), SourceError>>>) {
+            until(|| requests.iter().all(|r| r.is_finished())).await;
+            for r in requests {
+                r.await.unwrap().unwrap();
+            }
+        }
 
         // A round in flight, held at the gate.
         let first = request("/registry/pods/");
@@ -381,7 +390,7 @@ mod tests {
         let meanwhile: Vec<_> = (0..20).map(|i| request(prefix(i))).collect();
         until(|| asking() == 21).await;
         gate.add_permits(1);
-        first.await.unwrap().unwrap();
+        ended(vec![first]).await;
         // The first of them reads etcd's revision, which someone else's write moved past the
         // fence: a round is due.
         until(|| at_gate() == 1).await;
@@ -389,9 +398,7 @@ mod tests {
         gate.add_permits(1);
         until(|| at_gate() == 1).await;
         gate.add_permits(1);
-        for r in meanwhile {
-            r.await.unwrap().unwrap();
-        }
+        ended(meanwhile).await;
         assert_eq!(store.state().puts.len(), 2, "the round in flight and one more");
         assert_eq!(store.state().reads, 1, "one request checked, for all of them");
 
@@ -405,10 +412,8 @@ mod tests {
         gate.add_permits(1);
         until(|| at_gate() == 1).await;
         gate.add_permits(1);
-        first.await.unwrap().unwrap();
-        for r in before {
-            r.await.unwrap().unwrap();
-        }
+        ended(before).await;
+        ended(vec![first]).await;
         assert_eq!(store.state().puts.len(), 3, "one round for the eleven");
         assert_eq!(asking(), 0, "every request gave its place back");
     }
