@@ -23,8 +23,14 @@
 //!   prefix's own name without its slash (`/registry/pods` for `/registry/pods/`, which no
 //!   apiserver key is). Every watch covers its prefix and that one key, so the fence's event
 //!   comes on the watch's own ordered channel after every change before it: the watch yields
-//!   it as a progress notification at the fence's revision. One write of a few bytes,
-//!   whatever the prefix holds; fences any replica writes serve every replica's watch.
+//!   it as a progress notification at the fence's revision. A fence moves etcd's revision
+//!   past every other cache of the source, so none is written alone (the `fences` module): a
+//!   *round* puts the fence key of every prefix with an open watch in one transaction, at one
+//!   revision (a transaction per 128 keys, etcd's default `--max-txn-ops`); the requests made
+//!   while a round is in flight share the next one; and no round is written while etcd's
+//!   revision is still the requesting prefix's newest fence. One write of a few bytes per
+//!   round, whatever the prefixes hold and however many caches wait; fences any replica
+//!   writes serve every replica's watch.
 //! - **Compaction.** [`EtcdSource::compact_every`] compacts as the apiserver does: each
 //!   interval, a compare-and-swap on the version of the key `compact_rev_key` elects the
 //!   one replica that compacts, at the revision the previous interval saw; every replica
@@ -36,6 +42,7 @@
 //!   connection is refused leaves rotation at once and comes back when it answers the probe;
 //!   a request is retried on another member only when nothing was applied.
 
+mod fences;
 mod members;
 
 use std::collections::VecDeque;
@@ -55,6 +62,7 @@ use futures_util::StreamExt;
 use tracing::{debug, info, warn};
 use watchcache_core::{Revision, Source, SourceChange, SourceError, SourceEvent, SourceItem, SourceList};
 
+use crate::fences::{FENCE_VALUE, FenceStore, Fences, fence_key};
 use crate::members::{Kind, Members};
 
 /// The largest gRPC message the source decodes (gRPC's own ceiling).
@@ -120,8 +128,11 @@ struct Inner {
     endpoints: Vec<String>,
     version: String,
     ordered_progress: bool,
-    /// The senders of open watches, by prefix, for progress requests.
+    /// The senders of open watches, by prefix, for progress requests (and, on an etcd whose
+    /// requested notifications are not ordered, the prefixes a fence round writes for).
     watches: Mutex<Vec<(String, Weak<tokio::sync::Mutex<WatchRequestSender>>)>>,
+    /// The fence rounds, on an etcd whose requested notifications are not ordered.
+    fences: Fences,
     /// The newest compacted revision this replica knows of. Relaxed: a hint, raised
     /// monotonically (`fetch_max`), ordered with nothing.
     compacted: AtomicU64,
@@ -232,16 +243,6 @@ fn prefix_end(prefix: &str) -> Vec<u8> {
     vec![0]
 }
 
-/// The key a watch of `prefix` covers besides the prefix, where progress fences are written:
-/// the prefix without its trailing slash, outside every list of the prefix. `None` for a
-/// prefix without one (such a watch gets no fences).
-fn fence_key(prefix: &str) -> Option<&str> {
-    prefix.strip_suffix('/').filter(|k| !k.is_empty())
-}
-
-/// What a fence holds: only its revision matters.
-const FENCE_VALUE: &[u8] = b"watchcache progress fence";
-
 fn item(kv: &KeyValue) -> Option<SourceItem> {
     Some(SourceItem {
         key: std::str::from_utf8(kv.key()).ok()?.to_owned(),
@@ -271,6 +272,7 @@ impl EtcdSource {
                 version,
                 ordered_progress,
                 watches: Mutex::new(Vec::new()),
+                fences: Fences::default(),
                 compacted: AtomicU64::new(0),
                 request_timeout: options.request_timeout,
                 list_page: options.list_page.max(1),
@@ -686,6 +688,36 @@ impl EtcdSource {
     }
 }
 
+impl FenceStore for EtcdSource {
+    fn watched_prefixes(&self) -> Vec<String> {
+        let watches = self.inner.watches.lock().unwrap_or_else(|p| p.into_inner());
+        watches
+            .iter()
+            .filter(|(_, w)| w.strong_count() > 0)
+            .map(|(p, _)| p.clone())
+            .collect()
+    }
+
+    async fn revision_now(&self) -> Result<Revision, SourceError> {
+        Source::current_revision(self).await
+    }
+
+    /// Puts, not transactions on the keys' revisions: any number of fences, from any replica,
+    /// at any time, is as good as one (a retried fence is harmless).
+    async fn put_fences(&self, keys: Vec<String>) -> Result<Revision, SourceError> {
+        let resp = self
+            .txn(|| {
+                let puts: Vec<TxnOp> = keys
+                    .iter()
+                    .map(|k| TxnOp::put(k.as_str(), FENCE_VALUE, None))
+                    .collect();
+                Txn::new().and_then(puts)
+            })
+            .await?;
+        revision_of(resp.header())
+    }
+}
+
 /// The revision a compaction key's value records.
 fn parse_revision(kv: &KeyValue) -> Option<u64> {
     std::str::from_utf8(kv.value()).ok()?.parse().ok()
@@ -824,7 +856,11 @@ impl EtcdWatch {
             let revision = rev(kv.mod_revision());
             if !key.starts_with(&self.prefix) {
                 // A fence (or another key the watch's range takes in): everything before it
-                // came first, on this ordered channel, so the source is at its revision.
+                // came first, on this ordered channel, so the source is at its revision. A
+                // fence round's revision holds this prefix's fence key and any other fence
+                // keys in the range (`/registry/configmaps-x` for `/registry/configmaps/`),
+                // which come in this one response: one progress notification, never a change.
+                // The round's keys outside the range never reach this watch.
                 if !matches!(self.pending.back(), Some(e) if e.revision() >= revision) {
                     self.pending.push_back(SourceEvent::Progress { revision });
                 }
@@ -928,18 +964,12 @@ impl Source for EtcdSource {
     }
 
     /// On an etcd that orders requested notifications, a request on every open watch of
-    /// `prefix`; on one that does not, a fence write its watches bring back in order (see the
-    /// module docs).
+    /// `prefix`; on one that does not, a fence its watches bring back in order, written in one
+    /// transaction with the fences of every other watched prefix and shared by the requests
+    /// made meanwhile (see the module docs).
     async fn request_progress(&self, prefix: &str) -> Result<(), SourceError> {
         if !self.inner.ordered_progress {
-            let Some(fence) = fence_key(prefix) else {
-                return Ok(());
-            };
-            // A put, not a transaction on the key's revision: any number of fences, from any
-            // replica, at any time, is as good as one (a retried fence is harmless).
-            self.txn(|| Txn::new().and_then([TxnOp::put(fence, FENCE_VALUE, None)]))
-                .await?;
-            return Ok(());
+            return self.inner.fences.request(self, prefix).await;
         }
         let senders: Vec<_> = {
             let watches = self.inner.watches.lock().unwrap_or_else(|p| p.into_inner());

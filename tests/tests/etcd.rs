@@ -400,6 +400,7 @@ async fn replicas_never_serve_a_stale_consistent_read_on_etcd_3_4_23() {
     let mut high = 0u64;
     let (mut stale, mut reads, mut writes) = (0, 0, 0);
     let cms = "/api/v1/namespaces/ha/configmaps";
+    let started = (Instant::now(), current(&direct).await);
     for op in 0..1_200 {
         let server = &replicas[rng.usize(0..replicas.len())];
         let name = format!("cm-{}", rng.usize(0..24));
@@ -496,9 +497,13 @@ async fn replicas_never_serve_a_stale_consistent_read_on_etcd_3_4_23() {
             fences += counter(r, &series("progress_requests")).await;
         }
     }
+    let moved = current(&direct).await - started.1;
     eprintln!(
-        "{writes} writes and {reads} consistent reads over three replicas: {stale} stale; \
-         {from_store} read from etcd, {fences} progress fences written"
+        "{writes} writes and {reads} consistent reads over three replicas in {:?}: {stale} stale; \
+         {from_store} read from etcd, {fences} progress requests; etcd's revision moved {moved} \
+         ({} by fences)",
+        started.0.elapsed(),
+        moved.saturating_sub(writes)
     );
     assert_eq!(stale, 0, "stale consistent reads");
     assert!(reads >= 500 && writes >= 300);
@@ -513,6 +518,241 @@ async fn replicas_never_serve_a_stale_consistent_read_on_etcd_3_4_23() {
     for r in replicas {
         r.shutdown().await.unwrap();
     }
+}
+
+/// The first event of `watch` within 5 s.
+async fn next_event(watch: &mut watchcache_etcd::EtcdWatch) -> SourceEvent {
+    tokio::time::timeout(Duration::from_secs(5), watch.next())
+        .await
+        .expect("an event in time")
+        .expect("the watch goes on")
+        .expect("no error")
+}
+
+/// On etcd 3.4.23 a fence moves etcd's revision, which every other cache of the source must
+/// then reach too: one fence transaction writes the fence key of every watched prefix at one
+/// revision, every watch yields it as progress (none as a change, none in a list), and
+/// requests made together share their transactions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_fence_transaction_serves_every_watched_prefix_and_concurrent_requests_share_it() {
+    let Some(cluster) = EtcdCluster::start_with(1, Duration::from_secs(600)).await else {
+        return;
+    };
+    let s = source(&cluster).await;
+    // `/registry/configmaps-x`, the second one's fence key, lies in the first one's watch
+    // range (`[/registry/configmaps, /registry/configmaps0)`), outside its prefix.
+    let prefixes = [
+        "/registry/configmaps/",
+        "/registry/configmaps-x/",
+        "/registry/pods/",
+        "/registry/secrets/",
+    ];
+    let from = Revision::new(current(&s).await + 1);
+    let mut watches = Vec::new();
+    for p in prefixes {
+        watches.push(s.watch(p, from).await.unwrap());
+    }
+
+    // Asked for one prefix, a fence is written for all of them, in one revision.
+    let before = current(&s).await;
+    Source::request_progress(&s, "/registry/secrets/").await.unwrap();
+    let fenced = current(&s).await;
+    assert_eq!(fenced, before + 1, "one transaction");
+    for (p, w) in prefixes.iter().zip(&mut watches) {
+        assert_eq!(
+            next_event(w).await,
+            SourceEvent::Progress {
+                revision: Revision::new(fenced)
+            },
+            "{p}: the fence's revision, as progress"
+        );
+    }
+    for p in prefixes {
+        assert_eq!(
+            s.list(p, None).await.unwrap().items,
+            [],
+            "no list of {p} has a fence"
+        );
+    }
+    // etcd has not moved since: another prefix's watch already has its fence at etcd's
+    // revision, so its request writes nothing.
+    Source::request_progress(&s, "/registry/pods/").await.unwrap();
+    assert_eq!(current(&s).await, fenced, "nothing written");
+
+    // A write moves etcd, then 40 requests at once over the four prefixes: one transaction
+    // (and at most one more, for the requests made while it was in flight), not one each.
+    let written = s.create("/registry/configmaps/ns/a", Bytes::new()).await.unwrap();
+    let requests = (0..40).map(|i| Source::request_progress(&s, prefixes[i % prefixes.len()]));
+    for r in futures_util::future::join_all(requests).await {
+        r.unwrap();
+    }
+    let after = current(&s).await;
+    eprintln!(
+        "40 concurrent progress requests over {} prefixes: {} fence transactions",
+        prefixes.len(),
+        after - written.get()
+    );
+    assert!(
+        (1..=2).contains(&(after - written.get())),
+        "{} fence transactions for 40 requests",
+        after - written.get()
+    );
+    // Every watch: the write (the configmaps' alone), then its fence in each round, the last
+    // at etcd's revision.
+    for (i, (p, w)) in prefixes.iter().zip(&mut watches).enumerate() {
+        let mut got = Vec::new();
+        while got.last()
+            != Some(&SourceEvent::Progress {
+                revision: Revision::new(after),
+            })
+        {
+            got.push(next_event(w).await);
+        }
+        let (changes, fences) = got.split_at(usize::from(i == 0));
+        if i == 0 {
+            assert!(
+                matches!(changes, [SourceEvent::Changes { revision, changes }] if *revision == written && changes.len() == 1),
+                "{p}: the write first: {got:?}"
+            );
+        }
+        assert!(
+            fences
+                .iter()
+                .all(|e| matches!(e, SourceEvent::Progress { revision } if *revision > written)),
+            "{p}: fences after the write: {got:?}"
+        );
+    }
+
+    // More prefixes than etcd takes operations in one transaction (its default
+    // --max-txn-ops, 128): a transaction per 128 keys, and every watch has its fence.
+    let many: Vec<String> = (0..150).map(|i| format!("/registry/many-{i:03}/")).collect();
+    let from = Revision::new(after + 1);
+    let mut more = Vec::new();
+    for p in &many {
+        more.push(s.watch(p, from).await.unwrap());
+    }
+    let before = current(&s).await;
+    Source::request_progress(&s, &many[0]).await.unwrap();
+    let after = current(&s).await;
+    assert_eq!(after - before, 2, "154 fence keys in two transactions");
+    for (p, w) in prefixes
+        .iter()
+        .copied()
+        .chain(many.iter().map(String::as_str))
+        .zip(watches.iter_mut().chain(&mut more))
+    {
+        let got = next_event(w).await;
+        assert!(
+            matches!(got, SourceEvent::Progress { revision } if revision.get() > before && revision.get() <= after),
+            "{p}: its fence: {got:?}"
+        );
+    }
+}
+
+/// Cluster-wide LISTs of every resource a replica caches.
+const LISTS: [&str; 7] = [
+    "/api/v1/secrets",
+    "/api/v1/configmaps",
+    "/api/v1/pods",
+    "/api/v1/events",
+    "/api/v1/namespaces",
+    "/api/v1/nodes",
+    "/apis/coordination.k8s.io/v1/leases",
+];
+
+/// The review's case: consistent reads spread over resources nobody writes, on one replica of
+/// etcd 3.4.23. A fence for one resource moved etcd's revision past every other cache, so
+/// each read wrote a fence of its own (one raft write per read); one fence transaction for
+/// every cache leaves all of them at etcd's revision, and the reads that follow write nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consistent_reads_over_quiet_resources_share_their_fences_on_etcd_3_4_23() {
+    // etcd's periodic progress notifications at its default (10 minutes): only fences bring
+    // a quiet cache to etcd's revision.
+    let Some(cluster) = EtcdCluster::start_with(1, Duration::from_secs(600)).await else {
+        return;
+    };
+    let server = serve(on_etcd(&cluster)).await;
+    let etcd = source(&cluster).await;
+    let client = http();
+    let list = |path: &'static str| {
+        let (client, server) = (&client, &server);
+        async move {
+            let (code, body) = request(client, server, "GET", path, None).await;
+            assert_eq!(code, 200, "{path}: {}", String::from_utf8_lossy(&body));
+        }
+    };
+
+    // Consistent LISTs of three resources in turn, with no write at all.
+    const TURNS: usize = 50;
+    let before = current(&etcd).await;
+    let started = Instant::now();
+    for _ in 0..TURNS {
+        for path in &LISTS[..3] {
+            list(path).await;
+        }
+    }
+    let took = started.elapsed();
+    let in_turn = current(&etcd).await - before;
+    let reads = TURNS * 3;
+    eprintln!(
+        "{reads} consistent LISTs of 3 quiet resources in turn: etcd's revision moved {in_turn} \
+         ({:.2} per read), {:.1} ms per read",
+        in_turn as f64 / reads as f64,
+        took.as_secs_f64() * 1000.0 / reads as f64
+    );
+
+    // A write leaves every cache but one behind; then a reader per resource, all at once, for
+    // 2 s (the figure is revisions per read, however many reads that makes).
+    let (code, v) = json_request(
+        &server,
+        "POST",
+        "/api/v1/namespaces/ha/configmaps",
+        Some(cm("x", "1")),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    let before = current(&etcd).await;
+    let started = Instant::now();
+    let until = started + Duration::from_secs(2);
+    let each = futures_util::future::join_all(LISTS.map(|path| async move {
+        let mut reads = 0;
+        while Instant::now() < until {
+            list(path).await;
+            reads += 1;
+        }
+        reads
+    }))
+    .await;
+    let took = started.elapsed();
+    let together = current(&etcd).await - before;
+    let reads: usize = each.iter().sum();
+    let (mut requests, mut from_store) = (0, 0);
+    for path in LISTS {
+        let resource = path.rsplit('/').next().unwrap();
+        let series = |name: &str| format!("watchcache_{name}_total{{resource=\"{resource}\"}}");
+        requests += counter(&server, &series("progress_requests")).await;
+        from_store += counter(&server, &series("store_reads")).await;
+    }
+    eprintln!(
+        "{reads} consistent LISTs by {} readers at once (one per resource) in {took:?}: etcd's \
+         revision moved {together} ({:.2} per read), {:.1} ms per read and reader; {requests} \
+         progress requests in all, {from_store} reads from etcd",
+        LISTS.len(),
+        together as f64 / reads as f64,
+        took.as_secs_f64() * 1000.0 * LISTS.len() as f64 / reads as f64
+    );
+
+    // One fence transaction when a read first finds its cache behind (the namespace the
+    // tests write in moved etcd past the others), and at most one more for the requests made
+    // while it was in flight; none once every cache is at etcd's revision.
+    assert!(
+        in_turn <= 2,
+        "{in_turn} revisions for {} reads in turn",
+        TURNS * 3
+    );
+    assert!(reads >= LISTS.len(), "every reader read");
+    assert!(together <= 2, "{together} revisions for {reads} reads at once");
+    server.shutdown().await.unwrap();
 }
 
 /// etcd's current revision.
