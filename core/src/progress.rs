@@ -6,8 +6,9 @@
 //! [`RETRY`] while any still waits (a request made while the reflector's watch was down, between
 //! a break and its re-watch, reaches no watch and would otherwise be lost). With no read
 //! waiting, it sends nothing. On etcd each request is a message on a watch stream or, on
-//! versions whose requested notifications may overtake events, one small write; either way
-//! its cost no longer grows with the number of waiting reads.
+//! versions whose requested notifications may overtake events, at most one small write,
+//! shared by every cache of the source; either way its cost no longer grows with the number
+//! of waiting reads.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
