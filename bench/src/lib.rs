@@ -6,8 +6,9 @@
 //! kubelets, Node watchers, controllers, operators), [`list`] (streaming against buffered and a materialised
 //! `Value` list, with a memcpy reference), [`idle`] (a parked cursor against a task and a
 //! channel per watcher), [`http`] (the whole server over loopback), [`soak`] (the server
-//! for minutes under reconnecting, stalled and listing clients) and [`etcd`] (initial sync,
-//! following and restarts on real etcd). The criterion benches
+//! for minutes under reconnecting, stalled and listing clients), [`snapshots`] (the server's
+//! memory under a burst of writes with a paginated LIST through it) and [`etcd`] (initial
+//! sync, following and restarts on real etcd). The criterion benches
 //! in `benches/` and the scenario runner (`src/main.rs`) both drive them.
 
 pub mod alloc;
@@ -19,4 +20,5 @@ pub mod idle;
 pub mod list;
 pub mod objects;
 pub mod report;
+pub mod snapshots;
 pub mod soak;

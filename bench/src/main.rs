@@ -17,7 +17,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Map, Value, json};
 use watchcache_bench::alloc::{self, Counting};
 use watchcache_bench::report::{self, Column, human, human_bytes, quantile, round3};
-use watchcache_bench::{cluster, fanout, http, idle, list, soak};
+use watchcache_bench::{cluster, fanout, http, idle, list, snapshots, soak};
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -51,6 +51,10 @@ enum Scenario {
     /// On real etcd: a cache's initial sync, the event rate it follows, and a replica restarted
     /// under watch clients with history fill on and off.
     Etcd(EtcdArgs),
+    /// `watchcache serve` under a burst of writes with a paginated LIST running through it:
+    /// RSS growth against the data and the history, and whether the LIST read one snapshot;
+    /// the default snapshot retention against none.
+    Snapshots(SnapshotsArgs),
     /// Runs one design in this process and prints its figures (used by the runner).
     #[command(name = "__child", hide = true)]
     Child { spec: String },
@@ -180,6 +184,33 @@ struct EtcdArgs {
 }
 
 #[derive(Args)]
+struct SnapshotsArgs {
+    /// Pods seeded; a comma-separated list runs each (a server process per run).
+    #[arg(long, value_delimiter = ',', default_value = "1000")]
+    pods: Vec<usize>,
+    /// Pod updates per second.
+    #[arg(long, default_value_t = 500.0)]
+    churn: f64,
+    /// The history window in events (`--history`).
+    #[arg(long, default_value_t = 1024)]
+    history: usize,
+    /// Seconds sampled from `/readyz` on.
+    #[arg(long, default_value_t = 90.0)]
+    seconds: f64,
+    /// Seconds the LIST's pages are spread over (it starts with the run).
+    #[arg(long, default_value_t = 80.0)]
+    list_seconds: f64,
+    /// Pages the LIST is meant to have (`limit = pods / pages`, at least 1).
+    #[arg(long, default_value_t = 1000)]
+    pages: usize,
+    /// The `watchcache` binary [default: next to this one, built if missing].
+    #[arg(long)]
+    binary: Option<PathBuf>,
+    #[command(flatten)]
+    out: Output,
+}
+
+#[derive(Args)]
 struct HttpArgs {
     /// Streaming watch clients.
     #[arg(long, default_value_t = 1000)]
@@ -212,6 +243,7 @@ fn main() {
         Scenario::Http(a) => run_http(a),
         Scenario::Soak(a) => run_soak(a),
         Scenario::Etcd(a) => run_etcd(a),
+        Scenario::Snapshots(a) => run_snapshots(a),
     };
     if let Err(e) = result {
         eprintln!("watchcache-bench: {e}");
@@ -955,6 +987,144 @@ fn run_http(a: HttpArgs) -> Result<(), String> {
         a.json,
     );
     Ok(())
+}
+
+/// The `snapshots` designs: the server's default snapshot retention (75 s: a paginated LIST's
+/// snapshot stays pinned while its pages are asked for) and none (`--snapshot-retention 0`:
+/// the pin goes at the next retention tick, and later pages are made from the ring or the
+/// store while either still holds their revision).
+const SNAPSHOT_DESIGNS: [(&str, Option<f64>); 2] = [("pinned", None), ("retention_0", Some(0.0))];
+
+fn run_snapshots(a: SnapshotsArgs) -> Result<(), String> {
+    let names: Vec<&str> = SNAPSHOT_DESIGNS.iter().map(|d| d.0).collect();
+    let designs = pick(&names, |n| n, &a.out.designs)?;
+    if a.pods.contains(&0) || a.pages == 0 || !a.history.is_power_of_two() {
+        return Err("--pods and --pages must be positive, --history a power of two".into());
+    }
+    if !(a.churn.is_finite()
+        && a.churn > 0.0
+        && 0.0 < a.list_seconds
+        && a.list_seconds <= a.seconds
+        && a.seconds <= 3600.0)
+    {
+        return Err(
+            "--churn must be positive, --list-seconds at most --seconds, --seconds up to an hour".into(),
+        );
+    }
+    let binary = server_binary(a.binary)?;
+    let mut rows = Vec::new();
+    for &pods in &a.pods {
+        for &design in &designs {
+            let retention = SNAPSHOT_DESIGNS.iter().find(|d| d.0 == design).and_then(|d| d.1);
+            let p = snapshots::Params {
+                pods,
+                churn: a.churn,
+                history: a.history,
+                retention,
+                seconds: a.seconds,
+                list_seconds: a.list_seconds,
+                pages: a.pages,
+            };
+            let bar = ProgressBar::new(a.seconds.ceil() as u64);
+            bar.set_style(
+                ProgressStyle::with_template("{prefix:>32} [{elapsed_precise}] {wide_bar} {pos}/{len} s")
+                    .expect("a valid template"),
+            );
+            bar.set_prefix(format!("{design} pods={pods}"));
+            let b = bar.clone();
+            let out = snapshots::run(&binary, &p, &move |s| b.set_position(s))?;
+            bar.finish_and_clear();
+            rows.push(snapshot_row(design, &p, &out));
+        }
+    }
+    let mut ratios = Map::new();
+    for row in &rows {
+        let mut key = format!(
+            "{}_growth_vs_data_and_history",
+            row["design"].as_str().unwrap_or("?")
+        );
+        if a.pods.len() > 1 {
+            key.push_str(&format!("@pods={}", row["pods"]));
+        }
+        if let Some(r) = report::num(row, "growth_vs_data_and_history") {
+            ratios.insert(key, json!(r));
+        }
+    }
+    report::ratios(
+        &rows,
+        "pods",
+        &[("retention_0", "pinned", "rss_growth_bytes", "rss_growth")],
+        &mut ratios,
+    );
+    finish(
+        "snapshots",
+        json!({"pods": a.pods, "churn": a.churn, "history": a.history, "seconds": a.seconds,
+               "list_seconds": a.list_seconds, "pages": a.pages}),
+        rows,
+        ratios,
+        &[
+            ("design", "design", human),
+            ("pods", "pods", human),
+            ("RSS start", "rss_start_bytes", human_bytes),
+            ("RSS peak", "rss_peak_bytes", human_bytes),
+            ("RSS end", "rss_end_bytes", human_bytes),
+            ("growth", "rss_growth_bytes", human_bytes),
+            ("data", "data_bytes", human_bytes),
+            ("history", "history_bytes", human_bytes),
+            ("growth ÷ (data + history)", "growth_vs_data_and_history", human),
+            ("pages", "list_pages", human),
+            ("completed", "list_completed", human),
+            ("one RV", "list_one_revision", human),
+            ("410s", "list_expired", human),
+            ("pinned max", "pinned_snapshots_max", human),
+            ("undone reads", "undone_reads", human),
+            ("store reads", "store_reads", human),
+        ],
+        a.out.json,
+    );
+    Ok(())
+}
+
+/// One `snapshots` run as a row: the figures, then the samples.
+fn snapshot_row(design: &str, p: &snapshots::Params, out: &snapshots::Outcome) -> Value {
+    let s = &out.samples;
+    let peak = s.iter().map(|x| x.rss).max().unwrap_or(0).max(out.rss_start);
+    let end = s.last().map_or(0, |x| x.rss);
+    let history = s.iter().map(|x| x.history_bytes).max().unwrap_or(0);
+    let growth = peak.saturating_sub(out.rss_start);
+    let l = &out.lister;
+    json!({
+        "design": design,
+        "pods": p.pods,
+        "limit": p.limit(),
+        "ready_seconds": round3(out.ready_seconds),
+        "rss_start_bytes": out.rss_start,
+        "rss_peak_bytes": peak,
+        "rss_end_bytes": end,
+        "rss_hwm_bytes": out.rss_hwm,
+        "rss_growth_bytes": growth,
+        "rss_growth_end_bytes": end.saturating_sub(out.rss_start),
+        "data_bytes": out.data_bytes,
+        "history_bytes": history,
+        "growth_vs_data_and_history": round3(growth as f64 / (out.data_bytes + history).max(1) as f64),
+        "list_pages": l.pages,
+        "list_items": l.items,
+        "list_body_bytes": l.bytes,
+        "list_completed": l.completed.to_string(),
+        "list_one_revision": if l.completed { l.one_revision.to_string() } else { "-".into() },
+        "list_revisions": l.revisions,
+        "list_seconds": round3(l.seconds),
+        "list_expired": l.expired,
+        "list_first_expired_at_seconds": l.first_expired.map(|(t, _)| round3(t)),
+        "list_first_expired_after_pages": l.first_expired.map(|(_, n)| n),
+        "list_errors": l.errors,
+        "pinned_snapshots_max": s.iter().map(|x| x.pinned_snapshots).max().unwrap_or(0),
+        "undone_reads": s.last().map_or(0, |x| x.undone_reads),
+        "store_reads": s.last().map_or(0, |x| x.store_reads),
+        "samples": s.iter().map(|x| json!([round3(x.at_secs), x.rss, x.history_bytes, x.pinned_snapshots,
+                                             x.undone_reads, x.store_reads])).collect::<Vec<_>>(),
+        "samples_columns": ["at_secs", "rss_bytes", "history_bytes", "pinned_snapshots", "undone_reads", "store_reads"],
+    })
 }
 
 /// The `etcd` scenario: see `watchcache_bench::etcd`. Each phase runs on a fresh one-member
