@@ -8,7 +8,8 @@
 //! channel per watcher), [`http`] (the whole server over loopback), [`soak`] (the server
 //! for minutes under reconnecting, stalled and listing clients), [`snapshots`] (the server's
 //! memory under a burst of writes with a paginated LIST through it) and [`etcd`] (initial
-//! sync, following and restarts on real etcd). The criterion benches
+//! sync, following, restarts and the cost of proving a consistent read on real etcd). The
+//! criterion benches
 //! in `benches/` and the scenario runner (`src/main.rs`) both drive them.
 
 pub mod alloc;

@@ -55,6 +55,10 @@ enum Scenario {
     /// RSS growth against the data and the history, and whether the LIST read one snapshot;
     /// the default snapshot retention against none.
     Snapshots(SnapshotsArgs),
+    /// On real etcd 3.4.23: what proving a consistent read costs, the old proof (a count and a
+    /// keys-only range since the cache's revision) against a fence write brought back by the
+    /// cache's watch.
+    Proof(ProofArgs),
     /// Runs one design in this process and prints its figures (used by the runner).
     #[command(name = "__child", hide = true)]
     Child { spec: String },
@@ -211,6 +215,26 @@ struct SnapshotsArgs {
 }
 
 #[derive(Args)]
+struct ProofArgs {
+    /// Keys of about 4 KB under the proven prefix; a comma-separated list runs each on a fresh
+    /// etcd.
+    #[arg(long, value_delimiter = ',', default_value = "10000,100000")]
+    keys: Vec<usize>,
+    /// Timed repetitions of each design.
+    #[arg(long, default_value_t = 50)]
+    reps: usize,
+    /// Writes per second to the other, busy prefix while the designs run (its keys are
+    /// written once first, after the proven prefix's).
+    #[arg(long, default_value_t = 100.0)]
+    busy_rate: f64,
+    /// Keys of the busy prefix (about 1 KB each).
+    #[arg(long, default_value_t = 1000)]
+    busy_keys: usize,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
 struct HttpArgs {
     /// Streaming watch clients.
     #[arg(long, default_value_t = 1000)]
@@ -244,6 +268,7 @@ fn main() {
         Scenario::Soak(a) => run_soak(a),
         Scenario::Etcd(a) => run_etcd(a),
         Scenario::Snapshots(a) => run_snapshots(a),
+        Scenario::Proof(a) => run_proof(a),
     };
     if let Err(e) = result {
         eprintln!("watchcache-bench: {e}");
@@ -1125,6 +1150,105 @@ fn snapshot_row(design: &str, p: &snapshots::Params, out: &snapshots::Outcome) -
                                              x.undone_reads, x.store_reads])).collect::<Vec<_>>(),
         "samples_columns": ["at_secs", "rss_bytes", "history_bytes", "pinned_snapshots", "undone_reads", "store_reads"],
     })
+}
+
+/// The `proof` scenario: see `watchcache_bench::etcd` (its module docs). Each prefix size runs
+/// on a fresh one-member etcd, in this process (etcd's CPU is read from its own).
+fn run_proof(a: ProofArgs) -> Result<(), String> {
+    use watchcache_bench::etcd;
+    if a.keys.contains(&0) || a.reps == 0 || !(a.busy_rate.is_finite() && a.busy_rate >= 0.0) {
+        return Err("--keys and --reps must be positive, --busy-rate a rate".into());
+    }
+    let rt = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    let mut rows = Vec::new();
+    let mut version = String::new();
+    for &keys in &a.keys {
+        let out = rt.block_on(async {
+            // etcd's own default for periodic progress notifications (ten minutes): none
+            // comes during a run, so every notification the fence design sees is its fence's.
+            let c = watchcache_tests::etcd::EtcdCluster::start_with(1, Duration::from_secs(600))
+                .await
+                .ok_or("etcd is not installed (apt-get install -y etcd-server)")?;
+            let source = etcd::connect(&c.endpoints()).await?;
+            let bar = ProgressBar::new(keys as u64);
+            bar.set_prefix(format!("populating etcd with {keys} pods"));
+            bar.set_style(
+                ProgressStyle::with_template("{prefix:>40} [{elapsed_precise}] {wide_bar} {pos}/{len}")
+                    .expect("a valid template"),
+            );
+            let b = bar.clone();
+            etcd::populate(&source, keys, &move |n| b.set_position(n)).await?;
+            bar.finish_and_clear();
+            let pid = etcd::etcd_pid(&c.endpoint(0));
+            if pid.is_none() {
+                eprintln!("proof: etcd's pid not found; no CPU figures");
+            }
+            eprintln!("proof: {keys} keys, {} repetitions of each design", a.reps);
+            let out = etcd::proof(&c.endpoints(), pid, keys, a.busy_keys, a.busy_rate, a.reps).await?;
+            Ok::<_, String>(out)
+        })?;
+        version = out.version.clone();
+        let mut old = out.old_ns.clone();
+        let mut count = out.count_ns.clone();
+        let mut keys_only = out.keys_only_ns.clone();
+        let mut fence = out.fence_ns.clone();
+        let mut put = out.fence_put_ns.clone();
+        let q = |v: &mut Vec<u64>, p: f64| quantile(v, p).map(|x| round3(x as f64 / 1e6));
+        let cpu_ms = |c: Option<f64>| c.map(|ns| round3(ns / 1e6));
+        rows.push(json!({
+            "design": "old_proof", "keys": keys, "reps": old.len(),
+            "p50_ms": q(&mut old, 0.5), "p99_ms": q(&mut old, 0.99), "max_ms": q(&mut old, 1.0),
+            "count_only_p50_ms": q(&mut count, 0.5), "count_only_p99_ms": q(&mut count, 0.99),
+            "keys_only_p50_ms": q(&mut keys_only, 0.5), "keys_only_p99_ms": q(&mut keys_only, 0.99),
+            "etcd_cpu_ms_per_op": cpu_ms(out.old_cpu_ns),
+            "busy_writes_per_sec": round3(out.busy_writes_per_sec),
+            "busy_etcd_cores": out.busy_cores.map(round3),
+        }));
+        rows.push(json!({
+            "design": "fence", "keys": keys, "reps": fence.len(),
+            "p50_ms": q(&mut fence, 0.5), "p99_ms": q(&mut fence, 0.99), "max_ms": q(&mut fence, 1.0),
+            "put_p50_ms": q(&mut put, 0.5), "put_p99_ms": q(&mut put, 0.99),
+            "etcd_cpu_ms_per_op": cpu_ms(out.fence_cpu_ns),
+            "busy_writes_per_sec": round3(out.busy_writes_per_sec),
+            "busy_etcd_cores": out.busy_cores.map(round3),
+        }));
+    }
+    let mut ratios = Map::new();
+    report::ratios(
+        &rows,
+        "keys",
+        &[
+            ("old_proof", "fence", "p50_ms", "p50"),
+            ("old_proof", "fence", "p99_ms", "p99"),
+            ("old_proof", "fence", "etcd_cpu_ms_per_op", "etcd_cpu"),
+        ],
+        &mut ratios,
+    );
+    finish(
+        "proof",
+        json!({"keys": a.keys, "reps": a.reps, "busy_rate": a.busy_rate, "busy_keys": a.busy_keys,
+               "etcd_version": version}),
+        rows,
+        ratios,
+        &[
+            ("design", "design", human),
+            ("keys", "keys", human),
+            ("p50", "p50_ms", ms),
+            ("p99", "p99_ms", ms),
+            ("max", "max_ms", ms),
+            ("count p50", "count_only_p50_ms", ms),
+            ("keys-only p50", "keys_only_p50_ms", ms),
+            ("put p50", "put_p50_ms", ms),
+            ("etcd CPU/op", "etcd_cpu_ms_per_op", ms3),
+            ("busy writes/s", "busy_writes_per_sec", human),
+        ],
+        a.json,
+    );
+    Ok(())
+}
+
+fn ms3(x: f64) -> String {
+    format!("{x:.3} ms")
 }
 
 /// The `etcd` scenario: see `watchcache_bench::etcd`. Each phase runs on a fresh one-member
