@@ -1,7 +1,7 @@
 //! Snapshot memory under a burst of writes: `watchcache serve --seed-pods N --churn 500
 //! --history 1024` in its own process for a bounded time (90 s by default), its resident set
 //! sampled every second, while one client pages through every pod with `limit` and `continue`
-//! (about 1,000 pages, `limit = N / 1000`), paced so that the LIST spans most of the run.
+//! (about 1,000 pages, `limit = N / 1000`), its pages spread evenly over `list_seconds`.
 //!
 //! What it says about the store (`core/src/store.rs`): a cache keeps only its current
 //! snapshot; a paginated LIST pins the one it reads while its pages are asked for; older
@@ -9,12 +9,22 @@
 //! grow by about the pinned snapshot's superseded versions and the ring's history, not by a
 //! snapshot per event, and every page of the LIST should carry one resourceVersion.
 //!
-//! Each run reports RSS after seeding (when `/readyz` first answers), the peak and the end of
-//! the run; the data (the seeded pods' JSON, computed here with the same generator) and the
-//! ring's history bytes (`watchcache_history_bytes`); the pages, their resourceVersions (one
-//! throughout, or not), continues refused with 410; and from `/metrics` the pinned snapshots,
-//! the LISTs served by undoing events and the reads the store answered. The same run with
-//! `--snapshot-retention 0` is the design that pins nothing past the retention tick.
+//! The LIST must end within the revisions the embedded store keeps: `serve` compacts it to
+//! the last `max(4 × history, 1024)` revisions (4,096 with `--history 1024`: 8.2 s at 500
+//! writes a second), and a continue token below the store's compacted revision is a 410
+//! whatever the cache still holds, as the apiserver answers one etcd compacted. So by default
+//! its pages are spread over 6 s, starting 10 s into the run; `--list-seconds 80` shows the
+//! 410 a slower LIST gets.
+//!
+//! Each run reports RSS after seeding (when `/readyz` first answers), 10 s later (the store's
+//! log and the ring are full by then), the peak and the end of the run; the data (the seeded
+//! pods' JSON, computed here with the same generator) and the ring's history bytes
+//! (`watchcache_history_bytes`); the pages, their resourceVersions (one throughout, or not),
+//! continues refused with 410; and from `/metrics` the pinned snapshots, the LISTs served by
+//! undoing events and the reads the store answered. Three designs, each in its own server
+//! process: the default snapshot retention (75 s), `--snapshot-retention 0` (the pin goes at
+//! the reflector's next retention tick), and the default with no LIST at all (what the churn
+//! alone costs).
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -29,6 +39,10 @@ use watchcache_server::workload::{node_count, pod};
 use crate::alloc::{peak_rss_of, rss_bytes};
 use crate::http::{get, start_server};
 
+/// How long after `/readyz` the store's log (4,096 revisions) and the ring (1,024 events) are
+/// full at 500 writes a second, with a margin: growth after it is growth in the steady state.
+pub const WARM_UP: Duration = Duration::from_secs(10);
+
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct Params {
@@ -42,8 +56,10 @@ pub struct Params {
     pub retention: Option<f64>,
     /// How long to sample, from `/readyz` on.
     pub seconds: f64,
-    /// How long the LIST is paced to take (its pages evenly spread over it).
-    pub list_seconds: f64,
+    /// How long the LIST is paced to take (its pages evenly spread over it); `None`: no LIST.
+    pub list_seconds: Option<f64>,
+    /// When the LIST starts, seconds into the run.
+    pub list_start: f64,
     /// Pages the LIST is meant to have (`limit = pods / pages`, at least 1).
     pub pages: usize,
 }
@@ -98,6 +114,8 @@ pub struct Outcome {
     pub ready_seconds: f64,
     /// RSS when `/readyz` first answered, after seeding.
     pub rss_start: u64,
+    /// RSS 10 s later, once the store's log and the ring are full (from the samples).
+    pub rss_warm: u64,
     /// The kernel's high-water mark over the process's life (seeding included).
     pub rss_hwm: u64,
     pub samples: Vec<Sample>,
@@ -249,8 +267,14 @@ pub fn run(binary: &Path, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Result
         let stop = Arc::new(AtomicBool::new(false));
         let lister = Arc::new(Mutex::new(Lister::default()));
         let pages = p.pods.div_ceil(p.limit()).max(1);
-        let every = Duration::from_secs_f64(p.list_seconds / pages as f64);
-        let task = tokio::spawn(list(addr, p.limit(), every, stop.clone(), lister.clone()));
+        let task = p.list_seconds.map(|secs| {
+            let every = Duration::from_secs_f64(secs / pages as f64);
+            let (stop, lister, limit, after) = (stop.clone(), lister.clone(), p.limit(), p.list_start);
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_secs_f64(after)).await;
+                list(addr, limit, every, stop, lister).await;
+            })
+        });
         let started = Instant::now();
         let total = Duration::from_secs_f64(p.seconds);
         let mut samples = Vec::new();
@@ -273,11 +297,18 @@ pub fn run(binary: &Path, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Result
             progress(started.elapsed().as_secs());
         }
         stop.store(true, Ordering::Relaxed);
-        let _ = tokio::time::timeout(Duration::from_secs(35), task).await;
+        if let Some(task) = task {
+            let _ = tokio::time::timeout(Duration::from_secs(35), task).await;
+        }
         let lister = lister.lock().await.clone();
+        let rss_warm = samples
+            .iter()
+            .find(|s| s.at_secs >= WARM_UP.as_secs_f64())
+            .map_or(rss_start, |s| s.rss);
         Ok(Outcome {
             ready_seconds,
             rss_start,
+            rss_warm,
             rss_hwm: peak_rss_of(pid).unwrap_or(0),
             samples,
             lister,
