@@ -20,9 +20,10 @@
 //!   unchanged), timed together. The fence is `EtcdSource::request_progress` (a put at
 //!   `/registry/pods`), timed until the watch of the prefix the source opens for a cache (from
 //!   the fence key to the prefix's end) yields the progress notification. Each design runs
-//!   `reps` times after a few untimed ones; etcd's CPU per operation is its threads' run time
-//!   over the design's phase (`/proc/PID/task/*/schedstat`), less what the busy writer costs
-//!   it over as long (measured alone before and after).
+//!   `reps` times after a few untimed ones. Each repetition of either design first reads
+//!   etcd's revision, as a consistent read does (not timed). etcd's CPU per operation is its
+//!   threads' run time over the design's phase (`/proc/PID/task/*/schedstat`), less what the
+//!   busy writer costs it over as long (measured alone before and after).
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -620,6 +621,9 @@ pub async fn proof(
     let from = Revision::new(revision(&etcd).await? + 1);
     let mut watch = etcd.watch(PODS, from).await.map_err(|e| e.to_string())?;
     let mut fence = async |timed: bool, out: &mut Proof| -> Result<(), String> {
+        // A consistent read asks etcd's revision first in either design: read here too (not
+        // timed, as in the old proof), so that etcd's CPU per operation compares like for like.
+        revision(&etcd).await?;
         let t0 = Instant::now();
         let put = async {
             etcd.request_progress(PODS).await.map_err(|e| e.to_string())?;

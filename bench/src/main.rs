@@ -1077,6 +1077,16 @@ fn run_snapshots(a: SnapshotsArgs) -> Result<(), String> {
             bar.finish_and_clear();
             rows.push(snapshot_row(design, &p, &out));
         }
+        // Where the heap goes, in one process with every allocation counted: the store's log,
+        // the cache's ring, and a pinned snapshot over the writes of the run after the LIST
+        // starts.
+        let writes = (a.churn * (a.seconds - a.list_start)).round() as usize;
+        let spec = json!({"scenario": "snapshots", "mode": "memory", "pods": pods, "history": a.history,
+                          "writes": writes});
+        let mut heap = run_child(&spec, 4, &format!("heap pods={pods}"))?;
+        heap["design"] = json!("heap (in-process)");
+        heap["pods"] = json!(pods);
+        rows.push(heap);
     }
     let mut ratios = Map::new();
     for row in &rows {
@@ -1123,6 +1133,9 @@ fn run_snapshots(a: SnapshotsArgs) -> Result<(), String> {
             ("one RV", "list_one_revision", human),
             ("410s", "list_expired", human),
             ("pinned max", "pinned_snapshots_max", human),
+            ("store log", "store_log_heap_bytes", human_bytes),
+            ("cache growth", "cache_growth_heap_bytes", human_bytes),
+            ("pinned snapshot", "pinned_snapshot_heap_bytes", human_bytes),
             ("undone reads", "undone_reads", human),
             ("store reads", "store_reads", human),
         ],
@@ -1493,6 +1506,7 @@ fn child(spec: &str) -> Result<(), String> {
         Some("list") => child_list(&spec, design, memory)?,
         Some("watchers") => child_watchers(&spec, design)?,
         Some("etcd") => child_etcd(&spec)?,
+        Some("snapshots") => child_snapshots(&spec)?,
         other => return Err(format!("unknown scenario {other:?}")),
     };
     if !memory || spec["scenario"] == "watchers" {
@@ -1500,6 +1514,31 @@ fn child(spec: &str) -> Result<(), String> {
     }
     println!("{row}");
     Ok(())
+}
+
+fn child_snapshots(spec: &Value) -> Result<Value, String> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let pods = field(spec, "pods")?;
+    let h = rt.block_on(snapshots::heap(
+        pods,
+        field(spec, "history")?,
+        field(spec, "writes")?,
+        &progress,
+    ))?;
+    Ok(json!({
+        "store_log_heap_bytes": h.store_log,
+        "store_revisions": h.store_revisions,
+        "store_log_heap_bytes_per_revision": round3(h.store_log as f64 / h.store_revisions.max(1) as f64),
+        "cache_growth_heap_bytes": h.cache_growth,
+        "history_bytes": h.history_bytes,
+        "pinned_snapshot_heap_bytes": h.pinned,
+        "pinned_writes": h.writes,
+        "data_bytes": snapshots::data_bytes(pods),
+    }))
 }
 
 fn child_fanout(spec: &Value, design: &str, memory: bool) -> Result<Value, String> {

@@ -317,6 +317,154 @@ pub fn run(binary: &Path, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Result
     })
 }
 
+/// Where the heap goes under the same churn, measured in one process with every allocation
+/// counted (no HTTP, no allocator's retention): an embedded store as `serve` builds it, then a
+/// pod cache over it as `serve` configures it, then a page of a paginated LIST.
+#[derive(Debug, Default)]
+pub struct Heap {
+    /// The store's change log once full (`max(4 × history, 1024)` revisions): the heap the
+    /// store took over as many writes after seeding.
+    pub store_log: i64,
+    /// Revisions the store keeps.
+    pub store_revisions: u64,
+    /// The cache's growth over two history windows of writes, once built (its ring and what
+    /// the ring's events keep alive).
+    pub cache_growth: i64,
+    /// The cache's own count of the superseded versions its ring holds, then.
+    pub history_bytes: u64,
+    /// The growth over `writes` more writes after a first LIST page pinned its snapshot:
+    /// the pinned snapshot's superseded versions (store and ring are full, so nothing else
+    /// grows).
+    pub pinned: i64,
+    /// Those writes.
+    pub writes: usize,
+}
+
+/// Measures [`Heap`] for `pods` pods and a window of `history` events; `writes` is how much
+/// churn goes by while the LIST's snapshot is pinned. Run with counting on (a child process).
+pub async fn heap(
+    pods: usize,
+    history: usize,
+    writes: usize,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<Heap, String> {
+    use bytes::Bytes;
+    use watchcache_core::{Cache, CacheConfig, ListOptions, ListResult, MemorySource, Revision};
+    use watchcache_encoders::JsonCodec;
+    use watchcache_server::workload::pod_key;
+
+    use crate::alloc::Counting;
+
+    let keep = (history as u64 * 4).max(1024);
+    let store = MemorySource::with_limits(None, Some(keep), Some(256 << 20));
+    let nodes = node_count(pods);
+    for i in 0..pods {
+        store
+            .create(&pod_key(i), Bytes::from(pod(i, nodes, 0).to_string()))
+            .map_err(|e| e.to_string())?;
+    }
+    progress(1);
+    // The churn's own choice of pods: uniform, as `workload::churn` draws them.
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    let mut generation = 0u64;
+    let mut churn = |n: usize| -> Result<Revision, String> {
+        let mut last = Revision::ZERO;
+        for _ in 0..n {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let i = (rng % pods as u64) as usize;
+            generation += 1;
+            last = store
+                .update(
+                    &pod_key(i),
+                    Bytes::from(pod(i, nodes, generation).to_string()),
+                    None,
+                )
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(last)
+    };
+    let seeded = Counting::live();
+    churn(keep as usize)?;
+    let store_log = (Counting::live() - seeded) as i64;
+    progress(2);
+
+    let fields = ["spec.nodeName", "status.phase"];
+    let codec = Arc::new(JsonCodec::new(true, &fields));
+    let mut config = CacheConfig::new("pods", "/registry/pods/");
+    config.capacity = history;
+    config.fields = fields.iter().map(|f| (*f).to_owned()).collect();
+    config.trigger_field = Some("spec.nodeName".into());
+    let cache = Cache::new(store.clone(), codec, config).map_err(|e| e.to_string())?;
+    let caught_up = async |target: Revision| -> Result<(), String> {
+        let by = Instant::now() + Duration::from_secs(300);
+        while !cache.is_ready() || cache.revision() < target {
+            if Instant::now() > by {
+                return Err("the cache did not catch up in 300 s".into());
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        Ok(())
+    };
+    caught_up(store.revision()).await?;
+    let built = Counting::live();
+    // The writes go in slices, so the reflector keeps up (as at 500 a second) rather than
+    // finding thousands waiting.
+    let mut paced = async |n: usize| -> Result<(), String> {
+        for _ in 0..n.div_ceil(256) {
+            let last = churn(256)?;
+            caught_up(last).await?;
+        }
+        Ok(())
+    };
+    paced(2 * history).await?;
+    let cache_growth = (Counting::live() - built) as i64;
+    let history_bytes = cache.stats().history_bytes.load(Ordering::Relaxed);
+    progress(3);
+
+    let page = ListOptions {
+        limit: Some((pods / 1000).max(1)),
+        ..ListOptions::default()
+    };
+    // Only the continue token is kept: the page's items (which hold the snapshot too) go at
+    // once, so what keeps the snapshot is the store's pin.
+    let ListResult {
+        revision,
+        continue_token,
+        ..
+    } = cache.list(&page).await.map_err(|e| e.to_string())?;
+    let token = continue_token.ok_or("the first page was the last")?;
+    let pinned_from = Counting::live();
+    paced(writes).await?;
+    let pinned = (Counting::live() - pinned_from) as i64;
+    // The pin is held for the retention (75 s) after the last page, whether or not a next
+    // page could still be served: once the store has compacted the revision (after
+    // `keep` writes), a continue is a 410 whatever the cache pins.
+    if cache.stats().pinned_snapshots.load(Ordering::Relaxed) != 1 {
+        return Err("the first page's snapshot is not pinned".into());
+    }
+    if writes < keep as usize {
+        let next = ListOptions {
+            continue_token: Some(token),
+            ..page
+        };
+        let second = cache.list(&next).await.map_err(|e| e.to_string())?;
+        if second.revision != revision {
+            return Err("the second page did not read the first one's snapshot".into());
+        }
+    }
+    progress(4);
+    Ok(Heap {
+        store_log,
+        store_revisions: keep,
+        cache_growth,
+        history_bytes,
+        pinned,
+        writes,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
