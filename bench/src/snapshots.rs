@@ -16,8 +16,10 @@
 //! its pages are spread over 6 s, starting 10 s into the run; `--list-seconds 80` shows the
 //! 410 a slower LIST gets.
 //!
-//! Each run reports RSS after seeding (when `/readyz` first answers), 10 s later (the store's
-//! log and the ring are full by then), the peak and the end of the run; the data (the seeded
+//! Each run reports RSS when `/readyz` first answers, the lowest in the first 10 s (the start:
+//! with many pods the seeding's garbage is still resident at ready, and goes within seconds),
+//! 10 s in (the store's log and the ring are full by then), the peak after the start and the
+//! end of the run; the data (the seeded
 //! pods' JSON, computed here with the same generator) and the ring's history bytes
 //! (`watchcache_history_bytes`); the pages, their resourceVersions (one throughout, or not),
 //! continues refused with 410; and from `/metrics` the pinned snapshots, the LISTs served by
