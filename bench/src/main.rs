@@ -1120,6 +1120,7 @@ fn run_snapshots(a: SnapshotsArgs) -> Result<(), String> {
         &[
             ("design", "design", human),
             ("pods", "pods", human),
+            ("writes/s", "writes_per_sec", human),
             ("RSS ready", "rss_ready_bytes", human_bytes),
             ("RSS start", "rss_start_bytes", human_bytes),
             ("RSS peak", "rss_peak_bytes", human_bytes),
@@ -1167,6 +1168,13 @@ fn snapshot_row(design: &str, p: &snapshots::Params, out: &snapshots::Outcome) -
     let end = s.last().map_or(0, |x| x.rss);
     let history = s.iter().map(|x| x.history_bytes).max().unwrap_or(0);
     let growth = peak.saturating_sub(start);
+    // Writes a second after the warm-up, from the cache's revisions (about one a write).
+    let writes_per_sec = match (s.iter().find(|x| x.at_secs >= warm), s.last()) {
+        (Some(a), Some(b)) if b.at_secs > a.at_secs && b.revision >= a.revision => {
+            (b.revision - a.revision) as f64 / (b.at_secs - a.at_secs)
+        }
+        _ => 0.0,
+    };
     let peak_after_warm = s
         .iter()
         .filter(|x| x.at_secs >= warm)
@@ -1187,6 +1195,7 @@ fn snapshot_row(design: &str, p: &snapshots::Params, out: &snapshots::Outcome) -
         "rss_growth_bytes": growth,
         "rss_growth_end_bytes": end.saturating_sub(start),
         "rss_growth_after_warmup_bytes": peak_after_warm.saturating_sub(out.rss_warm),
+        "writes_per_sec": round3(writes_per_sec),
         "data_bytes": out.data_bytes,
         "history_bytes": history,
         "growth_vs_data_and_history": round3(growth as f64 / (out.data_bytes + history).max(1) as f64),
@@ -1194,8 +1203,9 @@ fn snapshot_row(design: &str, p: &snapshots::Params, out: &snapshots::Outcome) -
         "undone_reads": s.last().map_or(0, |x| x.undone_reads),
         "store_reads": s.last().map_or(0, |x| x.store_reads),
         "samples": s.iter().map(|x| json!([round3(x.at_secs), x.rss, x.history_bytes, x.pinned_snapshots,
-                                             x.undone_reads, x.store_reads])).collect::<Vec<_>>(),
-        "samples_columns": ["at_secs", "rss_bytes", "history_bytes", "pinned_snapshots", "undone_reads", "store_reads"],
+                                             x.undone_reads, x.store_reads, x.revision])).collect::<Vec<_>>(),
+        "samples_columns": ["at_secs", "rss_bytes", "history_bytes", "pinned_snapshots", "undone_reads", "store_reads",
+                            "revision"],
     });
     if p.list_seconds.is_some() {
         let l = &out.lister;

@@ -82,6 +82,8 @@ pub struct Sample {
     pub pinned_snapshots: u64,
     pub undone_reads: u64,
     pub store_reads: u64,
+    /// The cache's revision (a LIST of an empty namespace at any state): the writes so far.
+    pub revision: u64,
 }
 
 /// What the paginated LIST saw.
@@ -125,6 +127,10 @@ pub struct Outcome {
     /// The seeded pods' JSON, summed.
     pub data_bytes: u64,
 }
+
+/// A LIST that reads the cache's revision and nothing else: a namespace with no pods, at any
+/// state (no wait, no continue, so no pin).
+const REVISION_PATH: &str = "/api/v1/namespaces/watchcache-bench-none/pods?resourceVersion=0";
 
 /// The seeded pods' JSON, summed: the generator's pods, as `--seed-pods` writes them (their
 /// uid and timestamps are of fixed length, so the sum is the stored one).
@@ -288,6 +294,13 @@ pub fn run(binary: &Path, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Result
                 _ => String::new(),
             };
             let pods = |name: &str| series(&text, &format!("{name}{{resource=\"pods\"}}"));
+            // The churn is paced by the server's own timer, which falls behind on a busy
+            // machine: the revisions say how many writes there were.
+            let revision = match tokio::time::timeout(Duration::from_secs(10), get(addr, REVISION_PATH)).await
+            {
+                Ok(Ok((200, body))) => page_meta(&body).and_then(|(rv, _)| rv.parse().ok()).unwrap_or(0),
+                _ => 0,
+            };
             samples.push(Sample {
                 at_secs: started.elapsed().as_secs_f64(),
                 rss: rss_bytes(pid).unwrap_or(0),
@@ -295,6 +308,7 @@ pub fn run(binary: &Path, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Result
                 pinned_snapshots: pods("watchcache_pinned_snapshots"),
                 undone_reads: pods("watchcache_undone_reads_total"),
                 store_reads: pods("watchcache_store_reads_total"),
+                revision,
             });
             progress(started.elapsed().as_secs());
         }
