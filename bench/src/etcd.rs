@@ -10,6 +10,20 @@
 //!   writes go on; each client resumes from the last revision it saw, and relists on a 410.
 //!   Relists, 410s and the time until every client has the write made after the restart, with
 //!   history fill on and off.
+//! - `proof` (its own scenario): what it costs etcd 3.4.23 to let a cache that has not reached
+//!   etcd's revision serve a consistent read. A prefix of N pods of 4 KB, written first, then
+//!   a busy other prefix (configmaps, written on throughout at a fixed rate), so the store's
+//!   revision is ahead of the pods' and a cache of pods is behind it. The old proof is the two
+//!   reads `unchanged_since` made, issued with the etcd client as it issued them: a
+//!   `count_only` range of the prefix at etcd's revision, then a `keys_only` range with
+//!   `min_mod_revision` just after the cache's revision and limit 1 (empty: the prefix is
+//!   unchanged), timed together. The fence is `EtcdSource::request_progress` (a put at
+//!   `/registry/pods`), timed until the watch of the prefix the source opens for a cache (from
+//!   the fence key to the prefix's end) yields the progress notification. Each design runs
+//!   `reps` times after a few untimed ones. Each repetition of either design first reads
+//!   etcd's revision, as a consistent read does (not timed). etcd's CPU per operation is its
+//!   threads' run time over the design's phase (`/proc/PID/task/*/schedstat`), less what the
+//!   busy writer costs it over as long (measured alone before and after).
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -21,12 +35,12 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use http_body_util::BodyExt;
 use memchr::memmem;
-use watchcache_core::{Cache, CacheConfig, Revision, Source};
+use watchcache_core::{Cache, CacheConfig, Revision, Source, SourceEvent};
 use watchcache_encoders::JsonCodec;
 use watchcache_etcd::{EtcdOptions, EtcdSource};
 use watchcache_server::workload::{pod, pod_key};
 
-use crate::alloc::{Counting, peak_rss_bytes, peak_rss_of};
+use crate::alloc::{Counting, cpu_ns_of_threads, peak_rss_bytes, peak_rss_of};
 use crate::http::{clients_runtime, get, open, start_server, start_server_at, wait_ready};
 
 /// Writes in flight while populating or churning (etcd batches concurrent proposals into one
@@ -384,6 +398,283 @@ pub async fn revision(etcd: &EtcdSource) -> Result<u64, String> {
         .await
         .map(Revision::get)
         .map_err(|e| e.to_string())
+}
+
+/// The busy prefix of the `proof` scenario.
+const CONFIGMAPS: &str = "/registry/configmaps/";
+
+/// What the `proof` scenario measured on one prefix size.
+#[derive(Debug, Default)]
+pub struct Proof {
+    /// etcd's version, as the source read it.
+    pub version: String,
+    /// Keys under the proven prefix (what `count_only` counted).
+    pub keys: usize,
+    /// The old proof, both reads, per repetition (ns).
+    pub old_ns: Vec<u64>,
+    /// Its `count_only` read alone (ns).
+    pub count_ns: Vec<u64>,
+    /// Its `keys_only` + `min_mod_revision` read alone (ns).
+    pub keys_only_ns: Vec<u64>,
+    /// The fence: from the put to the watch's progress notification (ns).
+    pub fence_ns: Vec<u64>,
+    /// The fence's put alone, to its answer (ns).
+    pub fence_put_ns: Vec<u64>,
+    /// etcd's CPU per old proof (ns), the busy writer's share taken out.
+    pub old_cpu_ns: Option<f64>,
+    /// etcd's CPU per fence (ns), the busy writer's share taken out.
+    pub fence_cpu_ns: Option<f64>,
+    /// etcd's CPU with the busy writer alone, in cores.
+    pub busy_cores: Option<f64>,
+    /// Writes per second to the busy prefix over the run.
+    pub busy_writes_per_sec: f64,
+}
+
+/// The pid of the etcd member serving `endpoint`, a child of this process (the runner starts
+/// it): found by its command line, which names the client URL.
+pub fn etcd_pid(endpoint: &str) -> Option<u32> {
+    let me = std::process::id();
+    let url = endpoint.trim_start_matches("http://");
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        let serves = args
+            .windows(2)
+            .any(|w| w[0] == b"--listen-client-urls" && memmem::find(w[1], url.as_bytes()).is_some());
+        if !serves {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // The parent pid is the second field after the command's closing parenthesis.
+        let ppid = stat
+            .rfind(')')
+            .and_then(|at| stat[at + 2..].split(' ').nth(1)?.parse::<u32>().ok());
+        if ppid == Some(me) {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+/// Writes `keys` configmaps of about 1 KB under the busy prefix.
+async fn populate_busy(etcd: &EtcdSource, keys: usize) -> Result<(), String> {
+    let results: Vec<Result<Revision, String>> = futures_util::stream::iter(0..keys)
+        .map(|i| async move {
+            etcd.create(&busy_key(i), busy_value(i, 0))
+                .await
+                .map_err(|e| e.to_string())
+        })
+        .buffer_unordered(IN_FLIGHT)
+        .collect()
+        .await;
+    match results.into_iter().find(Result::is_err) {
+        Some(Err(e)) => Err(format!("populating the busy prefix: {e}")),
+        _ => Ok(()),
+    }
+}
+
+fn busy_key(i: usize) -> String {
+    format!("{CONFIGMAPS}ns-{}/cm-{i:06}", i % 10)
+}
+
+fn busy_value(i: usize, generation: u64) -> Bytes {
+    let data = "x".repeat(900);
+    Bytes::from(
+        serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("cm-{i:06}"), "namespace": format!("ns-{}", i % 10),
+                         "annotations": {"generation": generation.to_string()}},
+            "data": {"payload": data}})
+        .to_string(),
+    )
+}
+
+/// Updates the busy prefix at `rate` writes a second (one writer, paced) until `stop`;
+/// returns the writes made.
+async fn busy_writer(etcd: EtcdSource, keys: usize, rate: f64, stop: Arc<tokio::sync::Notify>) -> u64 {
+    if rate <= 0.0 || keys == 0 {
+        stop.notified().await;
+        return 0;
+    }
+    let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let stopped = stop.notified();
+    tokio::pin!(stopped);
+    let mut written = 0u64;
+    loop {
+        tokio::select! {
+            _ = &mut stopped => return written,
+            _ = ticker.tick() => {}
+        }
+        let i = written as usize % keys;
+        // A write that fails (none should) is only not counted: the load is what matters.
+        if etcd
+            .update(&busy_key(i), busy_value(i, written + 1), None)
+            .await
+            .is_ok()
+        {
+            written += 1;
+        }
+    }
+}
+
+/// etcd's CPU (ns) over `f`, and `f`'s result.
+async fn with_cpu<T>(
+    pid: Option<u32>,
+    f: impl std::future::Future<Output = T>,
+) -> (Option<u64>, Duration, T) {
+    let before = pid.and_then(cpu_ns_of_threads);
+    let started = Instant::now();
+    let out = f.await;
+    let wall = started.elapsed();
+    let after = pid.and_then(cpu_ns_of_threads);
+    (before.zip(after).map(|(b, a)| a.saturating_sub(b)), wall, out)
+}
+
+/// The `proof` scenario on an etcd whose proven prefix holds `keys` pods (already written by
+/// [`populate`]); see the module docs. `pid` is etcd's, for its CPU.
+pub async fn proof(
+    endpoints: &[String],
+    pid: Option<u32>,
+    keys: usize,
+    busy_keys: usize,
+    busy_rate: f64,
+    reps: usize,
+) -> Result<Proof, String> {
+    use etcd_client::GetOptions;
+
+    let etcd = connect(endpoints).await?;
+    // The cache of pods has seen every pod write: its revision is the store's now.
+    let since = revision(&etcd).await?;
+    populate_busy(&etcd, busy_keys).await?;
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let busy_started = Instant::now();
+    let writer = tokio::spawn(busy_writer(etcd.clone(), busy_keys, busy_rate, stop.clone()));
+    let mut out = Proof {
+        version: etcd.version().to_owned(),
+        keys,
+        ..Proof::default()
+    };
+    // What the busy writer alone costs etcd, for as long as a phase took.
+    let alone = || with_cpu(pid, tokio::time::sleep(Duration::from_secs(3)));
+    let (busy_before, busy_wall_before, ()) = alone().await;
+
+    // The old proof: at etcd's revision, count the prefix, then look for a key written since
+    // the cache's revision (reading every value of the prefix to find none).
+    let mut kv = etcd.client().kv_client();
+    let mut old_proof = async |timed: bool, out: &mut Proof| -> Result<(), String> {
+        let at = revision(&etcd).await? as i64;
+        let range = || GetOptions::new().with_prefix().with_revision(at);
+        let t0 = Instant::now();
+        let counted = kv
+            .get(PODS, Some(range().with_count_only()))
+            .await
+            .map_err(|e| e.to_string())?;
+        let t1 = Instant::now();
+        let written = kv
+            .get(
+                PODS,
+                Some(
+                    range()
+                        .with_keys_only()
+                        .with_min_mod_revision(since as i64 + 1)
+                        .with_limit(1),
+                ),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        let t2 = Instant::now();
+        if counted.count() != keys as i64 || !written.kvs().is_empty() {
+            return Err(format!(
+                "the proof did not hold: {} keys counted (expected {keys}), {} written since {since}",
+                counted.count(),
+                written.kvs().len()
+            ));
+        }
+        if timed {
+            out.count_ns.push((t1 - t0).as_nanos() as u64);
+            out.keys_only_ns.push((t2 - t1).as_nanos() as u64);
+            out.old_ns.push((t2 - t0).as_nanos() as u64);
+        }
+        Ok(())
+    };
+    for _ in 0..3 {
+        old_proof(false, &mut out).await?;
+    }
+    let (old_cpu, old_wall, r) = with_cpu(pid, async {
+        for _ in 0..reps {
+            old_proof(true, &mut out).await?;
+        }
+        Ok::<_, String>(())
+    })
+    .await;
+    r?;
+
+    // The fence: the source's own progress request, brought back by the source's own watch of
+    // the prefix (from the fence key to the prefix's end), opened as a cache opens it.
+    let from = Revision::new(revision(&etcd).await? + 1);
+    let mut watch = etcd.watch(PODS, from).await.map_err(|e| e.to_string())?;
+    let mut fence = async |timed: bool, out: &mut Proof| -> Result<(), String> {
+        // A consistent read asks etcd's revision first in either design: read here too (not
+        // timed, as in the old proof), so that etcd's CPU per operation compares like for like.
+        revision(&etcd).await?;
+        let t0 = Instant::now();
+        let put = async {
+            etcd.request_progress(PODS).await.map_err(|e| e.to_string())?;
+            Ok::<_, String>(t0.elapsed())
+        };
+        // The prefix is quiet: the next thing the watch yields is the fence's notification.
+        let seen = async {
+            match watch.next().await {
+                Some(Ok(SourceEvent::Progress { .. })) => Ok(t0.elapsed()),
+                Some(Ok(SourceEvent::Changes { revision, .. })) => {
+                    Err(format!("the quiet prefix changed at {revision}"))
+                }
+                Some(Err(e)) => Err(e.to_string()),
+                None => Err("the watch ended".to_owned()),
+            }
+        };
+        let (put, seen) = tokio::join!(put, tokio::time::timeout(Duration::from_secs(10), seen));
+        let put = put?;
+        let seen = seen.map_err(|_| "no progress notification in 10 s".to_owned())??;
+        if timed {
+            out.fence_put_ns.push(put.as_nanos() as u64);
+            out.fence_ns.push(seen.as_nanos() as u64);
+        }
+        Ok(())
+    };
+    for _ in 0..3 {
+        fence(false, &mut out).await?;
+    }
+    let (fence_cpu, fence_wall, r) = with_cpu(pid, async {
+        for _ in 0..reps {
+            fence(true, &mut out).await?;
+        }
+        Ok::<_, String>(())
+    })
+    .await;
+    r?;
+    let (busy_after, busy_wall_after, ()) = alone().await;
+    stop.notify_one();
+    let written = writer.await.map_err(|e| e.to_string())?;
+    out.busy_writes_per_sec = written as f64 / busy_started.elapsed().as_secs_f64();
+
+    if let (Some(b0), Some(b1)) = (busy_before, busy_after) {
+        let busy_ns_per_sec = (b0 + b1) as f64 / (busy_wall_before + busy_wall_after).as_secs_f64();
+        out.busy_cores = Some(busy_ns_per_sec / 1e9);
+        let per_op = |cpu: Option<u64>, wall: Duration| {
+            cpu.map(|c| (c as f64 - busy_ns_per_sec * wall.as_secs_f64()).max(0.0) / reps.max(1) as f64)
+        };
+        out.old_cpu_ns = per_op(old_cpu, old_wall);
+        out.fence_cpu_ns = per_op(fence_cpu, fence_wall);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

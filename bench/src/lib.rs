@@ -6,9 +6,11 @@
 //! kubelets, Node watchers, controllers, operators), [`list`] (streaming against buffered and a materialised
 //! `Value` list, with a memcpy reference), [`idle`] (a parked cursor against a task and a
 //! channel per watcher), [`http`] (the whole server over loopback), [`soak`] (the server
-//! for minutes under reconnecting, stalled and listing clients) and [`etcd`] (initial sync,
-//! following and restarts on real etcd), and [`patch`] (the cost of a label PATCH against the
-//! length of a list in the object). The criterion benches
+//! for minutes under reconnecting, stalled and listing clients), [`snapshots`] (the server's
+//! memory under a burst of writes with a paginated LIST through it), [`etcd`] (initial sync,
+//! following, restarts and the cost of proving a consistent read on real etcd) and [`patch`]
+//! (the cost of a label PATCH against the length of a list in the object). The criterion
+//! benches
 //! in `benches/` and the scenario runner (`src/main.rs`) both drive them.
 
 pub mod alloc;
@@ -21,4 +23,5 @@ pub mod list;
 pub mod objects;
 pub mod patch;
 pub mod report;
+pub mod snapshots;
 pub mod soak;

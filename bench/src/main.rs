@@ -17,7 +17,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Map, Value, json};
 use watchcache_bench::alloc::{self, Counting};
 use watchcache_bench::report::{self, Column, human, human_bytes, quantile, round3};
-use watchcache_bench::{cluster, fanout, http, idle, list, patch, soak};
+use watchcache_bench::{cluster, fanout, http, idle, list, patch, snapshots, soak};
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -53,6 +53,14 @@ enum Scenario {
     Etcd(EtcdArgs),
     /// The cost of a label PATCH of an object with N finalizers, N doubling: linear or not.
     Patch(PatchArgs),
+    /// `watchcache serve` under a burst of writes with a paginated LIST running through it:
+    /// RSS growth against the data and the history, and whether the LIST read one snapshot;
+    /// the default snapshot retention against none.
+    Snapshots(SnapshotsArgs),
+    /// On real etcd 3.4.23: what proving a consistent read costs, the old proof (a count and a
+    /// keys-only range since the cache's revision) against a fence write brought back by the
+    /// cache's watch.
+    Proof(ProofArgs),
     /// Runs one design in this process and prints its figures (used by the runner).
     #[command(name = "__child", hide = true)]
     Child { spec: String },
@@ -182,6 +190,58 @@ struct EtcdArgs {
 }
 
 #[derive(Args)]
+struct SnapshotsArgs {
+    /// Pods seeded; a comma-separated list runs each (a server process per run).
+    #[arg(long, value_delimiter = ',', default_value = "1000")]
+    pods: Vec<usize>,
+    /// Pod updates per second.
+    #[arg(long, default_value_t = 500.0)]
+    churn: f64,
+    /// The history window in events (`--history`).
+    #[arg(long, default_value_t = 1024)]
+    history: usize,
+    /// Seconds sampled from `/readyz` on.
+    #[arg(long, default_value_t = 90.0)]
+    seconds: f64,
+    /// Seconds the LIST's pages are spread over. It must end within the revisions the
+    /// embedded store keeps (4 × history: 8.2 s at 500 writes/s with a history of 1,024),
+    /// or its next continue is a 410, as on an etcd that compacted.
+    #[arg(long, default_value_t = 6.0)]
+    list_seconds: f64,
+    /// When the LIST starts, seconds into the run.
+    #[arg(long, default_value_t = 10.0)]
+    list_start: f64,
+    /// Pages the LIST is meant to have (`limit = pods / pages`, at least 1).
+    #[arg(long, default_value_t = 1000)]
+    pages: usize,
+    /// The `watchcache` binary [default: next to this one, built if missing].
+    #[arg(long)]
+    binary: Option<PathBuf>,
+    #[command(flatten)]
+    out: Output,
+}
+
+#[derive(Args)]
+struct ProofArgs {
+    /// Keys of about 4 KB under the proven prefix; a comma-separated list runs each on a fresh
+    /// etcd.
+    #[arg(long, value_delimiter = ',', default_value = "10000,100000")]
+    keys: Vec<usize>,
+    /// Timed repetitions of each design.
+    #[arg(long, default_value_t = 50)]
+    reps: usize,
+    /// Writes per second to the other, busy prefix while the designs run (its keys are
+    /// written once first, after the proven prefix's).
+    #[arg(long, default_value_t = 100.0)]
+    busy_rate: f64,
+    /// Keys of the busy prefix (about 1 KB each).
+    #[arg(long, default_value_t = 1000)]
+    busy_keys: usize,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
 struct HttpArgs {
     /// Streaming watch clients.
     #[arg(long, default_value_t = 1000)]
@@ -228,6 +288,8 @@ fn main() {
         Scenario::Soak(a) => run_soak(a),
         Scenario::Etcd(a) => run_etcd(a),
         Scenario::Patch(a) => run_patch(a),
+        Scenario::Snapshots(a) => run_snapshots(a),
+        Scenario::Proof(a) => run_proof(a),
     };
     if let Err(e) = result {
         eprintln!("watchcache-bench: {e}");
@@ -1030,6 +1092,314 @@ fn run_http(a: HttpArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// The `snapshots` designs: the server's default snapshot retention (75 s: a paginated LIST's
+/// snapshot stays pinned while its pages are asked for, and 75 s after its last one); none
+/// (`--snapshot-retention 0`: the pin goes at the reflector's next retention tick, and later
+/// pages are made from the ring or read from the store while either still holds their
+/// revision); and the default with no LIST, what the churn alone costs. Each: its retention
+/// (`None`: the default) and whether it lists.
+const SNAPSHOT_DESIGNS: [(&str, Option<f64>, bool); 3] = [
+    ("pinned", None, true),
+    ("retention_0", Some(0.0), true),
+    ("no_list", None, false),
+];
+
+fn run_snapshots(a: SnapshotsArgs) -> Result<(), String> {
+    let names: Vec<&str> = SNAPSHOT_DESIGNS.iter().map(|d| d.0).collect();
+    let designs = pick(&names, |n| n, &a.out.designs)?;
+    if a.pods.contains(&0) || a.pages == 0 || !a.history.is_power_of_two() {
+        return Err("--pods and --pages must be positive, --history a power of two".into());
+    }
+    if !(a.churn.is_finite()
+        && a.churn > 0.0
+        && 0.0 < a.list_seconds
+        && 0.0 <= a.list_start
+        && a.list_start + a.list_seconds <= a.seconds
+        && a.seconds <= 3600.0)
+    {
+        return Err(
+            "--churn must be positive, --list-start + --list-seconds at most --seconds, --seconds up to an hour".into(),
+        );
+    }
+    let binary = server_binary(a.binary)?;
+    let mut rows = Vec::new();
+    for &pods in &a.pods {
+        for &design in &designs {
+            let &(_, retention, lists) = SNAPSHOT_DESIGNS
+                .iter()
+                .find(|d| d.0 == design)
+                .expect("picked from the designs");
+            let p = snapshots::Params {
+                pods,
+                churn: a.churn,
+                history: a.history,
+                retention,
+                seconds: a.seconds,
+                list_seconds: lists.then_some(a.list_seconds),
+                list_start: a.list_start,
+                pages: a.pages,
+            };
+            let bar = ProgressBar::new(a.seconds.ceil() as u64);
+            bar.set_style(
+                ProgressStyle::with_template("{prefix:>32} [{elapsed_precise}] {wide_bar} {pos}/{len} s")
+                    .expect("a valid template"),
+            );
+            bar.set_prefix(format!("{design} pods={pods}"));
+            let b = bar.clone();
+            let out = snapshots::run(&binary, &p, &move |s| b.set_position(s))?;
+            bar.finish_and_clear();
+            rows.push(snapshot_row(design, &p, &out));
+        }
+        // Where the heap goes, in one process with every allocation counted: the store's log,
+        // the cache's ring, and a pinned snapshot over the writes of the run after the LIST
+        // starts.
+        let writes = (a.churn * (a.seconds - a.list_start)).round() as usize;
+        let spec = json!({"scenario": "snapshots", "mode": "memory", "pods": pods, "history": a.history,
+                          "writes": writes});
+        let mut heap = run_child(&spec, 4, &format!("heap pods={pods}"))?;
+        heap["design"] = json!("heap (in-process)");
+        heap["pods"] = json!(pods);
+        rows.push(heap);
+    }
+    let mut ratios = Map::new();
+    for row in &rows {
+        let mut key = format!(
+            "{}_growth_vs_data_and_history",
+            row["design"].as_str().unwrap_or("?")
+        );
+        if a.pods.len() > 1 {
+            key.push_str(&format!("@pods={}", row["pods"]));
+        }
+        if let Some(r) = report::num(row, "growth_vs_data_and_history") {
+            ratios.insert(key, json!(r));
+        }
+    }
+    report::ratios(
+        &rows,
+        "pods",
+        &[
+            ("retention_0", "pinned", "rss_growth_bytes", "rss_growth"),
+            ("pinned", "no_list", "rss_growth_bytes", "rss_growth"),
+            ("retention_0", "no_list", "rss_growth_bytes", "rss_growth"),
+        ],
+        &mut ratios,
+    );
+    finish(
+        "snapshots",
+        json!({"pods": a.pods, "churn": a.churn, "history": a.history, "seconds": a.seconds,
+               "list_seconds": a.list_seconds, "list_start": a.list_start, "pages": a.pages}),
+        rows,
+        ratios,
+        &[
+            ("design", "design", human),
+            ("pods", "pods", human),
+            ("writes/s", "writes_per_sec", human),
+            ("RSS ready", "rss_ready_bytes", human_bytes),
+            ("RSS start", "rss_start_bytes", human_bytes),
+            ("RSS peak", "rss_peak_bytes", human_bytes),
+            ("RSS end", "rss_end_bytes", human_bytes),
+            ("growth", "rss_growth_bytes", human_bytes),
+            ("after 10 s", "rss_growth_after_warmup_bytes", human_bytes),
+            ("data", "data_bytes", human_bytes),
+            ("history", "history_bytes", human_bytes),
+            ("growth ÷ (data + history)", "growth_vs_data_and_history", human),
+            ("pages", "list_pages", human),
+            ("completed", "list_completed", human),
+            ("one RV", "list_one_revision", human),
+            ("410s", "list_expired", human),
+            ("pinned max", "pinned_snapshots_max", human),
+            ("store log", "store_log_heap_bytes", human_bytes),
+            ("cache growth", "cache_growth_heap_bytes", human_bytes),
+            ("pinned snapshot", "pinned_snapshot_heap_bytes", human_bytes),
+            ("undone reads", "undone_reads", human),
+            ("store reads", "store_reads", human),
+        ],
+        a.out.json,
+    );
+    Ok(())
+}
+
+/// One `snapshots` run as a row: the figures, then the samples.
+fn snapshot_row(design: &str, p: &snapshots::Params, out: &snapshots::Outcome) -> Value {
+    let s = &out.samples;
+    let warm = snapshots::WARM_UP.as_secs_f64();
+    // The start is the lowest RSS of the warm-up, `/readyz` included: with many pods the
+    // seeding's garbage is still resident when the server becomes ready, and goes within
+    // seconds (2.3 GiB at ready, 1.6 GiB three seconds later, at 100,000 pods).
+    let (start_at, start) = s
+        .iter()
+        .filter(|x| x.at_secs < warm)
+        .map(|x| (x.at_secs, x.rss))
+        .fold((0.0, out.rss_start), |low, x| if x.1 < low.1 { x } else { low });
+    let peak = s
+        .iter()
+        .filter(|x| x.at_secs >= start_at)
+        .map(|x| x.rss)
+        .max()
+        .unwrap_or(0)
+        .max(start);
+    let end = s.last().map_or(0, |x| x.rss);
+    let history = s.iter().map(|x| x.history_bytes).max().unwrap_or(0);
+    let growth = peak.saturating_sub(start);
+    // Writes a second after the warm-up, from the cache's revisions (about one a write).
+    let writes_per_sec = match (s.iter().find(|x| x.at_secs >= warm), s.last()) {
+        (Some(a), Some(b)) if b.at_secs > a.at_secs && b.revision >= a.revision => {
+            (b.revision - a.revision) as f64 / (b.at_secs - a.at_secs)
+        }
+        _ => 0.0,
+    };
+    let peak_after_warm = s
+        .iter()
+        .filter(|x| x.at_secs >= warm)
+        .map(|x| x.rss)
+        .max()
+        .unwrap_or(out.rss_warm);
+    let mut row = json!({
+        "design": design,
+        "pods": p.pods,
+        "ready_seconds": round3(out.ready_seconds),
+        "rss_ready_bytes": out.rss_start,
+        "rss_start_bytes": start,
+        "rss_start_at_seconds": round3(start_at),
+        "rss_warm_bytes": out.rss_warm,
+        "rss_peak_bytes": peak,
+        "rss_end_bytes": end,
+        "rss_hwm_bytes": out.rss_hwm,
+        "rss_growth_bytes": growth,
+        "rss_growth_end_bytes": end.saturating_sub(start),
+        "rss_growth_after_warmup_bytes": peak_after_warm.saturating_sub(out.rss_warm),
+        "writes_per_sec": round3(writes_per_sec),
+        "data_bytes": out.data_bytes,
+        "history_bytes": history,
+        "growth_vs_data_and_history": round3(growth as f64 / (out.data_bytes + history).max(1) as f64),
+        "pinned_snapshots_max": s.iter().map(|x| x.pinned_snapshots).max().unwrap_or(0),
+        "undone_reads": s.last().map_or(0, |x| x.undone_reads),
+        "store_reads": s.last().map_or(0, |x| x.store_reads),
+        "samples": s.iter().map(|x| json!([round3(x.at_secs), x.rss, x.history_bytes, x.pinned_snapshots,
+                                             x.undone_reads, x.store_reads, x.revision])).collect::<Vec<_>>(),
+        "samples_columns": ["at_secs", "rss_bytes", "history_bytes", "pinned_snapshots", "undone_reads", "store_reads",
+                            "revision"],
+    });
+    if p.list_seconds.is_some() {
+        let l = &out.lister;
+        let list = json!({
+            "limit": p.limit(),
+            "list_pages": l.pages,
+            "list_items": l.items,
+            "list_body_bytes": l.bytes,
+            "list_completed": l.completed.to_string(),
+            "list_one_revision": if l.completed { l.one_revision.to_string() } else { "-".into() },
+            "list_revisions": l.revisions,
+            "list_seconds": round3(l.seconds),
+            "list_expired": l.expired,
+            "list_first_expired_at_seconds": l.first_expired.map(|(t, _)| round3(t)),
+            "list_first_expired_after_pages": l.first_expired.map(|(_, n)| n),
+            "list_errors": l.errors,
+        });
+        merge(&mut row, &list);
+    }
+    row
+}
+
+/// The `proof` scenario: see `watchcache_bench::etcd` (its module docs). Each prefix size runs
+/// on a fresh one-member etcd, in this process (etcd's CPU is read from its own).
+fn run_proof(a: ProofArgs) -> Result<(), String> {
+    use watchcache_bench::etcd;
+    if a.keys.contains(&0) || a.reps == 0 || !(a.busy_rate.is_finite() && a.busy_rate >= 0.0) {
+        return Err("--keys and --reps must be positive, --busy-rate a rate".into());
+    }
+    let rt = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    let mut rows = Vec::new();
+    let mut version = String::new();
+    for &keys in &a.keys {
+        let out = rt.block_on(async {
+            // etcd's own default for periodic progress notifications (ten minutes): none
+            // comes during a run, so every notification the fence design sees is its fence's.
+            let c = watchcache_tests::etcd::EtcdCluster::start_with(1, Duration::from_secs(600))
+                .await
+                .ok_or("etcd is not installed (apt-get install -y etcd-server)")?;
+            let source = etcd::connect(&c.endpoints()).await?;
+            let bar = ProgressBar::new(keys as u64);
+            bar.set_prefix(format!("populating etcd with {keys} pods"));
+            bar.set_style(
+                ProgressStyle::with_template("{prefix:>40} [{elapsed_precise}] {wide_bar} {pos}/{len}")
+                    .expect("a valid template"),
+            );
+            let b = bar.clone();
+            etcd::populate(&source, keys, &move |n| b.set_position(n)).await?;
+            bar.finish_and_clear();
+            let pid = etcd::etcd_pid(&c.endpoint(0));
+            if pid.is_none() {
+                eprintln!("proof: etcd's pid not found; no CPU figures");
+            }
+            eprintln!("proof: {keys} keys, {} repetitions of each design", a.reps);
+            let out = etcd::proof(&c.endpoints(), pid, keys, a.busy_keys, a.busy_rate, a.reps).await?;
+            Ok::<_, String>(out)
+        })?;
+        version = out.version.clone();
+        let mut old = out.old_ns.clone();
+        let mut count = out.count_ns.clone();
+        let mut keys_only = out.keys_only_ns.clone();
+        let mut fence = out.fence_ns.clone();
+        let mut put = out.fence_put_ns.clone();
+        let q = |v: &mut Vec<u64>, p: f64| quantile(v, p).map(|x| round3(x as f64 / 1e6));
+        let cpu_ms = |c: Option<f64>| c.map(|ns| round3(ns / 1e6));
+        rows.push(json!({
+            "design": "old_proof", "keys": keys, "reps": old.len(),
+            "p50_ms": q(&mut old, 0.5), "p99_ms": q(&mut old, 0.99), "max_ms": q(&mut old, 1.0),
+            "count_only_p50_ms": q(&mut count, 0.5), "count_only_p99_ms": q(&mut count, 0.99),
+            "keys_only_p50_ms": q(&mut keys_only, 0.5), "keys_only_p99_ms": q(&mut keys_only, 0.99),
+            "etcd_cpu_ms_per_op": cpu_ms(out.old_cpu_ns),
+            "busy_writes_per_sec": round3(out.busy_writes_per_sec),
+            "busy_etcd_cores": out.busy_cores.map(round3),
+        }));
+        rows.push(json!({
+            "design": "fence", "keys": keys, "reps": fence.len(),
+            "p50_ms": q(&mut fence, 0.5), "p99_ms": q(&mut fence, 0.99), "max_ms": q(&mut fence, 1.0),
+            "put_p50_ms": q(&mut put, 0.5), "put_p99_ms": q(&mut put, 0.99),
+            "etcd_cpu_ms_per_op": cpu_ms(out.fence_cpu_ns),
+            "busy_writes_per_sec": round3(out.busy_writes_per_sec),
+            "busy_etcd_cores": out.busy_cores.map(round3),
+        }));
+    }
+    let mut ratios = Map::new();
+    report::ratios(
+        &rows,
+        "keys",
+        &[
+            ("old_proof", "fence", "p50_ms", "p50"),
+            ("old_proof", "fence", "p99_ms", "p99"),
+            ("old_proof", "fence", "etcd_cpu_ms_per_op", "etcd_cpu"),
+        ],
+        &mut ratios,
+    );
+    finish(
+        "proof",
+        json!({"keys": a.keys, "reps": a.reps, "busy_rate": a.busy_rate, "busy_keys": a.busy_keys,
+               "etcd_version": version}),
+        rows,
+        ratios,
+        &[
+            ("design", "design", human),
+            ("keys", "keys", human),
+            ("p50", "p50_ms", ms),
+            ("p99", "p99_ms", ms),
+            ("max", "max_ms", ms),
+            ("count p50", "count_only_p50_ms", ms),
+            ("keys-only p50", "keys_only_p50_ms", ms),
+            ("put p50", "put_p50_ms", ms),
+            ("etcd CPU/op", "etcd_cpu_ms_per_op", ms3),
+            ("busy writes/s", "busy_writes_per_sec", human),
+        ],
+        a.json,
+    );
+    Ok(())
+}
+
+fn ms3(x: f64) -> String {
+    format!("{x:.3} ms")
+}
+
 /// The `etcd` scenario: see `watchcache_bench::etcd`. Each phase runs on a fresh one-member
 /// etcd; sync and follow in children of this binary (the sync with the heap counted), the
 /// restart against `watchcache serve --etcd` processes.
@@ -1236,6 +1606,7 @@ fn child(spec: &str) -> Result<(), String> {
         Some("list") => child_list(&spec, design, memory)?,
         Some("watchers") => child_watchers(&spec, design)?,
         Some("etcd") => child_etcd(&spec)?,
+        Some("snapshots") => child_snapshots(&spec)?,
         other => return Err(format!("unknown scenario {other:?}")),
     };
     if !memory || spec["scenario"] == "watchers" {
@@ -1243,6 +1614,31 @@ fn child(spec: &str) -> Result<(), String> {
     }
     println!("{row}");
     Ok(())
+}
+
+fn child_snapshots(spec: &Value) -> Result<Value, String> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let pods = field(spec, "pods")?;
+    let h = rt.block_on(snapshots::heap(
+        pods,
+        field(spec, "history")?,
+        field(spec, "writes")?,
+        &progress,
+    ))?;
+    Ok(json!({
+        "store_log_heap_bytes": h.store_log,
+        "store_revisions": h.store_revisions,
+        "store_log_heap_bytes_per_revision": round3(h.store_log as f64 / h.store_revisions.max(1) as f64),
+        "cache_growth_heap_bytes": h.cache_growth,
+        "history_bytes": h.history_bytes,
+        "pinned_snapshot_heap_bytes": h.pinned,
+        "pinned_writes": h.writes,
+        "data_bytes": snapshots::data_bytes(pods),
+    }))
 }
 
 fn child_fanout(spec: &Value, design: &str, memory: bool) -> Result<Value, String> {

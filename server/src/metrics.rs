@@ -46,6 +46,12 @@ pub struct Metrics {
     /// Lists of the store that started a generation of a cache (the first one included), per
     /// resource: the apiserver's `apiserver_watch_cache_initializations_total`.
     pub initializations: Family<Labels, Counter>,
+    /// Snapshots paginated LISTs keep pinned now, per resource (see
+    /// `CacheStats::pinned_snapshots`).
+    pub pinned_snapshots: Family<Labels, Gauge>,
+    /// LISTs at an older revision of the history window served from a state made by undoing
+    /// the window's events, per resource (see `CacheStats::undone_reads`).
+    pub undone_reads: Family<Labels, Counter>,
 }
 
 impl Default for Metrics {
@@ -69,6 +75,8 @@ impl Default for Metrics {
             store_reads: Family::default(),
             progress_requests: Family::default(),
             initializations: Family::default(),
+            pinned_snapshots: Family::default(),
+            undone_reads: Family::default(),
             registry: Registry::default(),
         };
         let mut root = Registry::default();
@@ -136,6 +144,16 @@ impl Default for Metrics {
             "progress_requests",
             "Progress notifications asked of the store while reads waited for the cache (one at a time per cache; on etcd before 3.4.31, a fence write each)",
             m.progress_requests.clone(),
+        );
+        registry.register(
+            "pinned_snapshots",
+            "Snapshots paginated LISTs keep pinned while their pages are asked for",
+            m.pinned_snapshots.clone(),
+        );
+        registry.register(
+            "undone_reads",
+            "LISTs at an older revision of the history window, served from a state made by undoing the window's events after it",
+            m.undone_reads.clone(),
         );
         Metrics { registry: root, ..m }
     }

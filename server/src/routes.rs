@@ -267,6 +267,15 @@ async fn metrics_text(State(state): AppStateRef) -> Response {
             &state.metrics.initializations.get_or_create(&labels),
             stats.lists.load(relaxed),
         );
+        metrics::catch_up(
+            &state.metrics.undone_reads.get_or_create(&labels),
+            stats.undone_reads.load(relaxed),
+        );
+        state
+            .metrics
+            .pinned_snapshots
+            .get_or_create(&labels)
+            .set(stats.pinned_snapshots.load(relaxed) as i64);
         state.metrics.reflector_restarts.get_or_create(&labels).set(
             stats
                 .reflector_restarts
