@@ -456,7 +456,8 @@ impl<S: Source> Reflector<S> {
     fn retain(&mut self) {
         let view = self.view();
         self.release(Instant::now(), Arc::clone(view.current()), view.revision, &view);
-        self.store.prune_pinned(self.config.snapshot_retention);
+        self.store
+            .prune_pinned(self.config.snapshot_retention, self.source.compacted_revision());
     }
 
     /// The source is at `revision` with no change for us: the hub's revision (what bookmarks

@@ -135,9 +135,12 @@ impl Store {
             .map(|p| Arc::clone(&p.snapshot))
     }
 
-    /// Unpins the snapshots no page was asked for within `retention`.
-    pub(crate) fn prune_pinned(&self, retention: Duration) {
+    /// Unpins the snapshots no page was asked for within `retention`, and those below the
+    /// source's `compacted` revision: a continue token there is answered 410 whatever the
+    /// cache keeps (as the apiserver answers it), so such a snapshot serves no page again.
+    pub(crate) fn prune_pinned(&self, retention: Duration, compacted: Revision) {
         let mut pinned = unpoisoned(self.pinned.lock());
+        pinned.retain(|p| p.revision >= compacted);
         prune(&mut pinned, Instant::now(), retention);
         self.stats
             .pinned_snapshots

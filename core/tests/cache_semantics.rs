@@ -1513,3 +1513,43 @@ async fn a_paged_list_the_source_answers_pins_nothing_and_reads_the_source_for_e
     );
     assert_eq!(reads() - before, 3);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_pinned_snapshot_goes_once_the_store_compacted_past_it() {
+    let mut c = config();
+    c.snapshot_retention = Duration::from_secs(3600);
+    c.fresh_window = Duration::from_secs(8);
+    let (s, cache) = started(c).await;
+    for name in ["a", "b", "c"] {
+        create(&s, "ns", name);
+    }
+    let first = cache
+        .list(&ListOptions {
+            limit: Some(1),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let pinned = || {
+        cache
+            .stats()
+            .pinned_snapshots
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    assert_eq!(pinned(), 1);
+    tokio::time::advance(Duration::from_secs(2)).await;
+    assert_eq!(pinned(), 1, "kept for its next pages");
+    // Compacted past it: its next page is 410 whatever the cache keeps, so it is not kept.
+    create(&s, "ns", "d");
+    s.compact(s.revision());
+    tokio::time::advance(Duration::from_secs(2)).await;
+    tokio::task::yield_now().await;
+    assert_eq!(pinned(), 0);
+    let next = cache
+        .list(&ListOptions {
+            continue_token: first.continue_token,
+            ..Default::default()
+        })
+        .await;
+    assert!(matches!(next, Err(CacheError::ContinueExpired(_))), "{next:?}");
+}
