@@ -75,17 +75,8 @@ pub(super) fn decode_secret(object: &Map<String, Value>) -> Result<(), String> {
 mod tests {
     use serde_json::json;
 
+    use super::super::field::shown;
     use super::*;
-
-    fn shown(f: impl FnOnce(&mut Errors)) -> Vec<String> {
-        let mut e = Errors::default();
-        f(&mut e);
-        match e.into_result() {
-            Ok(()) => Vec::new(),
-            Err(super::super::Refusal::Invalid(list)) => list.iter().map(ToString::to_string).collect(),
-            Err(other) => panic!("{other:?}"),
-        }
-    }
 
     #[test]
     fn keys_and_sizes() {

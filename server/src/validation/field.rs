@@ -209,6 +209,24 @@ impl Path {
     }
 }
 
+/// What a check reports, each error as apimachinery prints it (for the checks' own tests).
+#[cfg(test)]
+pub(super) fn shown(f: impl FnOnce(&mut Errors)) -> Vec<String> {
+    let mut e = Errors::default();
+    f(&mut e);
+    match e.into_result() {
+        Ok(()) => Vec::new(),
+        Err(super::Refusal::Invalid(list)) => list.iter().map(ToString::to_string).collect(),
+        Err(other) => panic!("{other:?}"),
+    }
+}
+
+/// A JSON object written with `json!` (for the checks' own tests).
+#[cfg(test)]
+pub(super) fn obj(v: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
+    v.as_object().cloned().unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

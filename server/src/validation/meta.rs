@@ -91,38 +91,25 @@ pub(super) fn validate_update(object: &Map<String, Value>, old: &Map<String, Val
 mod tests {
     use serde_json::json;
 
+    use super::super::field::{obj, shown};
     use super::*;
-
-    fn errors_of(f: impl FnOnce(&mut Errors)) -> Vec<String> {
-        let mut e = Errors::default();
-        f(&mut e);
-        match e.into_result() {
-            Ok(()) => Vec::new(),
-            Err(super::super::Refusal::Invalid(list)) => list.iter().map(ToString::to_string).collect(),
-            Err(other) => panic!("{other:?}"),
-        }
-    }
-
-    fn obj(v: Value) -> Map<String, Value> {
-        v.as_object().unwrap().clone()
-    }
 
     #[test]
     fn new_finalizers_are_forbidden_once_deleting() {
         let old = obj(json!({"metadata": {"deletionTimestamp": "t", "finalizers": ["a/x"]}}));
         let new = obj(json!({"metadata": {"deletionTimestamp": "t", "finalizers": ["c/z", "a/x", "b/y"]}}));
         assert_eq!(
-            errors_of(|e| validate_update(&new, &old, e)),
+            shown(|e| validate_update(&new, &old, e)),
             [
                 "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, \
                  found new finalizers []string{\"b/y\", \"c/z\"}"
             ]
         );
         let removed = obj(json!({"metadata": {"finalizers": []}}));
-        assert!(errors_of(|e| validate_update(&removed, &old, e)).is_empty());
+        assert!(shown(|e| validate_update(&removed, &old, e)).is_empty());
         let live = obj(json!({"metadata": {"finalizers": []}}));
         assert!(
-            errors_of(|e| validate_update(&new, &live, e)).is_empty(),
+            shown(|e| validate_update(&new, &live, e)).is_empty(),
             "not being deleted"
         );
     }
@@ -130,10 +117,10 @@ mod tests {
     #[test]
     fn annotations_are_checked_case_blind_and_sized() {
         let ok = obj(json!({"metadata": {"annotations": {"Example.com/Note": "x"}}}));
-        assert!(errors_of(|e| validate(&ok, e)).is_empty());
+        assert!(shown(|e| validate(&ok, e)).is_empty());
         let big = obj(json!({"metadata": {"annotations": {"a": "x".repeat(ANNOTATIONS_MAX_BYTES)}}}));
         assert_eq!(
-            errors_of(|e| validate(&big, e)),
+            shown(|e| validate(&big, e)),
             ["metadata.annotations: Too long: may not be more than 262144 bytes"]
         );
     }

@@ -352,21 +352,8 @@ fn same_toleration(a: &Value, b: &Value) -> bool {
 mod tests {
     use serde_json::json;
 
+    use super::super::field::{obj, shown};
     use super::*;
-
-    fn shown(f: impl FnOnce(&mut Errors)) -> Vec<String> {
-        let mut e = Errors::default();
-        f(&mut e);
-        match e.into_result() {
-            Ok(()) => Vec::new(),
-            Err(super::super::Refusal::Invalid(list)) => list.iter().map(ToString::to_string).collect(),
-            Err(other) => panic!("{other:?}"),
-        }
-    }
-
-    fn obj(v: Value) -> Map<String, Value> {
-        v.as_object().unwrap().clone()
-    }
 
     #[test]
     fn the_workload_generators_pods_are_valid() {
