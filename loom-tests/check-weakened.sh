@@ -17,7 +17,7 @@ variants=(
   "weaken-no-link-recheck|hub|deadlock"
   "weaken-bookmark-progress-late|hub|overtook event 1"
   "weaken-announce-early|snapshot|announced 2 but loaded a state at 1"
-  "weaken-commit-each|hub|saw half of revision 1"
+  "weaken-commit-each|hub|saw half of revision 2"
   "weaken-no-park-at-start|hub|expired by events it filters out"
   "weaken-no-lap-resume|hub|expired though nothing it needs was lost"
 )

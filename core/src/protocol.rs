@@ -65,9 +65,10 @@
 //!    after storing `tail` and the link, takes the same shard lock to drain the bucket.
 //!    Either the writer's critical section follows the watcher's (it finds and wakes the
 //!    watcher), or it precedes it, and then the stores that precede it happen-before the
-//!    watcher's second look, which sees the event and does not sleep. *Models: `wakeup`
-//!    and `chain` (a watcher blocked forever is a deadlock loom reports); without the look
-//!    again the models deadlock (`weaken-no-recheck`, `weaken-no-link-recheck`).*
+//!    watcher's second look, which sees the event and does not sleep. *Models:
+//!    `wakeup_scan` and `chain` (a watcher blocked forever is a deadlock loom reports);
+//!    without the look again they deadlock (`weaken-no-recheck`, `weaken-no-link-recheck`).
+//!    `wakeup` covers a watcher filed when it starts (claim 6).*
 //! 6. **Resuming at the stamp.** The writer stamps a drained watcher's wake cell with the
 //!    event's sequence (Release, under the shard's lock) before waking it. A watcher that
 //!    verified it was idle when it filed itself knows every event between its position and
@@ -135,8 +136,9 @@
 //!     it: it cannot see a tail that covers one of its events but not another, a link is
 //!     stored only after the tail that covers both, and a bookmark at the revision follows
 //!     all of it. A revision is published once: a later event at the same revision is refused.
-//!     *Model: `revision`; committing each event on its own lets a watcher read half of a
-//!     revision (`weaken-commit-each`).*
+//!     *Model: `revision`, a watcher scanning the ring as the revision is committed;
+//!     committing each event on its own lets it read half of the revision
+//!     (`weaken-commit-each`).*
 //!
 //! # Laps ([`Watcher`](crate::Watcher))
 //!
