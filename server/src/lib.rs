@@ -14,6 +14,7 @@
 #![warn(missing_docs)]
 
 mod app;
+pub mod auth;
 mod apply;
 pub mod backend;
 pub mod config;
