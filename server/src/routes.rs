@@ -385,22 +385,31 @@ fn requester(request_user: Option<axum::Extension<Arc<UserInfo>>>) -> Arc<UserIn
     }
 }
 
-/// A review's body, JSON (what kubectl sends), else 415.
-fn review_body<'a>(headers: &HeaderMap, body: &'a Result<Bytes, BytesRejection>) -> Result<&'a [u8], Status> {
+/// A review's body as JSON: JSON as it is, protobuf (what kubectl sends) read by `protobuf`
+/// from its envelope; other media types 415.
+fn review_body(
+    headers: &HeaderMap,
+    body: &Result<Bytes, BytesRejection>,
+    protobuf: fn(&[u8]) -> Result<Vec<u8>, Status>,
+) -> Result<Vec<u8>, Status> {
+    let body = body.as_ref().map_err(body_status)?;
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
-    if content_type.is_some_and(|c| !c.starts_with("application/json")) {
-        return Err(Status::new(
+    let media = content_type
+        .and_then(|c| c.split(';').next())
+        .map(str::trim)
+        .unwrap_or("");
+    if media.is_empty() || media.eq_ignore_ascii_case("application/json") {
+        Ok(body.to_vec())
+    } else if media.eq_ignore_ascii_case(watchcache_encoders::protobuf::PROTOBUF) {
+        let envelope = watchcache_encoders::protobuf::open_envelope(body)
+            .map_err(|e| Status::bad_request(format!("invalid protobuf body: {e}")))?;
+        protobuf(envelope.raw)
+    } else {
+        Err(Status::new(
             415,
             "UnsupportedMediaType",
-            format!(
-                "the body of a review must be application/json, not {}",
-                content_type.unwrap_or_default()
-            ),
-        ));
-    }
-    match body {
-        Ok(b) => Ok(b),
-        Err(rejection) => Err(body_status(rejection)),
+            format!("the body of a review must be JSON or protobuf, not {media}"),
+        ))
     }
 }
 
@@ -411,8 +420,8 @@ async fn self_subject_access_review(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let answer =
-        review_body(&headers, &body).and_then(|b| auth::access_review(&state.authz, requester(user), b));
+    let answer = review_body(&headers, &body, auth::access_review_from_protobuf)
+        .and_then(|b| auth::access_review(&state.authz, requester(user), &b));
     match answer {
         Ok(review) => json_response(StatusCode::CREATED, review.to_string()),
         Err(s) => status_response(&s),
@@ -427,8 +436,8 @@ async fn self_subject_rules_review(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let answer =
-        review_body(&headers, &body).and_then(|b| auth::rules_review(&state.authz, &requester(user), b));
+    let answer = review_body(&headers, &body, auth::rules_review_from_protobuf)
+        .and_then(|b| auth::rules_review(&state.authz, &requester(user), &b));
     match answer {
         Ok(review) => json_response(StatusCode::CREATED, review.to_string()),
         Err(s) => status_response(&s),

@@ -25,7 +25,10 @@ pub(crate) use authn::Authenticator;
 pub use authorizer::AuthorizationMode;
 pub(crate) use authorizer::Authorizer;
 pub(crate) use request::attributes;
-pub(crate) use review::{GROUP_VERSION as REVIEW_GROUP_VERSION, access_review, rules_review};
+pub(crate) use review::{
+    GROUP_VERSION as REVIEW_GROUP_VERSION, access_review, access_review_from_protobuf, rules_review,
+    rules_review_from_protobuf,
+};
 pub use token::{TokenFile, TokenFileError};
 
 use std::sync::Arc;

@@ -3,6 +3,12 @@
 //! `SelfSubjectRulesReview` what the requester may do in a namespace (`kubectl auth can-i
 //! --list`). Both are answered from the authorizer that decides requests, and stored
 //! nowhere: the answer is the review with its `status` filled in.
+//!
+//! Reviews come in JSON or, as kubectl sends them, in Kubernetes protobuf: the few fields a
+//! review's spec has are read from the protobuf message by their field numbers (those of
+//! `k8s.io/api/authorization/v1/generated.proto`) into the JSON shape, and every other field
+//! (metadata, the selectors of a resource review) is skipped. The answer is JSON, which
+//! clients read by its Content-Type.
 
 use serde_json::{Map, Value, json};
 use watchcache_encoders::Status;
@@ -31,6 +37,121 @@ fn field<'a>(o: &'a Map<String, Value>, name: &str) -> &'a str {
 
 fn invalid(kind: &str, message: &str) -> Status {
     Status::invalid(format!("{kind}.authorization.k8s.io \"\" is invalid: {message}"))
+}
+
+/// A field of a review's protobuf message that is read: its number, its JSON name, and its
+/// message's fields (`None`: a string).
+struct Field {
+    tag: u64,
+    json: &'static str,
+    message: Option<&'static [Field]>,
+}
+
+const fn string(tag: u64, json: &'static str) -> Field {
+    Field {
+        tag,
+        json,
+        message: None,
+    }
+}
+
+const RESOURCE_ATTRIBUTES: &[Field] = &[
+    string(1, "namespace"),
+    string(2, "verb"),
+    string(3, "group"),
+    string(4, "version"),
+    string(5, "resource"),
+    string(6, "subresource"),
+    string(7, "name"),
+];
+const NON_RESOURCE_ATTRIBUTES: &[Field] = &[string(1, "path"), string(2, "verb")];
+const ACCESS_REVIEW_SPEC: &[Field] = &[
+    Field {
+        tag: 1,
+        json: "resourceAttributes",
+        message: Some(RESOURCE_ATTRIBUTES),
+    },
+    Field {
+        tag: 2,
+        json: "nonResourceAttributes",
+        message: Some(NON_RESOURCE_ATTRIBUTES),
+    },
+];
+const RULES_REVIEW_SPEC: &[Field] = &[string(1, "namespace")];
+
+/// A `SelfSubjectAccessReview` in protobuf (the message in the envelope), as JSON.
+pub(crate) fn access_review_from_protobuf(raw: &[u8]) -> Result<Vec<u8>, Status> {
+    review_from_protobuf(raw, ACCESS_REVIEW_SPEC)
+}
+
+/// A `SelfSubjectRulesReview` in protobuf (the message in the envelope), as JSON.
+pub(crate) fn rules_review_from_protobuf(raw: &[u8]) -> Result<Vec<u8>, Status> {
+    review_from_protobuf(raw, RULES_REVIEW_SPEC)
+}
+
+fn review_from_protobuf(raw: &[u8], spec: &'static [Field]) -> Result<Vec<u8>, Status> {
+    let review = &[Field {
+        tag: 2,
+        json: "spec",
+        message: Some(spec),
+    }];
+    let object =
+        read_message(raw, review).map_err(|e| Status::bad_request(format!("invalid protobuf body: {e}")))?;
+    Ok(Value::Object(object).to_string().into_bytes())
+}
+
+/// Reads the fields `fields` names from the protobuf message `bytes`, skipping the others.
+fn read_message(mut bytes: &[u8], fields: &[Field]) -> Result<Map<String, Value>, &'static str> {
+    let mut out = Map::new();
+    while !bytes.is_empty() {
+        let key = varint(&mut bytes)?;
+        let (tag, wire) = (key >> 3, key & 7);
+        let value = match wire {
+            0 => {
+                varint(&mut bytes)?;
+                continue;
+            }
+            1 | 5 => {
+                let n = if wire == 1 { 8 } else { 4 };
+                bytes = bytes.get(n..).ok_or("a fixed-size field is cut short")?;
+                continue;
+            }
+            2 => {
+                let len = usize::try_from(varint(&mut bytes)?).map_err(|_| "a length past memory")?;
+                let value = bytes.get(..len).ok_or("a field is longer than the message")?;
+                bytes = &bytes[len..];
+                value
+            }
+            _ => return Err("a field of an unknown wire type"),
+        };
+        let Some(field) = fields.iter().find(|f| f.tag == tag) else {
+            continue;
+        };
+        let json = match field.message {
+            Some(inner) => Value::Object(read_message(value, inner)?),
+            None => Value::String(
+                std::str::from_utf8(value)
+                    .map_err(|_| "a string is not UTF-8")?
+                    .to_owned(),
+            ),
+        };
+        out.insert(field.json.to_owned(), json);
+    }
+    Ok(out)
+}
+
+/// Reads a base-128 varint off the front of `bytes`.
+fn varint(bytes: &mut &[u8]) -> Result<u64, &'static str> {
+    let mut value = 0u64;
+    for i in 0..10 {
+        let (&b, rest) = bytes.split_first().ok_or("a varint is cut short")?;
+        *bytes = rest;
+        value |= u64::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            return Ok(value);
+        }
+    }
+    Err("a varint is longer than ten bytes")
 }
 
 /// Answers the `SelfSubjectAccessReview` in `body` for `user`.
@@ -205,6 +326,47 @@ mod tests {
         let e = access_review(&a, alice(), br#"{"spec": {}}"#).unwrap_err();
         assert_eq!(e.code, 422);
         assert_eq!(access_review(&a, alice(), b"not json").unwrap_err().code, 400);
+    }
+
+    /// A length-delimited protobuf field.
+    fn len_field(tag: u8, bytes: &[u8]) -> Vec<u8> {
+        let mut out = vec![(tag << 3) | 2, u8::try_from(bytes.len()).unwrap()];
+        out.extend_from_slice(bytes);
+        out
+    }
+
+    #[test]
+    fn a_review_in_protobuf_reads_as_its_json() {
+        let mut attributes = len_field(1, b"team");
+        attributes.extend(len_field(2, b"list"));
+        attributes.extend(len_field(5, b"pods"));
+        // A field selector (8) and an unknown varint field (15) are skipped.
+        attributes.extend(len_field(8, &len_field(1, b"x")));
+        attributes.extend([15 << 3, 0x96, 0x01]);
+        let spec = len_field(1, &attributes);
+        let mut review = len_field(1, &len_field(1, b"ignored-metadata"));
+        review.extend(len_field(2, &spec));
+        let json = access_review_from_protobuf(&review).unwrap();
+        let value: Value = serde_json::from_slice(&json).unwrap();
+        assert_eq!(
+            value,
+            json!({"spec": {"resourceAttributes": {"namespace": "team", "verb": "list", "resource": "pods"}}})
+        );
+        let answer = access_review(&authorizer(), alice(), &json).unwrap();
+        assert_eq!(answer["status"]["allowed"], json!(true));
+        let rules = rules_review_from_protobuf(&len_field(2, &len_field(1, b"team"))).unwrap();
+        assert_eq!(
+            serde_json::from_slice::<Value>(&rules).unwrap(),
+            json!({"spec": {"namespace": "team"}})
+        );
+        for bad in [
+            &[0x12, 0x05, 0x0a][..],
+            &[0x0b],
+            &[0x80; 11],
+            &[0x12, 0x02, 0x0a, 0x01],
+        ] {
+            assert_eq!(access_review_from_protobuf(bad).unwrap_err().code, 400, "{bad:?}");
+        }
     }
 
     #[test]
