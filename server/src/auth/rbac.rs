@@ -19,7 +19,7 @@
 //!
 //! Cost: the policy is indexed once per version (roles by name, bindings by the user name or
 //! group their subjects name), so a decision looks at the bindings of this user's name and
-//! groups only; and decisions are kept in a [`DecisionCache`] under the policy's version.
+//! groups only; and decisions are kept in a cache (`cache.rs`) under the policy's version.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -329,7 +329,7 @@ pub(crate) fn rule_allows(rule: &PolicyRule, a: &Attributes) -> bool {
         && resource_matches(rule.resources.as_deref().unwrap_or_default(), a)
         && match rule.resource_names.as_deref() {
             None | Some([]) => true,
-            Some(names) => names.iter().any(|n| *n == a.name),
+            Some(names) => names.contains(&a.name),
         }
 }
 

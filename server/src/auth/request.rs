@@ -10,10 +10,14 @@
 //! `finalize` after it) is the namespace object itself, in its own namespace. A GET without a
 //! name lists, or watches when the query says `watch`; a DELETE without a name deletes the
 //! collection. A list or watch whose field selector requires `metadata.name=x` is for the
-//! object `x`, so that rules with `resourceNames` allow it.
+//! object `x`, so that rules with `resourceNames` allow it. Path segments are percent-decoded
+//! after the split, as the router's path extractor decodes them, so that the attributes name
+//! what the handler serves.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
+use percent_encoding::percent_decode_str;
 use watchcache_core::FieldSelector;
 
 use super::{Attributes, UserInfo};
@@ -47,11 +51,17 @@ pub(crate) fn attributes(
         path: path.to_owned(),
     };
     let trimmed = path.trim_matches('/');
-    let segments: Vec<&str> = if trimmed.is_empty() {
+    // Each segment as the handler's path extractor sees it: percent-decoded (a segment that
+    // does not decode to UTF-8 stays as it is; the router refuses it).
+    let decoded: Vec<Cow<'_, str>> = if trimmed.is_empty() {
         Vec::new()
     } else {
-        trimmed.split('/').collect()
+        trimmed
+            .split('/')
+            .map(|s| percent_decode_str(s).decode_utf8().unwrap_or(Cow::Borrowed(s)))
+            .collect()
     };
+    let segments: Vec<&str> = decoded.iter().map(|s| &**s).collect();
     let mut rest: &[&str] = match segments.as_slice() {
         ["api", version, rest @ ..] if !rest.is_empty() => {
             a.api_version = (*version).to_owned();
@@ -550,6 +560,19 @@ mod tests {
         ("GET", "/openapi/v3/api/v1", "get", false, "", "", "", "", "", ""),
         ("POST", "/healthz", "post", false, "", "", "", "", "", ""),
         ("PROPFIND", "/api/v1/pods", "", true, "", "v1", "", "pods", "", ""),
+        // Segments read as the router's path extractor reads them.
+        (
+            "GET",
+            "/api/v1/namespaces/te%61m/pods/p%2Fq",
+            "get",
+            true,
+            "",
+            "v1",
+            "team",
+            "pods",
+            "",
+            "p/q",
+        ),
     ];
 
     #[test]

@@ -52,10 +52,13 @@ pub enum TokenFileError {
     },
 }
 
+/// The tokens whose keyed hash is one value, each with its user.
+type Bucket = Vec<(Box<[u8]>, Arc<UserInfo>)>;
+
 /// The tokens of a token file, each with its user.
 pub struct TokenFile {
     hasher: std::collections::hash_map::RandomState,
-    by_hash: HashMap<u64, Vec<(Box<[u8]>, Arc<UserInfo>)>>,
+    by_hash: HashMap<u64, Bucket>,
     len: usize,
 }
 
