@@ -8,7 +8,7 @@ cd "$(dirname "$0")"
 seconds="${1:-30}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(label_selector field_selector continue_token query json_codec write_body patch protobuf json_patch_growth yaml_apply)
+[ ${#targets[@]} -gt 0 ] || targets=(label_selector field_selector continue_token query json_codec write_body patch protobuf json_patch_growth yaml_apply request_attributes)
 # Every target runs under a memory limit, so that an input whose cost is not bounded (a
 # patch's copies or YAML aliases expanding a few kilobytes into gigabytes) is a crash, not a
 # slow run: 256 MB, three times what any target needs with its bounds in force (a target

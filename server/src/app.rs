@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 
+use crate::auth::{Authenticator, Authorizer};
 use crate::backend::Backend;
 use crate::config::ServeConfig;
 use crate::leases::Leases;
@@ -30,4 +31,8 @@ pub(crate) struct AppState {
     pub(crate) openapi: OpenApi,
     /// Where writes run: off the runtime's workers, a bounded number at once.
     pub(crate) writes: Offload,
+    /// Who each request comes from.
+    pub(crate) authn: Authenticator,
+    /// What each request may do.
+    pub(crate) authz: Authorizer,
 }

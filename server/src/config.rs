@@ -1,7 +1,12 @@
 //! What `watchcache serve` can be told.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
+
+use crate::auth::AuthorizationMode;
+use crate::auth::rbac::PolicySource;
 
 /// The server's configuration; [`Default`] is what `watchcache serve` runs with.
 #[derive(Clone, Debug)]
@@ -66,6 +71,18 @@ pub struct ServeConfig {
     /// share, so that a short TTL is stretched by little. Not a flag; tests raise it to share
     /// leases at TTLs of seconds.
     pub lease_reuse_share: f64,
+    /// Bearer tokens and their users (`--token-auth-file`, the apiserver's CSV format). A file
+    /// that does not parse refuses the start. None (the default): no token authenticates.
+    pub token_auth_file: Option<PathBuf>,
+    /// Whether requests without credentials are served as `system:anonymous`
+    /// (`--anonymous-auth`); else they get 401. Default on.
+    pub anonymous_auth: bool,
+    /// How requests are authorized (`--authorization-mode`). Default `AlwaysAllow`.
+    pub authorization_mode: AuthorizationMode,
+    /// The RBAC objects RBAC mode decides on, given whole rather than read from the stored
+    /// Roles and bindings. Not a flag: a seam for tests (an in-memory policy). None (the
+    /// default): the stored objects.
+    pub policy: Option<Arc<dyn PolicySource>>,
 }
 
 impl Default for ServeConfig {
@@ -90,6 +107,10 @@ impl Default for ServeConfig {
             event_ttl: Duration::from_secs(3600),
             lease_reuse: Duration::from_secs(60),
             lease_reuse_share: 0.05,
+            token_auth_file: None,
+            anonymous_auth: true,
+            authorization_mode: AuthorizationMode::AlwaysAllow,
+            policy: None,
         }
     }
 }

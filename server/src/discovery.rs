@@ -2,6 +2,9 @@
 //! `/apis/<group>/<version>`, and aggregated discovery (`apidiscovery.k8s.io` v2 and v2beta1:
 //! every group, version and resource in one answer from `/api` and `/apis`, which kubectl
 //! and client-go ask for first).
+//!
+//! Besides the resources the table serves, the group `authorization.k8s.io/v1` lists the two
+//! self-checks (create only), which are answered by the authorizer and stored nowhere.
 
 use std::collections::BTreeMap;
 
@@ -46,6 +49,14 @@ pub(crate) fn api(server_address: &str) -> Value {
     })
 }
 
+/// The self-checks of `authorization.k8s.io/v1`: `(resource, kind)`.
+const REVIEWS: &[(&str, &str)] = &[
+    ("selfsubjectaccessreviews", "SelfSubjectAccessReview"),
+    ("selfsubjectrulesreviews", "SelfSubjectRulesReview"),
+];
+const REVIEW_GROUP: &str = "authorization.k8s.io";
+const REVIEW_VERSION: &str = "v1";
+
 /// `(group, version)` of a resource; the core group is `""`.
 fn group_version(r: &Resource) -> (&str, &str) {
     match r.info.api_version.split_once('/') {
@@ -66,6 +77,7 @@ fn groups<'a>(resources: impl Iterator<Item = &'a Resource>) -> BTreeMap<&'a str
             }
         }
     }
+    out.entry(REVIEW_GROUP).or_default().push(REVIEW_VERSION);
     out
 }
 
@@ -103,6 +115,11 @@ pub(crate) fn resource_list<'a>(
     api_version: &str,
 ) -> Option<Value> {
     let mut list = Vec::new();
+    if api_version == crate::auth::REVIEW_GROUP_VERSION {
+        for (name, kind) in REVIEWS {
+            list.push(json!({"name": name, "singularName": "", "namespaced": false, "kind": kind, "verbs": ["create"]}));
+        }
+    }
     for r in resources.filter(|r| r.info.api_version == api_version) {
         list.push(json!({
             "name": r.info.resource,
@@ -192,6 +209,22 @@ pub(crate) fn aggregated<'a>(
             entry["subresources"] = Value::Array(subresources);
         }
         tree.entry(g).or_default().entry(v).or_default().push(entry);
+    }
+    if !core {
+        let reviews = tree
+            .entry(REVIEW_GROUP)
+            .or_default()
+            .entry(REVIEW_VERSION)
+            .or_default();
+        for (name, kind) in REVIEWS {
+            reviews.push(json!({
+                "resource": name,
+                "responseKind": {"group": REVIEW_GROUP, "version": REVIEW_VERSION, "kind": kind},
+                "scope": "Cluster",
+                "singularResource": name.trim_end_matches('s'),
+                "verbs": ["create"],
+            }));
+        }
     }
     let items: Vec<Value> = tree
         .into_iter()

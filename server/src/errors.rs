@@ -6,6 +6,7 @@ use serde_json::{Map, Value, json};
 use watchcache_core::{CacheError, CodecError, Corrupt, Expired, SourceError};
 use watchcache_encoders::{ResourceInfo, Status};
 
+use crate::auth::Attributes;
 use crate::patch::PatchLimit;
 use crate::stored::Refused;
 use crate::validation::{FieldError, Refusal};
@@ -49,6 +50,70 @@ pub(crate) fn cache(e: &CacheError, info: &ResourceInfo) -> Status {
 /// stream as an ERROR event (clients re-list on it).
 pub(crate) fn expired(e: &Expired) -> Status {
     Status::gone(e.to_string())
+}
+
+/// The Status for a request whose credentials do not verify (or that has none, where
+/// anonymous requests are refused): 401, saying no more, as the apiserver answers it.
+pub(crate) fn unauthorized() -> Status {
+    Status::new(401, "Unauthorized", "Unauthorized")
+}
+
+/// The Status for a request the authorizer does not allow: 403 `Forbidden`, in the
+/// apiserver's words (`pods "p" is forbidden: User "alice" cannot get resource "pods" in API
+/// group "" in the namespace "ns"`), `reason` (the authorizer's, may be empty) after them, and
+/// the group, resource (as `kind`) and name in the details.
+pub(crate) fn forbidden(a: &Attributes, reason: &str) -> Status {
+    let user = &a.user.name;
+    let what = if !a.resource_request {
+        format!("User {user:?} cannot {} path {:?}", a.verb, a.path)
+    } else {
+        let resource = if a.subresource.is_empty() {
+            a.resource.clone()
+        } else {
+            format!("{}/{}", a.resource, a.subresource)
+        };
+        let (verb, group) = (&a.verb, &a.api_group);
+        if a.namespace.is_empty() {
+            format!(
+                "User {user:?} cannot {verb} resource {resource:?} in API group {group:?} at the cluster scope"
+            )
+        } else {
+            format!(
+                "User {user:?} cannot {verb} resource {resource:?} in API group {group:?} in the namespace {:?}",
+                a.namespace
+            )
+        }
+    };
+    // Nothing in the message may read as HTML.
+    let what = what
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;");
+    let why = if reason.is_empty() {
+        what
+    } else {
+        format!("{what}: {reason}")
+    };
+    let qualified = match (a.resource.as_str(), a.api_group.as_str()) {
+        (resource, "") => resource.to_owned(),
+        (resource, group) => format!("{resource}.{group}"),
+    };
+    let message = match (qualified.as_str(), a.name.as_str()) {
+        ("", _) => format!("forbidden: {why}"),
+        (q, "") => format!("{q} is forbidden: {why}"),
+        (q, name) => format!("{q} {name:?} is forbidden: {why}"),
+    };
+    let mut details = Map::new();
+    for (key, value) in [("name", &a.name), ("group", &a.api_group), ("kind", &a.resource)] {
+        if !value.is_empty() {
+            details.insert(key.to_owned(), json!(value));
+        }
+    }
+    let mut s = Status::new(403, "Forbidden", message);
+    if !details.is_empty() {
+        s.details = Some(Value::Object(details));
+    }
+    s
 }
 
 /// The Status for a source error met on `name` of `resource`.
@@ -260,6 +325,67 @@ mod tests {
 
     fn body(s: &Status) -> Value {
         serde_json::from_slice(&s.to_json()).unwrap()
+    }
+
+    #[test]
+    fn forbidden_is_in_the_apiservers_words() {
+        use std::sync::Arc;
+
+        use crate::auth::{UserInfo, attributes};
+        let alice = Arc::new(UserInfo::authenticated("alice", "", vec![]));
+        let forbidden_on = |user: &Arc<UserInfo>, method: &str, path: &str| {
+            forbidden(&attributes(user.clone(), method, path, None).unwrap(), "")
+        };
+        let s = forbidden_on(&alice, "GET", "/api/v1/namespaces/kube-system/pods");
+        assert_eq!((s.code, s.reason), (403, "Forbidden"));
+        assert_eq!(
+            s.message,
+            r#"pods is forbidden: User "alice" cannot list resource "pods" in API group "" in the namespace "kube-system""#
+        );
+        assert_eq!(body(&s)["details"], serde_json::json!({"kind": "pods"}));
+        let s = forbidden_on(&alice, "GET", "/api/v1/nodes");
+        assert_eq!(
+            s.message,
+            r#"nodes is forbidden: User "alice" cannot list resource "nodes" in API group "" at the cluster scope"#
+        );
+        let s = forbidden_on(&alice, "GET", "/api/v1/namespaces/ns/pods/x/status");
+        assert_eq!(
+            s.message,
+            r#"pods "x" is forbidden: User "alice" cannot get resource "pods/status" in API group "" in the namespace "ns""#
+        );
+        assert_eq!(
+            body(&s)["details"],
+            serde_json::json!({"name": "x", "kind": "pods"})
+        );
+        let s = forbidden_on(
+            &alice,
+            "PUT",
+            "/apis/coordination.k8s.io/v1/namespaces/ns/leases/l",
+        );
+        assert_eq!(
+            s.message,
+            r#"leases.coordination.k8s.io "l" is forbidden: User "alice" cannot update resource "leases" in API group "coordination.k8s.io" in the namespace "ns""#
+        );
+        assert_eq!(
+            body(&s)["details"],
+            serde_json::json!({"name": "l", "group": "coordination.k8s.io", "kind": "leases"})
+        );
+        let s = forbidden_on(&Arc::new(UserInfo::anonymous()), "GET", "/metrics");
+        assert_eq!(
+            s.message,
+            r#"forbidden: User "system:anonymous" cannot get path "/metrics""#
+        );
+        assert_eq!(s.details, None);
+        let a = attributes(alice, "GET", "/<b>", None).unwrap();
+        assert_eq!(
+            forbidden(&a, "RBAC: role not found").message,
+            r#"forbidden: User "alice" cannot get path "/&lt;b&gt;": RBAC: role not found"#
+        );
+        let s = unauthorized();
+        assert_eq!(
+            (s.code, s.reason, s.message.as_str()),
+            (401, "Unauthorized", "Unauthorized")
+        );
     }
 
     #[test]

@@ -222,3 +222,35 @@ pub fn yaml_apply(data: &[u8]) {
         }
     }
 }
+
+/// Reads a request as authorization reads it: `data`'s first byte picks the method, the rest
+/// is a path with an optional `?query`. Attributes come out (or a typed refusal), the 403
+/// message is made from them, and the path and query bytes are read as a review in protobuf.
+pub fn request_attributes(data: &[u8]) {
+    const METHODS: &[&str] = &[
+        "GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS", "PROPFIND",
+    ];
+    let Some((&m, rest)) = data.split_first() else {
+        return;
+    };
+    let _ = crate::auth::access_review_from_protobuf(rest);
+    let _ = crate::auth::rules_review_from_protobuf(rest);
+    let Ok(target) = std::str::from_utf8(rest) else {
+        return;
+    };
+    let method = METHODS[usize::from(m) % METHODS.len()];
+    let (path, query) = match target.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (target, None),
+    };
+    let user = std::sync::Arc::new(crate::auth::UserInfo::anonymous());
+    if let Ok(a) = crate::auth::attributes(user, method, path, query) {
+        let status = crate::errors::forbidden(&a, "");
+        assert_eq!(status.code, 403);
+        // A non-resource request names no resource. (Empty segments are read as the
+        // apiserver reads them: `/api/v1/pods//status` has an empty name and a subresource.)
+        let named = [&a.api_group, &a.api_version, &a.resource, &a.namespace, &a.name];
+        assert!(a.resource_request || named.iter().all(|s| s.is_empty()), "{a:?}");
+        assert!(a.path == path, "{a:?}");
+    }
+}

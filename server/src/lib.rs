@@ -8,14 +8,16 @@
 //! v2 and v3; LIST, GET and WATCH with the apiserver's parameters, as JSON, Kubernetes
 //! protobuf or Tables; POST, PUT (bodies in JSON, YAML or protobuf), PATCH (JSON, merge, strategic merge, server-side apply), DELETE and DeleteCollection
 //! to the source, with `managedFields`, `/status`, finalizers and namespace lifecycle;
-//! `/healthz`, `/readyz` and `/metrics`. LIST bodies are streamed in bounded chunks; watch
+//! `/healthz`, `/readyz` and `/metrics`. Every request is authenticated (a client
+//! certificate, a `--token-auth-file` bearer token, or anonymous) and authorized (AlwaysAllow,
+//! or RBAC with the self-checks `kubectl auth can-i` asks) before any handler runs ([`auth`]). LIST bodies are streamed in bounded chunks; watch
 //! frames are copied from shared bytes into each connection's own bounded buffer.
 
 #![warn(missing_docs)]
 
 mod app;
-pub mod auth;
 mod apply;
+pub mod auth;
 pub mod backend;
 pub mod config;
 mod connection;

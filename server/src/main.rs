@@ -4,7 +4,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use watchcache_server::{ServeConfig, Server};
+use watchcache_server::auth::AuthorizationMode;
+use watchcache_server::{ServeConfig, ServeError, Server};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -174,6 +175,22 @@ struct ServeArgs {
     /// at most 5% of `--event-ttl`); 0: a lease per write.
     #[arg(long, default_value = "60", value_parser = whole_seconds(0))]
     lease_reuse_duration_seconds: Duration,
+    /// Bearer tokens, as kube-apiserver's flag: a CSV file of `token,user,uid,"group1,group2"`
+    /// lines (the groups column may be left out). A malformed file refuses the start.
+    #[arg(long, value_name = "FILE")]
+    token_auth_file: Option<std::path::PathBuf>,
+    /// Serve requests without credentials as `system:anonymous` (group
+    /// `system:unauthenticated`); false: they get 401.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    anonymous_auth: bool,
+    /// How requests are authorized: AlwaysAllow, or RBAC (by the Roles, ClusterRoles and their
+    /// bindings; members of system:masters are allowed everything).
+    #[arg(long, default_value = "AlwaysAllow", value_parser = authorization_mode)]
+    authorization_mode: AuthorizationMode,
+}
+
+fn authorization_mode(s: &str) -> Result<AuthorizationMode, String> {
+    s.parse()
 }
 
 /// SIGINT or SIGTERM, registered now: a signal that arrives between this call and the first
@@ -235,10 +252,18 @@ async fn main() -> std::process::ExitCode {
         history_fill: args.history_fill,
         event_ttl: args.event_ttl,
         lease_reuse: args.lease_reuse_duration_seconds,
+        token_auth_file: args.token_auth_file,
+        anonymous_auth: args.anonymous_auth,
+        authorization_mode: args.authorization_mode,
         ..ServeConfig::default()
     };
     let server = match Server::start(config).await {
         Ok(s) => s,
+        // A configuration file that does not parse is a usage error, as clap's own (exit 2).
+        Err(e @ ServeError::TokenFile(_)) => {
+            eprintln!("watchcache: {e}");
+            return std::process::ExitCode::from(2);
+        }
         Err(e) => {
             eprintln!("watchcache: {e}");
             return std::process::ExitCode::FAILURE;

@@ -1,7 +1,8 @@
 //! Routing: which handler serves a method and path. Discovery, health and metrics are
 //! answered here; resource requests are resolved to a [`Target`] and handed to the read path
 //! ([`reads`](crate::reads)) or the write path ([`writes`](crate::writes)). A middleware
-//! times every request.
+//! times every request; inside it, another authenticates and authorizes every request before
+//! any handler runs.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,12 +15,14 @@ use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, RawQuery, Request, Stat
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get};
+use axum::routing::{any, get, post};
 use watchcache_encoders::{ResourceInfo, Status, protobuf};
 
 use crate::app::AppState;
+use crate::auth::{self, ClientCert, Decision, UserInfo};
 use crate::connection::Connection;
 use crate::discovery;
+use crate::errors;
 use crate::media::{self, ReadFormat};
 use crate::metrics;
 use crate::openapi;
@@ -70,6 +73,14 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
+        .route(
+            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+            post(self_subject_access_review),
+        )
+        .route(
+            "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
+            post(self_subject_rules_review),
+        )
         .route("/api/v1/{resource}", any(resource_request))
         .route("/api/v1/{resource}/{name}", any(resource_request))
         .route("/api/v1/namespaces/{ns}/{resource}", any(resource_request))
@@ -107,6 +118,10 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         })
         // Bodies over the limit are refused while read; the handlers answer that with a Status.
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            authenticate_and_authorize,
+        ))
         .layer(middleware::from_fn_with_state(state.clone(), timing))
         .with_state(state)
 }
@@ -316,6 +331,117 @@ async fn timing(State(state): AppStateRef, request: Request, next: Next) -> Resp
         .get_or_create(&vec![("verb", verb)])
         .observe(start.elapsed().as_secs_f64());
     response
+}
+
+/// Authenticates and authorizes every request before its handler runs: 401 for credentials
+/// that do not verify, 403 for what the authorizer does not allow (in the apiserver's words),
+/// and otherwise the handler, with the user (`Arc<UserInfo>`) in the request's extensions for
+/// what comes after (audit, the self-checks).
+///
+/// A watch is authorized as it starts, as the apiserver authorizes it: events are delivered
+/// for as long as it runs, whatever later changes to the policy say.
+async fn authenticate_and_authorize(State(state): AppStateRef, mut request: Request, next: Next) -> Response {
+    let cert = match request.extensions().get::<ConnectInfo<Connection>>() {
+        Some(ConnectInfo(conn)) => client_cert(conn).clone(),
+        None => ClientCert::None,
+    };
+    let user = match state.authn.authenticate(&cert, request.headers()) {
+        Ok(user) => user,
+        Err(e) => {
+            tracing::debug!(error = %e, path = request.uri().path(), "unauthenticated request");
+            return status_response(&errors::unauthorized());
+        }
+    };
+    if !state.authz.allows_everything() {
+        let uri = request.uri();
+        let attributes =
+            match auth::attributes(user.clone(), request.method().as_str(), uri.path(), uri.query()) {
+                Ok(a) => a,
+                Err(e) => return status_response(&Status::internal(e.to_string())),
+            };
+        if let Decision::Deny(reason) = state.authz.authorize(&attributes) {
+            return status_response(&errors::forbidden(&attributes, &reason));
+        }
+    }
+    request.extensions_mut().insert(user);
+    next.run(request).await
+}
+
+/// What a connection's client certificate says. Here rather than in `auth`, which the
+/// connection's module will import for [`ClientCert`]: the layout keeps no module cycle.
+fn client_cert(conn: &Connection) -> &ClientCert {
+    static NONE: ClientCert = ClientCert::None;
+    let _ = conn;
+    // TLS adds the client certificate here: `conn.client_cert()`.
+    &NONE
+}
+
+/// The requester, as [`authenticate_and_authorize`] found it.
+fn requester(request_user: Option<axum::Extension<Arc<UserInfo>>>) -> Arc<UserInfo> {
+    match request_user {
+        Some(axum::Extension(user)) => user,
+        // Every request passes the middleware; a handler called without it is anonymous.
+        None => Arc::new(UserInfo::anonymous()),
+    }
+}
+
+/// A review's body as JSON: JSON as it is, protobuf (what kubectl sends) read by `protobuf`
+/// from its envelope; other media types 415.
+fn review_body(
+    headers: &HeaderMap,
+    body: &Result<Bytes, BytesRejection>,
+    protobuf: fn(&[u8]) -> Result<Vec<u8>, Status>,
+) -> Result<Vec<u8>, Status> {
+    let body = body.as_ref().map_err(body_status)?;
+    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
+    let media = content_type
+        .and_then(|c| c.split(';').next())
+        .map(str::trim)
+        .unwrap_or("");
+    if media.is_empty() || media.eq_ignore_ascii_case("application/json") {
+        Ok(body.to_vec())
+    } else if media.eq_ignore_ascii_case(watchcache_encoders::protobuf::PROTOBUF) {
+        let envelope = watchcache_encoders::protobuf::open_envelope(body)
+            .map_err(|e| Status::bad_request(format!("invalid protobuf body: {e}")))?;
+        protobuf(envelope.raw)
+    } else {
+        Err(Status::new(
+            415,
+            "UnsupportedMediaType",
+            format!("the body of a review must be JSON or protobuf, not {media}"),
+        ))
+    }
+}
+
+/// `POST …/selfsubjectaccessreviews`: may the requester do this? (`kubectl auth can-i`)
+async fn self_subject_access_review(
+    State(state): AppStateRef,
+    user: Option<axum::Extension<Arc<UserInfo>>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let answer = review_body(&headers, &body, auth::access_review_from_protobuf)
+        .and_then(|b| auth::access_review(&state.authz, requester(user), &b));
+    match answer {
+        Ok(review) => json_response(StatusCode::CREATED, review.to_string()),
+        Err(s) => status_response(&s),
+    }
+}
+
+/// `POST …/selfsubjectrulesreviews`: what may the requester do in a namespace? (`kubectl auth
+/// can-i --list`)
+async fn self_subject_rules_review(
+    State(state): AppStateRef,
+    user: Option<axum::Extension<Arc<UserInfo>>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let answer = review_body(&headers, &body, auth::rules_review_from_protobuf)
+        .and_then(|b| auth::rules_review(&state.authz, &requester(user), &b));
+    match answer {
+        Ok(review) => json_response(StatusCode::CREATED, review.to_string()),
+        Err(s) => status_response(&s),
+    }
 }
 
 /// Serves a request on a resource path (any of the four shapes the router gives it: the

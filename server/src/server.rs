@@ -15,6 +15,8 @@ use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 use watchcache_core::MemorySource;
 
+use crate::auth::rbac::{PolicySource, StaticPolicy};
+use crate::auth::{Authenticator, Authorizer, TokenFile};
 use crate::backend::Backend;
 
 use crate::app::AppState;
@@ -39,6 +41,9 @@ pub enum ServeError {
     /// The store could not be reached, or this build cannot reach it.
     #[error("{0}")]
     Store(String),
+    /// The `--token-auth-file` could not be read or parsed.
+    #[error("{0}")]
+    TokenFile(#[from] crate::auth::TokenFileError),
     /// The address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -88,6 +93,13 @@ async fn serve(mut listener: KillableListener, app: Router, shutdown: Switch) ->
     connections.close();
     connections.wait().await;
     Ok(())
+}
+
+/// The RBAC objects RBAC mode decides on, when the configuration gives none.
+fn stored_policy() -> Arc<dyn PolicySource> {
+    // The RBAC objects add the stored policy here: until they are served, an empty one, under
+    // which only `system:masters` is allowed anything.
+    Arc::new(StaticPolicy::default())
 }
 
 /// A running server.
@@ -151,6 +163,12 @@ impl Server {
     /// As [`start`](Self::start), over a given store (on the embedded store, expiring its
     /// leases as they come due while the server runs).
     pub async fn start_with(config: ServeConfig, store: Backend) -> Result<Server, ServeError> {
+        let tokens = config
+            .token_auth_file
+            .as_deref()
+            .map(TokenFile::read)
+            .transpose()?;
+        let authn = Authenticator::new(tokens, config.anonymous_auth);
         let listener = tokio::net::TcpListener::bind(config.addr)
             .await
             .map_err(|source| ServeError::Bind {
@@ -167,6 +185,8 @@ impl Server {
         let shutdown = Switch::new();
         let metrics = Arc::new(Metrics::default());
         let openapi = OpenApi::build(resources.values().map(|r| &**r));
+        let policy = config.policy.clone().unwrap_or_else(stored_policy);
+        let authz = Authorizer::new(config.authorization_mode, policy);
         let state = Arc::new(AppState {
             store: store.clone(),
             leases: Leases::new(store.clone(), config.lease_reuse, config.lease_reuse_share),
@@ -178,6 +198,8 @@ impl Server {
             open_watchers: Arc::new(AtomicUsize::new(0)),
             addr,
             writes: Offload::new(config.max_writes),
+            authn,
+            authz,
         });
         tokio::spawn(workload::churn(
             store.clone(),

@@ -1,6 +1,7 @@
 //! The `watchcache` binary: `serve` listens, answers, and on SIGTERM or SIGINT ends open
 //! watches cleanly (the chunked body is terminated, not cut) and exits 0; a flag with a value
-//! it cannot serve with is refused at start with exit code 2.
+//! it cannot serve with is refused at start with exit code 2, as is a malformed
+//! `--token-auth-file`.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -92,6 +93,8 @@ fn invalid_flags_are_refused_at_start_with_exit_code_2() {
         ("--history", "3"),
         ("--max-watchers", "0"),
         ("--seed-pods", "99999999"),
+        ("--authorization-mode", "Webhook"),
+        ("--anonymous-auth", "maybe"),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_watchcache"))
             .args(["serve", "--addr", "127.0.0.1:0", flag, value])
@@ -104,4 +107,23 @@ fn invalid_flags_are_refused_at_start_with_exit_code_2() {
             "{flag} {value}: the error names the flag: {stderr}"
         );
     }
+}
+
+#[test]
+fn a_malformed_token_file_is_refused_at_start_with_exit_code_2() {
+    let dir = std::env::temp_dir();
+    let bad = dir.join(format!("watchcache-binary-tokens-{}.csv", std::process::id()));
+    std::fs::write(&bad, "t1,alice,1001\nt2,bob\n").unwrap();
+    let missing = dir.join("watchcache-no-such-token-file.csv");
+    for (file, says) in [(&bad, "line 2"), (&missing, "cannot read")] {
+        let out = Command::new(env!("CARGO_BIN_EXE_watchcache"))
+            .args(["serve", "--addr", "127.0.0.1:0", "--token-auth-file"])
+            .arg(file)
+            .output()
+            .expect("the binary runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{}: {stderr}", file.display());
+        assert!(stderr.contains(says), "{}: {stderr}", file.display());
+    }
+    let _ = std::fs::remove_file(&bad);
 }

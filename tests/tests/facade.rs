@@ -930,11 +930,24 @@ async fn groups_are_discovered_legacy_and_aggregated_and_leases_and_events_are_s
     let server = start(config(0)).await;
     let c = http();
     let apis = get(&server, "/apis").await;
-    assert_eq!(apis["groups"][0]["name"], "coordination.k8s.io");
+    let named = |list: &Value, key: &str, name: &str| -> Value {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g.pointer(key) == Some(&Value::from(name)))
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} in {list}"))
+    };
+    let coordination = named(&apis["groups"], "/name", "coordination.k8s.io");
     assert_eq!(
-        apis["groups"][0]["preferredVersion"]["groupVersion"],
+        coordination["preferredVersion"]["groupVersion"],
         "coordination.k8s.io/v1"
     );
+    // The self-checks' group, which no stored resource makes.
+    named(&apis["groups"], "/name", "authorization.k8s.io");
+    let reviews = get(&server, "/apis/authorization.k8s.io/v1").await;
+    assert_eq!(reviews["resources"][0]["name"], "selfsubjectaccessreviews");
+    assert_eq!(reviews["resources"][1]["verbs"], serde_json::json!(["create"]));
     let group = get(&server, "/apis/coordination.k8s.io").await;
     assert_eq!(group["kind"], "APIGroup");
     let leases = get(&server, "/apis/coordination.k8s.io/v1").await;
@@ -968,10 +981,15 @@ async fn groups_are_discovered_legacy_and_aggregated_and_leases_and_events_are_s
         ct.as_deref(),
         Some("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList")
     );
-    assert_eq!(all["items"][0]["metadata"]["name"], "coordination.k8s.io");
+    let coordination = named(&all["items"], "/metadata/name", "coordination.k8s.io");
     assert_eq!(
-        all["items"][0]["versions"][0]["resources"][0]["responseKind"]["kind"],
+        coordination["versions"][0]["resources"][0]["responseKind"]["kind"],
         "Lease"
+    );
+    let authorization = named(&all["items"], "/metadata/name", "authorization.k8s.io");
+    assert_eq!(
+        authorization["versions"][0]["resources"][1]["resource"],
+        "selfsubjectrulesreviews"
     );
     let (_, _, core) = get_accept(&server, "/api", accept).await;
     let pods = core["items"][0]["versions"][0]["resources"]

@@ -4,6 +4,32 @@
 //! Authentication turns a request (its connection's client certificate, its bearer token, or
 //! neither) into a [`UserInfo`]; authorization decides on [`Attributes`] made from the user
 //! and the request's path and method.
+//!
+//! - `token.rs`: the `--token-auth-file` tokens.
+//! - `authn.rs`: authentication, certificate then token then anonymous.
+//! - `request.rs`: a request's [`Attributes`], as the apiserver's request info.
+//! - `rbac.rs`: the RBAC authorizer over a [`PolicySource`](rbac::PolicySource).
+//! - `cache.rs`: the RBAC authorizer's decision cache.
+//! - `authorizer.rs`: `--authorization-mode`.
+//! - `review.rs`: the self-checks `kubectl auth can-i` asks.
+
+mod authn;
+mod authorizer;
+mod cache;
+pub mod rbac;
+mod request;
+mod review;
+mod token;
+
+pub(crate) use authn::Authenticator;
+pub use authorizer::AuthorizationMode;
+pub(crate) use authorizer::Authorizer;
+pub(crate) use request::attributes;
+pub(crate) use review::{
+    GROUP_VERSION as REVIEW_GROUP_VERSION, access_review, access_review_from_protobuf, rules_review,
+    rules_review_from_protobuf,
+};
+pub use token::{TokenFile, TokenFileError};
 
 use std::sync::Arc;
 

@@ -1,0 +1,539 @@
+//! Authentication and authorization over HTTP: bearer tokens from `--token-auth-file`,
+//! anonymous requests, RBAC's 403s in the apiserver's words, and `kubectl auth can-i` (every
+//! kubectl build on the image) answering from the server's self-checks.
+//!
+//! The RBAC objects are not served on this server yet: each test gives the server its policy
+//! whole, through `ServeConfig::policy`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde_json::{Value, json};
+use watchcache_server::auth::AuthorizationMode;
+use watchcache_server::auth::rbac::{Policy, StaticPolicy};
+use watchcache_tests::{ServeConfig, Server, config, http, kubectl_builds, start};
+
+const ALICE: &str = "alice-token-0123456789";
+const ADMIN: &str = "admin-token-0123456789";
+const BOB: &str = "bob-token-0123456789";
+
+/// A token file of its own for each test: alice, an admin in system:masters, and bob in no
+/// group that is bound to anything.
+fn token_file(test: &str) -> PathBuf {
+    let path = std::env::temp_dir().join(format!("watchcache-tokens-{}-{test}.csv", std::process::id()));
+    std::fs::write(
+        &path,
+        format!("{ALICE},alice,1001,\"dev,readers\"\n{ADMIN},admin,1000,system:masters\n{BOB},bob,1002\n"),
+    )
+    .expect("the token file is written");
+    path
+}
+
+fn meta(ns: &str, name: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: (!ns.is_empty()).then(|| ns.to_owned()),
+        ..ObjectMeta::default()
+    }
+}
+
+fn strings(items: &[&str]) -> Option<Vec<String>> {
+    Some(items.iter().map(|s| (*s).to_owned()).collect())
+}
+
+fn rule(verbs: &[&str], groups: &[&str], resources: &[&str]) -> PolicyRule {
+    PolicyRule {
+        verbs: strings(verbs).unwrap(),
+        api_groups: strings(groups),
+        resources: strings(resources),
+        ..PolicyRule::default()
+    }
+}
+
+fn urls(verbs: &[&str], urls: &[&str]) -> PolicyRule {
+    PolicyRule {
+        verbs: strings(verbs).unwrap(),
+        non_resource_urls: strings(urls),
+        ..PolicyRule::default()
+    }
+}
+
+fn subject(kind: &str, name: &str) -> Subject {
+    Subject {
+        kind: kind.to_owned(),
+        name: name.to_owned(),
+        ..Subject::default()
+    }
+}
+
+fn role_ref(kind: &str, name: &str) -> RoleRef {
+    RoleRef {
+        kind: kind.to_owned(),
+        name: name.to_owned(),
+        ..RoleRef::default()
+    }
+}
+
+/// What the apiserver's bootstrap policy gives everyone (health and version) and every
+/// authenticated user (discovery, the self-checks), and alice: pods and configmaps in `team`, the status of pods there.
+fn policy() -> Policy {
+    Policy {
+        cluster_roles: vec![
+            ClusterRole {
+                metadata: meta("", "basics"),
+                rules: Some(vec![
+                    rule(
+                        &["create"],
+                        &["authorization.k8s.io"],
+                        &["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
+                    ),
+                    urls(
+                        &["get"],
+                        &[
+                            "/api",
+                            "/api/*",
+                            "/apis",
+                            "/apis/*",
+                            "/version",
+                            "/healthz",
+                            "/openapi/*",
+                        ],
+                    ),
+                ]),
+                ..ClusterRole::default()
+            },
+            // As the bootstrap policy's system:public-info-viewer, to everyone.
+            ClusterRole {
+                metadata: meta("", "public-info-viewer"),
+                rules: Some(vec![urls(
+                    &["get"],
+                    &["/healthz", "/livez", "/readyz", "/version", "/version/"],
+                )]),
+                ..ClusterRole::default()
+            },
+            ClusterRole {
+                metadata: meta("", "pod-reader"),
+                rules: Some(vec![rule(&["get", "list", "watch"], &[""], &["pods"])]),
+                ..ClusterRole::default()
+            },
+        ],
+        roles: vec![Role {
+            metadata: meta("team", "editor"),
+            rules: Some(vec![
+                rule(
+                    &["create", "get", "list", "watch", "update", "delete"],
+                    &[""],
+                    &["configmaps"],
+                ),
+                rule(&["update", "patch"], &[""], &["pods/status"]),
+            ]),
+        }],
+        cluster_role_bindings: vec![
+            ClusterRoleBinding {
+                metadata: meta("", "basics"),
+                role_ref: role_ref("ClusterRole", "basics"),
+                subjects: Some(vec![subject("Group", "system:authenticated")]),
+            },
+            ClusterRoleBinding {
+                metadata: meta("", "public-info-viewer"),
+                role_ref: role_ref("ClusterRole", "public-info-viewer"),
+                subjects: Some(vec![
+                    subject("Group", "system:authenticated"),
+                    subject("Group", "system:unauthenticated"),
+                ]),
+            },
+        ],
+        role_bindings: vec![
+            RoleBinding {
+                metadata: meta("team", "readers"),
+                role_ref: role_ref("ClusterRole", "pod-reader"),
+                subjects: Some(vec![subject("Group", "readers")]),
+            },
+            RoleBinding {
+                metadata: meta("team", "alice-edits"),
+                role_ref: role_ref("Role", "editor"),
+                subjects: Some(vec![subject("User", "alice")]),
+            },
+        ],
+    }
+}
+
+fn rbac_config(test: &str) -> ServeConfig {
+    ServeConfig {
+        token_auth_file: Some(token_file(test)),
+        authorization_mode: AuthorizationMode::Rbac,
+        policy: Some(Arc::new(StaticPolicy::new(policy()))),
+        ..config(0)
+    }
+}
+
+/// Sends a request with `Authorization: <authorization>` (none for `None`); the code and the
+/// answer as JSON (or as a string, when it is not JSON).
+async fn send(
+    server: &Server,
+    method: &str,
+    path: &str,
+    authorization: Option<&str>,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut req = http::Request::builder()
+        .method(method)
+        .uri(format!("http://{}{path}", server.addr()))
+        .header("content-type", "application/json");
+    if let Some(a) = authorization {
+        req = req.header("authorization", a);
+    }
+    let body = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
+    let req = req.body(Full::new(body)).expect("a valid request");
+    let resp = tokio::time::timeout(Duration::from_secs(30), http().request(req))
+        .await
+        .expect("an answer in time")
+        .expect("the request is sent");
+    let code = resp.status().as_u16();
+    let bytes = resp.into_body().collect().await.expect("the body").to_bytes();
+    let value =
+        serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::from(String::from_utf8_lossy(&bytes)));
+    (code, value)
+}
+
+fn bearer(token: &str) -> Option<String> {
+    Some(format!("Bearer {token}"))
+}
+
+fn assert_unauthorized(code: u16, body: &Value) {
+    assert_eq!(code, 401, "{body}");
+    assert_eq!(body["kind"], "Status", "{body}");
+    assert_eq!(body["reason"], "Unauthorized", "{body}");
+    assert_eq!(body["message"], "Unauthorized", "{body}");
+    assert_eq!(body["code"], 401, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_token_is_401_and_writes_nothing() {
+    let server = start(rbac_config("bad-token")).await;
+    let admin = bearer(ADMIN);
+    create_namespaces_as_admin(&server).await;
+    let cm = json!({"metadata": {"name": "cm1"}, "data": {"a": "b"}});
+    let path = "/api/v1/namespaces/team/configmaps";
+    for authorization in [
+        "Bearer not-a-token",
+        "Bearer alice-token-012345678",
+        "Basic YWxpY2U6cGFzc3dvcmQ=",
+    ] {
+        let (code, body) = send(&server, "POST", path, Some(authorization), Some(cm.clone())).await;
+        assert_unauthorized(code, &body);
+    }
+    let (code, list) = send(&server, "GET", path, admin.as_deref(), None).await;
+    assert_eq!(code, 200, "{list}");
+    assert_eq!(list["items"], json!([]), "nothing was written");
+    // The same write with alice's token goes through, and she reads it back.
+    let alice = bearer(ALICE);
+    let (code, body) = send(&server, "POST", path, alice.as_deref(), Some(cm)).await;
+    assert_eq!(code, 201, "{body}");
+    let (code, got) = send(&server, "GET", &format!("{path}/cm1"), alice.as_deref(), None).await;
+    assert_eq!((code, &got["data"]), (200, &json!({"a": "b"})), "{got}");
+    server.shutdown().await.expect("a clean shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anonymous_requests_are_401_when_anonymous_auth_is_off() {
+    let server = Server::start(ServeConfig {
+        token_auth_file: Some(token_file("anonymous-off")),
+        anonymous_auth: false,
+        ..config(0)
+    })
+    .await
+    .expect("the server starts");
+    for path in ["/api/v1/namespaces", "/healthz", "/version", "/no/such/path"] {
+        let (code, body) = send(&server, "GET", path, None, None).await;
+        assert_unauthorized(code, &body);
+    }
+    // With a token, everything (AlwaysAllow).
+    let (code, body) = send(&server, "GET", "/api/v1/namespaces", bearer(BOB).as_deref(), None).await;
+    assert_eq!(code, 200, "{body}");
+    server.shutdown().await.expect("a clean shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_rbac_does_not_allow_is_403_in_the_apiservers_words() {
+    let server = start(rbac_config("forbidden")).await;
+    let alice = bearer(ALICE);
+    let alice = alice.as_deref();
+    let cases = [
+        (
+            "GET",
+            "/api/v1/namespaces/kube-system/pods",
+            alice,
+            r#"pods is forbidden: User "alice" cannot list resource "pods" in API group "" in the namespace "kube-system""#,
+            json!({"kind": "pods"}),
+        ),
+        (
+            "GET",
+            "/api/v1/nodes",
+            alice,
+            r#"nodes is forbidden: User "alice" cannot list resource "nodes" in API group "" at the cluster scope"#,
+            json!({"kind": "nodes"}),
+        ),
+        (
+            "GET",
+            "/api/v1/namespaces/team/pods/x/status",
+            alice,
+            r#"pods "x" is forbidden: User "alice" cannot get resource "pods/status" in API group "" in the namespace "team""#,
+            json!({"name": "x", "kind": "pods"}),
+        ),
+        (
+            "DELETE",
+            "/apis/coordination.k8s.io/v1/namespaces/team/leases/l",
+            alice,
+            r#"leases.coordination.k8s.io "l" is forbidden: User "alice" cannot delete resource "leases" in API group "coordination.k8s.io" in the namespace "team""#,
+            json!({"name": "l", "group": "coordination.k8s.io", "kind": "leases"}),
+        ),
+        (
+            "GET",
+            "/metrics",
+            None,
+            r#"forbidden: User "system:anonymous" cannot get path "/metrics""#,
+            Value::Null,
+        ),
+        (
+            "GET",
+            "/api/v1/namespaces/team/pods?watch=true",
+            None,
+            r#"pods is forbidden: User "system:anonymous" cannot watch resource "pods" in API group "" in the namespace "team""#,
+            json!({"kind": "pods"}),
+        ),
+    ];
+    for (method, path, authorization, message, details) in cases {
+        let (code, body) = send(&server, method, path, authorization, None).await;
+        assert_eq!(code, 403, "{method} {path}: {body}");
+        assert_eq!(body["reason"], "Forbidden", "{body}");
+        assert_eq!(body["message"], message, "{method} {path}");
+        assert_eq!(body["details"], details, "{method} {path}");
+    }
+    // What the policy grants: a list and a watch through the group, discovery to everyone
+    // authenticated, everything to system:masters.
+    let (code, body) = send(&server, "GET", "/api/v1/namespaces/team/pods", alice, None).await;
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = send(&server, "GET", "/apis", alice, None).await;
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = send(&server, "GET", "/metrics", bearer(ADMIN).as_deref(), None).await;
+    assert_eq!(code, 200, "{body}");
+    // Bob is authenticated and bound to the basics only.
+    let (code, body) = send(
+        &server,
+        "GET",
+        "/api/v1/namespaces/team/pods",
+        bearer(BOB).as_deref(),
+        None,
+    )
+    .await;
+    assert_eq!(code, 403, "{body}");
+    server.shutdown().await.expect("a clean shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_token_file_refuses_the_start() {
+    let path = std::env::temp_dir().join(format!("watchcache-tokens-{}-malformed.csv", std::process::id()));
+    std::fs::write(&path, "t1,alice,1\nt2,bob\n").unwrap();
+    let e = Server::start(ServeConfig {
+        token_auth_file: Some(path.clone()),
+        ..config(0)
+    })
+    .await
+    .err()
+    .expect("the start is refused");
+    assert!(e.to_string().contains("line 2"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_self_subject_access_review_answers_for_the_token_user() {
+    let server = start(rbac_config("review")).await;
+    let review = |verb: &str, ns: &str| {
+        json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": {"verb": verb, "resource": "pods", "namespace": ns}}})
+    };
+    let path = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
+    let alice = bearer(ALICE);
+    let (code, body) = send(
+        &server,
+        "POST",
+        path,
+        alice.as_deref(),
+        Some(review("list", "team")),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(
+        body["status"],
+        json!({"allowed": true, "reason": r#"RBAC: allowed by RoleBinding "readers/team" of ClusterRole "pod-reader" to Group "readers""#})
+    );
+    let (code, body) = send(
+        &server,
+        "POST",
+        path,
+        alice.as_deref(),
+        Some(review("delete", "team")),
+    )
+    .await;
+    assert_eq!(
+        (code, &body["status"]),
+        (201, &json!({"allowed": false})),
+        "{body}"
+    );
+    // Anonymous requests may not ask: the review is a create, authorized as any.
+    let (code, body) = send(&server, "POST", path, None, Some(review("list", "team"))).await;
+    assert_eq!(code, 403, "{body}");
+    let (code, body) = send(
+        &server,
+        "POST",
+        "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
+        alice.as_deref(),
+        Some(json!({"spec": {"namespace": "team"}})),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(body["status"]["incomplete"], false, "{body}");
+    assert_eq!(
+        body["status"]["resourceRules"].as_array().map(Vec::len),
+        Some(4),
+        "{body}"
+    );
+    server.shutdown().await.expect("a clean shutdown");
+}
+
+/// `kubectl auth can-i`, as the anonymous user: client-go sends a bearer token only over TLS
+/// (its client config reads the user's credentials only for a TLS transport), and this
+/// server's listener is plaintext. So here every binding of [`policy`] is to
+/// `system:unauthenticated`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_auth_can_i_answers_yes_and_no_by_the_policy() {
+    let builds = kubectl_builds();
+    if builds.is_empty() {
+        return;
+    }
+    let mut anonymous = policy();
+    let everyone = || Some(vec![subject("Group", "system:unauthenticated")]);
+    anonymous
+        .cluster_role_bindings
+        .iter_mut()
+        .for_each(|b| b.subjects = everyone());
+    anonymous
+        .role_bindings
+        .iter_mut()
+        .for_each(|b| b.subjects = everyone());
+    let server = start(ServeConfig {
+        policy: Some(Arc::new(StaticPolicy::new(anonymous))),
+        ..rbac_config("can-i")
+    })
+    .await;
+    create_namespaces_as_admin(&server).await;
+    let url = format!("http://{}", server.addr());
+    for bin in &builds {
+        let cache = std::env::temp_dir().join(format!(
+            "watchcache-kubectl-auth-{}-{}",
+            std::process::id(),
+            bin.display().to_string().replace('/', "_")
+        ));
+        let kubectl = |args: &[&str]| {
+            let mut c = tokio::process::Command::new(bin);
+            c.env("KUBECONFIG", "/dev/null")
+                .arg(format!("--server={url}"))
+                .arg(format!("--cache-dir={}", cache.display()))
+                .args(args)
+                .kill_on_drop(true);
+            c
+        };
+        for (args, yes) in [
+            (&["auth", "can-i", "list", "pods", "-n", "team"][..], true),
+            (&["auth", "can-i", "watch", "pods", "-n", "team"][..], true),
+            (&["auth", "can-i", "delete", "pods", "-n", "team"][..], false),
+            (&["auth", "can-i", "list", "pods", "-n", "kube-system"][..], false),
+            (&["auth", "can-i", "create", "configmaps", "-n", "team"][..], true),
+            (
+                &[
+                    "auth",
+                    "can-i",
+                    "patch",
+                    "pods",
+                    "--subresource=status",
+                    "-n",
+                    "team",
+                ][..],
+                true,
+            ),
+            (
+                &[
+                    "auth",
+                    "can-i",
+                    "get",
+                    "pods",
+                    "--subresource=status",
+                    "-n",
+                    "team",
+                ][..],
+                false,
+            ),
+            (&["auth", "can-i", "list", "nodes"][..], false),
+            (&["auth", "can-i", "get", "/healthz"][..], true),
+            (&["auth", "can-i", "get", "/metrics"][..], false),
+        ] {
+            let out = tokio::time::timeout(Duration::from_secs(60), kubectl(args).output())
+                .await
+                .expect("kubectl in time")
+                .expect("kubectl runs");
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(
+                (stdout.trim(), out.status.success()),
+                (if yes { "yes" } else { "no" }, yes),
+                "{} {args:?}: {stdout} {stderr}",
+                bin.display()
+            );
+        }
+        let out = tokio::time::timeout(
+            Duration::from_secs(60),
+            kubectl(&["auth", "can-i", "--list", "-n", "team"]).output(),
+        )
+        .await
+        .expect("kubectl in time")
+        .expect("kubectl runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{}: {stdout} {stderr}", bin.display());
+        for expected in [
+            "pods ",
+            "configmaps ",
+            "pods/status ",
+            "selfsubjectaccessreviews.authorization.k8s.io",
+            "/healthz",
+        ] {
+            assert!(
+                stdout.contains(expected),
+                "{}: {expected} in {stdout}",
+                bin.display()
+            );
+        }
+        let _ = std::fs::remove_dir_all(&cache);
+    }
+    server.shutdown().await.expect("a clean shutdown");
+}
+
+/// The namespace `team`, made by the admin (anonymous requests may not).
+async fn create_namespaces_as_admin(server: &Server) {
+    let (code, body) = send(
+        server,
+        "POST",
+        "/api/v1/namespaces",
+        bearer(ADMIN).as_deref(),
+        Some(json!({"metadata": {"name": "team"}})),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+}
