@@ -246,7 +246,10 @@ fn rbac_objects_encode_as_the_published_messages_and_back() {
     let p = k8s_pb::api::rbac::v1::RoleBinding::decode(bytes.as_slice()).unwrap();
     assert_eq!(p.role_ref.unwrap().name.as_deref(), Some("view"));
     assert_eq!(p.subjects[1].namespace.as_deref(), Some("ns"));
-    assert_eq!(Value::Object(protobuf::decode_json(def, &bytes).unwrap()), binding);
+    assert_eq!(
+        Value::Object(protobuf::decode_json(def, &bytes).unwrap()),
+        binding
+    );
 }
 
 #[test]
