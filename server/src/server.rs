@@ -28,7 +28,7 @@ use crate::offload::Offload;
 use crate::openapi::OpenApi;
 use crate::pod_gc;
 use crate::switch::Switch;
-use crate::{resources, routes, workload};
+use crate::{auth, resources, routes, workload};
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -163,6 +163,7 @@ impl Server {
         })?;
         workload::seed(&store, config.seed_pods).await;
         namespaces::ensure_system(&store).await;
+        auth::bootstrap::ensure(&store).await;
         let resources = resources::build(&store, &config)?;
         let shutdown = Switch::new();
         let metrics = Arc::new(Metrics::default());

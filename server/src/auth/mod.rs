@@ -4,6 +4,10 @@
 //! Authentication turns a request (its connection's client certificate, its bearer token, or
 //! neither) into a [`UserInfo`]; authorization decides on [`Attributes`] made from the user
 //! and the request's path and method.
+//!
+//! - `bootstrap.rs`: the default RBAC policy, written at server start.
+
+pub(crate) mod bootstrap;
 
 use std::sync::Arc;
 
