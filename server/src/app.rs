@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 
+use crate::auth::policy::PolicySource;
 use crate::backend::Backend;
 use crate::config::ServeConfig;
 use crate::leases::Leases;
@@ -30,4 +31,10 @@ pub(crate) struct AppState {
     pub(crate) openapi: OpenApi,
     /// Where writes run: off the runtime's workers, a bounded number at once.
     pub(crate) writes: Offload,
+    /// The RBAC objects, for the authorizer.
+    #[allow(
+        dead_code,
+        reason = "the RBAC authorizer, built separately on PolicySource, reads it"
+    )]
+    pub(crate) rbac: Arc<dyn PolicySource>,
 }

@@ -18,6 +18,7 @@ use watchcache_core::MemorySource;
 use crate::backend::Backend;
 
 use crate::app::AppState;
+use crate::auth::policy::CachedPolicy;
 use crate::config::ServeConfig;
 use crate::connection::KillableListener;
 use crate::leases::Leases;
@@ -168,6 +169,7 @@ impl Server {
         let shutdown = Switch::new();
         let metrics = Arc::new(Metrics::default());
         let openapi = OpenApi::build(resources.values().map(|r| &**r));
+        let rbac = Arc::new(CachedPolicy::new(&resources).expect("SPECS declares the four RBAC kinds"));
         let state = Arc::new(AppState {
             store: store.clone(),
             leases: Leases::new(store.clone(), config.lease_reuse, config.lease_reuse_share),
@@ -179,6 +181,7 @@ impl Server {
             open_watchers: Arc::new(AtomicUsize::new(0)),
             addr,
             writes: Offload::new(config.max_writes),
+            rbac,
         });
         tokio::spawn(workload::churn(
             store.clone(),

@@ -5,9 +5,15 @@
 //! neither) into a [`UserInfo`]; authorization decides on [`Attributes`] made from the user
 //! and the request's path and method.
 //!
-//! - `bootstrap.rs`: the default RBAC policy, written at server start.
+//! - `bootstrap.rs`: the default RBAC policy, written at server start;
+//! - `policy.rs`: the RBAC objects as the authorizer reads them, from the server's caches.
 
 pub(crate) mod bootstrap;
+#[allow(
+    dead_code,
+    reason = "the RBAC authorizer, built separately on PolicySource, reads it"
+)]
+pub(crate) mod policy;
 
 use std::sync::Arc;
 
