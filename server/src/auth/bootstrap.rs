@@ -281,16 +281,13 @@ pub(crate) fn reconcile(existing: &Value, default: &Value) -> Option<Value> {
         let Some(wanted) = default["metadata"][map].as_object() else {
             continue;
         };
-        let Some(meta) = out.get_mut("metadata").and_then(Value::as_object_mut) else {
-            return None;
-        };
+        // An object of the wrong shape is left as it is.
+        let meta = out.get_mut("metadata").and_then(Value::as_object_mut)?;
         let have = meta.entry(map).or_insert_with(|| json!({}));
         if have.is_null() {
             *have = json!({});
         }
-        let Some(have) = have.as_object_mut() else {
-            return None;
-        };
+        let have = have.as_object_mut()?;
         for (k, v) in wanted {
             if !have.contains_key(k) {
                 have.insert(k.clone(), v.clone());
@@ -302,16 +299,11 @@ pub(crate) fn reconcile(existing: &Value, default: &Value) -> Option<Value> {
         let Some(wanted) = default.get(list).and_then(Value::as_array) else {
             continue;
         };
-        let have = out
-            .as_object_mut()
-            .map(|o| o.entry(list).or_insert_with(|| json!([])));
-        let Some(have) = have else { return None };
+        let have = out.as_object_mut()?.entry(list).or_insert_with(|| json!([]));
         if have.is_null() {
             *have = json!([]);
         }
-        let Some(have) = have.as_array_mut() else {
-            return None;
-        };
+        let have = have.as_array_mut()?;
         for item in wanted {
             if !have.contains(item) {
                 have.push(item.clone());
