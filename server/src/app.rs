@@ -31,10 +31,6 @@ pub(crate) struct AppState {
     pub(crate) openapi: OpenApi,
     /// Where writes run: off the runtime's workers, a bounded number at once.
     pub(crate) writes: Offload,
-    /// The RBAC objects, for the authorizer.
-    #[allow(
-        dead_code,
-        reason = "the RBAC authorizer, built separately on PolicySource, reads it"
-    )]
+    /// The RBAC objects, for the authorizer and the aggregation controller.
     pub(crate) rbac: Arc<dyn PolicySource>,
 }

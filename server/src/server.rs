@@ -191,6 +191,7 @@ impl Server {
         ));
         tokio::spawn(namespace_controller::run(state.clone()));
         tokio::spawn(pod_gc::run(state.clone()));
+        tokio::spawn(auth::aggregation::run(state.clone()));
         if let Some(memory) = store.memory() {
             // The embedded store expires its leases (Events' TTL) only when asked: it is asked
             // as each comes due, while the server runs. etcd expires its own.

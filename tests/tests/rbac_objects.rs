@@ -116,6 +116,25 @@ async fn the_bootstrap_policy_is_there_from_the_start() {
     }
     let basic = get(&server, &format!("{GROUP}/clusterroles/system:basic-user")).await;
     assert_eq!(basic["rules"][0]["apiGroups"], json!(["authorization.k8s.io"]));
+    // admin, edit and view get their rules from the roles they aggregate, soon after start.
+    for role in ["view", "edit", "admin"] {
+        let path = format!("{GROUP}/clusterroles/{role}");
+        let mut rules = Value::Null;
+        for _ in 0..200 {
+            rules = get(&server, &path).await["rules"].clone();
+            if rules.as_array().is_some_and(|r| !r.is_empty()) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+        let resources = rules.to_string();
+        assert!(resources.contains("\"pods\""), "{role}: {resources}");
+        assert_eq!(
+            resources.contains("\"secrets\""),
+            role != "view",
+            "{role}: {resources}"
+        );
+    }
     server.shutdown().await.unwrap();
 }
 

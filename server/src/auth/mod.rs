@@ -5,9 +5,11 @@
 //! neither) into a [`UserInfo`]; authorization decides on [`Attributes`] made from the user
 //! and the request's path and method.
 //!
+//! - `aggregation.rs`: the ClusterRole aggregation controller;
 //! - `bootstrap.rs`: the default RBAC policy, written at server start;
 //! - `policy.rs`: the RBAC objects as the authorizer reads them, from the server's caches.
 
+pub(crate) mod aggregation;
 pub(crate) mod bootstrap;
 #[allow(
     dead_code,
