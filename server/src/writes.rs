@@ -1086,7 +1086,23 @@ fn check_names(r: &Addressed<'_>, name: &str) -> Result<(), Status> {
     if errors.is_empty() {
         Ok(())
     } else {
-        Err(Status::invalid_fields(&r.info.kind, name, &errors))
+        // The kind named with its group, as the apiserver names it
+        // (`ClusterRole.rbac.authorization.k8s.io "a%b" is invalid`).
+        let kind = &r.info.kind;
+        let group = r.info.api_version.split_once('/').map_or("", |(g, _)| g);
+        let qualified = if group.is_empty() {
+            kind.clone()
+        } else {
+            format!("{kind}.{group}")
+        };
+        let mut status = Status::invalid_fields(&qualified, name, &errors);
+        if let Some(details) = status.details.as_mut() {
+            details["kind"] = Value::String(kind.clone());
+            if !group.is_empty() {
+                details["group"] = Value::String(group.to_owned());
+            }
+        }
+        Err(status)
     }
 }
 

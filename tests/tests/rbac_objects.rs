@@ -313,6 +313,11 @@ async fn bad_rbac_objects_are_refused_as_the_apiserver_refuses_them() {
     )
     .await;
     assert_eq!(code, 422, "{status}");
+    assert_eq!(
+        status["message"],
+        "ClusterRole.rbac.authorization.k8s.io \"a%b\" is invalid: metadata.name: Invalid value: \"a%b\": may not contain '%'"
+    );
+    assert_eq!(status["details"]["group"], "rbac.authorization.k8s.io");
     let (code, _) = send(
         &server,
         "POST",
