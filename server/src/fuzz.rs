@@ -45,6 +45,13 @@ pub fn write_body(body: &[u8]) {
                 // Validation takes any object without a panic, as a create and as an update.
                 let _ = crate::validation::on_create(&info.kind, &object);
                 let _ = crate::validation::on_update(&info.kind, &object, &object);
+                // And as each RBAC kind, whose checks walk rules, selectors and subjects.
+                for kind in ["Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"] {
+                    let mut converted = object.clone();
+                    crate::conversion::on_write(kind, &mut converted);
+                    let _ = crate::validation::on_create(kind, &converted);
+                    let _ = crate::validation::on_update(kind, &converted, &object);
+                }
                 let raw = serde_json::to_vec(&object).expect("a JSON object serialises");
                 if let Err(e) = codec.decode(&raw, Revision::new(1)) {
                     // Only values the codec reads itself may still be refused (labels that are
