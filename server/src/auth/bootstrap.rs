@@ -14,8 +14,9 @@
 //! Served: `cluster-admin` (bound to `system:masters`), `system:discovery` and
 //! `system:basic-user` (bound to `system:authenticated`), `system:public-info-viewer` (bound to
 //! `system:authenticated` and `system:unauthenticated`), and the user-facing `admin`, `edit`
-//! and `view`, aggregated from `system:aggregate-to-admin`, `-edit` and `-view` whose rules
-//! cover the resources this server serves and the core ones the apiserver's cover.
+//! and `view`, aggregated from `system:aggregate-to-admin`, `-edit` and `-view`, whose rules
+//! are the apiserver's for the core, apps, autoscaling, batch, policy, networking and
+//! discovery groups (not the deprecated `extensions` group's).
 
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
@@ -213,7 +214,24 @@ pub(crate) fn policy() -> Vec<PolicyObject> {
                 rule(READ, &[""], &["secrets"]),
                 rule(&["impersonate"], &[""], &["serviceaccounts"]),
                 rule(&["create"], &[""], &["serviceaccounts/token"]),
-                rule(WRITE, &["coordination.k8s.io"], &["leases"]),
+                rule(
+                    WRITE,
+                    &["apps"],
+                    &[
+                        "daemonsets",
+                        "deployments",
+                        "deployments/rollback",
+                        "deployments/scale",
+                        "replicasets",
+                        "replicasets/scale",
+                        "statefulsets",
+                        "statefulsets/scale",
+                    ],
+                ),
+                rule(WRITE, &["autoscaling"], &["horizontalpodautoscalers"]),
+                rule(WRITE, &["batch"], &["cronjobs", "jobs"]),
+                rule(WRITE, &["policy"], &["poddisruptionbudgets"]),
+                rule(WRITE, &["networking.k8s.io"], &["ingresses", "networkpolicies"]),
             ],
         ),
         cluster_role(
@@ -252,7 +270,45 @@ pub(crate) fn policy() -> Vec<PolicyObject> {
                     ],
                 ),
                 rule(READ, &[""], &["namespaces"]),
-                rule(READ, &["coordination.k8s.io"], &["leases"]),
+                rule(READ, &["discovery.k8s.io"], &["endpointslices"]),
+                rule(
+                    READ,
+                    &["apps"],
+                    &[
+                        "controllerrevisions",
+                        "daemonsets",
+                        "daemonsets/status",
+                        "deployments",
+                        "deployments/scale",
+                        "deployments/status",
+                        "replicasets",
+                        "replicasets/scale",
+                        "replicasets/status",
+                        "statefulsets",
+                        "statefulsets/scale",
+                        "statefulsets/status",
+                    ],
+                ),
+                rule(
+                    READ,
+                    &["autoscaling"],
+                    &["horizontalpodautoscalers", "horizontalpodautoscalers/status"],
+                ),
+                rule(
+                    READ,
+                    &["batch"],
+                    &["cronjobs", "cronjobs/status", "jobs", "jobs/status"],
+                ),
+                rule(
+                    READ,
+                    &["policy"],
+                    &["poddisruptionbudgets", "poddisruptionbudgets/status"],
+                ),
+                rule(
+                    READ,
+                    &["networking.k8s.io"],
+                    &["ingresses", "ingresses/status", "networkpolicies"],
+                ),
             ],
         ),
         binding("cluster-admin", "cluster-admin", &[MASTERS]),
