@@ -320,6 +320,14 @@ impl<S: Source> Cache<S> {
         self.inner.store.load().map_or(Revision::ZERO, |v| v.revision)
     }
 
+    /// The state as of the last event the cache applied, at once and without any freshness
+    /// guarantee (`None` before the first list): for in-process readers that follow the
+    /// cache rather than serve a request (the RBAC authorizer's policy). Costs a load of the
+    /// published view and two reference counts.
+    pub fn current(&self) -> Option<Arc<Snapshot>> {
+        self.inner.store.load().map(|v| Arc::clone(v.current()))
+    }
+
     /// How many events the history window holds now (at most the capacity).
     pub fn history_len(&self) -> usize {
         self.inner.store.load().map_or(0, |v| v.hub.history_len())

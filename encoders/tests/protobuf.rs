@@ -215,6 +215,44 @@ fn what_go_clients_write_reads_as_the_json_they_mean() {
 }
 
 #[test]
+fn rbac_objects_encode_as_the_published_messages_and_back() {
+    let role = json!({
+        "metadata": {"name": "system:aggregate-to-view", "labels": {"rbac.example/view": "true"}},
+        "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"rbac.example/view": "true"}}]},
+        "rules": [
+            {"verbs": ["get", "list"], "apiGroups": [""], "resources": ["pods", "pods/status"], "resourceNames": ["a"]},
+            {"verbs": ["get"], "nonResourceURLs": ["/healthz", "/api/*"]},
+        ],
+    });
+    let def = "io.k8s.api.rbac.v1.ClusterRole";
+    let bytes = protobuf::encode_json(def, &object(role.clone())).unwrap();
+    let p = k8s_pb::api::rbac::v1::ClusterRole::decode(bytes.as_slice()).unwrap();
+    assert_eq!(p.rules[1].non_resource_ur_ls, ["/healthz", "/api/*"]);
+    assert_eq!(p.rules[0].resource_names, ["a"]);
+    let selector = &p.aggregation_rule.unwrap().cluster_role_selectors[0];
+    assert_eq!(selector.match_labels["rbac.example/view"], "true");
+    assert_eq!(Value::Object(protobuf::decode_json(def, &bytes).unwrap()), role);
+
+    let binding = json!({
+        "metadata": {"name": "b", "namespace": "ns"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+        "subjects": [
+            {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "alice"},
+            {"kind": "ServiceAccount", "name": "default", "namespace": "ns"},
+        ],
+    });
+    let def = "io.k8s.api.rbac.v1.RoleBinding";
+    let bytes = protobuf::encode_json(def, &object(binding.clone())).unwrap();
+    let p = k8s_pb::api::rbac::v1::RoleBinding::decode(bytes.as_slice()).unwrap();
+    assert_eq!(p.role_ref.unwrap().name.as_deref(), Some("view"));
+    assert_eq!(p.subjects[1].namespace.as_deref(), Some("ns"));
+    assert_eq!(
+        Value::Object(protobuf::decode_json(def, &bytes).unwrap()),
+        binding
+    );
+}
+
+#[test]
 fn micro_times_keep_microseconds_and_times_keep_seconds() {
     let lease = json!({
         "metadata": {"name": "l", "namespace": "kube-system"},

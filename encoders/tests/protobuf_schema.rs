@@ -31,6 +31,14 @@ const ROOTS: &[&str] = &[
     "api::core::v1::EventList",
     "api::coordination::v1::Lease",
     "api::coordination::v1::LeaseList",
+    "api::rbac::v1::Role",
+    "api::rbac::v1::RoleList",
+    "api::rbac::v1::ClusterRole",
+    "api::rbac::v1::ClusterRoleList",
+    "api::rbac::v1::RoleBinding",
+    "api::rbac::v1::RoleBindingList",
+    "api::rbac::v1::ClusterRoleBinding",
+    "api::rbac::v1::ClusterRoleBindingList",
     "apimachinery::pkg::apis::meta::v1::Status",
     "apimachinery::pkg::apis::meta::v1::DeleteOptions",
     "apimachinery::pkg::apis::meta::v1::WatchEvent",
@@ -273,6 +281,7 @@ fn lower_camel(snake: &str) -> String {
 fn definitions() -> serde_json::Map<String, Value> {
     use k8s_openapi::api::coordination::v1 as coordination;
     use k8s_openapi::api::core::v1 as core;
+    use k8s_openapi::api::rbac::v1 as rbac;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
     let mut g = SchemaSettings::draft07().into_generator();
     g.subschema_for::<core::Pod>();
@@ -282,6 +291,12 @@ fn definitions() -> serde_json::Map<String, Value> {
     g.subschema_for::<core::Secret>();
     g.subschema_for::<core::Event>();
     g.subschema_for::<coordination::Lease>();
+    // A root left out here still generates, its JSON names guessed from protobuf's
+    // (`nonResourceUrLs` rather than `nonResourceURLs`): every root is here.
+    g.subschema_for::<rbac::Role>();
+    g.subschema_for::<rbac::ClusterRole>();
+    g.subschema_for::<rbac::RoleBinding>();
+    g.subschema_for::<rbac::ClusterRoleBinding>();
     g.subschema_for::<meta::Status>();
     g.subschema_for::<meta::DeleteOptions>();
     g.subschema_for::<meta::ListMeta>();

@@ -12,6 +12,10 @@ const MESSAGES: &[&str] = &[
     "io.k8s.api.core.v1.Secret",
     "io.k8s.api.core.v1.Event",
     "io.k8s.api.coordination.v1.Lease",
+    "io.k8s.api.rbac.v1.Role",
+    "io.k8s.api.rbac.v1.ClusterRole",
+    "io.k8s.api.rbac.v1.RoleBinding",
+    "io.k8s.api.rbac.v1.ClusterRoleBinding",
     "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions",
 ];
 

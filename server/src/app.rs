@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 
-use crate::auth::{Authenticator, Authorizer};
+use crate::auth::{Authenticator, Authorizer, PolicySource};
 use crate::backend::Backend;
 use crate::config::ServeConfig;
 use crate::leases::Leases;
@@ -35,4 +35,6 @@ pub(crate) struct AppState {
     pub(crate) authn: Authenticator,
     /// What each request may do.
     pub(crate) authz: Authorizer,
+    /// The RBAC objects, for the authorizer and the aggregation controller.
+    pub(crate) rbac: Arc<dyn PolicySource>,
 }

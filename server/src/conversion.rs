@@ -1,7 +1,9 @@
 //! What the apiserver converts on the way in, before a written object is validated, owned or
 //! stored: a Secret's `stringData` is merged into `data`, base64-encoded, and never stored or
 //! served (a Secret written with `stringData: {pw: hunter2}` has `data.pw`, and its plain text
-//! is nowhere to read back). One declaration per kind that converts.
+//! is nowhere to read back); a binding's role reference and its users and groups get the RBAC
+//! group, and its service accounts the core group, where they name none (the RBAC v1
+//! defaults). One declaration per kind that converts.
 
 use base64::Engine;
 use serde_json::{Map, Value};
@@ -10,7 +12,11 @@ use serde_json::{Map, Value};
 type Convert = fn(&mut Map<String, Value>);
 
 /// The kinds whose written objects are converted, and how.
-const CONVERSIONS: &[(&str, Convert)] = &[("Secret", secret_string_data)];
+const CONVERSIONS: &[(&str, Convert)] = &[
+    ("Secret", secret_string_data),
+    ("RoleBinding", binding_api_groups),
+    ("ClusterRoleBinding", binding_api_groups),
+];
 
 /// Converts a written `object` of `kind` as the apiserver decodes it.
 pub(crate) fn on_write(kind: &str, object: &mut Map<String, Value>) {
@@ -44,6 +50,34 @@ fn secret_string_data(secret: &mut Map<String, Value>) {
     secret.remove("stringData");
 }
 
+/// The API groups a binding leaves out, as RBAC v1 defaults them: the role reference's and a
+/// User's or a Group's is `rbac.authorization.k8s.io` (a ServiceAccount's is the core group,
+/// which JSON leaves out).
+fn binding_api_groups(binding: &mut Map<String, Value>) {
+    const RBAC: &str = "rbac.authorization.k8s.io";
+    // A value of the wrong type stays, for the value-type checks to refuse.
+    let unset = |o: &Map<String, Value>| match o.get("apiGroup") {
+        None | Some(Value::Null) => true,
+        Some(Value::String(s)) => s.is_empty(),
+        Some(_) => false,
+    };
+    if let Some(Value::Object(role_ref)) = binding.get_mut("roleRef")
+        && unset(role_ref)
+    {
+        role_ref.insert("apiGroup".into(), Value::String(RBAC.into()));
+    }
+    let Some(Value::Array(subjects)) = binding.get_mut("subjects") else {
+        return;
+    };
+    for subject in subjects.iter_mut().filter_map(Value::as_object_mut) {
+        if unset(subject)
+            && let Some("User" | "Group") = subject.get("kind").and_then(Value::as_str)
+        {
+            subject.insert("apiGroup".into(), Value::String(RBAC.into()));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -54,6 +88,23 @@ mod tests {
         let mut object = object.as_object().unwrap().clone();
         on_write(kind, &mut object);
         Value::Object(object)
+    }
+
+    #[test]
+    fn bindings_get_the_api_groups_they_leave_out() {
+        let binding = converted(
+            "RoleBinding",
+            json!({"roleRef": {"kind": "Role", "name": "r"}, "subjects": [
+                {"kind": "User", "name": "u"}, {"kind": "ServiceAccount", "name": "s"},
+                {"kind": "Group", "name": "g", "apiGroup": "other"}, {"kind": "Robot", "name": "x"}]}),
+        );
+        assert_eq!(
+            binding,
+            json!({"roleRef": {"kind": "Role", "name": "r", "apiGroup": "rbac.authorization.k8s.io"}, "subjects": [
+                {"kind": "User", "name": "u", "apiGroup": "rbac.authorization.k8s.io"},
+                {"kind": "ServiceAccount", "name": "s"},
+                {"kind": "Group", "name": "g", "apiGroup": "other"}, {"kind": "Robot", "name": "x"}]})
+        );
     }
 
     #[test]

@@ -167,6 +167,7 @@ pub(crate) fn refused(
                 kind: crate::validation::ErrorKind::Invalid,
                 field: "patch".to_owned(),
                 value: Value::String(as_json),
+                printed: None,
                 detail: why,
             };
             invalid("", "", "", &[error])

@@ -10,6 +10,7 @@ use crate::apply;
 use crate::fields;
 use crate::params::{DeleteParams, Params, WriteParams};
 use crate::patch::{MAX_COPY_BYTES, MAX_OPERATIONS, Patch, PatchType};
+use crate::resources::NameRule;
 use crate::writes::{Addressed, object_from_body};
 use crate::yaml;
 
@@ -28,10 +29,14 @@ pub fn query(query: &str, body: &[u8]) {
 pub fn write_body(body: &[u8]) {
     let pods = ResourceInfo::new("pods", "Pod", "v1");
     let namespaces = ResourceInfo::new("namespaces", "Namespace", "v1");
-    for (info, namespaced, namespace) in [(&pods, true, Some("ns")), (&namespaces, false, None)] {
+    for (info, namespaced, namespace, names) in [
+        (&pods, true, Some("ns"), NameRule::Subdomain),
+        (&namespaces, false, None, NameRule::Label),
+    ] {
         let addressed = Addressed {
             info,
             namespaced,
+            names,
             namespace,
         };
         let codec = JsonCodec::new(namespaced, &["spec.nodeName", "status.phase"]);
@@ -40,6 +45,13 @@ pub fn write_body(body: &[u8]) {
                 // Validation takes any object without a panic, as a create and as an update.
                 let _ = crate::validation::on_create(&info.kind, &object);
                 let _ = crate::validation::on_update(&info.kind, &object, &object);
+                // And as each RBAC kind, whose checks walk rules, selectors and subjects.
+                for kind in ["Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"] {
+                    let mut converted = object.clone();
+                    crate::conversion::on_write(kind, &mut converted);
+                    let _ = crate::validation::on_create(kind, &converted);
+                    let _ = crate::validation::on_update(kind, &converted, &object);
+                }
                 let raw = serde_json::to_vec(&object).expect("a JSON object serialises");
                 if let Err(e) = codec.decode(&raw, Revision::new(1)) {
                     // Only values the codec reads itself may still be refused (labels that are

@@ -44,6 +44,7 @@ fn schema<T: JsonSchema>(g: &mut SchemaGenerator) -> Schema {
 /// Every kind watchcache can serve; the documents describe those a server serves.
 const KINDS: &[Kind] = {
     use k8s_openapi::api::core::v1 as core;
+    use k8s_openapi::api::rbac::v1 as rbac;
     &[
         Kind {
             group: "",
@@ -93,6 +94,34 @@ const KINDS: &[Kind] = {
             kind: "Lease",
             definition: "io.k8s.api.coordination.v1.Lease",
             schema: schema::<k8s_openapi::api::coordination::v1::Lease>,
+        },
+        Kind {
+            group: "rbac.authorization.k8s.io",
+            version: "v1",
+            kind: "Role",
+            definition: "io.k8s.api.rbac.v1.Role",
+            schema: schema::<rbac::Role>,
+        },
+        Kind {
+            group: "rbac.authorization.k8s.io",
+            version: "v1",
+            kind: "ClusterRole",
+            definition: "io.k8s.api.rbac.v1.ClusterRole",
+            schema: schema::<rbac::ClusterRole>,
+        },
+        Kind {
+            group: "rbac.authorization.k8s.io",
+            version: "v1",
+            kind: "RoleBinding",
+            definition: "io.k8s.api.rbac.v1.RoleBinding",
+            schema: schema::<rbac::RoleBinding>,
+        },
+        Kind {
+            group: "rbac.authorization.k8s.io",
+            version: "v1",
+            kind: "ClusterRoleBinding",
+            definition: "io.k8s.api.rbac.v1.ClusterRoleBinding",
+            schema: schema::<rbac::ClusterRoleBinding>,
         },
     ]
 };

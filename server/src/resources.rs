@@ -1,4 +1,7 @@
 //! The resources `watchcache serve` offers, each with its own cache and upstream watch.
+//!
+//! Each is one declaration in `SPECS`: its group-version, kind, storage prefix, name rule
+//! and selectable fields.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,6 +22,8 @@ pub struct Resource {
     pub short_names: &'static [&'static str],
     /// Whether objects live in namespaces.
     pub namespaced: bool,
+    /// What an object's name must be.
+    pub names: NameRule,
     /// Fields the apiserver defaults on create when the object leaves them unset (a
     /// Secret's `type`), stored with the object: `(dotted path, value)`. The status the
     /// server sets on a new pod or namespace is `writes::initial_status`'s.
@@ -49,6 +54,18 @@ pub struct Resource {
     pub cache: Cache<Backend>,
 }
 
+/// The rule an object's name follows, as the apiserver's validation of each kind checks it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum NameRule {
+    /// A lowercase RFC 1123 subdomain (`web-1.a`): most kinds.
+    Subdomain,
+    /// A lowercase RFC 1123 label: namespaces.
+    Label,
+    /// Anything that is a path segment: not `.` or `..`, without `/` or `%`. The RBAC kinds,
+    /// whose names hold colons (`system:basic-user`).
+    PathSegment,
+}
+
 struct Spec {
     name: &'static str,
     /// The API group-version (`v1` for the core group, `coordination.k8s.io/v1`).
@@ -61,6 +78,7 @@ struct Spec {
     protobuf: &'static str,
     short_names: &'static [&'static str],
     namespaced: bool,
+    names: NameRule,
     fields: &'static [&'static str],
     trigger: Option<&'static str>,
     create_defaults: &'static [(&'static str, &'static str)],
@@ -80,6 +98,7 @@ const SPECS: &[Spec] = &[
         protobuf: "io.k8s.api.core.v1.Pod",
         short_names: &["po"],
         namespaced: true,
+        names: NameRule::Subdomain,
         fields: &[
             "spec.nodeName",
             "status.phase",
@@ -103,6 +122,7 @@ const SPECS: &[Spec] = &[
         protobuf: "io.k8s.api.core.v1.ConfigMap",
         short_names: &["cm"],
         namespaced: true,
+        names: NameRule::Subdomain,
         fields: &[],
         trigger: None,
         create_defaults: &[],
@@ -118,6 +138,7 @@ const SPECS: &[Spec] = &[
         protobuf: "io.k8s.api.core.v1.Secret",
         short_names: &[],
         namespaced: true,
+        names: NameRule::Subdomain,
         fields: &["type"],
         trigger: None,
         create_defaults: &[("type", "Opaque")],
@@ -133,6 +154,7 @@ const SPECS: &[Spec] = &[
         protobuf: "io.k8s.api.core.v1.Namespace",
         short_names: &["ns"],
         namespaced: false,
+        names: NameRule::Label,
         fields: &["status.phase"],
         trigger: None,
         create_defaults: &[],
@@ -148,6 +170,7 @@ const SPECS: &[Spec] = &[
         protobuf: "io.k8s.api.core.v1.Node",
         short_names: &["no"],
         namespaced: false,
+        names: NameRule::Subdomain,
         fields: &["spec.unschedulable"],
         trigger: None,
         create_defaults: &[],
@@ -163,6 +186,7 @@ const SPECS: &[Spec] = &[
         protobuf: "io.k8s.api.core.v1.Event",
         short_names: &["ev"],
         namespaced: true,
+        names: NameRule::Subdomain,
         // The fields the apiserver lets events be selected by (kubectl describe selects a
         // pod's events by its involvedObject).
         fields: &[
@@ -192,6 +216,71 @@ const SPECS: &[Spec] = &[
         protobuf: "io.k8s.api.coordination.v1.Lease",
         short_names: &[],
         namespaced: true,
+        names: NameRule::Subdomain,
+        fields: &[],
+        trigger: None,
+        create_defaults: &[],
+        reset_on_update: &[],
+        unset_reads_as: &[],
+    },
+    Spec {
+        api_version: "rbac.authorization.k8s.io/v1",
+        name: "roles",
+        storage: "roles",
+        singular: "role",
+        kind: "Role",
+        protobuf: "io.k8s.api.rbac.v1.Role",
+        short_names: &[],
+        namespaced: true,
+        names: NameRule::PathSegment,
+        fields: &[],
+        trigger: None,
+        create_defaults: &[],
+        reset_on_update: &[],
+        unset_reads_as: &[],
+    },
+    Spec {
+        api_version: "rbac.authorization.k8s.io/v1",
+        name: "clusterroles",
+        storage: "clusterroles",
+        singular: "clusterrole",
+        kind: "ClusterRole",
+        protobuf: "io.k8s.api.rbac.v1.ClusterRole",
+        short_names: &[],
+        namespaced: false,
+        names: NameRule::PathSegment,
+        fields: &[],
+        trigger: None,
+        create_defaults: &[],
+        reset_on_update: &[],
+        unset_reads_as: &[],
+    },
+    Spec {
+        api_version: "rbac.authorization.k8s.io/v1",
+        name: "rolebindings",
+        storage: "rolebindings",
+        singular: "rolebinding",
+        kind: "RoleBinding",
+        protobuf: "io.k8s.api.rbac.v1.RoleBinding",
+        short_names: &[],
+        namespaced: true,
+        names: NameRule::PathSegment,
+        fields: &[],
+        trigger: None,
+        create_defaults: &[],
+        reset_on_update: &[],
+        unset_reads_as: &[],
+    },
+    Spec {
+        api_version: "rbac.authorization.k8s.io/v1",
+        name: "clusterrolebindings",
+        storage: "clusterrolebindings",
+        singular: "clusterrolebinding",
+        kind: "ClusterRoleBinding",
+        protobuf: "io.k8s.api.rbac.v1.ClusterRoleBinding",
+        short_names: &[],
+        namespaced: false,
+        names: NameRule::PathSegment,
         fields: &[],
         trigger: None,
         create_defaults: &[],
@@ -244,6 +333,7 @@ pub fn build(
                 singular: spec.singular,
                 short_names: spec.short_names,
                 namespaced: spec.namespaced,
+                names: spec.names,
                 create_defaults: spec.create_defaults,
                 generation: spec.name == "pods",
                 status_subresource: matches!(spec.name, "pods" | "nodes" | "namespaces"),

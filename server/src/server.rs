@@ -15,11 +15,12 @@ use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 use watchcache_core::MemorySource;
 
-use crate::auth::rbac::{PolicySource, StaticPolicy};
+use crate::auth::PolicySource;
 use crate::auth::{Authenticator, Authorizer, TokenFile};
 use crate::backend::Backend;
 
 use crate::app::AppState;
+use crate::auth::policy::CachedPolicy;
 use crate::config::ServeConfig;
 use crate::connection::KillableListener;
 use crate::leases::Leases;
@@ -30,7 +31,7 @@ use crate::offload::Offload;
 use crate::openapi::OpenApi;
 use crate::pod_gc;
 use crate::switch::Switch;
-use crate::{resources, routes, workload};
+use crate::{auth, resources, routes, workload};
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -93,13 +94,6 @@ async fn serve(mut listener: KillableListener, app: Router, shutdown: Switch) ->
     connections.close();
     connections.wait().await;
     Ok(())
-}
-
-/// The RBAC objects RBAC mode decides on, when the configuration gives none.
-fn stored_policy() -> Arc<dyn PolicySource> {
-    // The RBAC objects add the stored policy here: until they are served, an empty one, under
-    // which only `system:masters` is allowed anything.
-    Arc::new(StaticPolicy::default())
 }
 
 /// A running server.
@@ -181,12 +175,16 @@ impl Server {
         })?;
         workload::seed(&store, config.seed_pods).await;
         namespaces::ensure_system(&store).await;
+        auth::bootstrap::ensure(&store).await;
         let resources = resources::build(&store, &config)?;
         let shutdown = Switch::new();
         let metrics = Arc::new(Metrics::default());
         let openapi = OpenApi::build(resources.values().map(|r| &**r));
-        let policy = config.policy.clone().unwrap_or_else(stored_policy);
-        let authz = Authorizer::new(config.authorization_mode, policy);
+        let rbac: Arc<dyn PolicySource> = match config.policy.clone() {
+            Some(policy) => policy,
+            None => Arc::new(CachedPolicy::new(&resources).expect("SPECS declares the four RBAC kinds")),
+        };
+        let authz = Authorizer::new(config.authorization_mode, rbac.clone());
         let state = Arc::new(AppState {
             store: store.clone(),
             leases: Leases::new(store.clone(), config.lease_reuse, config.lease_reuse_share),
@@ -200,6 +198,7 @@ impl Server {
             writes: Offload::new(config.max_writes),
             authn,
             authz,
+            rbac,
         });
         tokio::spawn(workload::churn(
             store.clone(),
@@ -209,6 +208,7 @@ impl Server {
         ));
         tokio::spawn(namespace_controller::run(state.clone()));
         tokio::spawn(pod_gc::run(state.clone()));
+        tokio::spawn(auth::aggregation::run(state.clone()));
         if let Some(memory) = store.memory() {
             // The embedded store expires its leases (Events' TTL) only when asked: it is asked
             // as each comes due, while the server runs. etcd expires its own.

@@ -101,6 +101,13 @@ const NAME: Column = Column {
     description: "The object's name, unique within its namespace.",
 };
 const AGE: Column = col("Age", "How long ago the object was created.");
+const CREATED_AT: Column = Column {
+    name: "Created At",
+    kind: "date",
+    format: "",
+    priority: 0,
+    description: "When the object was created.",
+};
 const DATA: Column = Column {
     name: "Data",
     kind: "integer",
@@ -148,6 +155,18 @@ fn columns(kind: &str) -> Vec<Column> {
             col("Message", "What happened."),
         ],
         "Lease" => vec![NAME, col("Holder", "Who holds the lease."), AGE],
+        "Role" | "ClusterRole" => vec![NAME, CREATED_AT],
+        "RoleBinding" | "ClusterRoleBinding" => vec![
+            NAME,
+            col("Role", "The role the binding grants: its kind and name."),
+            AGE,
+            wide("Users", "The users the binding names."),
+            wide("Groups", "The groups the binding names."),
+            wide(
+                "ServiceAccounts",
+                "The service accounts the binding names, as namespace/name.",
+            ),
+        ],
         _ => vec![NAME, AGE],
     }
 }
@@ -261,7 +280,48 @@ fn cells(kind: &str, o: &Value, now: SystemTime) -> Vec<Value> {
             json!(s(o, &["spec", "holderIdentity"]).unwrap_or_default()),
             created,
         ],
+        "Role" | "ClusterRole" => vec![name, json!(date(s(o, &["metadata", "creationTimestamp"])))],
+        "RoleBinding" | "ClusterRoleBinding" => binding_cells(o, name, created),
         _ => vec![name, created],
+    }
+}
+
+/// A binding's row: its role as `Kind/name`, then (wide) the users, groups and service
+/// accounts (`namespace/name`) it names, each list joined by `, `; other subjects are left out.
+fn binding_cells(o: &Value, name: Value, age_cell: Value) -> Vec<Value> {
+    let role = format!(
+        "{}/{}",
+        s(o, &["roleRef", "kind"]).unwrap_or_default(),
+        s(o, &["roleRef", "name"]).unwrap_or_default()
+    );
+    let (mut users, mut groups, mut accounts) = (Vec::new(), Vec::new(), Vec::new());
+    for subject in list(o, &["subjects"]) {
+        let subject_name = s(subject, &["name"]).unwrap_or_default();
+        match s(subject, &["kind"]) {
+            Some("User") => users.push(subject_name.to_owned()),
+            Some("Group") => groups.push(subject_name.to_owned()),
+            Some("ServiceAccount") => accounts.push(format!(
+                "{}/{subject_name}",
+                s(subject, &["namespace"]).unwrap_or_default()
+            )),
+            _ => {}
+        }
+    }
+    vec![
+        name,
+        json!(role),
+        age_cell,
+        json!(users.join(", ")),
+        json!(groups.join(", ")),
+        json!(accounts.join(", ")),
+    ]
+}
+
+/// A timestamp as the apiserver prints a date column: RFC 3339 in UTC, to the second.
+fn date(timestamp: Option<&str>) -> String {
+    match timestamp.and_then(|t| humantime::parse_rfc3339_weak(t).ok()) {
+        Some(t) => humantime::format_rfc3339_seconds(t).to_string(),
+        None => "<unknown>".into(),
     }
 }
 
@@ -567,6 +627,40 @@ mod tests {
         for (secs, want) in cases {
             assert_eq!(human(Duration::from_secs(secs)), want, "{secs}s");
         }
+    }
+
+    #[test]
+    fn rbac_rows_show_the_role_and_each_kind_of_subject() {
+        let now = humantime::parse_rfc3339("2026-01-01T01:00:00Z").unwrap();
+        let binding = json!({
+            "metadata": {"name": "b", "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+            "subjects": [
+                {"kind": "User", "name": "alice"},
+                {"kind": "Group", "name": "devs"},
+                {"kind": "User", "name": "bob"},
+                {"kind": "ServiceAccount", "name": "default", "namespace": "ns"},
+            ],
+        });
+        assert_eq!(
+            cells("RoleBinding", &binding, now),
+            [
+                json!("b"),
+                json!("ClusterRole/view"),
+                json!("60m"),
+                json!("alice, bob"),
+                json!("devs"),
+                json!("ns/default")
+            ]
+        );
+        assert_eq!(columns("ClusterRoleBinding").len(), 6);
+        let role =
+            json!({"metadata": {"name": "system:basic-user", "creationTimestamp": "2026-01-01T00:00:00Z"}});
+        assert_eq!(
+            cells("ClusterRole", &role, now),
+            [json!("system:basic-user"), json!("2026-01-01T00:00:00Z")]
+        );
+        assert_eq!(column_definitions("Role")[1]["type"], "date");
     }
 
     fn pod_row(status: Value, deleting: bool) -> Vec<Value> {

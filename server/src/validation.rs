@@ -1,8 +1,8 @@
 //! The validation of the built-in kinds on a write, as the apiserver's validation does it, for
 //! what a user meets daily: the metadata of every kind (label and annotation syntax and sizes,
 //! finalizer names, no new finalizer on an object being deleted), a Pod's required fields,
-//! ports, resources and quantities and the immutability of its spec, and the keys of a
-//! ConfigMap's or a Secret's data.
+//! ports, resources and quantities and the immutability of its spec, the keys of a
+//! ConfigMap's or a Secret's data, and the RBAC kinds' rules, role references and subjects.
 //!
 //! Plain values in, a typed refusal out: no HTTP here. A refusal is either [`Undecodable`]
 //! (the apiserver could not even decode the body into its type: a quantity that is none,
@@ -20,11 +20,13 @@ mod meta;
 mod names;
 mod pod;
 mod quantity;
+mod rbac;
 
 use serde_json::{Map, Value};
 
 use field::Errors;
 pub(crate) use field::{ErrorKind, FieldError};
+pub(crate) use names::path_segment;
 pub(crate) use quantity::parse as parse_quantity;
 
 /// Why a written object is refused.
@@ -90,6 +92,34 @@ const KINDS: &[Kind] = &[
         decode: decodes,
         create: unchecked,
         update: unrestricted,
+    },
+    Kind {
+        kind: "Role",
+        quantities: &[],
+        decode: decodes,
+        create: rbac::role,
+        update: unrestricted,
+    },
+    Kind {
+        kind: "ClusterRole",
+        quantities: &[],
+        decode: decodes,
+        create: rbac::cluster_role,
+        update: unrestricted,
+    },
+    Kind {
+        kind: "RoleBinding",
+        quantities: &[],
+        decode: decodes,
+        create: rbac::role_binding,
+        update: rbac::binding_update,
+    },
+    Kind {
+        kind: "ClusterRoleBinding",
+        quantities: &[],
+        decode: decodes,
+        create: rbac::cluster_role_binding,
+        update: rbac::binding_update,
     },
 ];
 

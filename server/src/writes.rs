@@ -27,6 +27,7 @@ use crate::generate_name;
 use crate::namespaces;
 use crate::params::{DeleteParams, FieldValidation, Params, WriteParams};
 use crate::patch::{Patch, PatchType};
+use crate::resources::NameRule;
 use crate::response::json_response;
 use crate::stored;
 use crate::target::{Subresource, Target};
@@ -962,6 +963,7 @@ fn metadata_mut(object: &mut Map<String, Value>) -> Result<&mut Map<String, Valu
 pub(crate) struct Addressed<'a> {
     pub(crate) info: &'a ResourceInfo,
     pub(crate) namespaced: bool,
+    pub(crate) names: NameRule,
     /// The namespace on the request's path.
     pub(crate) namespace: Option<&'a str>,
 }
@@ -970,6 +972,7 @@ fn addressed(t: &Target) -> Addressed<'_> {
     Addressed {
         info: &t.resource.info,
         namespaced: t.resource.namespaced,
+        names: t.resource.names,
         namespace: t.namespace.as_deref(),
     }
 }
@@ -1065,17 +1068,17 @@ const SUBDOMAIN: &str = "a lowercase RFC 1123 subdomain must consist of lower ca
 const LABEL: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric \
     characters or '-', and must start and end with an alphanumeric character (at most 63)";
 
-/// Validates the object's name (a DNS-1123 subdomain; a label for namespaces) and namespace
+/// Validates the object's name (by its kind's [`NameRule`]) and namespace
 /// (a label) as the apiserver does: 422 with a cause per field, before anything is stored.
 fn check_names(r: &Addressed<'_>, name: &str) -> Result<(), Status> {
-    let name_ok = if r.info.resource == "namespaces" {
-        (is_dns1123_label(name), LABEL)
-    } else {
-        (is_dns1123_subdomain(name), SUBDOMAIN)
+    let refused = match r.names {
+        NameRule::Label => (!is_dns1123_label(name)).then(|| LABEL.to_owned()),
+        NameRule::Subdomain => (!is_dns1123_subdomain(name)).then(|| SUBDOMAIN.to_owned()),
+        NameRule::PathSegment => validation::path_segment(name).into_iter().next(),
     };
     let mut errors = Vec::new();
-    if !name_ok.0 {
-        errors.push(("metadata.name", name, name_ok.1));
+    if let Some(why) = &refused {
+        errors.push(("metadata.name", name, why.as_str()));
     }
     if let Some(ns) = r.namespace.filter(|ns| !is_dns1123_label(ns)) {
         errors.push(("metadata.namespace", ns, LABEL));
@@ -1083,7 +1086,23 @@ fn check_names(r: &Addressed<'_>, name: &str) -> Result<(), Status> {
     if errors.is_empty() {
         Ok(())
     } else {
-        Err(Status::invalid_fields(&r.info.kind, name, &errors))
+        // The kind named with its group, as the apiserver names it
+        // (`ClusterRole.rbac.authorization.k8s.io "a%b" is invalid`).
+        let kind = &r.info.kind;
+        let group = r.info.api_version.split_once('/').map_or("", |(g, _)| g);
+        let qualified = if group.is_empty() {
+            kind.clone()
+        } else {
+            format!("{kind}.{group}")
+        };
+        let mut status = Status::invalid_fields(&qualified, name, &errors);
+        if let Some(details) = status.details.as_mut() {
+            details["kind"] = Value::String(kind.clone());
+            if !group.is_empty() {
+                details["group"] = Value::String(group.to_owned());
+            }
+        }
+        Err(status)
     }
 }
 

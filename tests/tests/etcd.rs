@@ -650,7 +650,7 @@ async fn one_fence_transaction_serves_every_watched_prefix_and_concurrent_reques
 }
 
 /// Cluster-wide LISTs of every resource a replica caches.
-const LISTS: [&str; 7] = [
+const LISTS: [&str; 11] = [
     "/api/v1/secrets",
     "/api/v1/configmaps",
     "/api/v1/pods",
@@ -658,6 +658,10 @@ const LISTS: [&str; 7] = [
     "/api/v1/namespaces",
     "/api/v1/nodes",
     "/apis/coordination.k8s.io/v1/leases",
+    "/apis/rbac.authorization.k8s.io/v1/roles",
+    "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    "/apis/rbac.authorization.k8s.io/v1/rolebindings",
+    "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
 ];
 
 /// The review's case: consistent reads spread over resources nobody writes, on one replica of
@@ -1675,4 +1679,48 @@ async fn keys_written_on_an_etcd_lease_go_with_it_and_a_gone_lease_is_named() {
         named
     );
     assert_eq!(s.get(&key("d")).await.unwrap(), None, "nothing written");
+}
+
+/// Replicas starting at once on one etcd write the bootstrap RBAC policy between them without
+/// failing: each create that finds another's object reconciles against it, and every replica
+/// serves the same objects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_starting_at_once_agree_on_the_bootstrap_policy() {
+    let Some(cluster) = EtcdCluster::start(1).await else {
+        return;
+    };
+    let (a, b, c) = tokio::join!(
+        watchcache_tests::start(on_etcd(&cluster)),
+        watchcache_tests::start(on_etcd(&cluster)),
+        watchcache_tests::start(on_etcd(&cluster)),
+    );
+    for path in [
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles/cluster-admin",
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles/system:discovery",
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/cluster-admin",
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/system:public-info-viewer",
+    ] {
+        let mut seen = Vec::new();
+        for server in [&a, &b, &c] {
+            let (code, v) = json_request(server, "GET", path, None).await;
+            assert_eq!(code, 200, "{path}: {v}");
+            seen.push((
+                v["metadata"]["uid"].clone(),
+                v["metadata"]["resourceVersion"].clone(),
+            ));
+        }
+        assert!(seen.windows(2).all(|w| w[0] == w[1]), "{path}: {seen:?}");
+    }
+    let (code, v) = json_request(
+        &a,
+        "GET",
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        None,
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert_eq!(v["items"].as_array().unwrap().len(), 4, "{v}");
+    for server in [a, b, c] {
+        server.shutdown().await.unwrap();
+    }
 }

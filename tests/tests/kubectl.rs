@@ -817,3 +817,177 @@ async fn kubectl_delete_returns_for_pods_bound_to_a_node_and_secrets_show_their_
     );
     server.shutdown().await.unwrap();
 }
+
+/// The RBAC objects with kubectl's own commands on every build: `create role`, `rolebinding`,
+/// `clusterrole` and `clusterrolebinding`, their Tables (`-o wide` with each kind of subject),
+/// `describe`, a binding's role reference refused a change, and `delete`; and the bootstrap
+/// policy there from the start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_creates_describes_and_deletes_rbac_objects_on_every_build() {
+    let builds = kubectl_every_build();
+    if builds.is_empty() {
+        return;
+    }
+    let server = start(config(0)).await;
+    for (i, bin) in builds.iter().enumerate() {
+        let k = Kubectl::new(bin, &server);
+        let who = bin.display();
+        let ns = format!("rbac-{i}");
+        let (reader, admins) = (format!("node-reader-{i}"), format!("node-readers-{i}"));
+        k.run(&["create", "namespace", &ns]).await;
+
+        let out = k
+            .run(&[
+                "create",
+                "role",
+                "reader",
+                "-n",
+                &ns,
+                "--verb=get,list,watch",
+                "--resource=pods,configmaps",
+            ])
+            .await;
+        assert!(
+            out.contains("role.rbac.authorization.k8s.io/reader created"),
+            "{who}: {out}"
+        );
+        let out = k
+            .run(&[
+                "create",
+                "rolebinding",
+                "read-it",
+                "-n",
+                &ns,
+                "--role=reader",
+                "--user=alice",
+                "--group=devs",
+                &format!("--serviceaccount={ns}:default"),
+            ])
+            .await;
+        assert!(
+            out.contains("rolebinding.rbac.authorization.k8s.io/read-it created"),
+            "{who}: {out}"
+        );
+        let out = k
+            .run(&[
+                "create",
+                "clusterrole",
+                &reader,
+                "--verb=get,list",
+                "--resource=nodes",
+            ])
+            .await;
+        assert!(
+            out.contains(&format!("clusterrole.rbac.authorization.k8s.io/{reader} created")),
+            "{who}: {out}"
+        );
+        let out = k
+            .run(&[
+                "create",
+                "clusterrolebinding",
+                &admins,
+                &format!("--clusterrole={reader}"),
+                "--group=ops",
+            ])
+            .await;
+        assert!(out.contains("created"), "{who}: {out}");
+
+        // Tables, as the apiserver prints them.
+        let out = k.run(&["get", "roles", "-n", &ns]).await;
+        let rows = lines(&out);
+        assert!(
+            rows[0].starts_with("NAME") && rows[0].contains("CREATED AT"),
+            "{who}: {out}"
+        );
+        assert!(rows[1].starts_with("reader "), "{who}: {out}");
+        let out = k.run(&["get", "rolebindings", "-n", &ns, "-o", "wide"]).await;
+        let rows = lines(&out);
+        for column in ["ROLE", "AGE", "USERS", "GROUPS", "SERVICEACCOUNTS"] {
+            assert!(rows[0].contains(column), "{who}: {out}");
+        }
+        for cell in [
+            "read-it",
+            "Role/reader",
+            "alice",
+            "devs",
+            &format!("{ns}/default"),
+        ] {
+            assert!(rows[1].contains(cell), "{who}: {cell} in {out}");
+        }
+        let out = k.run(&["get", "clusterrolebinding", &admins]).await;
+        assert!(out.contains(&format!("ClusterRole/{reader}")), "{who}: {out}");
+        // The bootstrap policy.
+        let out = k.run(&["get", "clusterroles"]).await;
+        for name in [
+            "cluster-admin",
+            "system:discovery",
+            "system:basic-user",
+            "system:public-info-viewer",
+        ] {
+            assert!(out.contains(name), "{who}: {name} in {out}");
+        }
+        let out = k
+            .run(&["get", "clusterrolebinding", "cluster-admin", "-o", "wide"])
+            .await;
+        assert!(out.contains("system:masters"), "{who}: {out}");
+
+        // describe, which reads each kind its own way.
+        let out = k.run(&["describe", "role", "reader", "-n", &ns]).await;
+        assert!(
+            out.contains("PolicyRule") && out.contains("pods") && out.contains("[get list watch]"),
+            "{who}: {out}"
+        );
+        let out = k.run(&["describe", "rolebinding", "read-it", "-n", &ns]).await;
+        for text in ["Kind:  Role", "User", "alice", "Group", "devs", "ServiceAccount"] {
+            assert!(out.contains(text), "{who}: {text} in {out}");
+        }
+        let out = k.run(&["describe", "clusterrole", &reader]).await;
+        assert!(
+            out.contains("nodes") && out.contains("[get list]"),
+            "{who}: {out}"
+        );
+        let out = k.run(&["describe", "clusterrolebinding", &admins]).await;
+        assert!(out.contains("ClusterRole") && out.contains("ops"), "{who}: {out}");
+        let out = k.run(&["describe", "clusterrole", "cluster-admin"]).await;
+        assert!(
+            out.contains("rbac-defaults") && out.contains("[*]"),
+            "{who}: {out}"
+        );
+
+        // A binding's role is fixed once made.
+        let err = k
+            .fails(&[
+                "patch",
+                "rolebinding",
+                "read-it",
+                "-n",
+                &ns,
+                "--type=merge",
+                "-p",
+                r#"{"roleRef":{"name":"other"}}"#,
+            ])
+            .await;
+        assert!(err.contains("cannot change roleRef"), "{who}: {err}");
+
+        for (kind, name, namespaced) in [
+            ("rolebinding", "read-it", true),
+            ("role", "reader", true),
+            ("clusterrolebinding", admins.as_str(), false),
+            ("clusterrole", reader.as_str(), false),
+        ] {
+            let mut args = vec!["delete", kind, name];
+            if namespaced {
+                args.extend(["-n", ns.as_str()]);
+            }
+            let out = k.run(&args).await;
+            assert!(out.contains("deleted"), "{who}: {out}");
+            args[0] = "get";
+            let err = k.fails(&args).await;
+            assert!(
+                err.contains("NotFound") || err.contains("not found"),
+                "{who}: {err}"
+            );
+        }
+    }
+    server.shutdown().await.unwrap();
+}

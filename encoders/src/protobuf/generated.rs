@@ -5,13 +5,13 @@
 use super::schema::{Field, Message, Type::*};
 
 #[rustfmt::skip]
-pub(crate) static MESSAGES: [Message; 176] = [
+pub(crate) static MESSAGES: [Message; 188] = [
     Message { name: "io.k8s.api.coordination.v1.Lease", fields: &[
-        Field { json: "metadata", tag: 1, ty: Msg(167), repeated: false, inline: false },
+        Field { json: "metadata", tag: 1, ty: Msg(179), repeated: false, inline: false },
         Field { json: "spec", tag: 2, ty: Msg(2), repeated: false, inline: false },
     ] },
     Message { name: "io.k8s.api.coordination.v1.LeaseList", fields: &[
-        Field { json: "metadata", tag: 1, ty: Msg(165), repeated: false, inline: false },
+        Field { json: "metadata", tag: 1, ty: Msg(177), repeated: false, inline: false },
         Field { json: "items", tag: 2, ty: Msg(0), repeated: true, inline: false },
     ] },
     Message { name: "io.k8s.api.coordination.v1.LeaseSpec", fields: &[
@@ -83,12 +83,12 @@ pub(crate) static MESSAGES: [Message; 176] = [
     Message { name: "io.k8s.api.core.v1.ClusterTrustBundleProjection", fields: &[
         Field { json: "name", tag: 1, ty: Str, repeated: false, inline: false },
         Field { json: "signerName", tag: 2, ty: Str, repeated: false, inline: false },
-        Field { json: "labelSelector", tag: 3, ty: Msg(163), repeated: false, inline: false },
+        Field { json: "labelSelector", tag: 3, ty: Msg(175), repeated: false, inline: false },
         Field { json: "path", tag: 4, ty: Str, repeated: false, inline: false },
         Field { json: "optional", tag: 5, ty: Bool, repeated: false, inline: false },
     ] },
     Message { name: "io.k8s.api.core.v1.ConfigMap", fields: &[
-        Field { json: "metadata", tag: 1, ty: Msg(167), repeated: false, inline: false },
+        Field { json: "metadata", tag: 1, ty: Msg(179), repeated: false, inline: false },
         Field { json: "data", tag: 2, ty: Map(&Str), repeated: false, inline: false },
         Field { json: "binaryData", tag: 3, ty: Map(&Bytes), repeated: false, inline: false },
         Field { json: "immutable", tag: 4, ty: Bool, repeated: false, inline: false },
@@ -103,7 +103,7 @@ pub(crate) static MESSAGES: [Message; 176] = [
         Field { json: "optional", tag: 3, ty: Bool, repeated: false, inline: false },
     ] },
     Message { name: "io.k8s.api.core.v1.ConfigMapList", fields: &[
-        Field { json: "metadata", tag: 1, ty: Msg(165), repeated: false, inline: false },
+        Field { json: "metadata", tag: 1, ty: Msg(177), repeated: false, inline: false },
         Field { json: "items", tag: 2, ty: Msg(14), repeated: true, inline: false },
     ] },
     Message { name: "io.k8s.api.core.v1.ConfigMapNodeConfigSource", fields: &[
@@ -292,7 +292,7 @@ pub(crate) static MESSAGES: [Message; 176] = [
         Field { json: "volumeClaimTemplate", tag: 1, ty: Msg(97), repeated: false, inline: false },
     ] },
     Message { name: "io.k8s.api.core.v1.Event", fields: &[
-        Field { json: "metadata", tag: 1, ty: Msg(167), repeated: false, inline: false },
+        Field { json: "metadata", tag: 1, ty: Msg(179), repeated: false, inline: false },
         Field { json: "involvedObject", tag: 2, ty: Msg(95), repeated: false, inline: false },
         Field { json: "reason", tag: 3, ty: Str, repeated: false, inline: false },
         Field { json: "message", tag: 4, ty: Str, repeated: false, inline: false },
@@ -309,7 +309,7 @@ pub(crate) static MESSAGES: [Message; 176] = [
         Field { json: "reportingInstance", tag: 15, ty: Str, repeated: false, inline: false },
     ] },
     Message { name: "io.k8s.api.core.v1.EventList", fields: &[
-        Field { json: "metadata", tag: 1, ty: Msg(165), repeated: false, inline: false },
+        Field { json: "metadata", tag: 1, ty: Msg(177), repeated: false, inline: false },
         Field { json: "items", tag: 2, ty: Msg(45), repeated: true, inline: false },
     ] },
     Message { name: "io.k8s.api.core.v1.EventSeries", fields: &[
@@ -431,7 +431,7 @@ pub(crate) static MESSAGES: [Message; 176] = [
         Field { json: "name", tag: 1, ty: Str, repeated: false, inline: false },
     ] },
     Message { name: "io.k8s.api.core.v1.Namespace", fields: &[
-        Field { json: "metadata", tag: 1, ty: Msg(167), repeated: false, inline: false },
+        Field { json: "metadata", tag: 1, ty: Msg(179), repeated: false, inline: false },
         Field { json: "spec", tag: 2, ty: Msg(73), repeated: false, inline: false },
         Field { json: "status", tag: 3, ty: Msg(74), repeated: false, inline: false },
     ] },
@@ -443,7 +443,7 @@ pub(crate) static MESSAGES: [Message; 176] = [
         Field { json: "message", tag: 6, ty: Str, repeated: false, inline: false },
     ] },
     Message { name: "io.k8s.api.core.v1.NamespaceList", fields: &[
-        Field { json: "metadata", tag: 1, ty: Msg(165), repeated: false, inline: false },
+        Field { json: "metadata", tag: 1, ty: Msg(177), repeated: false, inline: false },
         Field { json: "items", tag: 2, ty: Msg(70), repeated: true, inline: false },
     ] },
     Message { name: "io.k8s.api.core.v1.NamespaceSpec", fields: &[
@@ -459,7 +459,7 @@ pub(crate) static MESSAGES: [Message; 176] = [
         Field { json: "readOnly", tag: 3, ty: Bool, repeated: false, inline: false },
     ] },
     Message { name: "io.k8s.api.core.v1.Node", fields: &[
-        Field { json: "metadata", tag: 1, ty: Msg(167), repeated: false, inline: false },
+        Field { json: "metadata", tag: 1, ty: Msg(179), repeated: false, inline: false },
         Field { json: "spec", tag: 2, ty: Msg(90), repeated: false, inline: false },
         Field { json: "status", tag: 3, ty: Msg(91), repeated: false, inline: false },
     ] },
@@ -495,7 +495,7 @@ pub(crate) static MESSAGES: [Message; 176] = [
         Field { json: "supplementalGroupsPolicy", tag: 1, ty: Bool, repeated: false, inline: false },
     ] },
     Message { name: "io.k8s.api.core.v1.NodeList", fields: &[
-        Field { json: "metadata", tag: 1, ty: Msg(165), repeated: false, inline: false },
+        Field { json: "metadata", tag: 1, ty: Msg(177), repeated: false, inline: false },
         Field { json: "items", tag: 2, ty: Msg(76), repeated: true, inline: false },
     ] },
     Message { name: "io.k8s.api.core.v1.NodeRuntimeHandler", fields: &[
@@ -576,7 +576,7 @@ pub(crate) static MESSAGES: [Message; 176] = [
         Field { json: "accessModes", tag: 1, ty: Str, repeated: true, inline: false },
         Field { json: "resources", tag: 2, ty: Msg(156), repeated: false, inline: false },
         Field { json: "volumeName", tag: 3, ty: Str, repeated: false, inline: false },
-        Field { json: "selector", tag: 4, ty: Msg(163), repeated: false, inline: false },
+        Field { json: "selector", tag: 4, ty: Msg(175), repeated: false, inline: false },
         Field { json: "storageClassName", tag: 5, ty: Str, repeated: false, inline: false },
         Field { json: "volumeMode", tag: 6, ty: Str, repeated: false, inline: false },
         Field { json: "dataSource", tag: 7, ty: Msg(149), repeated: false, inline: false },
@@ -584,7 +584,7 @@ pub(crate) static MESSAGES: [Message; 176] = [
         Field { json: "volumeAttributesClassName", tag: 9, ty: Str, repeated: false, inline: false },
     ] },
     Message { name: "io.k8s.api.core.v1.PersistentVolumeClaimTemplate", fields: &[
-        Field { json: "metadata", tag: 1, ty: Msg(167), repeated: false, inline: false },
+        Field { json: "metadata", tag: 1, ty: Msg(179), repeated: false, inline: false },
         Field { json: "spec", tag: 2, ty: Msg(96), repeated: false, inline: false },
     ] },
     Message { name: "io.k8s.api.core.v1.PersistentVolumeClaimVolumeSource", fields: &[
@@ -596,7 +596,7 @@ pub(crate) static MESSAGES: [Message; 176] = [
         Field { json: "fsType", tag: 2, ty: Str, repeated: false, inline: false },
     ] },
     Message { name: "io.k8s.api.core.v1.Pod", fields: &[
-        Field { json: "metadata", tag: 1, ty: Msg(167), repeated: false, inline: false },
+        Field { json: "metadata", tag: 1, ty: Msg(179), repeated: false, inline: false },
         Field { json: "spec", tag: 2, ty: Msg(117), repeated: false, inline: false },
         Field { json: "status", tag: 3, ty: Msg(118), repeated: false, inline: false },
     ] },
@@ -605,10 +605,10 @@ pub(crate) static MESSAGES: [Message; 176] = [
         Field { json: "preferredDuringSchedulingIgnoredDuringExecution", tag: 2, ty: Msg(159), repeated: true, inline: false },
     ] },
     Message { name: "io.k8s.api.core.v1.PodAffinityTerm", fields: &[
-        Field { json: "labelSelector", tag: 1, ty: Msg(163), repeated: false, inline: false },
+        Field { json: "labelSelector", tag: 1, ty: Msg(175), repeated: false, inline: false },
         Field { json: "namespaces", tag: 2, ty: Str, repeated: true, inline: false },
         Field { json: "topologyKey", tag: 3, ty: Str, repeated: false, inline: false },
-        Field { json: "namespaceSelector", tag: 4, ty: Msg(163), repeated: false, inline: false },
+        Field { json: "namespaceSelector", tag: 4, ty: Msg(175), repeated: false, inline: false },
         Field { json: "matchLabelKeys", tag: 5, ty: Str, repeated: true, inline: false },
         Field { json: "mismatchLabelKeys", tag: 6, ty: Str, repeated: true, inline: false },
     ] },
@@ -651,7 +651,7 @@ pub(crate) static MESSAGES: [Message; 176] = [
         Field { json: "ip", tag: 1, ty: Str, repeated: false, inline: false },
     ] },
     Message { name: "io.k8s.api.core.v1.PodList", fields: &[
-        Field { json: "metadata", tag: 1, ty: Msg(165), repeated: false, inline: false },
+        Field { json: "metadata", tag: 1, ty: Msg(177), repeated: false, inline: false },
         Field { json: "items", tag: 2, ty: Msg(100), repeated: true, inline: false },
     ] },
     Message { name: "io.k8s.api.core.v1.PodOS", fields: &[
@@ -844,7 +844,7 @@ pub(crate) static MESSAGES: [Message; 176] = [
         Field { json: "localhostProfile", tag: 2, ty: Str, repeated: false, inline: false },
     ] },
     Message { name: "io.k8s.api.core.v1.Secret", fields: &[
-        Field { json: "metadata", tag: 1, ty: Msg(167), repeated: false, inline: false },
+        Field { json: "metadata", tag: 1, ty: Msg(179), repeated: false, inline: false },
         Field { json: "data", tag: 2, ty: Map(&Bytes), repeated: false, inline: false },
         Field { json: "type", tag: 3, ty: Str, repeated: false, inline: false },
         Field { json: "stringData", tag: 4, ty: Map(&Str), repeated: false, inline: false },
@@ -860,7 +860,7 @@ pub(crate) static MESSAGES: [Message; 176] = [
         Field { json: "optional", tag: 3, ty: Bool, repeated: false, inline: false },
     ] },
     Message { name: "io.k8s.api.core.v1.SecretList", fields: &[
-        Field { json: "metadata", tag: 1, ty: Msg(165), repeated: false, inline: false },
+        Field { json: "metadata", tag: 1, ty: Msg(177), repeated: false, inline: false },
         Field { json: "items", tag: 2, ty: Msg(134), repeated: true, inline: false },
     ] },
     Message { name: "io.k8s.api.core.v1.SecretProjection", fields: &[
@@ -928,7 +928,7 @@ pub(crate) static MESSAGES: [Message; 176] = [
         Field { json: "maxSkew", tag: 1, ty: I32, repeated: false, inline: false },
         Field { json: "topologyKey", tag: 2, ty: Str, repeated: false, inline: false },
         Field { json: "whenUnsatisfiable", tag: 3, ty: Str, repeated: false, inline: false },
-        Field { json: "labelSelector", tag: 4, ty: Msg(163), repeated: false, inline: false },
+        Field { json: "labelSelector", tag: 4, ty: Msg(175), repeated: false, inline: false },
         Field { json: "minDomains", tag: 5, ty: I32, repeated: false, inline: false },
         Field { json: "nodeAffinityPolicy", tag: 6, ty: Str, repeated: false, inline: false },
         Field { json: "nodeTaintsPolicy", tag: 7, ty: Str, repeated: false, inline: false },
@@ -1033,9 +1033,65 @@ pub(crate) static MESSAGES: [Message; 176] = [
         Field { json: "podGroup", tag: 2, ty: Str, repeated: false, inline: false },
         Field { json: "podGroupReplicaKey", tag: 3, ty: Str, repeated: false, inline: false },
     ] },
+    Message { name: "io.k8s.api.rbac.v1.AggregationRule", fields: &[
+        Field { json: "clusterRoleSelectors", tag: 1, ty: Msg(175), repeated: true, inline: false },
+    ] },
+    Message { name: "io.k8s.api.rbac.v1.ClusterRole", fields: &[
+        Field { json: "metadata", tag: 1, ty: Msg(179), repeated: false, inline: false },
+        Field { json: "rules", tag: 2, ty: Msg(167), repeated: true, inline: false },
+        Field { json: "aggregationRule", tag: 3, ty: Msg(162), repeated: false, inline: false },
+    ] },
+    Message { name: "io.k8s.api.rbac.v1.ClusterRoleBinding", fields: &[
+        Field { json: "metadata", tag: 1, ty: Msg(179), repeated: false, inline: false },
+        Field { json: "subjects", tag: 2, ty: Msg(173), repeated: true, inline: false },
+        Field { json: "roleRef", tag: 3, ty: Msg(172), repeated: false, inline: false },
+    ] },
+    Message { name: "io.k8s.api.rbac.v1.ClusterRoleBindingList", fields: &[
+        Field { json: "metadata", tag: 1, ty: Msg(177), repeated: false, inline: false },
+        Field { json: "items", tag: 2, ty: Msg(164), repeated: true, inline: false },
+    ] },
+    Message { name: "io.k8s.api.rbac.v1.ClusterRoleList", fields: &[
+        Field { json: "metadata", tag: 1, ty: Msg(177), repeated: false, inline: false },
+        Field { json: "items", tag: 2, ty: Msg(163), repeated: true, inline: false },
+    ] },
+    Message { name: "io.k8s.api.rbac.v1.PolicyRule", fields: &[
+        Field { json: "verbs", tag: 1, ty: Str, repeated: true, inline: false },
+        Field { json: "apiGroups", tag: 2, ty: Str, repeated: true, inline: false },
+        Field { json: "resources", tag: 3, ty: Str, repeated: true, inline: false },
+        Field { json: "resourceNames", tag: 4, ty: Str, repeated: true, inline: false },
+        Field { json: "nonResourceURLs", tag: 5, ty: Str, repeated: true, inline: false },
+    ] },
+    Message { name: "io.k8s.api.rbac.v1.Role", fields: &[
+        Field { json: "metadata", tag: 1, ty: Msg(179), repeated: false, inline: false },
+        Field { json: "rules", tag: 2, ty: Msg(167), repeated: true, inline: false },
+    ] },
+    Message { name: "io.k8s.api.rbac.v1.RoleBinding", fields: &[
+        Field { json: "metadata", tag: 1, ty: Msg(179), repeated: false, inline: false },
+        Field { json: "subjects", tag: 2, ty: Msg(173), repeated: true, inline: false },
+        Field { json: "roleRef", tag: 3, ty: Msg(172), repeated: false, inline: false },
+    ] },
+    Message { name: "io.k8s.api.rbac.v1.RoleBindingList", fields: &[
+        Field { json: "metadata", tag: 1, ty: Msg(177), repeated: false, inline: false },
+        Field { json: "items", tag: 2, ty: Msg(169), repeated: true, inline: false },
+    ] },
+    Message { name: "io.k8s.api.rbac.v1.RoleList", fields: &[
+        Field { json: "metadata", tag: 1, ty: Msg(177), repeated: false, inline: false },
+        Field { json: "items", tag: 2, ty: Msg(168), repeated: true, inline: false },
+    ] },
+    Message { name: "io.k8s.api.rbac.v1.RoleRef", fields: &[
+        Field { json: "apiGroup", tag: 1, ty: Str, repeated: false, inline: false },
+        Field { json: "kind", tag: 2, ty: Str, repeated: false, inline: false },
+        Field { json: "name", tag: 3, ty: Str, repeated: false, inline: false },
+    ] },
+    Message { name: "io.k8s.api.rbac.v1.Subject", fields: &[
+        Field { json: "kind", tag: 1, ty: Str, repeated: false, inline: false },
+        Field { json: "apiGroup", tag: 2, ty: Str, repeated: false, inline: false },
+        Field { json: "name", tag: 3, ty: Str, repeated: false, inline: false },
+        Field { json: "namespace", tag: 4, ty: Str, repeated: false, inline: false },
+    ] },
     Message { name: "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions", fields: &[
         Field { json: "gracePeriodSeconds", tag: 1, ty: I64, repeated: false, inline: false },
-        Field { json: "preconditions", tag: 2, ty: Msg(169), repeated: false, inline: false },
+        Field { json: "preconditions", tag: 2, ty: Msg(181), repeated: false, inline: false },
         Field { json: "orphanDependents", tag: 3, ty: Bool, repeated: false, inline: false },
         Field { json: "propagationPolicy", tag: 4, ty: Str, repeated: false, inline: false },
         Field { json: "dryRun", tag: 5, ty: Str, repeated: true, inline: false },
@@ -1043,7 +1099,7 @@ pub(crate) static MESSAGES: [Message; 176] = [
     ] },
     Message { name: "io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector", fields: &[
         Field { json: "matchLabels", tag: 1, ty: Map(&Str), repeated: false, inline: false },
-        Field { json: "matchExpressions", tag: 2, ty: Msg(164), repeated: true, inline: false },
+        Field { json: "matchExpressions", tag: 2, ty: Msg(176), repeated: true, inline: false },
     ] },
     Message { name: "io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelectorRequirement", fields: &[
         Field { json: "key", tag: 1, ty: Str, repeated: false, inline: false },
@@ -1078,9 +1134,9 @@ pub(crate) static MESSAGES: [Message; 176] = [
         Field { json: "deletionGracePeriodSeconds", tag: 10, ty: I64, repeated: false, inline: false },
         Field { json: "labels", tag: 11, ty: Map(&Str), repeated: false, inline: false },
         Field { json: "annotations", tag: 12, ty: Map(&Str), repeated: false, inline: false },
-        Field { json: "ownerReferences", tag: 13, ty: Msg(168), repeated: true, inline: false },
+        Field { json: "ownerReferences", tag: 13, ty: Msg(180), repeated: true, inline: false },
         Field { json: "finalizers", tag: 14, ty: Str, repeated: true, inline: false },
-        Field { json: "managedFields", tag: 17, ty: Msg(166), repeated: true, inline: false },
+        Field { json: "managedFields", tag: 17, ty: Msg(178), repeated: true, inline: false },
     ] },
     Message { name: "io.k8s.apimachinery.pkg.apis.meta.v1.OwnerReference", fields: &[
         Field { json: "kind", tag: 1, ty: Str, repeated: false, inline: false },
@@ -1095,11 +1151,11 @@ pub(crate) static MESSAGES: [Message; 176] = [
         Field { json: "resourceVersion", tag: 2, ty: Str, repeated: false, inline: false },
     ] },
     Message { name: "io.k8s.apimachinery.pkg.apis.meta.v1.Status", fields: &[
-        Field { json: "metadata", tag: 1, ty: Msg(165), repeated: false, inline: false },
+        Field { json: "metadata", tag: 1, ty: Msg(177), repeated: false, inline: false },
         Field { json: "status", tag: 2, ty: Str, repeated: false, inline: false },
         Field { json: "message", tag: 3, ty: Str, repeated: false, inline: false },
         Field { json: "reason", tag: 4, ty: Str, repeated: false, inline: false },
-        Field { json: "details", tag: 5, ty: Msg(172), repeated: false, inline: false },
+        Field { json: "details", tag: 5, ty: Msg(184), repeated: false, inline: false },
         Field { json: "code", tag: 6, ty: I32, repeated: false, inline: false },
     ] },
     Message { name: "io.k8s.apimachinery.pkg.apis.meta.v1.StatusCause", fields: &[
@@ -1111,7 +1167,7 @@ pub(crate) static MESSAGES: [Message; 176] = [
         Field { json: "name", tag: 1, ty: Str, repeated: false, inline: false },
         Field { json: "group", tag: 2, ty: Str, repeated: false, inline: false },
         Field { json: "kind", tag: 3, ty: Str, repeated: false, inline: false },
-        Field { json: "causes", tag: 4, ty: Msg(171), repeated: true, inline: false },
+        Field { json: "causes", tag: 4, ty: Msg(183), repeated: true, inline: false },
         Field { json: "retryAfterSeconds", tag: 5, ty: I32, repeated: false, inline: false },
         Field { json: "uid", tag: 6, ty: Str, repeated: false, inline: false },
     ] },
@@ -1124,7 +1180,7 @@ pub(crate) static MESSAGES: [Message; 176] = [
         Field { json: "kind", tag: 2, ty: Str, repeated: false, inline: false },
     ] },
     Message { name: "io.k8s.apimachinery.pkg.runtime.Unknown", fields: &[
-        Field { json: "typeMeta", tag: 1, ty: Msg(174), repeated: false, inline: false },
+        Field { json: "typeMeta", tag: 1, ty: Msg(186), repeated: false, inline: false },
         Field { json: "raw", tag: 2, ty: Bytes, repeated: false, inline: false },
         Field { json: "contentEncoding", tag: 3, ty: Str, repeated: false, inline: false },
         Field { json: "contentType", tag: 4, ty: Str, repeated: false, inline: false },

@@ -12,10 +12,16 @@
 //! - `cache.rs`: the RBAC authorizer's decision cache.
 //! - `authorizer.rs`: `--authorization-mode`.
 //! - `review.rs`: the self-checks `kubectl auth can-i` asks.
+//! - `aggregation.rs`: the ClusterRole aggregation controller.
+//! - `bootstrap.rs`: the default RBAC policy, written at server start.
+//! - `policy.rs`: the RBAC objects as the authorizer reads them, from the server's caches.
 
+pub(crate) mod aggregation;
 mod authn;
 mod authorizer;
+pub(crate) mod bootstrap;
 mod cache;
+pub(crate) mod policy;
 pub mod rbac;
 mod request;
 mod review;
@@ -24,6 +30,7 @@ mod token;
 pub(crate) use authn::Authenticator;
 pub use authorizer::AuthorizationMode;
 pub(crate) use authorizer::Authorizer;
+pub use rbac::{Policy, PolicySource, StaticPolicy};
 pub(crate) use request::attributes;
 pub(crate) use review::{
     GROUP_VERSION as REVIEW_GROUP_VERSION, access_review, access_review_from_protobuf, rules_review,

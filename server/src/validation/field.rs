@@ -64,6 +64,9 @@ pub(crate) struct FieldError {
     pub(crate) field: String,
     /// The refused value (a string or a number), shown for the kinds that show it.
     pub(crate) value: Value,
+    /// How Go prints the refused value when it is a struct or a list
+    /// (`rbac.RoleRef{APIGroup:"…", Kind:"…", Name:"…"}`), shown rather than `value`.
+    pub(crate) printed: Option<String>,
     /// Why, when there is more to say.
     pub(crate) detail: String,
 }
@@ -74,7 +77,10 @@ impl FieldError {
         let mut s = self.kind.label().to_owned();
         if self.kind.shows_value() {
             s.push_str(": ");
-            s.push_str(&go_value(&self.value));
+            match &self.printed {
+                Some(printed) => s.push_str(printed),
+                None => s.push_str(&go_value(&self.value)),
+            }
         }
         if !self.detail.is_empty() {
             s.push_str(": ");
@@ -129,12 +135,32 @@ impl Errors {
             kind,
             field: field.0.clone(),
             value,
+            printed: None,
             detail: detail.into(),
         });
     }
 
     pub(crate) fn required(&mut self, field: &Path) {
         self.push(ErrorKind::Required, field, Value::Null, "");
+    }
+
+    /// Required, saying why.
+    pub(crate) fn required_because(&mut self, field: &Path, why: impl Into<String>) {
+        self.push(ErrorKind::Required, field, Value::Null, why);
+    }
+
+    /// Invalid, the value a struct or a list that Go prints as `printed`.
+    pub(crate) fn invalid_printed(
+        &mut self,
+        field: &Path,
+        value: Value,
+        printed: String,
+        why: impl Into<String>,
+    ) {
+        self.invalid(field, value, why);
+        if let Some(last) = self.0.last_mut() {
+            last.printed = Some(printed);
+        }
     }
 
     pub(crate) fn invalid(&mut self, field: &Path, value: impl Into<Value>, why: impl Into<String>) {

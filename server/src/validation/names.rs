@@ -20,6 +20,19 @@ const CONFIG_KEY_MSG: &str = "a valid config key must consist of alphanumeric ch
 const ENV_VAR_NAME_MSG: &str =
     "a valid environment variable name must consist only of printable ASCII characters other than '='";
 
+/// Whether `value` can be a path segment, as RBAC object names (and roles named in bindings)
+/// must be: not `.` or `..`, without `/` or `%`.
+pub(crate) fn path_segment(value: &str) -> Vec<String> {
+    if let Some(which) = [".", ".."].into_iter().find(|n| *n == value) {
+        return vec![format!("may not be '{which}'")];
+    }
+    ["/", "%"]
+        .into_iter()
+        .filter(|c| value.contains(c))
+        .map(|c| format!("may not contain '{c}'"))
+        .collect()
+}
+
 /// A message for a value longer than `max`.
 pub(crate) fn max_len(max: usize) -> String {
     format!("must be no more than {max} characters")
