@@ -2,8 +2,8 @@
 //! anonymous requests, RBAC's 403s in the apiserver's words, and `kubectl auth can-i` (every
 //! kubectl build on the image) answering from the server's self-checks.
 //!
-//! The RBAC objects are not served on this server yet: each test gives the server its policy
-//! whole, through `ServeConfig::policy`.
+//! Most tests give the server its policy whole, through `ServeConfig::policy`; one decides on
+//! the RBAC objects the server stores and serves, its bootstrap policy among them.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -536,4 +536,79 @@ async fn create_namespaces_as_admin(server: &Server) {
     )
     .await;
     assert_eq!(code, 201, "{body}");
+}
+
+/// Polls `path` as `token` until it answers `want` (the policy follows the RBAC caches, which
+/// follow the store); the last answer.
+async fn until_code(server: &Server, path: &str, token: &str, want: u16) -> (u16, Value) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (code, body) = send(server, "GET", path, bearer(token).as_deref(), None).await;
+        if code == want || tokio::time::Instant::now() > deadline {
+            return (code, body);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stored_policy_grants_what_bindings_say_and_revokes_it_with_them() {
+    // No policy given: RBAC decides on what the server stores, the bootstrap policy included.
+    let server = start(ServeConfig {
+        token_auth_file: Some(token_file("stored")),
+        authorization_mode: AuthorizationMode::Rbac,
+        ..config(0)
+    })
+    .await;
+    let admin = bearer(ADMIN);
+    let admin = admin.as_deref();
+    // The bootstrap policy: health for everyone, discovery for the authenticated, nothing else.
+    let (code, body) = send(&server, "GET", "/healthz", None, None).await;
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = send(&server, "GET", "/api", bearer(BOB).as_deref(), None).await;
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = send(&server, "GET", "/api/v1/pods", None, None).await;
+    assert_eq!(code, 403, "{body}");
+    assert_eq!(
+        body["message"],
+        r#"pods is forbidden: User "system:anonymous" cannot list resource "pods" in API group "" at the cluster scope"#
+    );
+    create_namespaces_as_admin(&server).await;
+    let path = "/api/v1/namespaces/team/configmaps";
+    let (code, body) = send(&server, "GET", path, bearer(ALICE).as_deref(), None).await;
+    assert_eq!(code, 403, "{body}");
+    // The admin (system:masters, cluster-admin) grants alice the bootstrap `view` role in team.
+    let binding = json!({
+        "metadata": {"name": "alice-views"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+        "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "alice"}],
+    });
+    let bindings = "/apis/rbac.authorization.k8s.io/v1/namespaces/team/rolebindings";
+    let (code, body) = send(&server, "POST", bindings, admin, Some(binding)).await;
+    assert_eq!(code, 201, "{body}");
+    let (code, body) = until_code(&server, path, ALICE, 200).await;
+    assert_eq!(code, 200, "view lets alice list configmaps in team: {body}");
+    // Only there, and only reading.
+    let (code, body) = send(
+        &server,
+        "GET",
+        "/api/v1/namespaces/default/configmaps",
+        bearer(ALICE).as_deref(),
+        None,
+    )
+    .await;
+    assert_eq!(code, 403, "{body}");
+    let cm = json!({"metadata": {"name": "cm"}});
+    let (code, body) = send(&server, "POST", path, bearer(ALICE).as_deref(), Some(cm)).await;
+    assert_eq!(code, 403, "{body}");
+    assert_eq!(
+        body["message"],
+        r#"configmaps is forbidden: User "alice" cannot create resource "configmaps" in API group "" in the namespace "team""#
+    );
+    // Deleting the binding takes it back.
+    let (code, body) = send(&server, "DELETE", &format!("{bindings}/alice-views"), admin, None).await;
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = until_code(&server, path, ALICE, 403).await;
+    assert_eq!(code, 403, "the binding's deletion revokes it: {body}");
+    server.shutdown().await.expect("a clean shutdown");
 }
