@@ -14,8 +14,8 @@
 #![warn(missing_docs)]
 
 mod app;
-pub mod auth;
 mod apply;
+pub mod auth;
 pub mod backend;
 pub mod config;
 mod connection;
@@ -49,6 +49,7 @@ mod strategic;
 mod switch;
 mod table;
 mod target;
+mod transport;
 mod validation;
 mod value_key;
 mod value_types;
@@ -58,6 +59,6 @@ mod writes;
 mod yaml;
 
 pub use backend::Backend;
-pub use config::ServeConfig;
+pub use config::{PlaintextRefused, ServeConfig};
 pub use metrics::Metrics;
 pub use server::{ServeError, Server};
