@@ -73,7 +73,10 @@ pub async fn connect_tls(
 pub async fn h2_connect<IO>(
     io: IO,
     window: u32,
-) -> (h2::client::SendRequest<Bytes>, tokio::task::JoinHandle<Result<(), h2::Error>>)
+) -> (
+    h2::client::SendRequest<Bytes>,
+    tokio::task::JoinHandle<Result<(), h2::Error>>,
+)
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -87,7 +90,11 @@ where
 }
 
 /// A GET on an HTTP/2 connection: the status and the response's body stream.
-pub async fn h2_get(send: &mut h2::client::SendRequest<Bytes>, authority: &str, path: &str) -> (u16, h2::RecvStream) {
+pub async fn h2_get(
+    send: &mut h2::client::SendRequest<Bytes>,
+    authority: &str,
+    path: &str,
+) -> (u16, h2::RecvStream) {
     let request = http::Request::get(format!("https://{authority}{path}"))
         .body(())
         .expect("a request");
@@ -136,8 +143,8 @@ impl TestCa {
 
     /// A serving certificate for 127.0.0.1 and localhost: its PEM and its key's PEM.
     pub fn serving(&self, cn: &str) -> (String, String) {
-        let mut params =
-            rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()]).expect("names");
+        let mut params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+            .expect("names");
         params.distinguished_name.push(rcgen::DnType::CommonName, cn);
         let key = rcgen::KeyPair::generate().expect("a key");
         let cert = params.signed_by(&key, &self.issuer).expect("signed");

@@ -68,7 +68,14 @@ async fn a_stalled_stream_holds_up_none_of_the_99_others_and_is_reset_after_its_
             "metadata": {"name": format!("cm-{i}")},
             "data": {"blob": "x".repeat(2048)},
         });
-        let (code, out) = request(&client, &server, "POST", "/api/v1/namespaces/h2/configmaps", Some(body)).await;
+        let (code, out) = request(
+            &client,
+            &server,
+            "POST",
+            "/api/v1/namespaces/h2/configmaps",
+            Some(body),
+        )
+        .await;
         assert_eq!(code, 201, "{}", String::from_utf8_lossy(&out));
     }
     let deadline = Instant::now() + Duration::from_secs(3);
@@ -101,14 +108,24 @@ async fn a_stalled_stream_holds_up_none_of_the_99_others_and_is_reset_after_its_
 }
 
 /// An HTTP/2 connection over TLS (ALPN `h2`) with the admin certificate of `dir`.
-async fn h2_over_tls(server: &Server, dir: &Path) -> (h2::client::SendRequest<bytes::Bytes>, tokio::task::JoinHandle<Result<(), h2::Error>>) {
+async fn h2_over_tls(
+    server: &Server,
+    dir: &Path,
+) -> (
+    h2::client::SendRequest<bytes::Bytes>,
+    tokio::task::JoinHandle<Result<(), h2::Error>>,
+) {
     let tls = client_config(
         &dir.join("ca.crt"),
         Some((&dir.join("admin.crt"), &dir.join("admin.key"))),
         &[b"h2"],
     );
     let stream = connect_tls(server.addr(), tls).await.expect("TLS connects");
-    assert_eq!(stream.get_ref().1.alpn_protocol(), Some(&b"h2"[..]), "ALPN chose h2");
+    assert_eq!(
+        stream.get_ref().1.alpn_protocol(),
+        Some(&b"h2"[..]),
+        "ALPN chose h2"
+    );
     h2_connect(stream, 64 * 1024).await
 }
 
@@ -155,7 +172,10 @@ async fn an_http2_watch_ends_cleanly_at_shutdown_after_goaway() {
         .unwrap();
     assert!(conn.is_ok(), "closed after GOAWAY, cleanly: {conn:?}");
     shutdown.await.unwrap().unwrap();
-    assert!(started.elapsed() < Duration::from_secs(5), "well within the grace period");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "well within the grace period"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
 

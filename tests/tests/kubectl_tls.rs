@@ -66,13 +66,21 @@ async fn every_kubectl_build_works_over_tls_and_http2_with_the_generated_kubecon
         let who = bin.display();
         // The first call waits for the caches to be ready.
         let deadline = Instant::now() + Duration::from_secs(60);
-        while !k.command(&["get", "--raw", "/readyz"]).output().await.is_ok_and(|o| o.status.success()) {
+        while !k
+            .command(&["get", "--raw", "/readyz"])
+            .output()
+            .await
+            .is_ok_and(|o| o.status.success())
+        {
             assert!(Instant::now() < deadline, "{who}: ready in time");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         let ns = format!("tls-{i}");
         let created = k.run(&["create", "namespace", &ns]).await;
-        assert!(created.contains(&format!("namespace/{ns} created")), "{who}: {created}");
+        assert!(
+            created.contains(&format!("namespace/{ns} created")),
+            "{who}: {created}"
+        );
         let manifest = dir.join(format!("cm-{i}.yaml"));
         std::fs::write(
             &manifest,
@@ -81,10 +89,15 @@ async fn every_kubectl_build_works_over_tls_and_http2_with_the_generated_kubecon
         .unwrap();
         let applied = k.run(&["apply", "-f", manifest.to_str().unwrap()]).await;
         assert!(applied.contains("configmap/settings"), "{who}: {applied}");
-        let got = k.run(&["get", "configmap", "settings", "-n", &ns, "-o", "name"]).await;
+        let got = k
+            .run(&["get", "configmap", "settings", "-n", &ns, "-o", "name"])
+            .await;
         assert_eq!(got.trim(), "configmap/settings", "{who}");
         let yaml = k.run(&["get", "cm", "settings", "-n", &ns, "-o", "yaml"]).await;
-        assert!(yaml.contains("kind: ConfigMap") && yaml.contains("mode: tls"), "{who}: {yaml}");
+        assert!(
+            yaml.contains("kind: ConfigMap") && yaml.contains("mode: tls"),
+            "{who}: {yaml}"
+        );
         // get -w: the row as it is, then a row for the change.
         let mut child = k
             .command(&["get", "cm", "settings", "-n", &ns, "-w", "--request-timeout=30s"])
@@ -102,8 +115,12 @@ async fn every_kubectl_build_works_over_tls_and_http2_with_the_generated_kubecon
         };
         assert!(next().await.starts_with("NAME"), "{who}");
         assert!(next().await.starts_with("settings "), "{who}");
-        k.run(&["label", "cm", "settings", "-n", &ns, "watched=yes"]).await;
-        assert!(next().await.starts_with("settings "), "{who}: the change is a row");
+        k.run(&["label", "cm", "settings", "-n", &ns, "watched=yes"])
+            .await;
+        assert!(
+            next().await.starts_with("settings "),
+            "{who}: the change is a row"
+        );
         child.kill().await.ok();
         let deleted = k.run(&["delete", "cm", "settings", "-n", &ns]).await;
         assert!(deleted.contains("\"settings\" deleted"), "{who}: {deleted}");
