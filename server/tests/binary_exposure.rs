@@ -15,23 +15,21 @@ fn serving_line(args: &[&str]) -> String {
         .spawn()
         .expect("the binary starts");
     let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
-    let mut line = String::new();
     let mut all = String::new();
-    loop {
-        line.clear();
-        assert!(
-            stderr.read_line(&mut line).expect("stderr") > 0,
-            "the server exited early: {all}"
-        );
+    let mut announced = false;
+    let mut line = String::new();
+    while !announced && stderr.read_line(&mut line).unwrap_or(0) > 0 {
+        announced = line.starts_with("watchcache: serving on");
         all.push_str(&line);
-        if line.starts_with("watchcache: serving on") {
-            let mut rest = String::new();
-            stderr.read_line(&mut rest).expect("stderr");
-            let _ = child.kill();
-            let _ = child.wait();
-            return all + &rest;
-        }
+        line.clear();
     }
+    if announced {
+        stderr.read_line(&mut all).expect("stderr");
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(announced, "the server exited early: {all}");
+    all
 }
 
 #[test]

@@ -75,6 +75,18 @@ async fn every_kubectl_build_works_over_tls_and_http2_with_the_generated_kubecon
             assert!(Instant::now() < deadline, "{who}: ready in time");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        // Go's HTTP/2 transport says what it does under GODEBUG=http2debug=1.
+        let out = k
+            .command(&["get", "--raw", "/version"])
+            .env("GODEBUG", "http2debug=1")
+            .output()
+            .await
+            .expect("kubectl runs");
+        let log = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && log.contains("http2: Transport creating client conn"),
+            "{who}: HTTP/2 over TLS: {log}"
+        );
         let ns = format!("tls-{i}");
         let created = k.run(&["create", "namespace", &ns]).await;
         assert!(
