@@ -26,7 +26,8 @@ async fn a_stalled_stream_holds_up_none_of_the_99_others_and_is_reset_after_its_
     let tcp = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
     let (mut send, conn) = h2_connect(tcp, 16 * 1024).await;
     let authority = server.addr().to_string();
-    let path = "/api/v1/namespaces/h2/configmaps?watch=1&timeoutSeconds=4";
+    // Long enough for the writes below on a busy machine.
+    let path = "/api/v1/namespaces/h2/configmaps?watch=1&timeoutSeconds=8";
     let opened = Instant::now();
     let mut bodies = Vec::new();
     for _ in 0..STREAMS {
@@ -78,7 +79,7 @@ async fn a_stalled_stream_holds_up_none_of_the_99_others_and_is_reset_after_its_
         .await;
         assert_eq!(code, 201, "{}", String::from_utf8_lossy(&out));
     }
-    let deadline = Instant::now() + Duration::from_secs(3);
+    let deadline = opened + Duration::from_secs(8);
     while seen.load(Ordering::Relaxed) < (STREAMS - 1) * EVENTS {
         assert!(
             Instant::now() < deadline,
@@ -92,9 +93,9 @@ async fn a_stalled_stream_holds_up_none_of_the_99_others_and_is_reset_after_its_
         // Each ends cleanly at its deadline with every event.
         assert_eq!(reader.await.unwrap(), EVENTS);
     }
-    // The stalled stream: reset once its deadline (4 s) and the grace (1 s) have passed. It is
+    // The stalled stream: reset once its deadline (8 s) and the grace (1 s) have passed. It is
     // read only after that, so that reading gives it no window before.
-    tokio::time::sleep_until((opened + Duration::from_secs(7)).into()).await;
+    tokio::time::sleep_until((opened + Duration::from_secs(11)).into()).await;
     let ended = h2_body(&mut stalled).await;
     let err = ended.expect_err("the stalled stream is reset, not ended");
     assert_eq!(err.reason(), Some(h2::Reason::CANCEL), "{err}");
@@ -170,7 +171,18 @@ async fn an_http2_watch_ends_cleanly_at_shutdown_after_goaway() {
         .await
         .expect("the connection closes")
         .unwrap();
-    assert!(conn.is_ok(), "closed after GOAWAY, cleanly: {conn:?}");
+    // The server closes once its streams are done; a frame the client sends after that (a
+    // window update for what it read) may meet the closed socket: that is the only error
+    // allowed.
+    if let Err(e) = &conn {
+        assert!(
+            e.get_io().is_some_and(|io| matches!(
+                io.kind(),
+                std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+            )),
+            "closed after GOAWAY: {e}"
+        );
+    }
     shutdown.await.unwrap().unwrap();
     assert!(
         started.elapsed() < Duration::from_secs(5),

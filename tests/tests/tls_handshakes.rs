@@ -12,11 +12,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use watchcache_tests::tls::{TestCa, client_config, connect_tls, temp_dir};
 use watchcache_tests::{ServeConfig, Server, config};
 
-/// A config serving TLS with certificates made in `dir`, handshakes limited to one second.
+/// A config serving TLS with certificates made in `dir`, handshakes limited to two seconds.
 fn tls_config(dir: &Path) -> ServeConfig {
     ServeConfig {
         cert_dir: Some(dir.to_owned()),
-        handshake_timeout: Duration::from_secs(1),
+        handshake_timeout: Duration::from_secs(2),
         ..config(0)
     }
 }
@@ -75,7 +75,7 @@ async fn garbage_and_handshakes_that_never_finish_are_dropped_and_the_server_sta
         "garbage is refused at once, took {took:?}"
     );
     // Slowloris: a record header promising a ClientHello, then silence; and a connection that
-    // never sends a byte. Both are dropped at the limit (one second here), and meanwhile the
+    // never sends a byte. Both are dropped at the limit (two seconds here), and meanwhile the
     // server answers others.
     let connected = Instant::now();
     let mut slow = tokio::net::TcpStream::connect(server.addr()).await.unwrap();

@@ -133,8 +133,11 @@ async fn serve_stream(
         })
     });
     request.extensions_mut().insert(ConnectInfo(stream));
+    // Boxed: the handler's future is freed once it has answered, rather than sizing the task
+    // that pipes an idle watch for as long as it lives.
+    let handler = Box::pin(app.oneshot(request));
     let response = tokio::select! {
-        response = app.oneshot(request) => match response {
+        response = handler => match response {
             Ok(response) => response,
             Err(never) => match never {},
         },
