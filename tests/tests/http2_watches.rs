@@ -171,18 +171,9 @@ async fn an_http2_watch_ends_cleanly_at_shutdown_after_goaway() {
         .await
         .expect("the connection closes")
         .unwrap();
-    // The server closes once its streams are done; a frame the client sends after that (a
-    // window update for what it read) may meet the closed socket: that is the only error
-    // allowed.
-    if let Err(e) = &conn {
-        assert!(
-            e.get_io().is_some_and(|io| matches!(
-                io.kind(),
-                std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
-            )),
-            "closed after GOAWAY: {e}"
-        );
-    }
+    // The server reads what the client still sends after its last stream (a window update
+    // for what it read) before it closes: the client never meets a reset.
+    assert!(conn.is_ok(), "closed after GOAWAY, cleanly: {conn:?}");
     shutdown.await.unwrap().unwrap();
     assert!(
         started.elapsed() < Duration::from_secs(5),

@@ -27,6 +27,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tower::ServiceExt;
 
 use super::coalesce::Coalesce;
+use super::linger::Linger;
 use super::thrown;
 use crate::connection::{Connection, StreamProgress};
 use crate::switch::Signal;
@@ -67,7 +68,10 @@ pub(crate) async fn serve<IO>(
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let handshake = tokio::time::timeout(limit, builder.handshake::<_, Bytes>(Coalesce::new(io)));
+    let handshake = tokio::time::timeout(
+        limit,
+        builder.handshake::<_, Bytes>(Coalesce::new(Linger::new(io))),
+    );
     let mut h2 = tokio::select! {
         done = handshake => match done {
             Ok(Ok(h2)) => h2,

@@ -8,12 +8,14 @@
 //! | `sniff.rs` | plaintext HTTP/2 by prior knowledge: the connection preface |
 //! | `h2.rs` | HTTP/2 on the h2 crate: a stream per request, each response piped under the stream's own kill switch |
 //! | `coalesce.rs` | the writes of one poll of an HTTP/2 connection in one socket write |
+//! | `linger.rs` | an HTTP/2 connection read for a second after h2 closes it, so that the client's last frames meet no reset |
 //! | `cert_dir.rs` | `--cert-dir`: a CA, a serving and an admin certificate and a kubeconfig, made once and reused |
 
 pub(crate) mod cert_dir;
 mod client_cert;
 mod coalesce;
 mod h2;
+mod linger;
 mod reload;
 mod sniff;
 mod tls;
