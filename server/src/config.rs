@@ -83,6 +83,59 @@ pub struct ServeConfig {
     /// Roles and bindings. Not a flag: a seam for tests (an in-memory policy). None (the
     /// default): the stored objects.
     pub policy: Option<Arc<dyn PolicySource>>,
+    /// The serving certificate, PEM (`--tls-cert-file`): with `tls_private_key_file`, the
+    /// server serves TLS. Read again when the file changes.
+    pub tls_cert_file: Option<PathBuf>,
+    /// The serving certificate's key, PEM (`--tls-private-key-file`).
+    pub tls_private_key_file: Option<PathBuf>,
+    /// The CA that client certificates must chain to (`--client-ca-file`): a client
+    /// certificate is asked for (not required) and its CN and O become the user. Read again
+    /// when the file changes.
+    pub client_ca_file: Option<PathBuf>,
+    /// Where the certificates are made and kept when no `tls_cert_file` is given
+    /// (`--cert-dir`): a CA, the serving certificate, an admin client certificate and
+    /// `admin.kubeconfig`. The CA is the client CA unless `client_ca_file` is given.
+    pub cert_dir: Option<PathBuf>,
+    /// Serve plaintext on an address other than loopback. Default off: such a server refuses
+    /// to start.
+    pub insecure_plaintext_on_non_loopback: bool,
+    /// The most concurrent streams of one HTTP/2 connection
+    /// (`--http2-max-streams-per-connection`). Default 1000, what kube-apiserver sets.
+    pub http2_max_streams_per_connection: u32,
+    /// The longest a TLS handshake (or, on plaintext, the first bytes of a connection) may
+    /// take. Default 10 s. Not a flag; tests lower it.
+    pub handshake_timeout: Duration,
+}
+
+/// How the server's configuration would expose it: plaintext on an address other than
+/// loopback.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "refusing to serve plaintext on {addr}, which is not a loopback address: anyone who can reach it could read \
+     and write everything. Add --tls-cert-file and --tls-private-key-file, or --cert-dir DIR (which makes \
+     certificates and DIR/admin.kubeconfig), or listen on 127.0.0.1; or, knowing the risk, \
+     --insecure-serve-plaintext-on-non-loopback"
+)]
+pub struct PlaintextRefused {
+    /// The address.
+    pub addr: SocketAddr,
+}
+
+impl ServeConfig {
+    /// Whether the server will serve TLS.
+    pub fn serves_tls(&self) -> bool {
+        self.tls_cert_file.is_some() || self.cert_dir.is_some()
+    }
+
+    /// Refuses plaintext on an address other than loopback, unless asked for by
+    /// `insecure_plaintext_on_non_loopback`.
+    pub fn check_exposure(&self) -> Result<(), PlaintextRefused> {
+        if self.addr.ip().is_loopback() || self.serves_tls() || self.insecure_plaintext_on_non_loopback {
+            Ok(())
+        } else {
+            Err(PlaintextRefused { addr: self.addr })
+        }
+    }
 }
 
 impl Default for ServeConfig {
@@ -111,6 +164,44 @@ impl Default for ServeConfig {
             anonymous_auth: true,
             authorization_mode: AuthorizationMode::AlwaysAllow,
             policy: None,
+            tls_cert_file: None,
+            tls_private_key_file: None,
+            client_ca_file: None,
+            cert_dir: None,
+            insecure_plaintext_on_non_loopback: false,
+            http2_max_streams_per_connection: 1000,
+            handshake_timeout: crate::transport::HANDSHAKE_TIMEOUT,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plaintext_is_refused_on_an_address_other_than_loopback_unless_asked_for() {
+        let on = |addr: &str| ServeConfig {
+            addr: addr.parse().unwrap(),
+            ..ServeConfig::default()
+        };
+        assert!(on("127.0.0.1:8080").check_exposure().is_ok());
+        assert!(on("[::1]:8080").check_exposure().is_ok());
+        let refused = on("0.0.0.0:8080").check_exposure().unwrap_err().to_string();
+        assert!(
+            refused.contains("--tls-cert-file") && refused.contains("--cert-dir"),
+            "{refused}"
+        );
+        assert!(on("10.1.2.3:8080").check_exposure().is_err());
+        let tls = ServeConfig {
+            cert_dir: Some("/tmp/x".into()),
+            ..on("0.0.0.0:8080")
+        };
+        assert!(tls.check_exposure().is_ok());
+        let insecure = ServeConfig {
+            insecure_plaintext_on_non_loopback: true,
+            ..on("0.0.0.0:8080")
+        };
+        assert!(insecure.check_exposure().is_ok());
     }
 }

@@ -5,6 +5,11 @@
 //! a graceful shutdown would wait on it. Each connection has its own switch, thrown when its
 //! writes stay blocked past a watch's deadline (see [`Connection::end_if_stalled_after`]), and
 //! all are children of one switch, thrown when a shutdown's grace period runs out.
+//!
+//! On HTTP/2 each stream is a [`Connection`] of its own ([`Connection::stream`]): a child
+//! switch that resets the stream alone, and write progress that counts the stream's flow
+//! control ("blocked" is waiting for send capacity), so that a watch's stalled stream is
+//! ended as a stalled HTTP/1 connection is, and the other streams go on.
 
 use std::io;
 use std::net::SocketAddr;
@@ -19,6 +24,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::ClientCert;
 use crate::switch::{Signal, Switch};
 
 /// Accepts TCP connections as [`KillableIo`]s, each described by a [`Connection`].
@@ -41,6 +47,11 @@ pub(crate) struct Connection {
     peer: SocketAddr,
     kill: Switch,
     state: Arc<ConnState>,
+    /// An HTTP/2 stream's connection: its switch and write progress. A stalled stream is
+    /// reset; if the connection under it is stalled too, the connection is dropped.
+    parent: Option<(Switch, Arc<ConnState>)>,
+    /// What the TLS handshake learned of the client's certificate.
+    client_cert: Arc<ClientCert>,
 }
 
 /// Write progress of one connection. Relaxed throughout: health flags a timer reads, ordered
@@ -79,6 +90,55 @@ impl ConnState {
 }
 
 impl Connection {
+    /// A connection of no socket, for unit tests of what handlers read from it.
+    #[cfg(test)]
+    pub(crate) fn detached() -> Connection {
+        Connection {
+            peer: SocketAddr::from(([127, 0, 0, 1], 0)),
+            kill: Switch::new(),
+            state: Arc::new(ConnState::new()),
+            parent: None,
+            client_cert: Arc::new(ClientCert::None),
+        }
+    }
+
+    /// The peer's address.
+    pub(crate) fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// The client certificate of the connection's TLS handshake, verified when the handshake
+    /// ended: [`ClientCert::None`] on plaintext, without a certificate or without a client CA.
+    pub(crate) fn client_cert(&self) -> &ClientCert {
+        &self.client_cert
+    }
+
+    /// This connection, with what its TLS handshake learned of the client's certificate.
+    pub(crate) fn with_client_cert(mut self, cert: ClientCert) -> Self {
+        self.client_cert = Arc::new(cert);
+        self
+    }
+
+    /// A stream of this (HTTP/2) connection: the same peer and client certificate, a switch
+    /// of its own under the connection's, and its own write progress, which the stream's
+    /// sender reports through the returned [`StreamProgress`].
+    pub(crate) fn stream(&self) -> (Connection, StreamProgress) {
+        let state = Arc::new(ConnState::new());
+        let stream = Connection {
+            peer: self.peer,
+            kill: self.kill.child(),
+            state: Arc::clone(&state),
+            parent: Some((self.kill.clone(), Arc::clone(&self.state))),
+            client_cert: Arc::clone(&self.client_cert),
+        };
+        (stream, StreamProgress { state })
+    }
+
+    /// The switch that ends this connection (or stream), for its sender to check.
+    pub(crate) fn killed(&self) -> Signal {
+        self.kill.signal()
+    }
+
     /// A watch's deadline is `deadline` from now. Its body ends the response cleanly then,
     /// when hyper polls it; but a client that stopped reading leaves that end (and what hyper
     /// buffered before it) unflushed, and the connection open. So, `grace` after the deadline
@@ -87,6 +147,7 @@ impl Connection {
     /// (the client reads, or has gone on to other requests) is left alone.
     pub(crate) fn end_if_stalled_after(&self, deadline: Duration, grace: Duration) {
         let (kill, state, peer) = (self.kill.clone(), Arc::clone(&self.state), self.peer);
+        let parent = self.parent.clone();
         tokio::spawn(async move {
             // Saturating: a deadline and a grace period of any size are a time to wait, never
             // an overflow that would end this task and leave the connection to its client.
@@ -101,12 +162,47 @@ impl Connection {
                     Some(stalled) if stalled >= grace => {
                         tracing::info!(%peer, ?stalled, "a watch's client stopped reading past its deadline: dropping the connection");
                         kill.throw();
+                        // A stream's reset cannot be flushed to a connection that is itself
+                        // stalled: drop the connection too.
+                        if let Some((conn, conn_state)) = &parent
+                            && conn_state.stalled_for().is_some_and(|s| s >= grace)
+                        {
+                            conn.throw();
+                        }
                         return;
                     }
                     Some(_) => wait = grace,
                 }
             }
         });
+    }
+}
+
+/// What an HTTP/2 stream's sender reports of its writes: blocked while it waits for send
+/// capacity, progress when a frame is handed to the connection. Dropped when the stream ends,
+/// which stops the timers watching it.
+#[derive(Debug)]
+pub(crate) struct StreamProgress {
+    state: Arc<ConnState>,
+}
+
+impl StreamProgress {
+    /// The stream waits for send capacity (the client's window is closed, or the frames it was
+    /// given are still buffered).
+    pub(crate) fn blocked(&self) {
+        self.state.blocked.store(true, Ordering::Relaxed);
+    }
+
+    /// A frame went to the connection.
+    pub(crate) fn wrote(&self) {
+        self.state.progress_ms.store(epoch_ms(), Ordering::Relaxed);
+        self.state.blocked.store(false, Ordering::Relaxed);
+    }
+}
+
+impl Drop for StreamProgress {
+    fn drop(&mut self) {
+        self.state.closed.cancel();
     }
 }
 
@@ -215,7 +311,14 @@ impl Listener for KillableListener {
                         killed: kill.signal(),
                         state: Arc::clone(&state),
                     };
-                    return (io, Connection { peer, kill, state });
+                    let conn = Connection {
+                        peer,
+                        kill,
+                        state,
+                        parent: None,
+                        client_cert: Arc::new(ClientCert::None),
+                    };
+                    return (io, conn);
                 }
                 // Out of file descriptors and the like: wait, as axum's own listener does,
                 // rather than spin.
@@ -232,6 +335,8 @@ impl Listener for KillableListener {
             peer: self.inner.local_addr()?,
             kill: self.all.child(),
             state: Arc::new(ConnState::new()),
+            parent: None,
+            client_cert: Arc::new(ClientCert::None),
         })
     }
 }

@@ -52,6 +52,7 @@ mod strategic;
 mod switch;
 mod table;
 mod target;
+mod transport;
 mod validation;
 mod value_key;
 mod value_types;
@@ -61,6 +62,6 @@ mod writes;
 mod yaml;
 
 pub use backend::Backend;
-pub use config::ServeConfig;
+pub use config::{PlaintextRefused, ServeConfig};
 pub use metrics::Metrics;
 pub use server::{ServeError, Server};

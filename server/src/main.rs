@@ -1,6 +1,7 @@
 //! The `watchcache` binary: `watchcache serve`.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
@@ -187,6 +188,29 @@ struct ServeArgs {
     /// bindings; members of system:masters are allowed everything).
     #[arg(long, default_value = "AlwaysAllow", value_parser = authorization_mode)]
     authorization_mode: AuthorizationMode,
+    /// Serve TLS with this certificate (PEM; read again when it changes), with
+    /// --tls-private-key-file.
+    #[arg(long, value_name = "FILE", requires = "tls_private_key_file")]
+    tls_cert_file: Option<PathBuf>,
+    /// The key of --tls-cert-file (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert_file")]
+    tls_private_key_file: Option<PathBuf>,
+    /// Ask clients for a certificate, and take one that chains to this CA (PEM; read again
+    /// when it changes) as the user of its CN in the groups of its O.
+    #[arg(long, value_name = "FILE")]
+    client_ca_file: Option<PathBuf>,
+    /// Serve TLS with certificates made in this directory at the first start and reused
+    /// after: a CA (also the client CA unless --client-ca-file), a serving certificate and
+    /// an admin client certificate, with DIR/admin.kubeconfig. Ignored with --tls-cert-file.
+    #[arg(long, value_name = "DIR")]
+    cert_dir: Option<PathBuf>,
+    /// The most concurrent streams of one HTTP/2 connection.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
+    http2_max_streams_per_connection: u32,
+    /// Serve plaintext on an address other than loopback: anyone who can reach it can read
+    /// and write everything.
+    #[arg(long)]
+    insecure_serve_plaintext_on_non_loopback: bool,
 }
 
 fn authorization_mode(s: &str) -> Result<AuthorizationMode, String> {
@@ -255,12 +279,21 @@ async fn main() -> std::process::ExitCode {
         token_auth_file: args.token_auth_file,
         anonymous_auth: args.anonymous_auth,
         authorization_mode: args.authorization_mode,
+        tls_cert_file: args.tls_cert_file,
+        tls_private_key_file: args.tls_private_key_file,
+        client_ca_file: args.client_ca_file,
+        cert_dir: args.cert_dir,
+        http2_max_streams_per_connection: args.http2_max_streams_per_connection,
+        insecure_plaintext_on_non_loopback: args.insecure_serve_plaintext_on_non_loopback,
         ..ServeConfig::default()
     };
+    let (tls, cert_dir) = (config.serves_tls(), config.cert_dir.clone());
+    let tls_files_absent = config.tls_cert_file.is_none();
     let server = match Server::start(config).await {
         Ok(s) => s,
-        // A configuration file that does not parse is a usage error, as clap's own (exit 2).
-        Err(e @ ServeError::TokenFile(_)) => {
+        // A usage error, as clap's own: exit code 2 (a configuration file that does not
+        // parse, or plaintext where it is refused).
+        Err(e @ (ServeError::TokenFile(_) | ServeError::Plaintext(_))) => {
             eprintln!("watchcache: {e}");
             return std::process::ExitCode::from(2);
         }
@@ -269,10 +302,18 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    eprintln!(
-        "watchcache: serving on http://{0}\n  try: KUBECONFIG=/dev/null kubectl --server=http://{0} get pods -A",
-        server.addr()
-    );
+    match (tls, cert_dir) {
+        (false, _) => eprintln!(
+            "watchcache: serving on http://{0}\n  try: KUBECONFIG=/dev/null kubectl --server=http://{0} get pods -A",
+            server.addr()
+        ),
+        (true, Some(dir)) if tls_files_absent => eprintln!(
+            "watchcache: serving on https://{}\n  try: kubectl --kubeconfig {} get pods -A",
+            server.addr(),
+            dir.join("admin.kubeconfig").display()
+        ),
+        (true, _) => eprintln!("watchcache: serving on https://{}", server.addr()),
+    }
     match server.run_until(terminated).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

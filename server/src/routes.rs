@@ -370,10 +370,7 @@ async fn authenticate_and_authorize(State(state): AppStateRef, mut request: Requ
 /// What a connection's client certificate says. Here rather than in `auth`, which the
 /// connection's module will import for [`ClientCert`]: the layout keeps no module cycle.
 fn client_cert(conn: &Connection) -> &ClientCert {
-    static NONE: ClientCert = ClientCert::None;
-    let _ = conn;
-    // TLS adds the client certificate here: `conn.client_cert()`.
-    &NONE
+    conn.client_cert()
 }
 
 /// The requester, as [`authenticate_and_authorize`] found it.

@@ -6,13 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 
 use axum::Router;
-use axum::extract::ConnectInfo;
 use axum::serve::Listener;
-use hyper::body::Incoming;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use tokio_util::task::TaskTracker;
-use tower::ServiceExt;
 use watchcache_core::MemorySource;
 
 use crate::auth::PolicySource;
@@ -21,7 +16,7 @@ use crate::backend::Backend;
 
 use crate::app::AppState;
 use crate::auth::policy::CachedPolicy;
-use crate::config::ServeConfig;
+use crate::config::{PlaintextRefused, ServeConfig};
 use crate::connection::KillableListener;
 use crate::leases::Leases;
 use crate::metrics::Metrics;
@@ -31,6 +26,8 @@ use crate::offload::Offload;
 use crate::openapi::OpenApi;
 use crate::pod_gc;
 use crate::switch::Switch;
+use crate::transport::cert_dir::CertDir;
+use crate::transport::{Tls, TlsFiles, Transport};
 use crate::{auth, resources, routes, workload};
 
 /// Why the server could not start.
@@ -45,6 +42,12 @@ pub enum ServeError {
     /// The `--token-auth-file` could not be read or parsed.
     #[error("{0}")]
     TokenFile(#[from] crate::auth::TokenFileError),
+    /// Plaintext on an address other than loopback, not asked for.
+    #[error(transparent)]
+    Plaintext(#[from] PlaintextRefused),
+    /// The TLS configuration cannot be used: the files, or the flags.
+    #[error("TLS: {0}")]
+    Tls(String),
     /// The address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -55,45 +58,74 @@ pub enum ServeError {
     },
 }
 
-/// Serves HTTP/1.1 connections from `listener` with `app` until `shutdown`, then stops
-/// accepting, asks every connection to end after its current response (watches end at
-/// shutdown on their own) and waits for them to close.
+/// Serves connections from `listener` with `app` (TLS or plaintext, HTTP/1.1 or HTTP/2: see
+/// `transport/`) until `shutdown`, then stops accepting, asks every connection to end after
+/// its current responses (watches end at shutdown on their own; HTTP/2 connections get
+/// GOAWAY) and waits for them to close.
 ///
 /// Rather than `axum::serve`: its connection tasks each poll one channel shared by the whole
 /// server for the shutdown signal, locking that channel's waiter list whenever a watch event
 /// wakes them. Here each connection checks a flag and registers with the shutdown token only
 /// when its waker changes (see `switch.rs`).
-async fn serve(mut listener: KillableListener, app: Router, shutdown: Switch) -> std::io::Result<()> {
+async fn serve(
+    mut listener: KillableListener,
+    app: Router,
+    transport: Arc<Transport>,
+    shutdown: Switch,
+) -> std::io::Result<()> {
     let connections = TaskTracker::new();
-    let mut http = hyper::server::conn::http1::Builder::new();
-    // Enforces hyper's default header read timeout (30 s) against clients that trickle a
-    // request in.
-    http.timer(TokioTimer::new());
     loop {
         let (io, conn) = tokio::select! {
             accepted = listener.accept() => accepted,
             _ = shutdown.thrown() => break,
         };
-        let service = app.clone().map_request(move |req: hyper::Request<Incoming>| {
-            let mut req = req.map(axum::body::Body::new);
-            req.extensions_mut().insert(ConnectInfo(conn.clone()));
-            req
-        });
-        let mut connection =
-            Box::pin(http.serve_connection(TokioIo::new(io), TowerToHyperService::new(service)));
-        let mut stop = shutdown.signal();
-        let mut stopping = false;
-        connections.spawn(std::future::poll_fn(move |cx| {
-            if !stopping && stop.poll_thrown(cx) {
-                stopping = true;
-                connection.as_mut().graceful_shutdown();
-            }
-            connection.as_mut().poll(cx).map(|_| ())
-        }));
+        let (transport, app, stop) = (Arc::clone(&transport), app.clone(), shutdown.signal());
+        connections.spawn(async move { transport.serve(io, conn, app, stop).await });
     }
     connections.close();
     connections.wait().await;
     Ok(())
+}
+
+/// The TLS a configuration asks for: its certificate files (made first in `--cert-dir`),
+/// read now; none for plaintext.
+fn tls(config: &ServeConfig) -> Result<(Option<Tls>, Option<CertDir>), ServeError> {
+    let (files, dir) = match (
+        &config.tls_cert_file,
+        &config.tls_private_key_file,
+        &config.cert_dir,
+    ) {
+        (Some(cert), Some(key), _) => (
+            TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: config.client_ca_file.clone(),
+            },
+            None,
+        ),
+        (None, None, Some(dir)) => {
+            let dir = CertDir::ensure(dir, config.addr.ip()).map_err(ServeError::Tls)?;
+            let files = TlsFiles {
+                cert: dir.cert(),
+                key: dir.key(),
+                client_ca: config.client_ca_file.clone().or_else(|| Some(dir.ca())),
+            };
+            (files, Some(dir))
+        }
+        (None, None, None) if config.client_ca_file.is_some() => {
+            return Err(ServeError::Tls(
+                "--client-ca-file needs TLS: add --tls-cert-file and --tls-private-key-file, or --cert-dir"
+                    .into(),
+            ));
+        }
+        (None, None, None) => return Ok((None, None)),
+        _ => {
+            return Err(ServeError::Tls(
+                "--tls-cert-file and --tls-private-key-file go together".into(),
+            ));
+        }
+    };
+    Ok((Some(Tls::new(&files).map_err(ServeError::Tls)?), dir))
 }
 
 /// A running server.
@@ -115,6 +147,7 @@ impl Server {
     /// With `config.etcd` set, on that etcd cluster instead (the `etcd` feature), compacting
     /// it every `compaction_interval` in turn with every other replica.
     pub async fn start(config: ServeConfig) -> Result<Server, ServeError> {
+        config.check_exposure()?;
         if !config.etcd.is_empty() {
             return Server::start_on_etcd(config).await;
         }
@@ -157,6 +190,8 @@ impl Server {
     /// As [`start`](Self::start), over a given store (on the embedded store, expiring its
     /// leases as they come due while the server runs).
     pub async fn start_with(config: ServeConfig, store: Backend) -> Result<Server, ServeError> {
+        config.check_exposure()?;
+        let (tls, cert_dir) = tls(&config)?;
         let tokens = config
             .token_auth_file
             .as_deref()
@@ -173,6 +208,14 @@ impl Server {
             addr: config.addr,
             source,
         })?;
+        if let Some(dir) = &cert_dir {
+            dir.write_kubeconfig(addr).map_err(ServeError::Tls)?;
+        }
+        let transport = Arc::new(Transport::new(
+            tls,
+            config.http2_max_streams_per_connection,
+            config.handshake_timeout,
+        ));
         workload::seed(&store, config.seed_pods).await;
         namespaces::ensure_system(&store).await;
         auth::bootstrap::ensure(&store).await;
@@ -224,7 +267,7 @@ impl Server {
         let app = routes::router(state.clone());
         let kill_all = Switch::new();
         let listener = KillableListener::new(listener, kill_all.clone());
-        let task = tokio::spawn(serve(listener, app, shutdown));
+        let task = tokio::spawn(serve(listener, app, transport, shutdown));
         tracing::info!(%addr, "watchcache serving");
         Ok(Server {
             addr,

@@ -1,0 +1,275 @@
+//! HTTP/2 with the h2 crate: each stream's request goes to the router, and its response body
+//! is piped under the stream's own kill switch.
+//!
+//! Why not hyper's HTTP/2 server: it polls a response body only while its stream has send
+//! capacity, so a watch whose client stopped reading could not be ended by its body, and a
+//! stream cannot be reset from outside. Here each stream is a [`Connection`] of its own
+//! ([`Connection::stream`]): the watch handler's `end_if_stalled_after` sees the stream
+//! blocked while it waits for capacity, and its switch resets the stream alone
+//! (`RST_STREAM CANCEL`). Flow control is h2's, per stream: a stalled stream holds at most
+//! its window (and `MAX_SEND_BUFFER` of frames) and never the other streams.
+//!
+//! Shutdown sends GOAWAY and serves the open streams until they end (watches end at
+//! shutdown on their own); the grace period's end drops the connection with the others.
+
+use std::future::poll_fn;
+use std::pin::{Pin, pin};
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::ConnectInfo;
+use bytes::Bytes;
+use h2::server::SendResponse;
+use h2::{Reason, RecvStream, SendStream};
+use http_body::{Body as _, Frame};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tower::ServiceExt;
+
+use super::coalesce::Coalesce;
+use super::linger::Linger;
+use super::thrown;
+use crate::connection::{Connection, StreamProgress};
+use crate::switch::Signal;
+
+/// The most of a stream's frames h2 holds before the stream waits (h2's default is 400 KiB):
+/// what a client that stops reading can make the server hold per stream, beyond the socket.
+const MAX_SEND_BUFFER: usize = 64 * 1024;
+/// The window each stream opens for a request body (the RFC's default); bodies are at most
+/// 3 MiB and read whole.
+const STREAM_WINDOW: u32 = 64 * 1024;
+/// The window of the connection, shared by the request bodies of its streams.
+const CONNECTION_WINDOW: u32 = 1024 * 1024;
+/// The largest header block a request may send (Go's default, `http.DefaultMaxHeaderBytes`).
+const MAX_HEADER_LIST: u32 = 1024 * 1024;
+
+/// The server's HTTP/2 settings: `max_streams` concurrent streams per connection
+/// (`--http2-max-streams-per-connection`).
+pub(crate) fn builder(max_streams: u32) -> h2::server::Builder {
+    let mut b = h2::server::Builder::new();
+    b.max_concurrent_streams(max_streams)
+        .initial_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_send_buffer_size(MAX_SEND_BUFFER)
+        .max_header_list_size(MAX_HEADER_LIST);
+    b
+}
+
+/// Serves one HTTP/2 connection (its preface not read yet) until it closes; at `stop`, sends
+/// GOAWAY and serves the open streams to their end. The preface and settings exchange must
+/// come within `limit`.
+pub(crate) async fn serve<IO>(
+    io: IO,
+    builder: &h2::server::Builder,
+    conn: Connection,
+    app: Router,
+    mut stop: Signal,
+    limit: Duration,
+) where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let handshake = tokio::time::timeout(
+        limit,
+        builder.handshake::<_, Bytes>(Coalesce::new(Linger::new(io))),
+    );
+    let mut h2 = tokio::select! {
+        done = handshake => match done {
+            Ok(Ok(h2)) => h2,
+            Ok(Err(e)) => {
+                tracing::debug!(peer = %conn.peer(), error = %e, "HTTP/2 handshake failed");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!(peer = %conn.peer(), "HTTP/2 handshake timed out");
+                return;
+            }
+        },
+        () = thrown(&mut stop) => return,
+    };
+    let mut stopping = false;
+    loop {
+        let next = poll_fn(|cx| {
+            if !stopping && stop.poll_thrown(cx) {
+                stopping = true;
+                h2.graceful_shutdown();
+            }
+            h2.poll_accept(cx)
+        })
+        .await;
+        match next {
+            Some(Ok((request, respond))) => {
+                let (stream, progress) = conn.stream();
+                tokio::spawn(serve_stream(request, respond, stream, progress, app.clone()));
+            }
+            Some(Err(e)) => {
+                tracing::debug!(peer = %conn.peer(), error = %e, "HTTP/2 connection failed");
+                return;
+            }
+            None => return,
+        }
+    }
+}
+
+/// Headers HTTP/2 forbids (RFC 9113, section 8.2.2).
+const CONNECTION_HEADERS: [&str; 5] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// One stream: the router's answer, its body piped to the stream. Ends when the body does,
+/// when the client resets the stream, or when the stream's switch is thrown (reset here).
+async fn serve_stream(
+    request: axum::http::Request<RecvStream>,
+    mut respond: SendResponse<Bytes>,
+    stream: Connection,
+    progress: StreamProgress,
+    app: Router,
+) {
+    let mut killed = stream.killed();
+    let head = request.method() == axum::http::Method::HEAD;
+    let mut request = request.map(|body| {
+        axum::body::Body::new(RecvBody {
+            recv: body,
+            data_done: false,
+        })
+    });
+    request.extensions_mut().insert(ConnectInfo(stream));
+    // Boxed: the handler's future is freed once it has answered, rather than sizing the task
+    // that pipes an idle watch for as long as it lives.
+    let handler = Box::pin(app.oneshot(request));
+    let response = tokio::select! {
+        response = handler => match response {
+            Ok(response) => response,
+            Err(never) => match never {},
+        },
+        _ = poll_fn(|cx| respond.poll_reset(cx)) => return,
+        () = thrown(&mut killed) => {
+            respond.send_reset(Reason::CANCEL);
+            return;
+        }
+    };
+    let (mut parts, body) = response.into_parts();
+    for name in CONNECTION_HEADERS {
+        parts.headers.remove(name);
+    }
+    let end = head || body.is_end_stream();
+    let Ok(mut send) = respond.send_response(axum::http::Response::from_parts(parts, ()), end) else {
+        return;
+    };
+    if end {
+        return;
+    }
+    if let Err(why) = pipe(&mut send, body, &mut killed, &progress).await {
+        if why == Ended::Killed {
+            send.send_reset(Reason::CANCEL);
+        }
+        tracing::debug!(?why, "an HTTP/2 stream ended early");
+    }
+}
+
+/// Why a body was not piped to its end.
+#[derive(Debug, PartialEq, Eq)]
+enum Ended {
+    /// The stream's switch: reset it.
+    Killed,
+    /// The client reset the stream, or the connection failed.
+    Gone,
+    /// The body failed: reset it.
+    Body,
+}
+
+/// Sends `body` on `send` frame by frame, each data frame as its stream's flow control
+/// allows, until it ends (then END_STREAM) or the stream is killed or gone.
+async fn pipe(
+    send: &mut SendStream<Bytes>,
+    body: axum::body::Body,
+    killed: &mut Signal,
+    progress: &StreamProgress,
+) -> Result<(), Ended> {
+    let mut body = pin!(body);
+    loop {
+        let frame = tokio::select! {
+            biased;
+            () = thrown(killed) => return Err(Ended::Killed),
+            _ = poll_fn(|cx| send.poll_reset(cx)) => return Err(Ended::Gone),
+            frame = poll_fn(|cx| body.as_mut().poll_frame(cx)) => frame,
+        };
+        let frame = match frame {
+            None => return send.send_data(Bytes::new(), true).map_err(|_| Ended::Gone),
+            Some(Err(_)) => {
+                send.send_reset(Reason::INTERNAL_ERROR);
+                return Err(Ended::Body);
+            }
+            Some(Ok(frame)) => frame,
+        };
+        let mut data = match frame.into_data() {
+            Ok(data) => data,
+            Err(frame) => {
+                if let Ok(trailers) = frame.into_trailers() {
+                    return send.send_trailers(trailers).map_err(|_| Ended::Gone);
+                }
+                continue;
+            }
+        };
+        while !data.is_empty() {
+            send.reserve_capacity(data.len());
+            let mut capacity = send.capacity();
+            if capacity == 0 {
+                progress.blocked();
+                capacity = tokio::select! {
+                    biased;
+                    () = thrown(killed) => return Err(Ended::Killed),
+                    c = poll_fn(|cx| send.poll_capacity(cx)) => match c {
+                        Some(Ok(c)) => c,
+                        _ => return Err(Ended::Gone),
+                    },
+                };
+            }
+            let chunk = data.split_to(capacity.min(data.len()));
+            send.send_data(chunk, false).map_err(|_| Ended::Gone)?;
+            progress.wrote();
+        }
+    }
+}
+
+/// A request body from an HTTP/2 stream, its window released as it is read.
+struct RecvBody {
+    recv: RecvStream,
+    data_done: bool,
+}
+
+impl http_body::Body for RecvBody {
+    type Data = Bytes;
+    type Error = h2::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
+        let this = self.get_mut();
+        if !this.data_done {
+            match ready!(this.recv.poll_data(cx)) {
+                Some(Ok(data)) => {
+                    // The body is read whole (and bounded by the router's limit): the window
+                    // goes back as soon as the bytes are taken.
+                    let _ = this.recv.flow_control().release_capacity(data.len());
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                None => this.data_done = true,
+            }
+        }
+        match ready!(this.recv.poll_trailers(cx)) {
+            Ok(Some(trailers)) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
+            Ok(None) => Poll::Ready(None),
+            Err(e) => Poll::Ready(Some(Err(e))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.recv.is_end_stream()
+    }
+}

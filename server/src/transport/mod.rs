@@ -1,0 +1,148 @@
+//! How a connection is served: TLS or plaintext, then HTTP/1.1 or HTTP/2.
+//!
+//! | file | its one job |
+//! |---|---|
+//! | `tls.rs` | TLS: the serving certificate and client CA read again when their files change, ALPN |
+//! | `client_cert.rs` | client certificates: the key proven in the handshake, the chain verified after it, CN and O read into a user |
+//! | `reload.rs` | a value made from files, made again when they change |
+//! | `sniff.rs` | plaintext HTTP/2 by prior knowledge: the connection preface |
+//! | `h2.rs` | HTTP/2 on the h2 crate: a stream per request, each response piped under the stream's own kill switch |
+//! | `coalesce.rs` | the writes of one poll of an HTTP/2 connection in one socket write |
+//! | `linger.rs` | an HTTP/2 connection read for a second after h2 closes it, so that the client's last frames meet no reset |
+//! | `cert_dir.rs` | `--cert-dir`: a CA, a serving and an admin certificate and a kubeconfig, made once and reused |
+
+pub(crate) mod cert_dir;
+mod client_cert;
+mod coalesce;
+mod h2;
+mod linger;
+mod reload;
+mod sniff;
+mod tls;
+
+pub(crate) use tls::{Tls, TlsFiles};
+
+use std::pin::pin;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::ConnectInfo;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tower::ServiceExt;
+
+use crate::connection::{Connection, KillableIo};
+use crate::switch::Signal;
+
+/// The longest a TLS handshake (and on plaintext, the first bytes that tell HTTP/2 from
+/// HTTP/1) may take; a client that has not finished by then is dropped with everything it
+/// held.
+pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What serves accepted connections.
+pub(crate) struct Transport {
+    tls: Option<Tls>,
+    http1: hyper::server::conn::http1::Builder,
+    h2: ::h2::server::Builder,
+    handshake_timeout: Duration,
+}
+
+impl Transport {
+    /// TLS if `tls`, HTTP/2 with at most `max_streams` streams per connection.
+    pub(crate) fn new(tls: Option<Tls>, max_streams: u32, handshake_timeout: Duration) -> Self {
+        let mut http1 = hyper::server::conn::http1::Builder::new();
+        // Enforces hyper's default header read timeout (30 s) against clients that trickle a
+        // request in.
+        http1.timer(TokioTimer::new());
+        Transport {
+            tls,
+            http1,
+            h2: h2::builder(max_streams),
+            handshake_timeout,
+        }
+    }
+
+    /// Serves one accepted connection to its end: the handshake (bounded, in this task, so it
+    /// never holds up the accept loop), then HTTP/1.1 or HTTP/2. At `stop`, a connection still
+    /// in its handshake is dropped, and the others end after their current responses.
+    pub(crate) async fn serve(&self, io: KillableIo, conn: Connection, app: Router, mut stop: Signal) {
+        let peer = conn.peer();
+        let limit = self.handshake_timeout;
+        match &self.tls {
+            Some(tls) => {
+                let accepted = tokio::select! {
+                    accepted = tokio::time::timeout(limit, tls.accept(io)) => accepted,
+                    () = thrown(&mut stop) => return,
+                };
+                let (stream, is_h2, cert) = match accepted {
+                    Ok(Ok(accepted)) => accepted,
+                    Ok(Err(e)) => {
+                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::debug!(%peer, ?limit, "TLS handshake timed out");
+                        return;
+                    }
+                };
+                let conn = conn.with_client_cert(cert);
+                if is_h2 {
+                    h2::serve(stream, &self.h2, conn, app, stop, limit).await;
+                } else {
+                    self.serve_http1(stream, conn, app, stop).await;
+                }
+            }
+            None => {
+                let sniffed = tokio::select! {
+                    sniffed = tokio::time::timeout(limit, sniff::sniff(io)) => sniffed,
+                    () = thrown(&mut stop) => return,
+                };
+                match sniffed {
+                    Ok(Ok((io, true))) => h2::serve(io, &self.h2, conn, app, stop, limit).await,
+                    Ok(Ok((io, false))) => self.serve_http1(io, conn, app, stop).await,
+                    Ok(Err(e)) => tracing::debug!(%peer, error = %e, "connection failed"),
+                    Err(_) => tracing::debug!(%peer, ?limit, "no request in time"),
+                }
+            }
+        }
+    }
+
+    /// HTTP/1.1 with hyper; at `stop`, the connection ends after its current response.
+    async fn serve_http1<IO>(&self, io: IO, conn: Connection, app: Router, mut stop: Signal)
+    where
+        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let service = app.map_request(move |req: hyper::Request<Incoming>| {
+            let mut req = req.map(axum::body::Body::new);
+            req.extensions_mut().insert(ConnectInfo(conn.clone()));
+            req
+        });
+        let mut connection = pin!(
+            self.http1
+                .serve_connection(TokioIo::new(io), TowerToHyperService::new(service))
+        );
+        let mut stopping = false;
+        let _ = std::future::poll_fn(move |cx| {
+            if !stopping && stop.poll_thrown(cx) {
+                stopping = true;
+                connection.as_mut().graceful_shutdown();
+            }
+            connection.as_mut().poll(cx)
+        })
+        .await;
+    }
+}
+
+/// Completes once `signal`'s switch is thrown.
+pub(super) async fn thrown(signal: &mut Signal) {
+    std::future::poll_fn(|cx| {
+        if signal.poll_thrown(cx) {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await;
+}
