@@ -1,6 +1,7 @@
 //! What `watchcache serve` can be told.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// The server's configuration; [`Default`] is what `watchcache serve` runs with.
@@ -42,6 +43,13 @@ pub struct ServeConfig {
     /// etcd client URLs to follow instead of the embedded store (needs the `etcd` feature).
     /// Empty (the default): the embedded store.
     pub etcd: Vec<String>,
+    /// The CA that signs etcd's serving certificates, PEM (`--etcd-cafile`, the apiserver's
+    /// flag): with it, `etcd` endpoints are `https://`.
+    pub etcd_cafile: Option<PathBuf>,
+    /// The client certificate presented to etcd, PEM (`--etcd-certfile`).
+    pub etcd_certfile: Option<PathBuf>,
+    /// The client certificate's private key, PEM (`--etcd-keyfile`).
+    pub etcd_keyfile: Option<PathBuf>,
     /// On etcd, how often one replica compacts etcd's history, as the apiserver does
     /// (`--etcd-compaction-interval`); zero leaves compaction to someone else. Default 5 min.
     pub compaction_interval: Duration,
@@ -84,6 +92,9 @@ impl Default for ServeConfig {
             shutdown_grace: Duration::from_secs(10),
             min_request_timeout: Duration::from_secs(1800),
             etcd: Vec::new(),
+            etcd_cafile: None,
+            etcd_certfile: None,
+            etcd_keyfile: None,
             compaction_interval: Duration::from_secs(300),
             history_fill: true,
             create_delay: Duration::ZERO,

@@ -157,6 +157,16 @@ struct ServeArgs {
     /// (needs a build with the `etcd` feature).
     #[arg(long, value_name = "URL[,URL…]", value_delimiter = ',')]
     etcd: Vec<String>,
+    /// PEM file of the CA that signs etcd's serving certificates; the `--etcd` URLs are then
+    /// https://.
+    #[arg(long, value_name = "FILE")]
+    etcd_cafile: Option<std::path::PathBuf>,
+    /// PEM file of the client certificate presented to etcd (with `--etcd-keyfile`).
+    #[arg(long, value_name = "FILE", requires = "etcd_keyfile")]
+    etcd_certfile: Option<std::path::PathBuf>,
+    /// PEM file of that client certificate's private key.
+    #[arg(long, value_name = "FILE", requires = "etcd_certfile")]
+    etcd_keyfile: Option<std::path::PathBuf>,
     /// On etcd, seconds between compactions (one replica compacts each time, as the apiserver
     /// does); 0 leaves compaction to someone else.
     #[arg(long, default_value = "300", value_parser = seconds_or_zero)]
@@ -231,6 +241,9 @@ async fn main() -> std::process::ExitCode {
         history_bytes: args.history_bytes,
         snapshot_retention: args.snapshot_retention,
         etcd: args.etcd,
+        etcd_cafile: args.etcd_cafile,
+        etcd_certfile: args.etcd_certfile,
+        etcd_keyfile: args.etcd_keyfile,
         compaction_interval: args.compaction_interval,
         history_fill: args.history_fill,
         event_ttl: args.event_ttl,

@@ -119,7 +119,17 @@ impl Server {
 
     #[cfg(feature = "etcd")]
     async fn start_on_etcd(config: ServeConfig) -> Result<Server, ServeError> {
-        let options = watchcache_etcd::EtcdOptions::default();
+        let tls = match (&config.etcd_cafile, &config.etcd_certfile, &config.etcd_keyfile) {
+            (None, None, None) => None,
+            (ca, cert, key) => Some(
+                watchcache_etcd::EtcdTls::from_files(ca.as_deref(), cert.as_deref(), key.as_deref())
+                    .map_err(ServeError::Store)?,
+            ),
+        };
+        let options = watchcache_etcd::EtcdOptions {
+            tls,
+            ..watchcache_etcd::EtcdOptions::default()
+        };
         let etcd = watchcache_etcd::EtcdSource::connect(&config.etcd, options)
             .await
             .map_err(|e| ServeError::Store(format!("cannot reach etcd at {}: {e}", config.etcd.join(","))))?;
