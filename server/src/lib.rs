@@ -14,8 +14,8 @@
 #![warn(missing_docs)]
 
 mod app;
-pub mod auth;
 mod apply;
+pub mod auth;
 pub mod backend;
 pub mod config;
 mod connection;
