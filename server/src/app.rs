@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 
+use crate::audit::AuditLog;
 use crate::backend::Backend;
 use crate::config::ServeConfig;
 use crate::leases::Leases;
@@ -30,4 +31,6 @@ pub(crate) struct AppState {
     pub(crate) openapi: OpenApi,
     /// Where writes run: off the runtime's workers, a bounded number at once.
     pub(crate) writes: Offload,
+    /// The audit log, when one is kept.
+    pub(crate) audit: Option<Arc<AuditLog>>,
 }

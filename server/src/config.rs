@@ -70,6 +70,8 @@ pub struct ServeConfig {
     /// plus this window, so an Event lives up to that much longer than its TTL. Zero: a lease
     /// per write. Default 60 s.
     pub lease_reuse: Duration,
+    /// The audit log (`--audit-log-path`), or none.
+    pub audit: Option<AuditConfig>,
     /// The most of the TTL the reuse window may be, as a fraction: 0.05, the apiserver's fixed
     /// share, so that a short TTL is stretched by little. Not a flag; tests raise it to share
     /// leases at TTLs of seconds.
@@ -101,6 +103,40 @@ impl Default for ServeConfig {
             event_ttl: Duration::from_secs(3600),
             lease_reuse: Duration::from_secs(60),
             lease_reuse_share: 0.05,
+            audit: None,
+        }
+    }
+}
+
+/// The audit log's configuration: the apiserver's `--audit-log-*` and `--audit-policy-file`.
+#[derive(Clone, Debug)]
+pub struct AuditConfig {
+    /// Where events are written, one JSON line each; `-` is standard output (not rotated).
+    pub path: PathBuf,
+    /// The `audit.k8s.io/v1` `Policy` that gives each request its level; none: every request
+    /// at `Metadata`.
+    pub policy_file: Option<PathBuf>,
+    /// The file is rotated when a line would take it past this many bytes
+    /// (`--audit-log-maxsize` is in MB; 0 there is 100 MB, lumberjack's default, as in the
+    /// apiserver).
+    pub max_bytes: u64,
+    /// The most rotated files kept, the oldest removed first; 0 keeps them all
+    /// (`--audit-log-maxbackup`).
+    pub max_backups: usize,
+    /// Events waiting for the writer; past this many, events are dropped and counted in
+    /// `apiserver_audit_error_total`, so that no request waits for the disk. Default 10,000
+    /// (the apiserver's `--audit-log-batch-buffer-size`).
+    pub queue: usize,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        AuditConfig {
+            path: PathBuf::from("audit.log"),
+            policy_file: None,
+            max_bytes: 100 << 20,
+            max_backups: 0,
+            queue: 10_000,
         }
     }
 }

@@ -79,6 +79,11 @@ impl ConnState {
 }
 
 impl Connection {
+    /// The peer's address.
+    pub(crate) fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+
     /// A watch's deadline is `deadline` from now. Its body ends the response cleanly then,
     /// when hyper polls it; but a client that stopped reading leaves that end (and what hyper
     /// buffered before it) unflushed, and the connection open. So, `grace` after the deadline

@@ -15,6 +15,7 @@
 
 mod app;
 mod apply;
+mod audit;
 pub mod auth;
 pub mod backend;
 pub mod config;
@@ -40,6 +41,8 @@ mod params;
 mod patch;
 mod pod_gc;
 mod reads;
+mod request_info;
+mod request_log;
 pub mod resources;
 mod response;
 mod routes;
@@ -58,6 +61,6 @@ mod writes;
 mod yaml;
 
 pub use backend::Backend;
-pub use config::ServeConfig;
+pub use config::{AuditConfig, ServeConfig};
 pub use metrics::Metrics;
 pub use server::{ServeError, Server};

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use watchcache_server::{ServeConfig, Server};
+use watchcache_server::{AuditConfig, ServeConfig, Server};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -115,6 +115,15 @@ fn positive_count(s: &str) -> Result<usize, String> {
     }
 }
 
+/// How log lines are written.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines (colored on a terminal).
+    Text,
+    /// One JSON object a line.
+    Json,
+}
+
 #[derive(clap::Args)]
 struct ServeArgs {
     /// Address to listen on.
@@ -180,6 +189,24 @@ struct ServeArgs {
     /// are written on a store lease that expires then.
     #[arg(long, default_value = "3600", value_parser = whole_seconds(1))]
     event_ttl: Duration,
+    /// How log lines are written to standard error: `text`, or `json` (one object a line,
+    /// for a log collector).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    /// Write audit events (`audit.k8s.io/v1` `Event`, JSON lines) to this file; `-` is
+    /// standard output. None: no audit log.
+    #[arg(long, value_name = "PATH")]
+    audit_log_path: Option<std::path::PathBuf>,
+    /// The `audit.k8s.io/v1` `Policy` (YAML) giving each request its level (None or Metadata;
+    /// Request and RequestResponse audit at Metadata). Without it, every request at Metadata.
+    #[arg(long, value_name = "FILE", requires = "audit_log_path")]
+    audit_policy_file: Option<std::path::PathBuf>,
+    /// Megabytes the audit log may grow to before it is rotated (0: 100, as the apiserver's).
+    #[arg(long, default_value_t = 0, value_parser = count(1 << 20))]
+    audit_log_maxsize: usize,
+    /// Rotated audit logs kept, the oldest removed first (0: all).
+    #[arg(long, default_value_t = 0, value_parser = count(1 << 20))]
+    audit_log_maxbackup: usize,
     /// Seconds one lease is shared by the writes of Events (kube-apiserver's flag and default;
     /// at most 5% of `--event-ttl`); 0: a lease per write.
     #[arg(long, default_value = "60", value_parser = whole_seconds(0))]
@@ -212,15 +239,18 @@ fn termination() -> std::io::Result<impl std::future::Future<Output = ()>> {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
     let Command::Serve(args) = Cli::parse().command;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter);
+    match args.log_format {
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        LogFormat::Json => logs.json().with_ansi(false).init(),
+    }
     let terminated = match termination() {
         Ok(t) => t,
         Err(e) => {
@@ -248,6 +278,16 @@ async fn main() -> std::process::ExitCode {
         history_fill: args.history_fill,
         event_ttl: args.event_ttl,
         lease_reuse: args.lease_reuse_duration_seconds,
+        audit: args.audit_log_path.map(|path| AuditConfig {
+            path,
+            policy_file: args.audit_policy_file,
+            max_bytes: match args.audit_log_maxsize {
+                0 => 100 << 20,
+                mb => (mb as u64) << 20,
+            },
+            max_backups: args.audit_log_maxbackup,
+            ..AuditConfig::default()
+        }),
         ..ServeConfig::default()
     };
     let server = match Server::start(config).await {
@@ -257,10 +297,14 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    eprintln!(
-        "watchcache: serving on http://{0}\n  try: KUBECONFIG=/dev/null kubectl --server=http://{0} get pods -A",
-        server.addr()
-    );
+    // In JSON, every line of standard error is an object: the server's own line says where
+    // it listens.
+    if args.log_format == LogFormat::Text {
+        eprintln!(
+            "watchcache: serving on http://{0}\n  try: KUBECONFIG=/dev/null kubectl --server=http://{0} get pods -A",
+            server.addr()
+        );
+    }
     match server.run_until(terminated).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

@@ -1,7 +1,7 @@
 //! Routing: which handler serves a method and path. Discovery, health and metrics are
 //! answered here; resource requests are resolved to a [`Target`] and handed to the read path
 //! ([`reads`](crate::reads)) or the write path ([`writes`](crate::writes)). A middleware
-//! times every request.
+//! times every request, and logs and audits it ([`request_log`](crate::request_log)).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,6 +27,7 @@ use crate::params::{DeleteParams, Params, WriteParams};
 use crate::patch::PatchType;
 use crate::reads;
 use crate::reads::Form;
+use crate::request_log;
 use crate::response::{json_response, status_response};
 use crate::table::TableRequest;
 use crate::target::Target;
@@ -306,8 +307,11 @@ fn verb(method: &Method, query: &str) -> &'static str {
     }
 }
 
+/// Times every request to its response's head, and logs and audits it at its body's end
+/// ([`request_log`]).
 async fn timing(State(state): AppStateRef, request: Request, next: Next) -> Response {
     let verb = verb(request.method(), request.uri().query().unwrap_or_default()).to_owned();
+    let begun = request_log::Begun::new(state.audit.as_ref(), &request);
     let start = Instant::now();
     let response = next.run(request).await;
     state
@@ -315,7 +319,10 @@ async fn timing(State(state): AppStateRef, request: Request, next: Next) -> Resp
         .request_duration
         .get_or_create(&vec![("verb", verb)])
         .observe(start.elapsed().as_secs_f64());
-    response
+    match begun {
+        Some(begun) => begun.end(state.audit.as_ref(), response),
+        None => response,
+    }
 }
 
 /// Serves a request on a resource path (any of the four shapes the router gives it: the

@@ -18,7 +18,8 @@ use watchcache_core::MemorySource;
 use crate::backend::Backend;
 
 use crate::app::AppState;
-use crate::config::ServeConfig;
+use crate::audit::{AuditLog, Policy};
+use crate::config::{AuditConfig, ServeConfig};
 use crate::connection::KillableListener;
 use crate::leases::Leases;
 use crate::metrics::Metrics;
@@ -39,6 +40,9 @@ pub enum ServeError {
     /// The store could not be reached, or this build cannot reach it.
     #[error("{0}")]
     Store(String),
+    /// The audit log could not be opened, or its policy is invalid.
+    #[error("audit log: {0}")]
+    Audit(String),
     /// The address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -89,6 +93,26 @@ async fn serve(mut listener: KillableListener, app: Router, shutdown: Switch) ->
     connections.wait().await;
     Ok(())
 }
+
+/// The audit log `config` asks for, counting into `metrics`.
+fn open_audit(config: &AuditConfig, metrics: &Metrics) -> Result<AuditLog, ServeError> {
+    let policy = match &config.policy_file {
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|e| e.to_string())
+            .and_then(|text| Policy::parse(&text))
+            .map_err(|e| ServeError::Audit(format!("policy file {}: {e}", path.display())))?,
+        None => Policy::everything(),
+    };
+    let errors = metrics
+        .audit_errors
+        .get_or_create(&vec![("plugin", "log".to_owned())])
+        .clone();
+    AuditLog::start(config, policy, metrics.audit_events.clone(), errors)
+        .map_err(|e| ServeError::Audit(format!("cannot open {}: {e}", config.path.display())))
+}
+
+/// How long shutdown waits for the audit log's last events to be written.
+const AUDIT_FLUSH: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A running server.
 pub struct Server {
@@ -177,6 +201,10 @@ impl Server {
         let shutdown = Switch::new();
         let metrics = Arc::new(Metrics::default());
         let openapi = OpenApi::build(resources.values().map(|r| &**r));
+        let audit = match &config.audit {
+            Some(audit) => Some(Arc::new(open_audit(audit, &metrics)?)),
+            None => None,
+        };
         let state = Arc::new(AppState {
             store: store.clone(),
             leases: Leases::new(store.clone(), config.lease_reuse, config.lease_reuse_share),
@@ -188,6 +216,7 @@ impl Server {
             open_watchers: Arc::new(AtomicUsize::new(0)),
             addr,
             writes: Offload::new(config.max_writes),
+            audit,
         });
         tokio::spawn(workload::churn(
             store.clone(),
@@ -261,7 +290,22 @@ impl Server {
                 self.task.await
             }
         };
+        if let Some(audit) = self.state.audit.clone() {
+            // The events of the last requests, written before the process may exit.
+            let _ = tokio::task::spawn_blocking(move || audit.flush_blocking(AUDIT_FLUSH)).await;
+        }
         joined.unwrap_or_else(|e| Err(std::io::Error::other(e)))
+    }
+
+    /// Waits until the audit events of the requests answered so far are written, for
+    /// tests; false if that took over `timeout` or no audit log is kept.
+    pub async fn flush_audit(&self, timeout: std::time::Duration) -> bool {
+        match self.state.audit.clone() {
+            Some(audit) => tokio::task::spawn_blocking(move || audit.flush_blocking(timeout))
+                .await
+                .unwrap_or(false),
+            None => false,
+        }
     }
 
     /// Serves until `signal` completes, then shuts down gracefully.
