@@ -79,7 +79,8 @@ pub struct EtcdCluster {
     dir: PathBuf,
     initial: String,
     progress: String,
-    tls: Option<ClusterTls>,
+    /// Boxed: most clusters have none, and [`crate::Backing`] holds a cluster by value.
+    tls: Option<Box<ClusterTls>>,
 }
 
 impl EtcdCluster {
@@ -132,7 +133,7 @@ impl EtcdCluster {
             dir,
             initial,
             progress,
-            tls,
+            tls: tls.map(Box::new),
         };
         for i in 0..n {
             cluster.spawn(i);
@@ -204,7 +205,7 @@ impl EtcdCluster {
 
     /// How the harness's own clients connect (with its client certificate over TLS).
     fn connect_options(&self) -> Option<etcd_client::ConnectOptions> {
-        self.tls.as_ref().map(ClusterTls::connect_options)
+        self.tls.as_deref().map(ClusterTls::connect_options)
     }
 
     /// Every member's client URL.
