@@ -22,7 +22,7 @@ use axum::http::{HeaderValue, Method, Uri, header};
 use axum::response::Response;
 use hyper::body::{Frame, SizeHint};
 
-use crate::audit::{AuditLog, Event, Level};
+use crate::audit::{AuditLog, Event, Stage, Stages};
 use crate::auth::UserInfo;
 use crate::connection::Connection;
 use crate::request_info::RequestInfo;
@@ -85,19 +85,26 @@ impl Begun {
         let audit = audit.and_then(|log| {
             let info = RequestInfo::new(&self.method, self.uri.path(), self.uri.query());
             let user = user.clone().unwrap_or_else(anonymous);
-            if log.policy.level(&info, self.uri.path(), &user) == Level::None {
+            let stages = log.policy.stages(&info, self.uri.path(), &user);
+            if !stages.started && !stages.complete {
                 return None;
             }
             let id = uuid::Uuid::new_v4();
             if let Ok(v) = HeaderValue::from_str(&id.to_string()) {
                 response.headers_mut().insert(AUDIT_ID, v);
             }
-            Some(Pending {
+            let pending = Pending {
                 log: Arc::clone(log),
                 id,
                 info,
                 user,
-            })
+                stages,
+            };
+            // A watch's start is its own stage, as the apiserver's long-running requests'.
+            if stages.started && pending.info.verb == "watch" {
+                pending.record(&self, Stage::ResponseStarted, response.status().as_u16());
+            }
+            Some(pending)
         });
         if !self.log && audit.is_none() {
             return response;
@@ -119,12 +126,34 @@ impl Begun {
     }
 }
 
-/// An audit event to make when the body ends.
+/// A request's audit events still to make.
 struct Pending {
     log: Arc<AuditLog>,
     id: uuid::Uuid,
     info: RequestInfo,
     user: Arc<UserInfo>,
+    stages: Stages,
+}
+
+impl Pending {
+    fn record(&self, b: &Begun, stage: Stage, code: u16) {
+        self.log.record(Event {
+            stage,
+            audit_id: self.id,
+            request_uri: b.uri.to_string(),
+            info: self.info.clone(),
+            user: Arc::clone(&self.user),
+            source_ip: b.peer,
+            user_agent: b
+                .user_agent
+                .as_ref()
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+            code,
+            received: b.received,
+            stage_time: SystemTime::now(),
+        });
+    }
 }
 
 /// What is logged when the body ends.
@@ -148,22 +177,10 @@ impl Finish {
                 tracing::info!(target: TARGET, verb, %path, user, status, ?latency, bytes, "request");
             }
         }
-        if let Some(p) = self.audit {
-            p.log.record(Event {
-                audit_id: p.id,
-                request_uri: b.uri.to_string(),
-                info: p.info,
-                user: p.user,
-                source_ip: b.peer,
-                user_agent: b
-                    .user_agent
-                    .as_ref()
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_owned),
-                code: self.status,
-                received: b.received,
-                completed: SystemTime::now(),
-            });
+        if let Some(p) = &self.audit
+            && p.stages.complete
+        {
+            p.record(b, Stage::ResponseComplete, self.status);
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The audit log through the server: each request's `audit.k8s.io/v1` `Event` at
 //! `Metadata`, with the verb the apiserver would name, the object it addressed, the user, the
 //! code and the times, and the `Audit-Id` header that names it; the policy file's levels;
-//! a watch audited once, at its end; a bad policy refused at start.
+//! a watch audited when it starts and when it ends; a bad policy refused at start.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -129,18 +129,29 @@ async fn every_request_is_audited_at_metadata_with_the_apiservers_fields() {
         404
     );
     assert_eq!(of("/api/v1/namespaces/audit/configmaps?limit=10")["verb"], "list");
-    let watch = of("/api/v1/namespaces/audit/configmaps?watch=true&timeoutSeconds=1");
-    assert_eq!(watch["verb"], "watch");
-    // Audited once, when the watch ended.
-    let lasted = micros(&watch["stageTimestamp"]) - micros(&watch["requestReceivedTimestamp"]);
+    // A watch is audited when it starts and when it ends, under one id.
+    let watch: Vec<&Value> = events.iter().filter(|e| e["verb"] == "watch").collect();
+    assert_eq!(watch.len(), 2, "{watch:#?}");
+    let (started, complete) = (watch[0], watch[1]);
+    assert_eq!(
+        (&started["stage"], &complete["stage"]),
+        (&json!("ResponseStarted"), &json!("ResponseComplete"))
+    );
+    assert_eq!(started["auditID"], complete["auditID"]);
+    assert_eq!(
+        complete["requestURI"],
+        "/api/v1/namespaces/audit/configmaps?watch=true&timeoutSeconds=1"
+    );
+    let lasted = micros(&complete["stageTimestamp"]) - micros(&complete["requestReceivedTimestamp"]);
     assert!(
         lasted >= 900_000,
-        "the watch's event was made at its end: {lasted} µs"
+        "the watch's last event was made at its end: {lasted} µs"
     );
+    assert!(micros(&started["stageTimestamp"]) < micros(&complete["stageTimestamp"]));
+    // Other requests have no ResponseStarted stage.
     assert_eq!(
-        events.iter().filter(|e| e["verb"] == "watch").count(),
-        1,
-        "one event per watch"
+        events.iter().filter(|e| e["stage"] == "ResponseStarted").count(),
+        1
     );
     assert_eq!(of("/api/v1/namespaces/audit/configmaps")["verb"], "create");
     assert!(events.iter().any(|e| e["verb"] == "deletecollection"));
@@ -154,11 +165,15 @@ async fn every_request_is_audited_at_metadata_with_the_apiservers_fields() {
             .any(|e| e["requestURI"] == "/api/v1/namespaces/audit/events")
     );
     assert!(!events.iter().any(|e| e["requestURI"] == "/readyz"));
-    // Every event has a distinct id.
-    let mut ids: Vec<&str> = events.iter().map(|e| e["auditID"].as_str().unwrap()).collect();
+    // Every request has a distinct id.
+    let complete: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["stage"] == "ResponseComplete")
+        .collect();
+    let mut ids: Vec<&str> = complete.iter().map(|e| e["auditID"].as_str().unwrap()).collect();
     ids.sort();
     ids.dedup();
-    assert_eq!(ids.len(), events.len());
+    assert_eq!(ids.len(), complete.len());
     let (_, metrics) = request(&client, &server, "GET", "/metrics", None).await;
     let metrics = String::from_utf8_lossy(&metrics);
     assert!(

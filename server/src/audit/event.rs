@@ -10,9 +10,20 @@ use serde_json::{Map, Value, json};
 use crate::auth::UserInfo;
 use crate::request_info::RequestInfo;
 
-/// One request's audit event, at stage `ResponseComplete`, level `Metadata`.
+/// The stages of a request that are written.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Stage {
+    /// A watch's response head was sent.
+    ResponseStarted,
+    /// The response's body ended (or was dropped).
+    ResponseComplete,
+}
+
+/// One request's audit event, at level `Metadata`.
 #[derive(Debug)]
 pub(crate) struct Event {
+    /// Which stage of the request.
+    pub(crate) stage: Stage,
     /// The request's id, as its `Audit-Id` response header gives it.
     pub(crate) audit_id: uuid::Uuid,
     /// The path and query.
@@ -29,8 +40,8 @@ pub(crate) struct Event {
     pub(crate) code: u16,
     /// When the request came in.
     pub(crate) received: SystemTime,
-    /// When the response's body ended (or was dropped).
-    pub(crate) completed: SystemTime,
+    /// When the stage was reached.
+    pub(crate) stage_time: SystemTime,
 }
 
 /// `t` in the apiserver's `MicroTime` form: RFC 3339 in UTC with microseconds.
@@ -66,7 +77,11 @@ impl Event {
         event.insert("apiVersion".into(), json!("audit.k8s.io/v1"));
         event.insert("level".into(), json!("Metadata"));
         event.insert("auditID".into(), json!(self.audit_id.to_string()));
-        event.insert("stage".into(), json!("ResponseComplete"));
+        let stage = match self.stage {
+            Stage::ResponseStarted => "ResponseStarted",
+            Stage::ResponseComplete => "ResponseComplete",
+        };
+        event.insert("stage".into(), json!(stage));
         event.insert("requestURI".into(), json!(self.request_uri));
         event.insert("verb".into(), json!(self.info.verb));
         event.insert("user".into(), Value::Object(user));
@@ -95,7 +110,7 @@ impl Event {
             "requestReceivedTimestamp".into(),
             json!(micro_time(self.received)),
         );
-        event.insert("stageTimestamp".into(), json!(micro_time(self.completed)));
+        event.insert("stageTimestamp".into(), json!(micro_time(self.stage_time)));
         Value::Object(event)
     }
 }
@@ -110,6 +125,7 @@ mod tests {
     fn an_event_has_the_apiservers_fields_and_omits_empty_ones() {
         let at = SystemTime::UNIX_EPOCH + Duration::from_micros(1_700_000_000_123_456);
         let event = Event {
+            stage: Stage::ResponseComplete,
             audit_id: uuid::Uuid::nil(),
             request_uri: "/api/v1/namespaces/a/pods?watch=true".into(),
             info: RequestInfo::new(&Method::GET, "/api/v1/namespaces/a/pods", Some("watch=true")),
@@ -118,10 +134,11 @@ mod tests {
             user_agent: Some("kubectl/v1.32.0".into()),
             code: 200,
             received: at,
-            completed: at + Duration::from_millis(5),
+            stage_time: at + Duration::from_millis(5),
         };
         let v = event.to_json();
         assert_eq!(v["kind"], "Event");
+        assert_eq!(v["stage"], "ResponseComplete");
         assert_eq!(v["apiVersion"], "audit.k8s.io/v1");
         assert_eq!(v["verb"], "watch");
         assert_eq!(

@@ -291,6 +291,7 @@ mod tests {
 
     fn event(i: usize) -> Event {
         Event {
+            stage: crate::audit::Stage::ResponseComplete,
             audit_id: uuid::Uuid::new_v4(),
             request_uri: format!("/api/v1/namespaces/a/configmaps/c{i}"),
             info: RequestInfo::new(
@@ -303,7 +304,7 @@ mod tests {
             user_agent: None,
             code: 200,
             received: SystemTime::now(),
-            completed: SystemTime::now(),
+            stage_time: SystemTime::now(),
         }
     }
 

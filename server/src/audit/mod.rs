@@ -12,6 +12,6 @@ mod event;
 mod log;
 mod policy;
 
-pub(crate) use event::Event;
+pub(crate) use event::{Event, Stage};
 pub(crate) use log::AuditLog;
-pub(crate) use policy::{Level, Policy};
+pub(crate) use policy::{Policy, Stages};

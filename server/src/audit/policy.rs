@@ -6,8 +6,9 @@
 //! narrowing when it is not empty, by the apiserver's policy checker.
 //!
 //! Only `Metadata` is written: `Request` and `RequestResponse` rules audit the request at
-//! `Metadata` (no bodies are recorded). `omitStages` naming `ResponseComplete`, the one stage
-//! written, omits the event.
+//! `Metadata` (no bodies are recorded). Two stages are written: `ResponseStarted` for watches
+//! (when the response's head is sent) and `ResponseComplete` for every request; `omitStages`,
+//! of the policy or of a rule, omits either (`RequestReceived` and `Panic` are never written).
 
 use serde_json::Value;
 
@@ -30,9 +31,20 @@ struct GroupResources {
     resource_names: Vec<String>,
 }
 
+/// Which stages of a request are written.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Stages {
+    /// `ResponseStarted`, for a watch.
+    pub(crate) started: bool,
+    /// `ResponseComplete`.
+    pub(crate) complete: bool,
+}
+
 #[derive(Debug)]
 struct Rule {
     level: Level,
+    omit_started: bool,
+    omit_complete: bool,
     users: Vec<String>,
     user_groups: Vec<String>,
     verbs: Vec<String>,
@@ -70,9 +82,20 @@ fn check_fields(object: &serde_json::Map<String, Value>, known: &[&str], what: &
     }
 }
 
-/// Whether `omitStages` (of the policy or a rule) omits the stage written.
-fn omits_complete(v: Option<&Value>, what: &str) -> Result<bool, String> {
-    Ok(strings(v, what)?.iter().any(|s| s == "ResponseComplete"))
+/// Whether `omitStages` (of the policy or a rule) omits `ResponseStarted` and
+/// `ResponseComplete`.
+fn omitted(v: Option<&Value>, what: &str) -> Result<(bool, bool), String> {
+    let stages = strings(v, what)?;
+    for s in &stages {
+        if !matches!(
+            s.as_str(),
+            "RequestReceived" | "ResponseStarted" | "ResponseComplete" | "Panic"
+        ) {
+            return Err(format!("{what}: {s:?} is not an audit stage"));
+        }
+    }
+    let has = |stage: &str| stages.iter().any(|s| s == stage);
+    Ok((has("ResponseStarted"), has("ResponseComplete")))
 }
 
 impl Policy {
@@ -81,6 +104,8 @@ impl Policy {
         Policy {
             rules: vec![Rule {
                 level: Level::Metadata,
+                omit_started: false,
+                omit_complete: false,
                 users: Vec::new(),
                 user_groups: Vec::new(),
                 verbs: Vec::new(),
@@ -120,7 +145,7 @@ impl Policy {
                 ));
             }
         }
-        let omit_all = omits_complete(doc.get("omitStages"), "omitStages")?;
+        let omit_all = omitted(doc.get("omitStages"), "omitStages")?;
         let Some(Value::Array(rules)) = doc.get("rules") else {
             return Err("a Policy needs a list of rules".into());
         };
@@ -155,7 +180,7 @@ impl Policy {
                     ));
                 }
             };
-            let omit = omit_all || omits_complete(rule.get("omitStages"), &format!("{what}.omitStages"))?;
+            let omit = omitted(rule.get("omitStages"), &format!("{what}.omitStages"))?;
             let mut resources = Vec::new();
             if let Some(list) = rule.get("resources") {
                 let Some(list) = list.as_array() else {
@@ -179,8 +204,9 @@ impl Policy {
                 }
             }
             out.push(Rule {
-                // A rule whose only stage is omitted matches and records nothing.
-                level: if omit { Level::None } else { level },
+                level,
+                omit_started: omit_all.0 || omit.0,
+                omit_complete: omit_all.1 || omit.1,
                 users: strings(rule.get("users"), &format!("{what}.users"))?,
                 user_groups: strings(rule.get("userGroups"), &format!("{what}.userGroups"))?,
                 verbs: strings(rule.get("verbs"), &format!("{what}.verbs"))?,
@@ -192,12 +218,27 @@ impl Policy {
         Ok(Policy { rules: out })
     }
 
-    /// The level of a request: the first matching rule's, `None` when none matches.
+    /// The stages of a request written, by the first matching rule: none when no rule
+    /// matches or its level is `None`.
+    pub(crate) fn stages(&self, info: &RequestInfo, path: &str, user: &UserInfo) -> Stages {
+        match self.rules.iter().find(|r| r.matches(info, path, user)) {
+            Some(r) if r.level == Level::Metadata => Stages {
+                started: !r.omit_started,
+                complete: !r.omit_complete,
+            },
+            _ => Stages::default(),
+        }
+    }
+
+    /// The level a request is audited at: `Metadata` when any of its stages is written.
+    #[cfg(test)]
     pub(crate) fn level(&self, info: &RequestInfo, path: &str, user: &UserInfo) -> Level {
-        self.rules
-            .iter()
-            .find(|r| r.matches(info, path, user))
-            .map_or(Level::None, |r| r.level)
+        let stages = self.stages(info, path, user);
+        if stages.started || stages.complete {
+            Level::Metadata
+        } else {
+            Level::None
+        }
     }
 }
 
@@ -375,6 +416,18 @@ rules:
             "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [ResponseComplete]\nrules:\n- level: Metadata\n",
         )
         .unwrap();
-        assert_eq!(level(&omitted, "GET", "/api/v1/pods", "u"), Level::None);
+        assert_eq!(level(&omitted, "GET", "/api/v1/pods", "u"), Level::Metadata);
+        let info = RequestInfo::new(&Method::GET, "/api/v1/pods", Some("watch=true"));
+        let user = UserInfo::anonymous();
+        assert_eq!(
+            omitted.stages(&info, "/api/v1/pods", &user),
+            Stages {
+                started: true,
+                complete: false
+            }
+        );
+        let e = Policy::parse("apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [Done]\nrules: []\n")
+            .unwrap_err();
+        assert!(e.contains("not an audit stage"), "{e}");
     }
 }
