@@ -342,4 +342,30 @@ mod tests {
         assert_eq!(whole_seconds(1)("3600"), Ok(Duration::from_secs(3600)));
         assert_eq!(whole_seconds(0)("0"), Ok(Duration::ZERO));
     }
+
+    fn parses(args: &[&str]) -> bool {
+        Cli::try_parse_from(["watchcache", "serve"].iter().chain(args)).is_ok()
+    }
+
+    #[test]
+    fn etcd_tls_logging_and_audit_flags_are_the_apiservers() {
+        assert!(parses(&[
+            "--etcd=https://127.0.0.1:2379",
+            "--etcd-cafile=ca.pem",
+            "--etcd-certfile=client.pem",
+            "--etcd-keyfile=client-key.pem",
+            "--log-format=json",
+            "--audit-log-path=audit.log",
+            "--audit-policy-file=policy.yaml",
+            "--audit-log-maxsize=10",
+            "--audit-log-maxbackup=3",
+        ]));
+        // A certificate needs its key, and a key its certificate.
+        assert!(!parses(&["--etcd-certfile=client.pem"]));
+        assert!(!parses(&["--etcd-keyfile=client-key.pem"]));
+        // A policy without a log is a mistake, not a no-op.
+        assert!(!parses(&["--audit-policy-file=policy.yaml"]));
+        assert!(!parses(&["--log-format=xml"]));
+        assert!(!parses(&["--audit-log-path=a.log", "--audit-log-maxsize=-1"]));
+    }
 }
