@@ -396,16 +396,11 @@ fn chain<'a>(
     std::iter::successors(Some(e), |e| e.source())
 }
 
-/// An error with its causes, which say what went wrong: tonic's status alone says only
-/// "transport error" when a TLS handshake fails, its causes that the certificate was refused.
+/// An error with its causes, each said once: the cause of a transport failure (a refused
+/// certificate, a closed connection) is where what went wrong is said.
 pub(crate) fn describe(e: &etcd_client::Error) -> String {
-    let top: &(dyn std::error::Error + 'static) = match e {
-        etcd_client::Error::GRpcStatus(s) => s,
-        etcd_client::Error::TransportError(t) => t,
-        _ => return e.to_string(),
-    };
     let mut out = e.to_string();
-    for cause in chain(top).skip(1) {
+    for cause in causes(e).into_iter().skip(1) {
         let cause = cause.to_string();
         // Layers often repeat the message of the one below.
         if !out.contains(&cause) {
