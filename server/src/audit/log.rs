@@ -1,5 +1,5 @@
 //! [`AuditLog`]: events go through a bounded queue to one writer thread, which writes them as
-//! JSON lines to a file rotated by size. A request only tries to enqueue (a full queue drops
+//! JSON lines, in batches, to a file rotated by size. A request only tries to enqueue (a full queue drops
 //! the event and counts it), so a slow disk never holds a request. Rotation as lumberjack's,
 //! which the apiserver uses: the full file is renamed with its rotation time
 //! (`audit-2024-05-01T10-00-00.000000.log` for `audit.log`), a new one is started, and the
@@ -165,8 +165,15 @@ fn write_all(rx: Receiver<Message>, mut sink: Sink, errors: Counter) {
             errors.inc();
             tracing::warn!(error = %e, "cannot write the audit log");
         }
+        // Lets the next events gather: enqueued while this thread sleeps, they wake no one,
+        // and are written with one write. Idle, the thread sleeps in `recv` and costs nothing.
+        std::thread::sleep(BATCH_WAIT);
     }
 }
+
+/// How long the writer lets events gather after writing a batch: at most this late to the
+/// file, and at 10,000 queued events, room for 2,000,000 events a second.
+const BATCH_WAIT: Duration = Duration::from_millis(5);
 
 /// A file that is rotated when a line would take it past `max_bytes`.
 struct Rotating {
