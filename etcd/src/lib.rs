@@ -41,9 +41,12 @@
 //!   round-robin over the members in rotation, writes to the leader; a member whose
 //!   connection is refused leaves rotation at once and comes back when it answers the probe;
 //!   a request is retried on another member only when nothing was applied.
+//! - **TLS** (the `tls` module): `https://` endpoints with the CA that signs the members'
+//!   certificates and, for members that require one, a client certificate.
 
 mod fences;
 mod members;
+mod tls;
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -64,6 +67,7 @@ use watchcache_core::{Revision, Source, SourceChange, SourceError, SourceEvent, 
 
 use crate::fences::{FENCE_VALUE, FenceStore, Fences, fence_key};
 use crate::members::{Kind, Members};
+pub use crate::tls::EtcdTls;
 
 /// The largest gRPC message the source decodes (gRPC's own ceiling).
 const MAX_MESSAGE: usize = i32::MAX as usize;
@@ -102,6 +106,8 @@ pub struct EtcdOptions {
     /// than etcd sent it, in order, as over a slow link or from a lagging member. Zero (the
     /// default) in production.
     pub watch_delay: Duration,
+    /// TLS to the members, whose endpoints are then `https://` (none: plain `http://`).
+    pub tls: Option<EtcdTls>,
 }
 
 impl Default for EtcdOptions {
@@ -113,6 +119,7 @@ impl Default for EtcdOptions {
             connect_timeout: Duration::from_secs(2),
             list_page: LIST_PAGE,
             watch_delay: Duration::ZERO,
+            tls: None,
         }
     }
 }
@@ -252,7 +259,8 @@ fn item(kv: &KeyValue) -> Option<SourceItem> {
 }
 
 impl EtcdSource {
-    /// Connects to the cluster behind `endpoints` (`http://host:port`), one connection per
+    /// Connects to the cluster behind `endpoints` (`http://host:port`, or `https://host:port`
+    /// with [`EtcdOptions::tls`]), one connection per
     /// member, and reads its version from the members that answer. Requests go to the members
     /// in rotation, and move off one whose connection is refused.
     pub async fn connect(endpoints: &[String], options: EtcdOptions) -> Result<Self, SourceError> {

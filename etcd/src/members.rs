@@ -32,7 +32,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 use watchcache_core::SourceError;
 
-use crate::EtcdOptions;
+use crate::{EtcdOptions, tls};
 
 /// How long a request waits before it tries again after etcd refused it or a read failed.
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
@@ -120,15 +120,19 @@ impl Members {
             .with_timeout(probe_timeout);
         let mut members = Vec::with_capacity(endpoints.len());
         for endpoint in endpoints {
-            let bad = |e: etcd_client::Error| SourceError::Unavailable(format!("{endpoint}: {e}"));
+            let tls = options.tls.as_ref();
+            let for_requests =
+                tls::for_endpoint(endpoint, tls, for_requests.clone()).map_err(SourceError::Unavailable)?;
+            let for_probes =
+                tls::for_endpoint(endpoint, tls, for_probes.clone()).map_err(SourceError::Unavailable)?;
+            let bad =
+                |e: etcd_client::Error| SourceError::Unavailable(format!("{endpoint}: {}", describe(&e)));
             members.push(Member {
                 endpoint: endpoint.clone(),
-                client: Client::connect([endpoint], Some(for_requests.clone()))
+                client: Client::connect([endpoint], Some(for_requests))
                     .await
                     .map_err(bad)?,
-                probe: Client::connect([endpoint], Some(for_probes.clone()))
-                    .await
-                    .map_err(bad)?,
+                probe: Client::connect([endpoint], Some(for_probes)).await.map_err(bad)?,
             });
         }
         let now = Instant::now();
@@ -301,7 +305,12 @@ impl Members {
             async move {
                 match tokio::time::timeout(self.probe_timeout, client.status()).await {
                     Ok(Ok(status)) => Ok(status),
-                    Ok(Err(e)) => Err(format!("{}: {e}", m.endpoint)),
+                    Ok(Err(e)) => Err(format!(
+                        "{}: {}{}",
+                        m.endpoint,
+                        describe(&e),
+                        tls::hint(&m.endpoint, &e)
+                    )),
                     Err(_) => Err(format!(
                         "{}: no status within {:?}",
                         m.endpoint, self.probe_timeout
@@ -385,6 +394,31 @@ fn chain<'a>(
     e: &'a (dyn std::error::Error + 'static),
 ) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
     std::iter::successors(Some(e), |e| e.source())
+}
+
+/// An error with its causes, each said once: the cause of a transport failure (a refused
+/// certificate, a closed connection) is where what went wrong is said.
+pub(crate) fn describe(e: &etcd_client::Error) -> String {
+    let mut out = e.to_string();
+    for cause in causes(e).into_iter().skip(1) {
+        let cause = cause.to_string();
+        // Layers often repeat the message of the one below.
+        if !out.contains(&cause) {
+            out.push_str(": ");
+            out.push_str(&cause);
+        }
+    }
+    out
+}
+
+/// The causes of an error, outermost first.
+pub(crate) fn causes(e: &etcd_client::Error) -> Vec<&(dyn std::error::Error + 'static)> {
+    let top: &(dyn std::error::Error + 'static) = match e {
+        etcd_client::Error::GRpcStatus(s) => s,
+        etcd_client::Error::TransportError(t) => t,
+        _ => return Vec::new(),
+    };
+    chain(top).collect()
 }
 
 /// Whether the request never left: the connection to its member could not be made.

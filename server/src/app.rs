@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 
+use crate::audit::AuditLog;
 use crate::auth::{Authenticator, Authorizer, PolicySource};
 use crate::backend::Backend;
 use crate::config::ServeConfig;
@@ -37,4 +38,6 @@ pub(crate) struct AppState {
     pub(crate) authz: Authorizer,
     /// The RBAC objects, for the authorizer and the aggregation controller.
     pub(crate) rbac: Arc<dyn PolicySource>,
+    /// The audit log, when one is kept.
+    pub(crate) audit: Option<Arc<AuditLog>>,
 }

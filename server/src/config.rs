@@ -47,6 +47,13 @@ pub struct ServeConfig {
     /// etcd client URLs to follow instead of the embedded store (needs the `etcd` feature).
     /// Empty (the default): the embedded store.
     pub etcd: Vec<String>,
+    /// The CA that signs etcd's serving certificates, PEM (`--etcd-cafile`, the apiserver's
+    /// flag): with it, `etcd` endpoints are `https://`.
+    pub etcd_cafile: Option<PathBuf>,
+    /// The client certificate presented to etcd, PEM (`--etcd-certfile`).
+    pub etcd_certfile: Option<PathBuf>,
+    /// The client certificate's private key, PEM (`--etcd-keyfile`).
+    pub etcd_keyfile: Option<PathBuf>,
     /// On etcd, how often one replica compacts etcd's history, as the apiserver does
     /// (`--etcd-compaction-interval`); zero leaves compaction to someone else. Default 5 min.
     pub compaction_interval: Duration,
@@ -67,6 +74,8 @@ pub struct ServeConfig {
     /// plus this window, so an Event lives up to that much longer than its TTL. Zero: a lease
     /// per write. Default 60 s.
     pub lease_reuse: Duration,
+    /// The audit log (`--audit-log-path`), or none.
+    pub audit: Option<AuditConfig>,
     /// The most of the TTL the reuse window may be, as a fraction: 0.05, the apiserver's fixed
     /// share, so that a short TTL is stretched by little. Not a flag; tests raise it to share
     /// leases at TTLs of seconds.
@@ -154,6 +163,9 @@ impl Default for ServeConfig {
             shutdown_grace: Duration::from_secs(10),
             min_request_timeout: Duration::from_secs(1800),
             etcd: Vec::new(),
+            etcd_cafile: None,
+            etcd_certfile: None,
+            etcd_keyfile: None,
             compaction_interval: Duration::from_secs(300),
             history_fill: true,
             create_delay: Duration::ZERO,
@@ -171,6 +183,40 @@ impl Default for ServeConfig {
             insecure_plaintext_on_non_loopback: false,
             http2_max_streams_per_connection: 1000,
             handshake_timeout: crate::transport::HANDSHAKE_TIMEOUT,
+            audit: None,
+        }
+    }
+}
+
+/// The audit log's configuration: the apiserver's `--audit-log-*` and `--audit-policy-file`.
+#[derive(Clone, Debug)]
+pub struct AuditConfig {
+    /// Where events are written, one JSON line each; `-` is standard output (not rotated).
+    pub path: PathBuf,
+    /// The `audit.k8s.io/v1` `Policy` that gives each request its level; none: every request
+    /// at `Metadata`.
+    pub policy_file: Option<PathBuf>,
+    /// The file is rotated when a line would take it past this many bytes
+    /// (`--audit-log-maxsize` is in MB; 0 there is 100 MB, lumberjack's default, as in the
+    /// apiserver).
+    pub max_bytes: u64,
+    /// The most rotated files kept, the oldest removed first; 0 keeps them all
+    /// (`--audit-log-maxbackup`).
+    pub max_backups: usize,
+    /// Events waiting for the writer; past this many, events are dropped and counted in
+    /// `apiserver_audit_error_total`, so that no request waits for the disk. Default 10,000
+    /// (the apiserver's `--audit-log-batch-buffer-size`).
+    pub queue: usize,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        AuditConfig {
+            path: PathBuf::from("audit.log"),
+            policy_file: None,
+            max_bytes: 100 << 20,
+            max_backups: 0,
+            queue: 10_000,
         }
     }
 }

@@ -15,6 +15,11 @@ use crate::resources::Resource;
 /// The Kubernetes version this server speaks, as `/version` and the OpenAPI documents give it.
 pub(crate) const GIT_VERSION: &str = concat!("v1.32.0-watchcache.", env!("CARGO_PKG_VERSION"));
 
+/// The commit this build was made from (`git rev-parse HEAD`), or `unknown` (build.rs).
+const GIT_COMMIT: &str = env!("WATCHCACHE_GIT_COMMIT");
+/// `SOURCE_DATE_EPOCH`, else the commit's date, as RFC 3339 in UTC; or `unknown` (build.rs).
+const BUILD_DATE: &str = env!("WATCHCACHE_BUILD_DATE");
+
 const VERBS: &[&str] = &[
     "create",
     "delete",
@@ -32,9 +37,9 @@ pub(crate) fn version() -> Value {
         "major": "1",
         "minor": "32",
         "gitVersion": GIT_VERSION,
-        "gitCommit": "",
+        "gitCommit": GIT_COMMIT,
         "gitTreeState": "clean",
-        "buildDate": "",
+        "buildDate": BUILD_DATE,
         "goVersion": "",
         "compiler": "rustc",
         "platform": format!("{}/{}", std::env::consts::OS, std::env::consts::ARCH),
@@ -252,6 +257,27 @@ pub(crate) fn aggregated<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn version_names_the_commit_and_the_date_of_the_build() {
+        let v = version();
+        let commit = v["gitCommit"].as_str().unwrap();
+        assert!(
+            commit == "unknown" || (commit.len() == 40 && commit.bytes().all(|b| b.is_ascii_hexdigit())),
+            "{commit}"
+        );
+        let date = v["buildDate"].as_str().unwrap();
+        assert!(
+            date == "unknown" || date.parse::<jiff::Timestamp>().is_ok() && date.ends_with('Z'),
+            "{date}"
+        );
+        assert!(
+            v["gitVersion"]
+                .as_str()
+                .unwrap()
+                .starts_with("v1.32.0-watchcache.")
+        );
+    }
 
     #[test]
     fn kubectls_accept_header_asks_for_aggregated_v2() {

@@ -18,6 +18,7 @@
 
 mod app;
 mod apply;
+mod audit;
 pub mod auth;
 pub mod backend;
 pub mod config;
@@ -43,6 +44,8 @@ mod params;
 mod patch;
 mod pod_gc;
 mod reads;
+mod request_info;
+mod request_log;
 pub mod resources;
 mod response;
 mod routes;
@@ -62,6 +65,6 @@ mod writes;
 mod yaml;
 
 pub use backend::Backend;
-pub use config::{PlaintextRefused, ServeConfig};
+pub use config::{AuditConfig, PlaintextRefused, ServeConfig};
 pub use metrics::Metrics;
 pub use server::{ServeError, Server};

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use watchcache_server::auth::AuthorizationMode;
-use watchcache_server::{ServeConfig, ServeError, Server};
+use watchcache_server::{AuditConfig, ServeConfig, ServeError, Server};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -117,6 +117,15 @@ fn positive_count(s: &str) -> Result<usize, String> {
     }
 }
 
+/// How log lines are written.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines (colored on a terminal).
+    Text,
+    /// One JSON object a line.
+    Json,
+}
+
 #[derive(clap::Args)]
 struct ServeArgs {
     /// Address to listen on.
@@ -159,6 +168,16 @@ struct ServeArgs {
     /// (needs a build with the `etcd` feature).
     #[arg(long, value_name = "URL[,URL…]", value_delimiter = ',')]
     etcd: Vec<String>,
+    /// PEM file of the CA that signs etcd's serving certificates; the `--etcd` URLs are then
+    /// https://.
+    #[arg(long, value_name = "FILE")]
+    etcd_cafile: Option<std::path::PathBuf>,
+    /// PEM file of the client certificate presented to etcd (with `--etcd-keyfile`).
+    #[arg(long, value_name = "FILE", requires = "etcd_keyfile")]
+    etcd_certfile: Option<std::path::PathBuf>,
+    /// PEM file of that client certificate's private key.
+    #[arg(long, value_name = "FILE", requires = "etcd_certfile")]
+    etcd_keyfile: Option<std::path::PathBuf>,
     /// On etcd, seconds between compactions (one replica compacts each time, as the apiserver
     /// does); 0 leaves compaction to someone else.
     #[arg(long, default_value = "300", value_parser = seconds_or_zero)]
@@ -172,6 +191,24 @@ struct ServeArgs {
     /// are written on a store lease that expires then.
     #[arg(long, default_value = "3600", value_parser = whole_seconds(1))]
     event_ttl: Duration,
+    /// How log lines are written to standard error: `text`, or `json` (one object a line,
+    /// for a log collector).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    /// Write audit events (`audit.k8s.io/v1` `Event`, JSON lines) to this file; `-` is
+    /// standard output. None: no audit log.
+    #[arg(long, value_name = "PATH")]
+    audit_log_path: Option<std::path::PathBuf>,
+    /// The `audit.k8s.io/v1` `Policy` (YAML) giving each request its level (None or Metadata;
+    /// Request and RequestResponse audit at Metadata). Without it, every request at Metadata.
+    #[arg(long, value_name = "FILE", requires = "audit_log_path")]
+    audit_policy_file: Option<std::path::PathBuf>,
+    /// Megabytes the audit log may grow to before it is rotated (0: 100, as the apiserver's).
+    #[arg(long, default_value_t = 0, value_parser = count(1 << 20))]
+    audit_log_maxsize: usize,
+    /// Rotated audit logs kept, the oldest removed first (0: all).
+    #[arg(long, default_value_t = 0, value_parser = count(1 << 20))]
+    audit_log_maxbackup: usize,
     /// Seconds one lease is shared by the writes of Events (kube-apiserver's flag and default;
     /// at most 5% of `--event-ttl`); 0: a lease per write.
     #[arg(long, default_value = "60", value_parser = whole_seconds(0))]
@@ -243,15 +280,18 @@ fn termination() -> std::io::Result<impl std::future::Future<Output = ()>> {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
     let Command::Serve(args) = Cli::parse().command;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter);
+    match args.log_format {
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        LogFormat::Json => logs.json().with_ansi(false).init(),
+    }
     let terminated = match termination() {
         Ok(t) => t,
         Err(e) => {
@@ -272,6 +312,9 @@ async fn main() -> std::process::ExitCode {
         history_bytes: args.history_bytes,
         snapshot_retention: args.snapshot_retention,
         etcd: args.etcd,
+        etcd_cafile: args.etcd_cafile,
+        etcd_certfile: args.etcd_certfile,
+        etcd_keyfile: args.etcd_keyfile,
         compaction_interval: args.compaction_interval,
         history_fill: args.history_fill,
         event_ttl: args.event_ttl,
@@ -285,6 +328,16 @@ async fn main() -> std::process::ExitCode {
         cert_dir: args.cert_dir,
         http2_max_streams_per_connection: args.http2_max_streams_per_connection,
         insecure_plaintext_on_non_loopback: args.insecure_serve_plaintext_on_non_loopback,
+        audit: args.audit_log_path.map(|path| AuditConfig {
+            path,
+            policy_file: args.audit_policy_file,
+            max_bytes: match args.audit_log_maxsize {
+                0 => 100 << 20,
+                mb => (mb as u64) << 20,
+            },
+            max_backups: args.audit_log_maxbackup,
+            ..AuditConfig::default()
+        }),
         ..ServeConfig::default()
     };
     let (tls, cert_dir) = (config.serves_tls(), config.cert_dir.clone());
@@ -302,17 +355,21 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match (tls, cert_dir) {
-        (false, _) => eprintln!(
-            "watchcache: serving on http://{0}\n  try: KUBECONFIG=/dev/null kubectl --server=http://{0} get pods -A",
-            server.addr()
-        ),
-        (true, Some(dir)) if tls_files_absent => eprintln!(
-            "watchcache: serving on https://{}\n  try: kubectl --kubeconfig {} get pods -A",
-            server.addr(),
-            dir.join("admin.kubeconfig").display()
-        ),
-        (true, _) => eprintln!("watchcache: serving on https://{}", server.addr()),
+    // In JSON, every line of standard error is an object: the server's own line says where
+    // it listens.
+    if args.log_format == LogFormat::Text {
+        match (tls, cert_dir) {
+            (false, _) => eprintln!(
+                "watchcache: serving on http://{0}\n  try: KUBECONFIG=/dev/null kubectl --server=http://{0} get pods -A",
+                server.addr()
+            ),
+            (true, Some(dir)) if tls_files_absent => eprintln!(
+                "watchcache: serving on https://{}\n  try: kubectl --kubeconfig {} get pods -A",
+                server.addr(),
+                dir.join("admin.kubeconfig").display()
+            ),
+            (true, _) => eprintln!("watchcache: serving on https://{}", server.addr()),
+        }
     }
     match server.run_until(terminated).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -350,5 +407,31 @@ mod tests {
         }
         assert_eq!(whole_seconds(1)("3600"), Ok(Duration::from_secs(3600)));
         assert_eq!(whole_seconds(0)("0"), Ok(Duration::ZERO));
+    }
+
+    fn parses(args: &[&str]) -> bool {
+        Cli::try_parse_from(["watchcache", "serve"].iter().chain(args)).is_ok()
+    }
+
+    #[test]
+    fn etcd_tls_logging_and_audit_flags_are_the_apiservers() {
+        assert!(parses(&[
+            "--etcd=https://127.0.0.1:2379",
+            "--etcd-cafile=ca.pem",
+            "--etcd-certfile=client.pem",
+            "--etcd-keyfile=client-key.pem",
+            "--log-format=json",
+            "--audit-log-path=audit.log",
+            "--audit-policy-file=policy.yaml",
+            "--audit-log-maxsize=10",
+            "--audit-log-maxbackup=3",
+        ]));
+        // A certificate needs its key, and a key its certificate.
+        assert!(!parses(&["--etcd-certfile=client.pem"]));
+        assert!(!parses(&["--etcd-keyfile=client-key.pem"]));
+        // A policy without a log is a mistake, not a no-op.
+        assert!(!parses(&["--audit-policy-file=policy.yaml"]));
+        assert!(!parses(&["--log-format=xml"]));
+        assert!(!parses(&["--audit-log-path=a.log", "--audit-log-maxsize=-1"]));
     }
 }

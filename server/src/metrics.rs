@@ -52,6 +52,11 @@ pub struct Metrics {
     /// LISTs at an older revision of the history window served from a state made by undoing
     /// the window's events, per resource (see `CacheStats::undone_reads`).
     pub undone_reads: Family<Labels, Counter>,
+    /// Audit events made (the apiserver's `apiserver_audit_event_total`).
+    pub audit_events: Counter,
+    /// Audit events lost, per plugin (`log`): dropped because the writer was behind, or not
+    /// written (the apiserver's `apiserver_audit_error_total`).
+    pub audit_errors: Family<Labels, Counter>,
 }
 
 impl Default for Metrics {
@@ -77,6 +82,8 @@ impl Default for Metrics {
             initializations: Family::default(),
             pinned_snapshots: Family::default(),
             undone_reads: Family::default(),
+            audit_events: Counter::default(),
+            audit_errors: Family::default(),
             registry: Registry::default(),
         };
         let mut root = Registry::default();
@@ -85,6 +92,16 @@ impl Default for Metrics {
             "apiserver_watch_cache_initializations",
             "Lists of the store that started a generation of a watch cache",
             m.initializations.clone(),
+        );
+        root.register(
+            "apiserver_audit_event",
+            "Audit events made and sent to the audit log",
+            m.audit_events.clone(),
+        );
+        root.register(
+            "apiserver_audit_error",
+            "Audit events lost: dropped because the writer was behind, or not written",
+            m.audit_errors.clone(),
         );
         let registry = root.sub_registry_with_prefix("watchcache");
         registry.register("watchers", "Open watches", m.watchers.clone());

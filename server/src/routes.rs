@@ -1,8 +1,8 @@
 //! Routing: which handler serves a method and path. Discovery, health and metrics are
 //! answered here; resource requests are resolved to a [`Target`] and handed to the read path
 //! ([`reads`](crate::reads)) or the write path ([`writes`](crate::writes)). A middleware
-//! times every request; inside it, another authenticates and authorizes every request before
-//! any handler runs.
+//! times every request, and logs and audits it ([`request_log`](crate::request_log)); inside
+//! it, another authenticates and authorizes every request before any handler runs.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -30,6 +30,7 @@ use crate::params::{DeleteParams, Params, WriteParams};
 use crate::patch::PatchType;
 use crate::reads;
 use crate::reads::Form;
+use crate::request_log;
 use crate::response::{json_response, status_response};
 use crate::table::TableRequest;
 use crate::target::Target;
@@ -321,8 +322,11 @@ fn verb(method: &Method, query: &str) -> &'static str {
     }
 }
 
+/// Times every request to its response's head, and logs and audits it at its body's end
+/// ([`request_log`]).
 async fn timing(State(state): AppStateRef, request: Request, next: Next) -> Response {
     let verb = verb(request.method(), request.uri().query().unwrap_or_default()).to_owned();
+    let begun = request_log::Begun::new(state.audit.as_ref(), &request);
     let start = Instant::now();
     let response = next.run(request).await;
     state
@@ -330,13 +334,17 @@ async fn timing(State(state): AppStateRef, request: Request, next: Next) -> Resp
         .request_duration
         .get_or_create(&vec![("verb", verb)])
         .observe(start.elapsed().as_secs_f64());
-    response
+    match begun {
+        Some(begun) => begun.end(state.audit.as_ref(), response),
+        None => response,
+    }
 }
 
 /// Authenticates and authorizes every request before its handler runs: 401 for credentials
 /// that do not verify, 403 for what the authorizer does not allow (in the apiserver's words),
 /// and otherwise the handler, with the user (`Arc<UserInfo>`) in the request's extensions for
-/// what comes after (audit, the self-checks).
+/// the handlers (the self-checks) and in the response's for the layers around (request log,
+/// audit).
 ///
 /// A watch is authorized as it starts, as the apiserver authorizes it: events are delivered
 /// for as long as it runs, whatever later changes to the policy say.
@@ -360,11 +368,16 @@ async fn authenticate_and_authorize(State(state): AppStateRef, mut request: Requ
                 Err(e) => return status_response(&Status::internal(e.to_string())),
             };
         if let Decision::Deny(reason) = state.authz.authorize(&attributes) {
-            return status_response(&errors::forbidden(&attributes, &reason));
+            let mut response = status_response(&errors::forbidden(&attributes, &reason));
+            response.extensions_mut().insert(user);
+            return response;
         }
     }
-    request.extensions_mut().insert(user);
-    next.run(request).await
+    request.extensions_mut().insert(user.clone());
+    let mut response = next.run(request).await;
+    // For the request log and the audit log, which wrap this layer.
+    response.extensions_mut().insert(user);
+    response
 }
 
 /// What a connection's client certificate says. Here rather than in `auth`, which the

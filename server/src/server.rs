@@ -15,8 +15,9 @@ use crate::auth::{Authenticator, Authorizer, TokenFile};
 use crate::backend::Backend;
 
 use crate::app::AppState;
+use crate::audit::{AuditLog, Policy};
 use crate::auth::policy::CachedPolicy;
-use crate::config::{PlaintextRefused, ServeConfig};
+use crate::config::{AuditConfig, PlaintextRefused, ServeConfig};
 use crate::connection::KillableListener;
 use crate::leases::Leases;
 use crate::metrics::Metrics;
@@ -48,6 +49,9 @@ pub enum ServeError {
     /// The TLS configuration cannot be used: the files, or the flags.
     #[error("TLS: {0}")]
     Tls(String),
+    /// The audit log could not be opened, or its policy is invalid.
+    #[error("audit log: {0}")]
+    Audit(String),
     /// The address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -128,6 +132,26 @@ fn tls(config: &ServeConfig) -> Result<(Option<Tls>, Option<CertDir>), ServeErro
     Ok((Some(Tls::new(&files).map_err(ServeError::Tls)?), dir))
 }
 
+/// The audit log `config` asks for, counting into `metrics`.
+fn open_audit(config: &AuditConfig, metrics: &Metrics) -> Result<AuditLog, ServeError> {
+    let policy = match &config.policy_file {
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|e| e.to_string())
+            .and_then(|text| Policy::parse(&text))
+            .map_err(|e| ServeError::Audit(format!("policy file {}: {e}", path.display())))?,
+        None => Policy::everything(),
+    };
+    let errors = metrics
+        .audit_errors
+        .get_or_create(&vec![("plugin", "log".to_owned())])
+        .clone();
+    AuditLog::start(config, policy, metrics.audit_events.clone(), errors)
+        .map_err(|e| ServeError::Audit(format!("cannot open {}: {e}", config.path.display())))
+}
+
+/// How long shutdown waits for the audit log's last events to be written.
+const AUDIT_FLUSH: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// A running server.
 pub struct Server {
     addr: SocketAddr,
@@ -158,7 +182,17 @@ impl Server {
 
     #[cfg(feature = "etcd")]
     async fn start_on_etcd(config: ServeConfig) -> Result<Server, ServeError> {
-        let options = watchcache_etcd::EtcdOptions::default();
+        let tls = match (&config.etcd_cafile, &config.etcd_certfile, &config.etcd_keyfile) {
+            (None, None, None) => None,
+            (ca, cert, key) => Some(
+                watchcache_etcd::EtcdTls::from_files(ca.as_deref(), cert.as_deref(), key.as_deref())
+                    .map_err(ServeError::Store)?,
+            ),
+        };
+        let options = watchcache_etcd::EtcdOptions {
+            tls,
+            ..watchcache_etcd::EtcdOptions::default()
+        };
         let etcd = watchcache_etcd::EtcdSource::connect(&config.etcd, options)
             .await
             .map_err(|e| ServeError::Store(format!("cannot reach etcd at {}: {e}", config.etcd.join(","))))?;
@@ -228,6 +262,10 @@ impl Server {
             None => Arc::new(CachedPolicy::new(&resources).expect("SPECS declares the four RBAC kinds")),
         };
         let authz = Authorizer::new(config.authorization_mode, rbac.clone());
+        let audit = match &config.audit {
+            Some(audit) => Some(Arc::new(open_audit(audit, &metrics)?)),
+            None => None,
+        };
         let state = Arc::new(AppState {
             store: store.clone(),
             leases: Leases::new(store.clone(), config.lease_reuse, config.lease_reuse_share),
@@ -242,6 +280,7 @@ impl Server {
             authn,
             authz,
             rbac,
+            audit,
         });
         tokio::spawn(workload::churn(
             store.clone(),
@@ -316,7 +355,22 @@ impl Server {
                 self.task.await
             }
         };
+        if let Some(audit) = self.state.audit.clone() {
+            // The events of the last requests, written before the process may exit.
+            let _ = tokio::task::spawn_blocking(move || audit.flush_blocking(AUDIT_FLUSH)).await;
+        }
         joined.unwrap_or_else(|e| Err(std::io::Error::other(e)))
+    }
+
+    /// Waits until the audit events of the requests answered so far are written, for
+    /// tests; false if that took over `timeout` or no audit log is kept.
+    pub async fn flush_audit(&self, timeout: std::time::Duration) -> bool {
+        match self.state.audit.clone() {
+            Some(audit) => tokio::task::spawn_blocking(move || audit.flush_blocking(timeout))
+                .await
+                .unwrap_or(false),
+            None => false,
+        }
     }
 
     /// Serves until `signal` completes, then shuts down gracefully.

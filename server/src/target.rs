@@ -47,6 +47,22 @@ impl Subresource {
     }
 }
 
+/// The answer to a subresource only a kubelet serves (a pod's log, exec, attach and
+/// port-forward, and their websocket and SPDY upgrades): 400 BadRequest, as the apiserver
+/// answers for a pod it cannot reach a kubelet for, whose message kubectl prints as it is
+/// (`Error from server (BadRequest): …`, or `unable to upgrade connection: …` for exec).
+fn no_kubelet(subresource: &str, namespace: Option<&str>, name: Option<&str>) -> Status {
+    let pod = match (namespace, name) {
+        (Some(ns), Some(name)) => format!("pod {ns}/{name}"),
+        (None, Some(name)) => format!("pod {name}"),
+        _ => "a pod".to_owned(),
+    };
+    Status::bad_request(format!(
+        "pods/{subresource} is served by the kubelet of the pod's node, and this server (watchcache) runs no kubelets: \
+         the containers of {pod} cannot be reached"
+    ))
+}
+
 impl Target {
     /// Resolves `resource` of the group-version `api_version` (`v1`, `coordination.k8s.io/v1`),
     /// and a namespace for namespaced resources only; unknown ones are 404.
@@ -85,6 +101,15 @@ impl Target {
             "finalize" if self.resource.finalize_subresource && self.name.is_some() => {
                 self.subresource = Some(Subresource::Finalize);
                 Ok(self)
+            }
+            "log" | "exec" | "attach" | "portforward"
+                if self.resource.info.resource == "pods" && self.resource.info.api_version == "v1" =>
+            {
+                Err(no_kubelet(
+                    subresource,
+                    self.namespace.as_deref(),
+                    self.name.as_deref(),
+                ))
             }
             _ => Err(Status::not_found(
                 &format!("{}/{subresource}", self.resource.info.resource),

@@ -1,5 +1,6 @@
 //! Real etcd clusters for tests: each member a child process on free loopback ports with a
-//! temporary data directory, killed and removed with the cluster.
+//! temporary data directory, killed and removed with the cluster; over TLS with client
+//! certificates when asked ([`ClusterTls`]).
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -34,6 +35,37 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// PEM files for a cluster whose members serve clients over TLS and require a client
+/// certificate signed by `ca` (`--client-cert-auth`); peers still speak plain HTTP.
+#[derive(Clone, Debug)]
+pub struct ClusterTls {
+    /// The CA that signs the serving certificate and the client certificates etcd accepts.
+    pub ca: PathBuf,
+    /// The members' serving certificate (for 127.0.0.1) and its key.
+    pub server_cert: PathBuf,
+    /// The serving certificate's key.
+    pub server_key: PathBuf,
+    /// A client certificate the harness itself connects with, and its key.
+    pub client_cert: PathBuf,
+    /// The client certificate's key.
+    pub client_key: PathBuf,
+}
+
+impl ClusterTls {
+    /// How the harness's own clients connect.
+    fn connect_options(&self) -> etcd_client::ConnectOptions {
+        let read = |p: &PathBuf| std::fs::read(p).expect("a TLS file");
+        etcd_client::ConnectOptions::new().with_tls(
+            etcd_client::TlsOptions::new()
+                .ca_certificate(etcd_client::Certificate::from_pem(read(&self.ca)))
+                .identity(etcd_client::Identity::from_pem(
+                    read(&self.client_cert),
+                    read(&self.client_key),
+                )),
+        )
+    }
+}
+
 struct Member {
     name: String,
     client: u16,
@@ -47,6 +79,8 @@ pub struct EtcdCluster {
     dir: PathBuf,
     initial: String,
     progress: String,
+    /// Boxed: most clusters have none, and [`crate::Backing`] holds a cluster by value.
+    tls: Option<Box<ClusterTls>>,
 }
 
 impl EtcdCluster {
@@ -59,6 +93,16 @@ impl EtcdCluster {
     /// As [`start`](EtcdCluster::start), with etcd's periodic progress notifications every
     /// `progress` (etcd's default is ten minutes).
     pub async fn start_with(n: usize, progress: Duration) -> Option<EtcdCluster> {
+        EtcdCluster::launch(n, progress, None).await
+    }
+
+    /// As [`start`](EtcdCluster::start), serving clients over TLS on `https://` URLs and
+    /// requiring client certificates signed by `tls.ca`.
+    pub async fn start_tls(n: usize, tls: ClusterTls) -> Option<EtcdCluster> {
+        EtcdCluster::launch(n, Duration::from_secs(1), Some(tls)).await
+    }
+
+    async fn launch(n: usize, progress: Duration, tls: Option<ClusterTls>) -> Option<EtcdCluster> {
         if !available() {
             return None;
         }
@@ -89,6 +133,7 @@ impl EtcdCluster {
             dir,
             initial,
             progress,
+            tls: tls.map(Box::new),
         };
         for i in 0..n {
             cluster.spawn(i);
@@ -105,9 +150,20 @@ impl EtcdCluster {
             .append(true)
             .open(self.dir.join(format!("{}.log", m.name)))
             .expect("a log file");
-        let client = format!("http://127.0.0.1:{}", m.client);
+        let client = format!("{}://127.0.0.1:{}", self.scheme(), m.client);
         let peer = format!("http://127.0.0.1:{}", m.peer);
-        let child = Command::new(ETCD)
+        let mut command = Command::new(ETCD);
+        if let Some(tls) = &self.tls {
+            command
+                .arg("--cert-file")
+                .arg(&tls.server_cert)
+                .arg("--key-file")
+                .arg(&tls.server_key)
+                .arg("--trusted-ca-file")
+                .arg(&tls.ca)
+                .arg("--client-cert-auth");
+        }
+        let child = command
             .args(["--name", &m.name])
             .arg("--data-dir")
             .arg(&data)
@@ -143,17 +199,23 @@ impl EtcdCluster {
         self.members[i].child = Some(child);
     }
 
+    fn scheme(&self) -> &'static str {
+        if self.tls.is_some() { "https" } else { "http" }
+    }
+
+    /// How the harness's own clients connect (with its client certificate over TLS).
+    fn connect_options(&self) -> Option<etcd_client::ConnectOptions> {
+        self.tls.as_deref().map(ClusterTls::connect_options)
+    }
+
     /// Every member's client URL.
     pub fn endpoints(&self) -> Vec<String> {
-        self.members
-            .iter()
-            .map(|m| format!("http://127.0.0.1:{}", m.client))
-            .collect()
+        (0..self.members.len()).map(|i| self.endpoint(i)).collect()
     }
 
     /// Member `i`'s client URL.
     pub fn endpoint(&self, i: usize) -> String {
-        format!("http://127.0.0.1:{}", self.members[i].client)
+        format!("{}://127.0.0.1:{}", self.scheme(), self.members[i].client)
     }
 
     /// The endpoints as `--etcd` takes them.
@@ -183,7 +245,7 @@ impl EtcdCluster {
             }
             let Ok(Ok(mut c)) = tokio::time::timeout(
                 Duration::from_secs(2),
-                etcd_client::Client::connect([self.endpoint(i)], None),
+                etcd_client::Client::connect([self.endpoint(i)], self.connect_options()),
             )
             .await
             else {
@@ -209,7 +271,7 @@ impl EtcdCluster {
         for _ in 0..300 {
             if let Ok(Ok(mut c)) = tokio::time::timeout(
                 Duration::from_secs(2),
-                etcd_client::Client::connect(&running, None),
+                etcd_client::Client::connect(&running, self.connect_options()),
             )
             .await
                 && let Ok(Ok(_)) = tokio::time::timeout(Duration::from_secs(2), c.get("health", None)).await

@@ -12,7 +12,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-pub use watchcache_server::{ServeConfig, Server};
+pub use watchcache_server::{AuditConfig, ServeConfig, Server};
 
 /// A config for tests: a free loopback port, short timeouts.
 pub fn config(seed_pods: usize) -> ServeConfig {
