@@ -20,7 +20,8 @@ const GIT_COMMIT: &str = env!("WATCHCACHE_GIT_COMMIT");
 /// `SOURCE_DATE_EPOCH`, else the commit's date, as RFC 3339 in UTC; or `unknown` (build.rs).
 const BUILD_DATE: &str = env!("WATCHCACHE_BUILD_DATE");
 
-const VERBS: &[&str] = &[
+/// Every verb of a resource served whole (the bootstrap policy's read-write roles grant them).
+pub(crate) const VERBS: &[&str] = &[
     "create",
     "delete",
     "deletecollection",

@@ -364,3 +364,25 @@ impl Frames {
         }
     }
 }
+
+/// The lines a child process (kubectl `get -w`) writes to its piped standard output, each
+/// awaited for at most 30 s.
+pub struct OutputLines(tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>);
+
+impl OutputLines {
+    /// The lines of `child`'s standard output, which must be piped.
+    pub fn of(child: &mut tokio::process::Child) -> OutputLines {
+        use tokio::io::AsyncBufReadExt;
+        let stdout = child.stdout.take().expect("standard output is piped");
+        OutputLines(tokio::io::BufReader::new(stdout).lines())
+    }
+
+    /// The next line; panics when none comes within 30 s or the output ends.
+    pub async fn next(&mut self) -> String {
+        tokio::time::timeout(Duration::from_secs(30), self.0.next_line())
+            .await
+            .expect("a line in time")
+            .expect("standard output")
+            .expect("a line")
+    }
+}

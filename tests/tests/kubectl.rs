@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use watchcache_tests::{Backing, Server, config, http, kubectl_builds, kubectl_every_build, request, start};
+use watchcache_tests::{
+    Backing, OutputLines, Server, config, http, kubectl_builds, kubectl_every_build, request, start,
+};
 
 struct Kubectl<'a> {
     bin: &'a Path,
@@ -551,18 +553,11 @@ async fn kubectl_applies_patches_edits_explains_and_prints_tables_on_every_build
             .stderr(Stdio::null())
             .spawn()
             .expect("kubectl starts");
-        let mut out = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        let mut next = async || {
-            tokio::time::timeout(Duration::from_secs(30), out.next_line())
-                .await
-                .expect("a line in time")
-                .expect("stdout")
-                .expect("a line")
-        };
-        assert!(next().await.starts_with("NAME"), "{who}");
-        assert!(next().await.starts_with("web "), "{who}");
+        let mut out = OutputLines::of(&mut child);
+        assert!(out.next().await.starts_with("NAME"), "{who}");
+        assert!(out.next().await.starts_with("web "), "{who}");
         k.run(&["label", "pod", "web", "-n", &ns, "watched=yes"]).await;
-        assert!(next().await.starts_with("web "), "{who}: the change is a row");
+        assert!(out.next().await.starts_with("web "), "{who}: the change is a row");
         child.kill().await.ok();
 
         // describe lists the pod's events; wait --for=delete returns once it is gone.

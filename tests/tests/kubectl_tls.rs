@@ -6,9 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncBufReadExt, BufReader};
 use watchcache_tests::tls::temp_dir;
-use watchcache_tests::{ServeConfig, Server, config, kubectl_every_build};
+use watchcache_tests::{OutputLines, ServeConfig, Server, config, kubectl_every_build};
 
 struct Kubectl<'a> {
     bin: &'a Path,
@@ -117,20 +116,13 @@ async fn every_kubectl_build_works_over_tls_and_http2_with_the_generated_kubecon
             .stderr(Stdio::null())
             .spawn()
             .expect("kubectl starts");
-        let mut out = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        let mut next = async || {
-            tokio::time::timeout(Duration::from_secs(30), out.next_line())
-                .await
-                .expect("a line in time")
-                .expect("stdout")
-                .expect("a line")
-        };
-        assert!(next().await.starts_with("NAME"), "{who}");
-        assert!(next().await.starts_with("settings "), "{who}");
+        let mut out = OutputLines::of(&mut child);
+        assert!(out.next().await.starts_with("NAME"), "{who}");
+        assert!(out.next().await.starts_with("settings "), "{who}");
         k.run(&["label", "cm", "settings", "-n", &ns, "watched=yes"])
             .await;
         assert!(
-            next().await.starts_with("settings "),
+            out.next().await.starts_with("settings "),
             "{who}: the change is a row"
         );
         child.kill().await.ok();

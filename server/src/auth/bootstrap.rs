@@ -104,16 +104,6 @@ fn binding(name: &str, role: &str, groups: &[&str]) -> PolicyObject {
 
 const READ: &[&str] = &["get", "list", "watch"];
 const WRITE: &[&str] = &["create", "delete", "deletecollection", "patch", "update"];
-const READ_WRITE: &[&str] = &[
-    "create",
-    "delete",
-    "deletecollection",
-    "get",
-    "list",
-    "patch",
-    "update",
-    "watch",
-];
 
 /// The policy, in the order it is written (roles before the bindings that name them).
 pub(crate) fn policy() -> Vec<PolicyObject> {
@@ -169,7 +159,7 @@ pub(crate) fn policy() -> Vec<PolicyObject> {
             &[(TO_ADMIN, "true")],
             vec![
                 rule(
-                    READ_WRITE,
+                    crate::discovery::VERBS,
                     &["rbac.authorization.k8s.io"],
                     &["rolebindings", "roles"],
                 ),

@@ -125,6 +125,24 @@ pub struct Attributes {
     pub path: String,
 }
 
+impl Attributes {
+    /// `verb` on the non-resource URL `path` by `user`.
+    pub fn non_resource(user: Arc<UserInfo>, verb: impl Into<String>, path: impl Into<String>) -> Self {
+        Attributes {
+            user,
+            verb: verb.into(),
+            resource_request: false,
+            api_group: String::new(),
+            api_version: String::new(),
+            resource: String::new(),
+            subresource: String::new(),
+            namespace: String::new(),
+            name: String::new(),
+            path: path.into(),
+        }
+    }
+}
+
 /// An authorizer's answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decision {

@@ -38,18 +38,7 @@ pub(crate) fn attributes(
     path: &str,
     query: Option<&str>,
 ) -> Result<Attributes, Unresolvable> {
-    let mut a = Attributes {
-        user,
-        verb: method.to_ascii_lowercase(),
-        resource_request: false,
-        api_group: String::new(),
-        api_version: String::new(),
-        resource: String::new(),
-        subresource: String::new(),
-        namespace: String::new(),
-        name: String::new(),
-        path: path.to_owned(),
-    };
+    let mut a = Attributes::non_resource(user, method.to_ascii_lowercase(), path);
     let trimmed = path.trim_matches('/');
     // Each segment as the handler's path extractor sees it: percent-decoded (a segment that
     // does not decode to UTF-8 stays as it is; the router refuses it).

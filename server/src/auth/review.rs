@@ -182,18 +182,7 @@ pub(crate) fn access_review(
             name: field(r, "name").to_owned(),
             path: String::new(),
         },
-        (None, Some(n)) => Attributes {
-            user,
-            verb: field(n, "verb").to_owned(),
-            resource_request: false,
-            api_group: String::new(),
-            api_version: String::new(),
-            resource: String::new(),
-            subresource: String::new(),
-            namespace: String::new(),
-            name: String::new(),
-            path: field(n, "path").to_owned(),
-        },
+        (None, Some(n)) => Attributes::non_resource(user, field(n, "verb"), field(n, "path")),
         _ => {
             return Err(invalid(
                 KIND,
