@@ -43,6 +43,7 @@ mod openapi_pb;
 mod params;
 mod patch;
 mod pod_gc;
+mod rbac_objects;
 mod reads;
 mod request_info;
 mod request_log;

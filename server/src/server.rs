@@ -16,7 +16,6 @@ use crate::backend::Backend;
 
 use crate::app::AppState;
 use crate::audit::{AuditLog, Policy};
-use crate::auth::policy::CachedPolicy;
 use crate::config::{AuditConfig, PlaintextRefused, ServeConfig};
 use crate::connection::KillableListener;
 use crate::leases::Leases;
@@ -26,10 +25,11 @@ use crate::namespaces;
 use crate::offload::Offload;
 use crate::openapi::OpenApi;
 use crate::pod_gc;
+use crate::rbac_objects::policy::CachedPolicy;
 use crate::switch::Switch;
 use crate::transport::cert_dir::CertDir;
 use crate::transport::{Tls, TlsFiles, Transport};
-use crate::{auth, resources, routes, workload};
+use crate::{rbac_objects, resources, routes, workload};
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -252,7 +252,7 @@ impl Server {
         ));
         workload::seed(&store, config.seed_pods).await;
         namespaces::ensure_system(&store).await;
-        auth::bootstrap::ensure(&store).await;
+        rbac_objects::bootstrap::ensure(&store).await;
         let resources = resources::build(&store, &config)?;
         let shutdown = Switch::new();
         let metrics = Arc::new(Metrics::default());
@@ -290,7 +290,7 @@ impl Server {
         ));
         tokio::spawn(namespace_controller::run(state.clone()));
         tokio::spawn(pod_gc::run(state.clone()));
-        tokio::spawn(auth::aggregation::run(state.clone()));
+        tokio::spawn(rbac_objects::aggregation::run(state.clone()));
         if let Some(memory) = store.memory() {
             // The embedded store expires its leases (Events' TTL) only when asked: it is asked
             // as each comes due, while the server runs. etcd expires its own.

@@ -12,16 +12,10 @@
 //! - `cache.rs`: the RBAC authorizer's decision cache.
 //! - `authorizer.rs`: `--authorization-mode`.
 //! - `review.rs`: the self-checks `kubectl auth can-i` asks.
-//! - `aggregation.rs`: the ClusterRole aggregation controller.
-//! - `bootstrap.rs`: the default RBAC policy, written at server start.
-//! - `policy.rs`: the RBAC objects as the authorizer reads them, from the server's caches.
 
-pub(crate) mod aggregation;
 mod authn;
 mod authorizer;
-pub(crate) mod bootstrap;
 mod cache;
-pub(crate) mod policy;
 pub mod rbac;
 mod request;
 mod review;

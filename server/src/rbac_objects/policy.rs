@@ -21,7 +21,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::de::DeserializeOwned;
 use watchcache_core::{Revision, Snapshot, WireFormat};
 
-pub(crate) use super::rbac::{Policy, PolicySource};
+pub(crate) use crate::auth::{Policy, PolicySource};
 use crate::resources::Resource;
 
 /// The resources a policy is read from, in the order of [`Built::revisions`].
