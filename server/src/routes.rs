@@ -449,6 +449,7 @@ async fn self_subject_rules_review(
 async fn resource_request(
     State(state): AppStateRef,
     ConnectInfo(conn): ConnectInfo<Connection>,
+    user: Option<axum::Extension<Arc<UserInfo>>>,
     method: Method,
     Path(mut parts): Path<HashMap<String, String>>,
     RawQuery(query): RawQuery,
@@ -473,7 +474,11 @@ async fn resource_request(
     };
     let user_agent = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok());
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
-    let write_params = || WriteParams::parse(query.as_deref()).map(|p| p.with_user_agent(user_agent));
+    let user = requester(user);
+    let write_params = || {
+        WriteParams::parse(query.as_deref())
+            .map(|p| p.with_user_agent(user_agent).with_requester(user.clone()))
+    };
     let target =
         Target::resolve(&state, &api_version, &resource, ns, name).and_then(|t| match &subresource {
             Some(sub) => t.with_subresource(sub),

@@ -11,6 +11,7 @@
 //! - `rbac.rs`: the RBAC authorizer over a [`PolicySource`](rbac::PolicySource).
 //! - `cache.rs`: the RBAC authorizer's decision cache.
 //! - `authorizer.rs`: `--authorization-mode`.
+//! - `escalation.rs`: the RBAC kinds' writes grant nothing the writer does not hold.
 //! - `review.rs`: the self-checks `kubectl auth can-i` asks.
 //! - `aggregation.rs`: the ClusterRole aggregation controller.
 //! - `bootstrap.rs`: the default RBAC policy, written at server start.
@@ -21,6 +22,7 @@ mod authn;
 mod authorizer;
 pub(crate) mod bootstrap;
 mod cache;
+mod escalation;
 pub(crate) mod policy;
 pub mod rbac;
 mod request;
@@ -30,6 +32,7 @@ mod token;
 pub(crate) use authn::Authenticator;
 pub use authorizer::AuthorizationMode;
 pub(crate) use authorizer::Authorizer;
+pub(crate) use escalation::{RbacWrite, confirm as confirm_no_escalation};
 pub use rbac::{Policy, PolicySource, StaticPolicy};
 pub(crate) use request::attributes;
 pub(crate) use review::{
