@@ -446,6 +446,8 @@ async fn self_subject_rules_review(
 
 /// Serves a request on a resource path (any of the four shapes the router gives it: the
 /// resource, perhaps a namespace, perhaps a name): reads from the caches, writes to the source.
+// Each argument is one of axum's extractors: the handler's signature is its parsing.
+#[expect(clippy::too_many_arguments, reason = "one argument per axum extractor")]
 async fn resource_request(
     State(state): AppStateRef,
     ConnectInfo(conn): ConnectInfo<Connection>,
