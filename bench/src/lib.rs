@@ -9,11 +9,13 @@
 //! for minutes under reconnecting, stalled and listing clients), [`snapshots`] (the server's
 //! memory under a burst of writes with a paginated LIST through it), [`etcd`] (initial sync,
 //! following, restarts and the cost of proving a consistent read on real etcd) and [`patch`]
-//! (the cost of a label PATCH against the length of a list in the object). The criterion
+//! (the cost of a label PATCH against the length of a list in the object) and [`authz`]
+//! (what authorization adds to a request, the decision cache warm and defeated). The criterion
 //! benches
 //! in `benches/` and the scenario runner (`src/main.rs`) both drive them.
 
 pub mod alloc;
+pub mod authz;
 pub mod cluster;
 pub mod etcd;
 pub mod fanout;

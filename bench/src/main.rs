@@ -61,6 +61,9 @@ enum Scenario {
     /// keys-only range since the cache's revision) against a fence write brought back by the
     /// cache's watch.
     Proof(ProofArgs),
+    /// The cost of authorization: a GET and a LIST, anonymous under AlwaysAllow against a
+    /// token user under RBAC with the decision cache warm and defeated; servers in process.
+    Authz(AuthzArgs),
     /// Runs one design in this process and prints its figures (used by the runner).
     #[command(name = "__child", hide = true)]
     Child { spec: String },
@@ -264,6 +267,25 @@ struct HttpArgs {
 }
 
 #[derive(Args)]
+struct AuthzArgs {
+    /// Requests per design, operation and round.
+    #[arg(long, default_value_t = 2000)]
+    requests: usize,
+    /// Rounds (each runs the designs in order, then in reverse).
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+    /// ConfigMaps in the namespace the LIST reads.
+    #[arg(long, default_value_t = 10)]
+    objects: usize,
+    /// Bindings to other users in the policy.
+    #[arg(long, default_value_t = 200)]
+    filler: usize,
+    /// Print one JSON object on stdout (the table goes to stderr).
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
 struct PatchArgs {
     /// Finalizer counts, comma-separated (the last is near the stored object size limit).
     #[arg(long, value_delimiter = ',', default_value = "2500,5000,10000,20000,40000")]
@@ -290,6 +312,7 @@ fn main() {
         Scenario::Patch(a) => run_patch(a),
         Scenario::Snapshots(a) => run_snapshots(a),
         Scenario::Proof(a) => run_proof(a),
+        Scenario::Authz(a) => run_authz(a),
     };
     if let Err(e) = result {
         eprintln!("watchcache-bench: {e}");
@@ -943,6 +966,86 @@ fn server_binary(given: Option<PathBuf>) -> Result<PathBuf, String> {
 
 fn factor(x: f64) -> String {
     format!("{x:.2}x")
+}
+
+/// The `authz` scenario: see `watchcache_bench::authz`. Servers and clients share this
+/// process: its CPU per request is the client's and the server's together.
+fn run_authz(a: AuthzArgs) -> Result<(), String> {
+    use watchcache_bench::authz::{self, Design, OPERATIONS};
+    if a.requests == 0 || a.rounds == 0 {
+        return Err("--requests and --rounds must not be zero".into());
+    }
+    let p = authz::Params {
+        requests: a.requests,
+        rounds: a.rounds,
+        objects: a.objects,
+        filler: a.filler,
+    };
+    let total = (a.requests * a.rounds * 2 * Design::ALL.len() * OPERATIONS.len()) as u64;
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template("{prefix:>32} [{elapsed_precise}] {wide_bar} {pos}/{len}")
+            .expect("a valid template"),
+    );
+    bar.set_prefix("requests");
+    let b = bar.clone();
+    let mut outcomes = authz::run(&p, &move |n| b.set_position(n))?;
+    bar.finish_and_clear();
+    let mut rows = Vec::new();
+    let mut medians = Map::new();
+    for (d, design) in Design::ALL.iter().enumerate() {
+        for (o, op) in OPERATIONS.iter().enumerate() {
+            let out = &mut outcomes[d][o];
+            let n = out.latencies_ns.len().max(1) as f64;
+            let p50 = quantile(&mut out.latencies_ns, 0.5).unwrap_or(0) as f64 / 1e3;
+            let p99 = quantile(&mut out.latencies_ns, 0.99).unwrap_or(0) as f64 / 1e3;
+            medians.insert(
+                format!("{}_{op}", design.name()),
+                json!([p50, out.cpu_seconds * 1e6 / n]),
+            );
+            rows.push(json!({
+                "design": design.name(),
+                "operation": op,
+                "requests": out.latencies_ns.len(),
+                "failed": out.failed,
+                "p50_us": round3(p50),
+                "p99_us": round3(p99),
+                "cpu_us_per_request": round3(out.cpu_seconds * 1e6 / n),
+                "requests_per_sec": round3(n / out.elapsed.as_secs_f64().max(1e-9)),
+            }));
+        }
+    }
+    let mut ratios = Map::new();
+    for op in OPERATIONS {
+        let base = &medians[&format!("anonymous_{op}")];
+        for design in [Design::RbacCached, Design::RbacUncached] {
+            let this = &medians[&format!("{}_{op}", design.name())];
+            let r = |i: usize| {
+                round3(this[i].as_f64().unwrap_or(0.0) / base[i].as_f64().unwrap_or(1.0).max(1e-9))
+            };
+            ratios.insert(format!("{}_vs_anonymous_{op}_p50", design.name()), json!(r(0)));
+            ratios.insert(format!("{}_vs_anonymous_{op}_cpu", design.name()), json!(r(1)));
+        }
+    }
+    finish(
+        "authz",
+        json!({"requests": a.requests, "rounds": a.rounds, "objects": a.objects, "filler": a.filler,
+            "cpu": "process (clients and servers in one process)"}),
+        rows,
+        ratios,
+        &[
+            ("design", "design", human),
+            ("op", "operation", human),
+            ("requests", "requests", human),
+            ("failed", "failed", human),
+            ("p50", "p50_us", us),
+            ("p99", "p99_us", us),
+            ("CPU/request", "cpu_us_per_request", us),
+            ("requests/s", "requests_per_sec", human),
+        ],
+        a.json,
+    );
+    Ok(())
 }
 
 /// The `patch` scenario: see `watchcache_bench::patch`.

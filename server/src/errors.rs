@@ -116,6 +116,23 @@ pub(crate) fn forbidden(a: &Attributes, reason: &str) -> Status {
     s
 }
 
+/// 403 for a write the storage refuses (not the authorizer): `roles.rbac.authorization.k8s.io
+/// "name" is forbidden: why`, as the apiserver's `NewForbidden`.
+pub(crate) fn forbidden_write(info: &ResourceInfo, name: &str, why: &str) -> Status {
+    let group = info.api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    let qualified = match group {
+        "" => info.resource.clone(),
+        g => format!("{}.{g}", info.resource),
+    };
+    let mut s = Status::new(
+        403,
+        "Forbidden",
+        format!("{qualified} {name:?} is forbidden: {why}"),
+    );
+    s.details = Some(json!({"name": name, "group": group, "kind": info.resource}));
+    s
+}
+
 /// The Status for a source error met on `name` of `resource`.
 pub(crate) fn source(e: &SourceError, resource: &str, name: &str) -> Status {
     match e {

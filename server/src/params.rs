@@ -197,6 +197,9 @@ pub(crate) struct WriteParams {
     /// Who an update is recorded as: `fieldManager`, or one named after the User-Agent
     /// ([`WriteParams::with_user_agent`]).
     pub(crate) manager: String,
+    /// Who writes, as authentication found them ([`WriteParams::with_requester`]): a write of
+    /// an RBAC kind grants nothing they do not hold. `None` for the server's own writes.
+    pub(crate) requester: Option<std::sync::Arc<crate::auth::UserInfo>>,
 }
 
 /// The longest `fieldManager` the apiserver accepts.
@@ -259,6 +262,12 @@ impl WriteParams {
 }
 
 impl WriteParams {
+    /// Records who writes.
+    pub(crate) fn with_requester(mut self, user: std::sync::Arc<crate::auth::UserInfo>) -> WriteParams {
+        self.requester = Some(user);
+        self
+    }
+
     /// Resolves who `managedFields` records for the write: `fieldManager`, else the client's
     /// User-Agent up to its first `/` (`kubectl`, `OpenAPI-Generator`), as the apiserver
     /// names it, else `unknown`.
@@ -550,6 +559,7 @@ mod tests {
                 force: false,
                 field_validation: FieldValidation::Strict,
                 manager: String::new(),
+                requester: None,
             }
         );
         assert_eq!(

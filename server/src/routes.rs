@@ -456,9 +456,12 @@ async fn self_subject_rules_review(
 
 /// Serves a request on a resource path (any of the four shapes the router gives it: the
 /// resource, perhaps a namespace, perhaps a name): reads from the caches, writes to the source.
+// Each argument is one of axum's extractors: the handler's signature is its parsing.
+#[expect(clippy::too_many_arguments, reason = "one argument per axum extractor")]
 async fn resource_request(
     State(state): AppStateRef,
     ConnectInfo(conn): ConnectInfo<Connection>,
+    user: Option<axum::Extension<Arc<UserInfo>>>,
     method: Method,
     Path(mut parts): Path<HashMap<String, String>>,
     RawQuery(query): RawQuery,
@@ -483,7 +486,11 @@ async fn resource_request(
     };
     let user_agent = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok());
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
-    let write_params = || WriteParams::parse(query.as_deref()).map(|p| p.with_user_agent(user_agent));
+    let user = requester(user);
+    let write_params = || {
+        WriteParams::parse(query.as_deref())
+            .map(|p| p.with_user_agent(user_agent).with_requester(user.clone()))
+    };
     let target =
         Target::resolve(&state, &api_version, &resource, ns, name).and_then(|t| match &subresource {
             Some(sub) => t.with_subresource(sub),

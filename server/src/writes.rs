@@ -19,6 +19,7 @@ use watchcache_encoders::{ResourceInfo, Status};
 
 use crate::app::AppState;
 use crate::apply;
+use crate::auth;
 use crate::conversion;
 use crate::deletion::{self, Deletion};
 use crate::errors;
@@ -64,6 +65,7 @@ pub(crate) async fn create(
     initial_status(t, &mut object);
     prepare_create(t, &mut object, &managers)?;
     validate(t, &object, None, false)?;
+    confirm_no_escalation(state, t, p, &object, None)?;
     let resource = &t.resource.info.resource;
     // A generated name that is taken is drawn again, as the apiserver does.
     let mut attempt = 0;
@@ -232,7 +234,8 @@ pub(crate) async fn update(
             return Err(Status::conflict(resource, name));
         }
         let current = parse_stored(t, name, &current)?;
-        let prepared = prepare_update(t, object.clone(), &current, Ownership::Update(&p.manager), false)?;
+        let ownership = Ownership::Update(&p.manager);
+        let prepared = prepare_update(state, p, t, object.clone(), &current, ownership, false)?;
         if p.dry_run {
             // As it would be stored, at the stored object's resourceVersion.
             return written(t, StatusCode::OK, &prepared.version, read_at).map(|r| warn(r, &warnings));
@@ -345,6 +348,7 @@ async fn apply(
             initial_status(t, &mut object);
             prepare_create(t, &mut object, &managers)?;
             validate(t, &object, None, false)?;
+            confirm_no_escalation(state, t, p, &object, None)?;
             let (raw, version) = encode(t, &object)?;
             let admitted = namespaces::check_creatable(state, t, name).await?;
             if p.dry_run {
@@ -416,7 +420,7 @@ impl Attempt<'_> {
         if precondition.is_some_and(|r| r != self.read_at) {
             return Err(Status::conflict(&t.resource.info.resource, self.name));
         }
-        let prepared = prepare_update(t, object, current, ownership, self.patched)?;
+        let prepared = prepare_update(state, p, t, object, current, ownership, self.patched)?;
         if p.dry_run {
             return written(t, StatusCode::OK, &prepared.version, self.read_at)
                 .map(|r| Some(warn(r, self.warnings)));
@@ -525,6 +529,8 @@ enum Ownership<'a> {
 /// from the stored `current` and `managedFields` brought up to date; serialised and checked by
 /// the codec ([`encode`]).
 fn prepare_update(
+    state: &AppState,
+    p: &WriteParams,
     t: &Target,
     mut object: Map<String, Value>,
     current: &Map<String, Value>,
@@ -606,6 +612,7 @@ fn prepare_update(
         fields::set_managers(&mut object, &managers, &t.resource.info.api_version);
     }
     validate(t, &object, Some(current), patched)?;
+    confirm_no_escalation(state, t, p, &object, Some(current))?;
     // An object being deleted goes when its last finalizer does (unless a grace period is
     // still running: then it waits for the delete that ends it).
     let finalized = deletion::finished(&object);
@@ -876,6 +883,68 @@ fn validate(
             .unwrap_or_default();
         errors::refused(&t.resource.info, name, refusal, patched.then_some(object))
     })
+}
+
+/// Refuses a user's write of an RBAC kind that grants what they do not hold, as the
+/// apiserver's RBAC storage does ([`auth::confirm_no_escalation`]): 403, after validation
+/// (the apiserver checks first, so it answers an invalid object of an unprivileged writer
+/// 403 where this answers 422). An update that changes only what the garbage collector
+/// changes (owner references, finalizers) is not checked, as the apiserver does not check
+/// it: a writer who lost rights can still let the object go.
+fn confirm_no_escalation(
+    state: &AppState,
+    t: &Target,
+    p: &WriteParams,
+    object: &Map<String, Value>,
+    current: Option<&Map<String, Value>>,
+) -> Result<(), Status> {
+    let Some(user) = &p.requester else {
+        return Ok(());
+    };
+    let info = &t.resource.info;
+    if !matches!(
+        info.kind.as_str(),
+        "Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding"
+    ) || current.is_some_and(|c| only_gc_fields_differ(object, c))
+    {
+        return Ok(());
+    }
+    let write = auth::RbacWrite {
+        kind: &info.kind,
+        namespace: t.namespace.as_deref().unwrap_or_default(),
+        request_name: t.name.as_deref().unwrap_or_default(),
+        object,
+        current,
+    };
+    auth::confirm_no_escalation(&state.authz, user, &write).map_err(|why| {
+        let name = object
+            .get("metadata")
+            .and_then(|m| m.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        errors::forbidden_write(info, name, &why)
+    })
+}
+
+/// Whether `object` and `current` differ at most in what the garbage collector changes
+/// (owner references, finalizers) and what the server keeps (resourceVersion,
+/// managedFields).
+fn only_gc_fields_differ(object: &Map<String, Value>, current: &Map<String, Value>) -> bool {
+    let strip = |o: &Map<String, Value>| {
+        let mut o = o.clone();
+        if let Some(Value::Object(meta)) = o.get_mut("metadata") {
+            for field in [
+                "ownerReferences",
+                "finalizers",
+                "resourceVersion",
+                "managedFields",
+            ] {
+                meta.remove(field);
+            }
+        }
+        o
+    };
+    strip(object) == strip(current)
 }
 
 /// Serialises `object` as it will be stored, and decodes it once with the resource's codec:

@@ -183,10 +183,22 @@ async fn send(
     authorization: Option<&str>,
     body: Option<Value>,
 ) -> (u16, Value) {
+    send_typed(server, method, path, authorization, "application/json", body).await
+}
+
+/// [`send`] with a body of `content_type`.
+async fn send_typed(
+    server: &Server,
+    method: &str,
+    path: &str,
+    authorization: Option<&str>,
+    content_type: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
     let mut req = http::Request::builder()
         .method(method)
         .uri(format!("http://{}{path}", server.addr()))
-        .header("content-type", "application/json");
+        .header("content-type", content_type);
     if let Some(a) = authorization {
         req = req.header("authorization", a);
     }
@@ -610,5 +622,330 @@ async fn the_stored_policy_grants_what_bindings_say_and_revokes_it_with_them() {
     assert_eq!(code, 200, "{body}");
     let (code, body) = until_code(&server, path, ALICE, 403).await;
     assert_eq!(code, 403, "the binding's deletion revokes it: {body}");
+    server.shutdown().await.expect("a clean shutdown");
+}
+
+/// A rule of `verbs` on the RBAC `resources` named `names` (all, for none).
+fn rbac_rule(verbs: &[&str], resources: &[&str], names: &[&str]) -> PolicyRule {
+    PolicyRule {
+        resource_names: (!names.is_empty()).then(|| strings(names).unwrap()),
+        ..rule(verbs, &["rbac.authorization.k8s.io"], resources)
+    }
+}
+
+/// [`policy`], and: alice may write Roles and RoleBindings in `team`, ClusterRoles anywhere,
+/// and bind the ClusterRole `secret-reader` in `team`; bob may create Roles in `team` and
+/// `escalate` them; `cluster-admin` and `secret-reader` exist, bound to no one.
+fn escalation_policy() -> Policy {
+    let mut p = policy();
+    p.roles[0].rules.as_mut().unwrap().extend([
+        rbac_rule(
+            &["create", "update", "patch", "get"],
+            &["roles", "rolebindings"],
+            &[],
+        ),
+        rbac_rule(&["bind"], &["clusterroles"], &["secret-reader"]),
+    ]);
+    p.roles.push(Role {
+        metadata: meta("team", "escalator"),
+        rules: Some(vec![rbac_rule(&["create", "escalate"], &["roles"], &[])]),
+    });
+    p.role_bindings.push(RoleBinding {
+        metadata: meta("team", "bob-escalates"),
+        role_ref: role_ref("Role", "escalator"),
+        subjects: Some(vec![subject("User", "bob")]),
+    });
+    p.cluster_roles.extend([
+        ClusterRole {
+            metadata: meta("", "cluster-admin"),
+            rules: Some(vec![rule(&["*"], &["*"], &["*"]), urls(&["*"], &["*"])]),
+            ..ClusterRole::default()
+        },
+        ClusterRole {
+            metadata: meta("", "secret-reader"),
+            rules: Some(vec![rule(&["get", "list"], &[""], &["secrets"])]),
+            ..ClusterRole::default()
+        },
+        ClusterRole {
+            metadata: meta("", "clusterrole-writer"),
+            rules: Some(vec![rbac_rule(&["create"], &["clusterroles"], &[])]),
+            ..ClusterRole::default()
+        },
+    ]);
+    p.cluster_role_bindings.push(ClusterRoleBinding {
+        metadata: meta("", "alice-writes-clusterroles"),
+        role_ref: role_ref("ClusterRole", "clusterrole-writer"),
+        subjects: Some(vec![subject("User", "alice")]),
+    });
+    p
+}
+
+fn role_object(kind: &str, name: &str, rules: Value) -> Value {
+    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind,
+        "metadata": {"name": name}, "rules": rules})
+}
+
+fn binding_object(name: &str, role_kind: &str, role: &str) -> Value {
+    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role},
+        "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "carol"}]})
+}
+
+fn assert_escalation_refused(code: u16, body: &Value, what: &str, missing: &str) {
+    assert_eq!(code, 403, "{body}");
+    assert_eq!(body["reason"], "Forbidden", "{body}");
+    assert_eq!(
+        body["message"],
+        format!(
+            "{what} is forbidden: user \"alice\" (groups=[\"dev\" \"readers\" \"system:authenticated\"]) \
+             is attempting to grant RBAC permissions not currently held:\n{missing}"
+        ),
+        "{body}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn roles_grant_only_what_their_writer_holds_unless_they_may_escalate() {
+    let server = start(ServeConfig {
+        policy: Some(Arc::new(StaticPolicy::new(escalation_policy()))),
+        ..rbac_config("escalate-roles")
+    })
+    .await;
+    create_namespaces_as_admin(&server).await;
+    let alice = bearer(ALICE);
+    let alice = alice.as_deref();
+    let roles = "/apis/rbac.authorization.k8s.io/v1/namespaces/team/roles";
+    // Secrets are not alice's to read, so not hers to grant.
+    let secrets = json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]);
+    let (code, body) = send(
+        &server,
+        "POST",
+        roles,
+        alice,
+        Some(role_object("Role", "secrets", secrets.clone())),
+    )
+    .await;
+    assert_escalation_refused(
+        code,
+        &body,
+        r#"roles.rbac.authorization.k8s.io "secrets""#,
+        r#"{APIGroups:[""], Resources:["secrets"], Verbs:["get"]}"#,
+    );
+    // What she holds she may grant, whole or in part.
+    let within = json!([
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"], "resourceNames": ["p1"]},
+        {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
+    ]);
+    let (code, body) = send(
+        &server,
+        "POST",
+        roles,
+        alice,
+        Some(role_object("Role", "mine", within)),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    // An update or a patch that adds what she does not hold is refused the same way; the
+    // missing rights are listed compacted, sorted, one a line.
+    let wider = json!([
+        {"apiGroups": [""], "resources": ["configmaps", "pods"], "verbs": ["get", "deletecollection", "delete"]},
+    ]);
+    let (code, body) = send(
+        &server,
+        "PUT",
+        &format!("{roles}/mine"),
+        alice,
+        Some(role_object("Role", "mine", wider)),
+    )
+    .await;
+    assert_escalation_refused(
+        code,
+        &body,
+        r#"roles.rbac.authorization.k8s.io "mine""#,
+        "{APIGroups:[\"\"], Resources:[\"configmaps\"], Verbs:[\"deletecollection\"]}\n\
+         {APIGroups:[\"\"], Resources:[\"pods\"], Verbs:[\"deletecollection\" \"delete\"]}",
+    );
+    let patch = json!({"rules": secrets});
+    let merge = "application/merge-patch+json";
+    let (code, body) = send_typed(
+        &server,
+        "PATCH",
+        &format!("{roles}/mine"),
+        alice,
+        merge,
+        Some(patch),
+    )
+    .await;
+    assert_eq!(code, 403, "a merge patch is checked too: {body}");
+    // So is an apply.
+    let apply = role_object(
+        "Role",
+        "mine",
+        json!([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]),
+    );
+    let (code, body) = send_typed(
+        &server,
+        "PATCH",
+        &format!("{roles}/mine?fieldManager=alice&force=true"),
+        alice,
+        "application/apply-patch+yaml",
+        Some(apply),
+    )
+    .await;
+    assert_eq!(code, 403, "an apply is checked too: {body}");
+    // A change to nothing the role grants is checked as well (only what the garbage collector
+    // changes is not); within her rights, it passes.
+    let labels = json!({"metadata": {"labels": {"a": "b"}}});
+    let (code, body) = send_typed(
+        &server,
+        "PATCH",
+        &format!("{roles}/mine"),
+        alice,
+        merge,
+        Some(labels),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    // A ClusterRole is checked against what she holds cluster-wide: not team's pods.
+    let clusterroles = "/apis/rbac.authorization.k8s.io/v1/clusterroles";
+    let pods = json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]);
+    let (code, body) = send(
+        &server,
+        "POST",
+        clusterroles,
+        alice,
+        Some(role_object("ClusterRole", "pods", pods.clone())),
+    )
+    .await;
+    assert_escalation_refused(
+        code,
+        &body,
+        r#"clusterroles.rbac.authorization.k8s.io "pods""#,
+        r#"{APIGroups:[""], Resources:["pods"], Verbs:["get"]}"#,
+    );
+    let reviews = json!([
+        {"apiGroups": ["authorization.k8s.io"], "resources": ["selfsubjectaccessreviews"], "verbs": ["create"]},
+        {"nonResourceURLs": ["/version", "/apis/apps"], "verbs": ["get"]},
+    ]);
+    let (code, body) = send(
+        &server,
+        "POST",
+        clusterroles,
+        alice,
+        Some(role_object("ClusterRole", "reviews", reviews)),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    // An aggregation rule can gather anything: it takes every right, whatever the rules.
+    let mut aggregated = role_object("ClusterRole", "gathers", json!([]));
+    aggregated["aggregationRule"] = json!({"clusterRoleSelectors": [{"matchLabels": {"a": "b"}}]});
+    let (code, body) = send(&server, "POST", clusterroles, alice, Some(aggregated)).await;
+    assert_eq!(code, 403, "{body}");
+    assert_eq!(
+        body["message"],
+        r#"clusterroles.rbac.authorization.k8s.io "gathers" is forbidden: must have cluster-admin privileges to use the aggregationRule"#
+    );
+    // bob may escalate roles in team: he grants what he does not hold.
+    let (code, body) = send(
+        &server,
+        "POST",
+        roles,
+        bearer(BOB).as_deref(),
+        Some(role_object("Role", "bobs", secrets)),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    // And system:masters pass.
+    let admin = bearer(ADMIN);
+    let (code, body) = send(
+        &server,
+        "POST",
+        clusterroles,
+        admin.as_deref(),
+        Some(role_object("ClusterRole", "pods", pods)),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    server.shutdown().await.expect("a clean shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bindings_bind_only_roles_their_writer_holds_or_may_bind() {
+    let server = start(ServeConfig {
+        policy: Some(Arc::new(StaticPolicy::new(escalation_policy()))),
+        ..rbac_config("escalate-bindings")
+    })
+    .await;
+    create_namespaces_as_admin(&server).await;
+    let alice = bearer(ALICE);
+    let alice = alice.as_deref();
+    let bindings = "/apis/rbac.authorization.k8s.io/v1/namespaces/team/rolebindings";
+    // cluster-admin: neither held nor hers to bind.
+    let (code, body) = send(
+        &server,
+        "POST",
+        bindings,
+        alice,
+        Some(binding_object("admins", "ClusterRole", "cluster-admin")),
+    )
+    .await;
+    assert_eq!(code, 403, "{body}");
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(
+            "rolebindings.rbac.authorization.k8s.io \"admins\" is forbidden: user \"alice\" \
+             (groups=[\"dev\" \"readers\" \"system:authenticated\"]) is attempting to grant RBAC \
+             permissions not currently held:\n"
+        ),
+        "{message}"
+    );
+    assert!(
+        message.contains(r#"{NonResourceURLs:["*"], Verbs:["*"]}"#),
+        "{message}"
+    );
+    // secret-reader: not held, but `bind` on exactly that ClusterRole lets her bind it.
+    let (code, body) = send(
+        &server,
+        "POST",
+        bindings,
+        alice,
+        Some(binding_object("secrets", "ClusterRole", "secret-reader")),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    // pod-reader: no `bind` on it, but she holds all it grants in team.
+    let (code, body) = send(
+        &server,
+        "POST",
+        bindings,
+        alice,
+        Some(binding_object("pods", "ClusterRole", "pod-reader")),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    // Her `bind` is on secret-reader only: an update to another role would not pass either
+    // (and a role reference never changes anyway); the Role she is bound to is hers to bind.
+    let (code, body) = send(
+        &server,
+        "POST",
+        bindings,
+        alice,
+        Some(binding_object("edits", "Role", "editor")),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    // The admin binds anything.
+    let admin = bearer(ADMIN);
+    let (code, body) = send(
+        &server,
+        "POST",
+        bindings,
+        admin.as_deref(),
+        Some(binding_object("admins", "ClusterRole", "cluster-admin")),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
     server.shutdown().await.expect("a clean shutdown");
 }

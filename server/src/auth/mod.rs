@@ -11,11 +11,13 @@
 //! - `rbac.rs`: the RBAC authorizer over a [`PolicySource`](rbac::PolicySource).
 //! - `cache.rs`: the RBAC authorizer's decision cache.
 //! - `authorizer.rs`: `--authorization-mode`.
+//! - `escalation.rs`: the RBAC kinds' writes grant nothing the writer does not hold.
 //! - `review.rs`: the self-checks `kubectl auth can-i` asks.
 
 mod authn;
 mod authorizer;
 mod cache;
+mod escalation;
 pub mod rbac;
 mod request;
 mod review;
@@ -24,6 +26,7 @@ mod token;
 pub(crate) use authn::Authenticator;
 pub use authorizer::AuthorizationMode;
 pub(crate) use authorizer::Authorizer;
+pub(crate) use escalation::{RbacWrite, confirm as confirm_no_escalation};
 pub use rbac::{Policy, PolicySource, StaticPolicy};
 pub(crate) use request::attributes;
 pub(crate) use review::{

@@ -414,6 +414,19 @@ impl Rbac {
         rules
     }
 
+    /// The rules of the role `kind`/`name` a binding in `namespace` refers to, or why there
+    /// are none.
+    pub(crate) fn role_rules(
+        &self,
+        kind: &str,
+        name: &str,
+        namespace: &str,
+    ) -> Result<Vec<PolicyRule>, String> {
+        self.index()
+            .rules(kind, name, namespace)
+            .map(<[PolicyRule]>::to_vec)
+    }
+
     /// How many decisions the cache holds.
     #[cfg(test)]
     pub(crate) fn cached(&self) -> usize {

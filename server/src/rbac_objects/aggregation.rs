@@ -8,7 +8,7 @@
 //! differ is updated at the revision read; a write that loses a race (another replica, a
 //! user's update) is tried again at the next look, `RECHECK` later.
 //!
-//! [`PolicySource`]: super::policy::PolicySource
+//! [`PolicySource`]: crate::auth::PolicySource
 
 use std::sync::Arc;
 use std::time::Duration;
