@@ -8,7 +8,7 @@
 //! - `token.rs`: the `--token-auth-file` tokens.
 //! - `authn.rs`: authentication, certificate then token then anonymous.
 //! - `request.rs`: a request's [`Attributes`], as the apiserver's request info.
-//! - `rbac.rs`: the RBAC authorizer over a [`PolicySource`](rbac::PolicySource).
+//! - `rbac.rs`: the RBAC authorizer over a [`PolicySource`].
 //! - `cache.rs`: the RBAC authorizer's decision cache.
 //! - `authorizer.rs`: `--authorization-mode`.
 //! - `escalation.rs`: the RBAC kinds' writes grant nothing the writer does not hold.
