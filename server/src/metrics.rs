@@ -57,6 +57,11 @@ pub struct Metrics {
     /// Audit events lost, per plugin (`log`): dropped because the writer was behind, or not
     /// written (the apiserver's `apiserver_audit_error_total`).
     pub audit_errors: Family<Labels, Counter>,
+    /// Open HTTP/2 connections (counted from their handshake to their close).
+    pub http2_connections: Gauge,
+    /// Open HTTP/2 streams, over all connections: a watch on HTTP/2 is one for as long as it
+    /// lasts.
+    pub http2_streams: Gauge,
 }
 
 impl Default for Metrics {
@@ -84,6 +89,8 @@ impl Default for Metrics {
             undone_reads: Family::default(),
             audit_events: Counter::default(),
             audit_errors: Family::default(),
+            http2_connections: Gauge::default(),
+            http2_streams: Gauge::default(),
             registry: Registry::default(),
         };
         let mut root = Registry::default();
@@ -171,6 +178,16 @@ impl Default for Metrics {
             "undone_reads",
             "LISTs at an older revision of the history window, served from a state made by undoing the window's events after it",
             m.undone_reads.clone(),
+        );
+        registry.register(
+            "http2_connections",
+            "Open HTTP/2 connections",
+            m.http2_connections.clone(),
+        );
+        registry.register(
+            "http2_streams",
+            "Open HTTP/2 streams, over all connections",
+            m.http2_streams.clone(),
         );
         Metrics { registry: root, ..m }
     }

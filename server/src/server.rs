@@ -28,7 +28,7 @@ use crate::pod_gc;
 use crate::rbac_objects::policy::CachedPolicy;
 use crate::switch::Switch;
 use crate::transport::cert_dir::CertDir;
-use crate::transport::{Tls, TlsFiles, Transport};
+use crate::transport::{H2Gauges, Tls, TlsFiles, Transport};
 use crate::{rbac_objects, resources, routes, workload};
 
 /// Why the server could not start.
@@ -245,17 +245,21 @@ impl Server {
         if let Some(dir) = &cert_dir {
             dir.write_kubeconfig(addr).map_err(ServeError::Tls)?;
         }
+        let metrics = Arc::new(Metrics::default());
         let transport = Arc::new(Transport::new(
             tls,
             config.http2_max_streams_per_connection,
             config.handshake_timeout,
+            H2Gauges {
+                connections: metrics.http2_connections.clone(),
+                streams: metrics.http2_streams.clone(),
+            },
         ));
         workload::seed(&store, config.seed_pods).await;
         namespaces::ensure_system(&store).await;
         rbac_objects::bootstrap::ensure(&store).await;
         let resources = resources::build(&store, &config)?;
         let shutdown = Switch::new();
-        let metrics = Arc::new(Metrics::default());
         let openapi = OpenApi::build(resources.values().map(|r| &**r));
         let rbac: Arc<dyn PolicySource> = match config.policy.clone() {
             Some(policy) => policy,

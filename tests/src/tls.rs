@@ -150,4 +150,29 @@ impl TestCa {
         let cert = params.signed_by(&key, &self.issuer).expect("signed");
         (cert.pem(), key.serialize_pem())
     }
+
+    /// A client certificate for user `cn` in the groups `orgs` (expired since 2001 if
+    /// `expired`): written to `dir/<cn>.crt` and `dir/<cn>.key`, whose paths are returned.
+    pub fn client(&self, dir: &Path, cn: &str, orgs: &[&str], expired: bool) -> (PathBuf, PathBuf) {
+        let mut params = rcgen::CertificateParams::default();
+        params.distinguished_name.push(rcgen::DnType::CommonName, cn);
+        for org in orgs {
+            params
+                .distinguished_name
+                .push(rcgen::DnType::OrganizationName, *org);
+        }
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        params.not_before = rcgen::date_time_ymd(2000, 1, 1);
+        params.not_after = if expired {
+            rcgen::date_time_ymd(2001, 1, 1)
+        } else {
+            rcgen::date_time_ymd(4096, 1, 1)
+        };
+        let key = rcgen::KeyPair::generate().expect("a key");
+        let cert = params.signed_by(&key, &self.issuer).expect("signed");
+        let (cert_path, key_path) = (dir.join(format!("{cn}.crt")), dir.join(format!("{cn}.key")));
+        std::fs::write(&cert_path, cert.pem()).expect("written");
+        std::fs::write(&key_path, key.serialize_pem()).expect("written");
+        (cert_path, key_path)
+    }
 }

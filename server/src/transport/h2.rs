@@ -9,6 +9,9 @@
 //! (`RST_STREAM CANCEL`). Flow control is h2's, per stream: a stalled stream holds at most
 //! its window (and `MAX_SEND_BUFFER` of frames) and never the other streams.
 //!
+//! Open connections and streams are counted in two gauges (`/metrics`), each by a guard
+//! ([`Open`]) that lives as long as what it counts, so that every way out decrements.
+//!
 //! Shutdown sends GOAWAY and serves the open streams until they end (watches end at
 //! shutdown on their own); the grace period's end drops the connection with the others.
 
@@ -23,6 +26,7 @@ use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
 use http_body::{Body as _, Frame};
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tower::ServiceExt;
 
@@ -55,12 +59,37 @@ pub(crate) fn builder(max_streams: u32) -> h2::server::Builder {
     b
 }
 
+/// The gauges of open HTTP/2 connections and streams (`Metrics::http2_connections`,
+/// `Metrics::http2_streams`).
+#[derive(Clone, Default)]
+pub(crate) struct Gauges {
+    pub(crate) connections: Gauge,
+    pub(crate) streams: Gauge,
+}
+
+/// One open connection or stream, counted in its gauge from its making to its drop.
+struct Open(Gauge);
+
+impl Open {
+    fn new(gauge: &Gauge) -> Open {
+        gauge.inc();
+        Open(gauge.clone())
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
 /// Serves one HTTP/2 connection (its preface not read yet) until it closes; at `stop`, sends
 /// GOAWAY and serves the open streams to their end. The preface and settings exchange must
 /// come within `limit`.
 pub(crate) async fn serve<IO>(
     io: IO,
     builder: &h2::server::Builder,
+    gauges: &Gauges,
     conn: Connection,
     app: Router,
     mut stop: Signal,
@@ -86,6 +115,7 @@ pub(crate) async fn serve<IO>(
         },
         () = thrown(&mut stop) => return,
     };
+    let _open = Open::new(&gauges.connections);
     let mut stopping = false;
     loop {
         let next = poll_fn(|cx| {
@@ -99,7 +129,12 @@ pub(crate) async fn serve<IO>(
         match next {
             Some(Ok((request, respond))) => {
                 let (stream, progress) = conn.stream();
-                tokio::spawn(serve_stream(request, respond, stream, progress, app.clone()));
+                let open = Open::new(&gauges.streams);
+                let served = serve_stream(request, respond, stream, progress, app.clone());
+                tokio::spawn(async move {
+                    served.await;
+                    drop(open);
+                });
             }
             Some(Err(e)) => {
                 tracing::debug!(peer = %conn.peer(), error = %e, "HTTP/2 connection failed");

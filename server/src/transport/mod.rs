@@ -20,6 +20,8 @@ mod reload;
 mod sniff;
 mod tls;
 
+pub(crate) use h2::Gauges as H2Gauges;
+
 pub(crate) use tls::{Tls, TlsFiles};
 
 use std::pin::pin;
@@ -46,12 +48,20 @@ pub(crate) struct Transport {
     tls: Option<Tls>,
     http1: hyper::server::conn::http1::Builder,
     h2: ::h2::server::Builder,
+    /// The gauges of open HTTP/2 connections and streams.
+    h2_gauges: H2Gauges,
     handshake_timeout: Duration,
 }
 
 impl Transport {
     /// TLS if `tls`, HTTP/2 with at most `max_streams` streams per connection.
-    pub(crate) fn new(tls: Option<Tls>, max_streams: u32, handshake_timeout: Duration) -> Self {
+    /// Open connections and streams of HTTP/2 are counted in `h2_gauges`.
+    pub(crate) fn new(
+        tls: Option<Tls>,
+        max_streams: u32,
+        handshake_timeout: Duration,
+        h2_gauges: H2Gauges,
+    ) -> Self {
         let mut http1 = hyper::server::conn::http1::Builder::new();
         // Enforces hyper's default header read timeout (30 s) against clients that trickle a
         // request in.
@@ -60,6 +70,7 @@ impl Transport {
             tls,
             http1,
             h2: h2::builder(max_streams),
+            h2_gauges,
             handshake_timeout,
         }
     }
@@ -89,7 +100,7 @@ impl Transport {
                 };
                 let conn = conn.with_client_cert(cert);
                 if is_h2 {
-                    h2::serve(stream, &self.h2, conn, app, stop, limit).await;
+                    h2::serve(stream, &self.h2, &self.h2_gauges, conn, app, stop, limit).await;
                 } else {
                     self.serve_http1(stream, conn, app, stop).await;
                 }
@@ -100,7 +111,9 @@ impl Transport {
                     () = thrown(&mut stop) => return,
                 };
                 match sniffed {
-                    Ok(Ok((io, true))) => h2::serve(io, &self.h2, conn, app, stop, limit).await,
+                    Ok(Ok((io, true))) => {
+                        h2::serve(io, &self.h2, &self.h2_gauges, conn, app, stop, limit).await;
+                    }
                     Ok(Ok((io, false))) => self.serve_http1(io, conn, app, stop).await,
                     Ok(Err(e)) => tracing::debug!(%peer, error = %e, "connection failed"),
                     Err(_) => tracing::debug!(%peer, ?limit, "no request in time"),
