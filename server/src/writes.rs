@@ -310,6 +310,45 @@ pub(crate) async fn patch(
 /// Server-side apply: creates the object if it does not exist (201), else merges the
 /// configuration into it with field ownership ([`apply`](crate::apply)), retried like any
 /// PATCH when another write comes between the read and the write.
+/// An apply that finds no object creates it. The request was authorized as a `patch`; as the
+/// apiserver does, the creation must be allowed too, or a user allowed only to patch could
+/// create anything (dry runs included). A write without a requester is checked as anonymous.
+fn authorize_create_by_apply(
+    state: &AppState,
+    t: &Target,
+    p: &WriteParams,
+    name: &str,
+) -> Result<(), Status> {
+    if state.authz.allows_everything() {
+        return Ok(());
+    }
+    let user = p
+        .requester
+        .clone()
+        .unwrap_or_else(|| std::sync::Arc::new(auth::UserInfo::anonymous()));
+    let info = &t.resource.info;
+    let (api_group, api_version) = match info.api_version.split_once('/') {
+        Some((group, version)) => (group, version),
+        None => ("", info.api_version.as_str()),
+    };
+    let mut a = auth::Attributes::non_resource(user, "create", "");
+    a.resource_request = true;
+    a.api_group = api_group.to_owned();
+    a.api_version = api_version.to_owned();
+    a.resource = info.resource.clone();
+    a.subresource = match t.subresource {
+        Some(Subresource::Status) => "status".to_owned(),
+        Some(Subresource::Finalize) => "finalize".to_owned(),
+        None => String::new(),
+    };
+    a.namespace = t.namespace.clone().unwrap_or_default();
+    a.name = name.to_owned();
+    match state.authz.authorize(&a) {
+        auth::Decision::Allow(_) => Ok(()),
+        auth::Decision::Deny(reason) => Err(errors::forbidden(&a, &reason)),
+    }
+}
+
 async fn apply(
     state: &AppState,
     t: &Target,
@@ -341,6 +380,7 @@ async fn apply(
             .await
             .map_err(|e| errors::source(&e, resource, name))?;
         let Some((stored, revision)) = stored else {
+            authorize_create_by_apply(state, t, p, name)?;
             let mut object = apply::apply(kind, api_version, None, &config, &p.manager, p.force, &now())?;
             conversion::on_write(kind, &mut object);
             let managers = fields::managers(&object);

@@ -949,3 +949,83 @@ async fn bindings_bind_only_roles_their_writer_holds_or_may_bind() {
     assert_eq!(code, 201, "{body}");
     server.shutdown().await.expect("a clean shutdown");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_apply_that_creates_needs_create_not_only_patch() {
+    // bob may patch and read configmaps in team, and not create them.
+    let mut p = policy();
+    p.cluster_roles.push(ClusterRole {
+        metadata: meta("", "configmap-patcher"),
+        rules: Some(vec![rule(&["get", "patch"], &[""], &["configmaps"])]),
+        ..ClusterRole::default()
+    });
+    p.role_bindings.push(RoleBinding {
+        metadata: meta("team", "bob-patches"),
+        role_ref: role_ref("ClusterRole", "configmap-patcher"),
+        subjects: Some(vec![subject("User", "bob")]),
+    });
+    let server = start(ServeConfig {
+        policy: Some(Arc::new(StaticPolicy::new(p))),
+        ..rbac_config("apply-create")
+    })
+    .await;
+    create_namespaces_as_admin(&server).await;
+    let bob = bearer(BOB);
+    let bob = bob.as_deref();
+    let cm = |name: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"a": "b"}});
+    let path = "/api/v1/namespaces/team/configmaps";
+    let (code, body) = send(&server, "POST", path, bob, Some(cm("posted"))).await;
+    assert_eq!(code, 403, "{body}");
+    for dry_run in ["", "&dryRun=All"] {
+        let (code, body) = send_typed(
+            &server,
+            "PATCH",
+            &format!("{path}/applied?fieldManager=bob{dry_run}"),
+            bob,
+            "application/apply-patch+yaml",
+            Some(cm("applied")),
+        )
+        .await;
+        assert_eq!(
+            code, 403,
+            "an apply that would create is a create ({dry_run}): {body}"
+        );
+        assert_eq!(
+            body["message"],
+            r#"configmaps "applied" is forbidden: User "bob" cannot create resource "configmaps" in API group "" in the namespace "team""#
+        );
+    }
+    let (code, body) = send(
+        &server,
+        "GET",
+        &format!("{path}/applied"),
+        bearer(ADMIN).as_deref(),
+        None,
+    )
+    .await;
+    assert_eq!(code, 404, "nothing was created: {body}");
+    // Once the object exists, bob's apply is a patch, and his to make.
+    let (code, body) = send(
+        &server,
+        "POST",
+        path,
+        bearer(ADMIN).as_deref(),
+        Some(cm("applied")),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    let mut changed = cm("applied");
+    changed["data"]["a"] = json!("c");
+    let (code, body) = send_typed(
+        &server,
+        "PATCH",
+        &format!("{path}/applied?fieldManager=bob&force=true"),
+        bob,
+        "application/apply-patch+yaml",
+        Some(changed),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["data"]["a"], "c", "{body}");
+    server.shutdown().await.expect("a clean shutdown");
+}

@@ -388,14 +388,19 @@ impl Rbac {
         index.clone()
     }
 
-    /// Decides on `a`.
+    /// Decides on `a`. Decisions on attributes of at most [`CACHED_ATTRIBUTES_BYTES`] are
+    /// cached: a key is a copy of the attributes, which a client writes (a path, a review's
+    /// body), so the cache's bytes stay bounded by its count.
     pub(crate) fn authorize(&self, a: &Attributes) -> Decision {
         let index = self.index();
-        if let Some(d) = self.cache.get(index.version, a) {
+        let cacheable = attributes_bytes(a) <= CACHED_ATTRIBUTES_BYTES;
+        if cacheable && let Some(d) = self.cache.get(index.version, a) {
             return d;
         }
         let d = decide(&index, a);
-        self.cache.insert(index.version, a.clone(), d.clone());
+        if cacheable {
+            self.cache.insert(index.version, a.clone(), d.clone());
+        }
         d
     }
 
@@ -448,6 +453,23 @@ fn decide(index: &Index, a: &Attributes) -> Decision {
         None if errors.is_empty() => Decision::Deny(String::new()),
         None => Decision::Deny(format!("RBAC: {}", aggregate(&errors))),
     }
+}
+
+/// The largest attributes whose decision is cached, counted as the bytes of their strings and
+/// the user's: a request's usual attributes are a few hundred bytes.
+const CACHED_ATTRIBUTES_BYTES: usize = 1024;
+
+/// The bytes of `a`'s strings, the user's included.
+fn attributes_bytes(a: &Attributes) -> usize {
+    let user = a.user.name.len() + a.user.uid.len() + a.user.groups.iter().map(String::len).sum::<usize>();
+    user + a.verb.len()
+        + a.api_group.len()
+        + a.api_version.len()
+        + a.resource.len()
+        + a.subresource.len()
+        + a.namespace.len()
+        + a.name.len()
+        + a.path.len()
 }
 
 #[cfg(test)]
@@ -887,6 +909,20 @@ pub(crate) mod tests {
         // And back.
         source.set(Policy::default());
         assert!(matches!(decide_on(&rbac, &alice, "GET", list), Decision::Deny(_)));
+    }
+
+    #[test]
+    fn decisions_on_attributes_a_client_made_large_are_not_kept() {
+        let rbac = Rbac::new(Arc::new(StaticPolicy::new(policy())), 100);
+        let alice = user("alice", &[]);
+        // A long name in the path (a review's body may hold megabytes): decided, not kept.
+        let long = format!("/api/v1/namespaces/team/pods/{}", "x".repeat(64 << 10));
+        for _ in 0..3 {
+            decide_on(&rbac, &alice, "GET", &long);
+        }
+        assert_eq!(rbac.cached(), 0, "no key of 64 KiB is kept");
+        decide_on(&rbac, &alice, "GET", "/api/v1/namespaces/team/pods/short");
+        assert_eq!(rbac.cached(), 1, "an everyday request's decision is kept");
     }
 
     #[test]
