@@ -1,7 +1,7 @@
 //! What idle connections and streams cost the server, measured on the `watchcache` binary in
 //! a process of its own (its RSS, from /proc), and how many writes one event fanned out to the
-//! streams of one HTTP/2 connection costs (strace). Run by hand; they print the figures:
-//! `cargo test -p watchcache-server --release --test transport_memory -- --ignored --nocapture --test-threads=1`.
+//! streams of one HTTP/2 connection costs (strace). A measurement, not a test: it prints the
+//! figures. `cargo bench -p watchcache-server --bench transport_memory`.
 //!
 //! On the 2-core CI machine (release build, mimalloc, 1,000 of each): an idle TLS connection
 //! with HTTP/1.1 27–28 KiB, with HTTP/2 and no stream 41 KiB (h2 allocates a 16 KiB write and
@@ -117,8 +117,6 @@ async fn tls(dir: &Path, addr: &str, alpn: &[u8]) -> tokio_rustls::client::TlsSt
     client(dir, alpn).connect(name, tcp).await.unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a measurement: run by hand"]
 async fn idle_tls_connections_and_idle_http2_watch_streams_cost_little() {
     const N: usize = 1000;
     let h1 = cost(N, async |dir: &Path, addr: &str| {
@@ -192,8 +190,6 @@ fn http1(addr: &str, request: &str) -> String {
     out.lines().next().unwrap_or_default().to_owned()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a measurement with strace: run by hand"]
 async fn one_event_to_100_streams_of_one_connection_is_written_in_few_writes() {
     const STREAMS: usize = 100;
     let (child_guard, addr) = serve_plaintext();
@@ -287,4 +283,14 @@ async fn one_event_to_100_streams_of_one_connection_is_written_in_few_writes() {
     }
     let _ = std::fs::remove_file(trace);
     drop(child_guard);
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(idle_tls_connections_and_idle_http2_watch_streams_cost_little());
+    runtime.block_on(one_event_to_100_streams_of_one_connection_is_written_in_few_writes());
 }
