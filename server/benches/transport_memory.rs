@@ -38,21 +38,23 @@ fn rss_kib(pid: u32) -> i64 {
 }
 
 fn serve(dir: &Path) -> (Killed, String) {
+    launch(&["--cert-dir", dir.to_str().unwrap()], "https")
+}
+
+/// Starts the binary on a free loopback port with `flags`; it and the address it announces
+/// for `scheme`.
+fn launch(flags: &[&str], scheme: &str) -> (Killed, String) {
     let mut child = Killed(
         Command::new(env!("CARGO_BIN_EXE_watchcache"))
-            .args([
-                "serve",
-                "--addr",
-                "127.0.0.1:0",
-                "--cert-dir",
-                dir.to_str().unwrap(),
-            ])
+            .args(["serve", "--addr", "127.0.0.1:0"])
+            .args(flags)
             .env("RUST_LOG", "warn")
             .stderr(Stdio::piped())
             .spawn()
             .expect("the binary starts"),
     );
     let mut stderr = BufReader::new(child.0.stderr.take().expect("stderr"));
+    let announced = format!("watchcache: serving on {scheme}://");
     let mut line = String::new();
     loop {
         line.clear();
@@ -60,7 +62,7 @@ fn serve(dir: &Path) -> (Killed, String) {
             stderr.read_line(&mut line).expect("stderr") > 0,
             "the server exited early"
         );
-        if let Some(rest) = line.trim().strip_prefix("watchcache: serving on https://") {
+        if let Some(rest) = line.trim().strip_prefix(announced.as_str()) {
             let addr = rest.to_owned();
             std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
             return (child, addr);
@@ -156,28 +158,7 @@ async fn idle_tls_connections_and_idle_http2_watch_streams_cost_little() {
 
 /// Starts the binary on plaintext; its address.
 fn serve_plaintext() -> (Killed, String) {
-    let mut child = Killed(
-        Command::new(env!("CARGO_BIN_EXE_watchcache"))
-            .args(["serve", "--addr", "127.0.0.1:0"])
-            .env("RUST_LOG", "warn")
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the binary starts"),
-    );
-    let mut stderr = BufReader::new(child.0.stderr.take().expect("stderr"));
-    let mut line = String::new();
-    loop {
-        line.clear();
-        assert!(
-            stderr.read_line(&mut line).expect("stderr") > 0,
-            "the server exited early"
-        );
-        if let Some(rest) = line.trim().strip_prefix("watchcache: serving on http://") {
-            let addr = rest.to_owned();
-            std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-            return (child, addr);
-        }
-    }
+    launch(&[], "http")
 }
 
 /// A request of one HTTP/1.1 connection of its own: the status line.
