@@ -41,6 +41,7 @@ mod offload;
 mod openapi;
 mod openapi_pb;
 mod params;
+mod partial;
 mod patch;
 mod pod_gc;
 mod rbac_objects;

@@ -9,6 +9,7 @@ use std::borrow::Cow;
 use watchcache_encoders::{Status, protobuf};
 
 use crate::errors;
+use crate::partial::MetadataRequest;
 use crate::table::TableVersion;
 use crate::yaml;
 
@@ -65,10 +66,12 @@ pub(crate) enum ReadFormat {
     /// `application/vnd.kubernetes.protobuf` (and `;stream=watch` for a watch).
     Protobuf,
     Table(TableVersion),
+    /// `meta.k8s.io` PartialObjectMetadata or PartialObjectMetadataList, in JSON.
+    Metadata(MetadataRequest),
 }
 
-/// The format of a GET, LIST or WATCH: the first range that JSON, protobuf or a
-/// `meta.k8s.io` Table (in JSON) meets; 406 when none does.
+/// The format of a GET, LIST or WATCH: the first range that JSON, protobuf, a `meta.k8s.io`
+/// Table or PartialObjectMetadata(List) (those two in JSON) meets; 406 when none does.
 pub(crate) fn read_format(accept: Option<&str>) -> Result<ReadFormat, Status> {
     for range in ranges(accept) {
         let protobuf = range.media.eq_ignore_ascii_case(protobuf::PROTOBUF);
@@ -85,6 +88,19 @@ pub(crate) fn read_format(accept: Option<&str>) -> Result<ReadFormat, Status> {
             (Some("Table"), Some("meta.k8s.io"), Some("v1beta1")) => {
                 return Ok(ReadFormat::Table(TableVersion::V1beta1));
             }
+            (
+                Some(kind @ ("PartialObjectMetadata" | "PartialObjectMetadataList")),
+                Some("meta.k8s.io"),
+                v,
+            ) if !protobuf => {
+                let version = match v {
+                    Some("v1") => TableVersion::V1,
+                    Some("v1beta1") => TableVersion::V1beta1,
+                    _ => continue,
+                };
+                let list = kind == "PartialObjectMetadataList";
+                return Ok(ReadFormat::Metadata(MetadataRequest { version, list }));
+            }
             _ => {}
         }
     }
@@ -92,7 +108,9 @@ pub(crate) fn read_format(accept: Option<&str>) -> Result<ReadFormat, Status> {
         406,
         "NotAcceptable",
         "only the following media types are accepted: application/json, \
-         application/vnd.kubernetes.protobuf, application/json;as=Table;v=v1;g=meta.k8s.io",
+         application/vnd.kubernetes.protobuf, application/json;as=Table;v=v1;g=meta.k8s.io, \
+         application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io, \
+         application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io",
     ))
 }
 
@@ -197,14 +215,47 @@ mod tests {
             406
         );
         assert_eq!(read_format(Some("application/json;q=0")).unwrap_err().code, 406);
+    }
+
+    #[test]
+    fn metadata_only_reads_are_json() {
+        let list = |version| ReadFormat::Metadata(MetadataRequest { version, list: true });
+        let one = |version| ReadFormat::Metadata(MetadataRequest { version, list: false });
+        // kube-rs's metadata list and watch.
         assert_eq!(
             read_format(Some(
-                "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"
+                "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
             ))
-            .unwrap_err()
-            .code,
-            406
+            .unwrap(),
+            list(TableVersion::V1)
         );
+        assert_eq!(
+            read_format(Some(
+                "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+            ))
+            .unwrap(),
+            one(TableVersion::V1)
+        );
+        assert_eq!(
+            read_format(Some(
+                "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1beta1"
+            ))
+            .unwrap(),
+            one(TableVersion::V1beta1)
+        );
+        // client-go's metadata client: protobuf first, which is skipped for the JSON form.
+        let client_go = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,\
+                         application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+        assert_eq!(read_format(Some(client_go)).unwrap(), list(TableVersion::V1));
+        // Another group or version, or none: not this form.
+        for accept in [
+            "application/json;as=PartialObjectMetadata;g=example.com;v=v1",
+            "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v2",
+            "application/json;as=PartialObjectMetadata;g=meta.k8s.io",
+            "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+        ] {
+            assert_eq!(read_format(Some(accept)).unwrap_err().code, 406, "{accept}");
+        }
     }
 
     #[test]

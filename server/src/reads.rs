@@ -18,10 +18,11 @@ use crate::connection::Connection;
 use crate::errors;
 use crate::metrics;
 use crate::params::Params;
+use crate::partial::{MetadataList, MetadataRequest};
 use crate::response::{json_response, protobuf_response};
 use crate::table::{TableFrames, TableRequest};
 use crate::target::Target;
-use crate::watch_body::{WatchBody, WatchCounters, WatcherGuard};
+use crate::watch_body::{Transform, WatchBody, WatchCounters, WatcherGuard};
 
 /// The form a read answers in, from its Accept header.
 #[derive(Clone, Copy, Debug)]
@@ -31,6 +32,8 @@ pub(crate) enum Form {
     /// length-prefixed.
     Protobuf,
     Table(TableRequest),
+    /// Objects reduced to their metadata (`as=PartialObjectMetadata[List]`).
+    Metadata(MetadataRequest),
 }
 
 impl Form {
@@ -40,10 +43,20 @@ impl Form {
             _ => None,
         }
     }
+
+    fn metadata(self) -> Option<MetadataRequest> {
+        match self {
+            Form::Metadata(m) => Some(m),
+            _ => None,
+        }
+    }
 }
 
 pub(crate) async fn list(state: &AppState, t: &Target, p: &Params, form: Form) -> Result<Response, Status> {
     let table = form.table();
+    if let Some(metadata) = form.metadata() {
+        metadata.fits(true)?;
+    }
     let r = &t.resource;
     let opts = p.list_options(t.namespace.as_deref())?;
     let result = r
@@ -82,6 +95,18 @@ pub(crate) async fn list(state: &AppState, t: &Target, p: &Params, form: Form) -
         return Ok(table_response(table, body));
     }
     let bytes_counter = state.metrics.list_bytes.get_or_create(&labels).clone();
+    if let Some(metadata) = form.metadata() {
+        let chunks = MetadataList::new(metadata, result, r.codec.clone(), DEFAULT_CHUNK_SIZE);
+        let body = Body::from_stream(futures_util::stream::iter(chunks).map(move |chunk| {
+            let chunk = chunk?;
+            bytes_counter.inc_by(chunk.len() as u64);
+            Ok::<_, std::io::Error>(chunk)
+        }));
+        return Ok(with_content_type(
+            json_response(StatusCode::OK, body),
+            metadata.content_type(),
+        ));
+    }
     let protobuf = matches!(form, Form::Protobuf);
     let list = if protobuf {
         let header = ListHeader::of(&result);
@@ -118,16 +143,22 @@ fn object_json(t: &Target, object: &ObjectVersion) -> Result<serde_json::Value, 
 }
 
 fn table_response(table: TableRequest, body: String) -> Response {
-    let mut response = json_response(StatusCode::OK, body);
+    with_content_type(json_response(StatusCode::OK, body), table.version.content_type())
+}
+
+fn with_content_type(mut response: Response, content_type: &'static str) -> Response {
     response.headers_mut().insert(
         axum::http::header::CONTENT_TYPE,
-        axum::http::HeaderValue::from_static(table.version.content_type()),
+        axum::http::HeaderValue::from_static(content_type),
     );
     response
 }
 
 pub(crate) async fn get(t: &Target, name: &str, p: &Params, form: Form) -> Result<Response, Status> {
     let table = form.table();
+    if let Some(metadata) = form.metadata() {
+        metadata.fits(false)?;
+    }
     let r = &t.resource;
     let (object, _) = r
         .cache
@@ -169,6 +200,14 @@ pub(crate) async fn get(t: &Target, name: &str, p: &Params, form: Form) -> Resul
     let json = object
         .encoding(WireFormat::Json, &*r.codec)
         .map_err(|e| errors::codec(&e))?;
+    if let Some(metadata) = form.metadata() {
+        let mut body = BytesMut::with_capacity(json.bytes().len().min(4096));
+        metadata.write_object(json.bytes(), &mut body)?;
+        return Ok(with_content_type(
+            json_response(StatusCode::OK, body.freeze()),
+            metadata.content_type(),
+        ));
+    }
     Ok(json_response(StatusCode::OK, json.bytes().clone()))
 }
 
@@ -180,6 +219,10 @@ pub(crate) async fn watch(
     form: Form,
 ) -> Result<Response, Status> {
     let table = form.table();
+    let metadata = form.metadata();
+    if let Some(metadata) = metadata {
+        metadata.fits(false)?;
+    }
     let r = &t.resource;
     let frames = match form {
         Form::Protobuf => r.frames.protobuf().ok_or_else(|| {
@@ -244,11 +287,15 @@ pub(crate) async fn watch(
         pending,
         guard: Some(guard),
         scratch: BytesMut::new(),
-        table: table.map(|request| TableFrames {
-            request,
-            kind: r.info.kind.clone(),
-            headers_sent: false,
-        }),
+        transform: match (table, metadata) {
+            (Some(request), _) => Some(Transform::Table(TableFrames {
+                request,
+                kind: r.info.kind.clone(),
+                headers_sent: false,
+            })),
+            (None, Some(metadata)) => Some(Transform::Metadata(metadata)),
+            (None, None) => None,
+        },
     };
     if frames.format() == WireFormat::Protobuf {
         let mut response = protobuf_response(StatusCode::OK, Body::from_stream(body));
@@ -259,15 +306,9 @@ pub(crate) async fn watch(
         return Ok(response);
     }
     let response = json_response(StatusCode::OK, Body::from_stream(body));
-    Ok(match table {
-        Some(table) => {
-            let mut response = response;
-            response.headers_mut().insert(
-                axum::http::header::CONTENT_TYPE,
-                axum::http::HeaderValue::from_static(table.version.content_type()),
-            );
-            response
-        }
-        None => response,
+    Ok(match (table, metadata) {
+        (Some(table), _) => with_content_type(response, table.version.content_type()),
+        (None, Some(metadata)) => with_content_type(response, metadata.content_type()),
+        (None, None) => response,
     })
 }

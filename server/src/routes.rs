@@ -523,6 +523,7 @@ async fn resource_request(
                                 version,
                                 include: p.include_object,
                             }),
+                            ReadFormat::Metadata(request) => Form::Metadata(request),
                             ReadFormat::Protobuf => Form::Protobuf,
                             ReadFormat::Json => Form::Json,
                         };

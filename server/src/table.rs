@@ -20,7 +20,7 @@ pub(crate) enum TableVersion {
 }
 
 impl TableVersion {
-    fn api_version(self) -> &'static str {
+    pub(crate) fn api_version(self) -> &'static str {
         match self {
             TableVersion::V1 => "meta.k8s.io/v1",
             TableVersion::V1beta1 => "meta.k8s.io/v1beta1",

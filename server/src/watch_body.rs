@@ -23,6 +23,7 @@ use watchcache_encoders::FrameEncoder;
 
 use crate::errors;
 use crate::metrics::{self, Metrics};
+use crate::partial::MetadataRequest;
 use crate::switch::Signal;
 use crate::table::TableFrames;
 
@@ -49,10 +50,19 @@ pub(crate) struct WatchBody {
     /// Empty, allocating nothing, until the first frame.
     pub(crate) buf: BytesMut,
     pub(crate) guard: Option<WatcherGuard>,
-    /// Frames as Tables, when the client asked for them (`kubectl get -w`).
-    pub(crate) table: Option<TableFrames>,
-    /// Where an object's JSON is put on its way into a Table row.
+    /// Frames as Tables or as metadata only, when the client asked for them.
+    pub(crate) transform: Option<Transform>,
+    /// Where an object's JSON (a Table row's) or a whole frame (a metadata frame's) is put on
+    /// its way.
     pub(crate) scratch: BytesMut,
+}
+
+/// Frames in a form other than the objects': what each event is turned into.
+pub(crate) enum Transform {
+    /// Tables (`kubectl get -w`).
+    Table(TableFrames),
+    /// PartialObjectMetadata (kube-rs's metadata watcher, client-go's metadata informers).
+    Metadata(MetadataRequest),
 }
 
 /// The counters a watch body bumps.
@@ -135,13 +145,21 @@ impl Stream for WatchBody {
         let (mut events, mut bookmarks) = (0u64, 0u64);
         while buf.len() < FLUSH_BYTES {
             let frames = &this.frames;
-            let table = &mut this.table;
+            let transform = &mut this.transform;
             let scratch = &mut this.scratch;
             let polled = watch.poll_next_with(cx, |d| {
                 let is_bookmark = d.kind == EventKind::Bookmark;
-                match table {
+                match transform {
                     None => frames.write(&d, buf).map(|()| is_bookmark),
-                    Some(table) => {
+                    Some(Transform::Metadata(metadata)) => {
+                        scratch.clear();
+                        frames.write(&d, scratch)?;
+                        if let Err(status) = metadata.write_frame(scratch, buf) {
+                            frames.write_error(&status, buf);
+                        }
+                        Ok(is_bookmark)
+                    }
+                    Some(Transform::Table(table)) => {
                         scratch.clear();
                         if let Some(object) = d.object {
                             frames.write_object(object, d.revision, scratch)?;

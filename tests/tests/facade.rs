@@ -556,6 +556,104 @@ async fn tables_carry_the_apiservers_columns_for_lists_gets_and_watches() {
     assert_eq!(next["object"]["rows"].as_array().unwrap().len(), 1);
 }
 
+const METADATA_LIST: &str = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
+const METADATA: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+
+/// kube-rs's metadata watcher (`Controller::owns`) and client-go's metadata informers read
+/// objects reduced to their metadata: a LIST as a PartialObjectMetadataList (streamed over
+/// several chunks here, and paginated), a GET and each watch event as a PartialObjectMetadata.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_only_reads_carry_each_objects_metadata_and_nothing_else() {
+    let server = start(config(0)).await;
+    let c = http();
+    let cms = "/api/v1/namespaces/default/configmaps";
+    // 120 objects of about 1.5 KiB of metadata: the list spans more than one 64 KiB chunk.
+    for i in 0..120 {
+        let cm = json!({"metadata": {"name": format!("cm-{i:03}"), "annotations": {"note": "x".repeat(1500)}},
+            "data": {"k": "v"}});
+        let (code, _) = request(&c, &server, "POST", cms, Some(cm)).await;
+        assert_eq!(code, 201);
+    }
+    let (_, _, full) = get_accept(&server, cms, "application/json").await;
+    let (code, ct, list) = get_accept(&server, cms, METADATA_LIST).await;
+    assert_eq!(code, 200);
+    assert_eq!(ct.as_deref(), Some(METADATA_LIST));
+    assert_eq!(
+        (list["kind"].as_str(), list["apiVersion"].as_str()),
+        (Some("PartialObjectMetadataList"), Some("meta.k8s.io/v1"))
+    );
+    assert_eq!(
+        list["metadata"]["resourceVersion"],
+        full["metadata"]["resourceVersion"]
+    );
+    let items = list["items"].as_array().unwrap();
+    assert_eq!(items.len(), 120);
+    for (item, object) in items.iter().zip(full["items"].as_array().unwrap()) {
+        assert_eq!(
+            item,
+            &json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": object["metadata"]})
+        );
+    }
+    // Pages: the list's metadata carries the token and the count left.
+    let (_, _, page) = get_accept(&server, &format!("{cms}?limit=100"), METADATA_LIST).await;
+    assert_eq!(page["items"].as_array().unwrap().len(), 100);
+    assert_eq!(page["metadata"]["remainingItemCount"], 20);
+    let token = page["metadata"]["continue"].as_str().expect("a continue token");
+    let (_, _, rest) = get_accept(
+        &server,
+        &format!("{cms}?limit=100&continue={token}"),
+        METADATA_LIST,
+    )
+    .await;
+    assert_eq!(rest["items"].as_array().unwrap().len(), 20);
+    assert_eq!(rest["items"][0]["metadata"]["name"], "cm-100");
+    // One object; and the wrong kind for what is read is 406, as the apiserver answers it.
+    let (code, ct, one) = get_accept(&server, &format!("{cms}/cm-007"), METADATA).await;
+    assert_eq!((code, ct.as_deref()), (200, Some(METADATA)));
+    assert_eq!(one["metadata"], full["items"][7]["metadata"]);
+    assert!(one.get("data").is_none());
+    let (code, _, status) = get_accept(&server, &format!("{cms}/cm-007"), METADATA_LIST).await;
+    assert_eq!((code, status["reason"].as_str()), (406, Some("NotAcceptable")));
+    let (code, _, _) = get_accept(&server, cms, METADATA).await;
+    assert_eq!(code, 406);
+
+    // A streaming list's watch: each initial object and the end bookmark in metadata form,
+    // then a change.
+    let (code, mut frames) = watchcache_tests::Frames::open_accepting(
+        &server,
+        &format!("{cms}?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"),
+        METADATA,
+    )
+    .await;
+    assert_eq!(code, 200);
+    for i in 0..120 {
+        let event = frames.next().await.expect("an initial event");
+        assert_eq!(event["type"], "ADDED");
+        assert_eq!(event["object"]["kind"], "PartialObjectMetadata");
+        assert_eq!(event["object"]["metadata"]["name"], format!("cm-{i:03}"));
+        assert!(event["object"].get("data").is_none());
+    }
+    let end = frames.next().await.expect("the bookmark");
+    assert_eq!(end["type"], "BOOKMARK");
+    assert_eq!(end["object"]["kind"], "PartialObjectMetadata");
+    assert_eq!(
+        end["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
+        "true"
+    );
+    let (code, _) = patch(
+        &server,
+        &format!("{cms}/cm-000"),
+        MERGE,
+        json!({"metadata": {"labels": {"a": "b"}}}),
+    )
+    .await;
+    assert_eq!(code, 200);
+    let next = frames.next().await.expect("the change");
+    assert_eq!(next["type"], "MODIFIED");
+    assert_eq!(next["object"]["metadata"]["labels"]["a"], "b");
+    assert!(next["object"].get("data").is_none());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn generation_follows_the_spec_and_finalizers_hold_a_deleted_object_until_removed() {
     let server = start(config(0)).await;

@@ -20,7 +20,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::PostParams;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Value, json};
@@ -623,23 +622,15 @@ async fn kube_rs_watches_and_runs_a_controller_over_tls_with_the_admin_certifica
             }
         })
     };
-    // A controller of configmaps that watches the secrets they own: a configmap is reconciled
-    // when it changes and when a secret it owns does. (Not `Controller::owns`: kube 5 watches
-    // owned objects with its metadata watcher, which asks for
-    // `application/json;as=PartialObjectMetadataList`, and this server answers that with 406.)
+    // A controller of configmaps that owns secrets: a configmap is reconciled when it changes
+    // and when a secret it owns does. kube watches the owned secrets with its metadata
+    // watcher (`application/json;as=PartialObjectMetadataList`, then `as=PartialObjectMetadata`
+    // for the watch).
     let reconciled = Arc::new(AtomicUsize::new(0));
     let controller = {
         let reconciled = Arc::clone(&reconciled);
         let run = Controller::new(cms.clone(), watcher::Config::default())
-            .watches(secrets.clone(), watcher::Config::default(), |secret: Secret| {
-                let ns = secret.namespace();
-                secret
-                    .owner_references()
-                    .iter()
-                    .filter(|o| o.kind == "ConfigMap")
-                    .map(|o| ObjectRef::new(&o.name).within(ns.as_deref().unwrap_or_default()))
-                    .collect::<Vec<_>>()
-            })
+            .owns(secrets.clone(), watcher::Config::default())
             .run(
                 |cm: Arc<ConfigMap>, seen: Arc<AtomicUsize>| async move {
                     if cm.name_any() == "owner" {
