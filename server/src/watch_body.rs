@@ -210,6 +210,10 @@ impl Stream for WatchBody {
             // while the watch idles.
             *buf = BytesMut::new();
         }
+        if this.scratch.capacity() > RETAIN_BYTES {
+            // The same for a Table's or metadata watch's copy of its largest object.
+            this.scratch = BytesMut::new();
+        }
         if ended {
             this.finish();
         }
@@ -220,5 +224,96 @@ impl Stream for WatchBody {
         } else {
             Poll::Pending
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! What a watch keeps between events.
+    use super::*;
+    use crate::table::{TableRequest, TableVersion};
+    use crate::target::Target;
+    use futures_util::StreamExt;
+    use serde_json::json;
+    use std::time::Duration;
+    use watchcache_core::WatchOptions;
+
+    /// A watch of ConfigMaps in `transform`'s form, sent one event of a ConfigMap of `size`
+    /// bytes and then idle: the capacity its scratch buffer keeps while it idles.
+    async fn scratch_kept_after_one_event_of(transform: Transform, size: usize) -> usize {
+        let config = crate::ServeConfig {
+            addr: "127.0.0.1:0".parse().unwrap(),
+            ..crate::ServeConfig::default()
+        };
+        let server = crate::Server::start(config).await.unwrap();
+        let state = server.state();
+        let t = Target::resolve(state, "v1", "configmaps", Some("ns".into()), None).unwrap();
+        let r = &t.resource;
+        let watch = r
+            .cache
+            .watch(WatchOptions {
+                send_initial_events: Some(false),
+                ..WatchOptions::default()
+            })
+            .await
+            .unwrap();
+        let mut body = WatchBody {
+            watch: Some(watch),
+            frames: r.frames.clone(),
+            deadline: Box::pin(tokio::time::sleep(Duration::from_secs(600))),
+            deadline_waker: None,
+            shutdown: state.shutdown.signal(),
+            buf: BytesMut::new(),
+            counters: WatchCounters::new(&state.metrics, "configmaps"),
+            pending: None,
+            guard: None,
+            scratch: BytesMut::new(),
+            transform: Some(transform),
+        };
+        let big = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "big", "namespace": "ns"}, "data": {"k": "x".repeat(size)}});
+        state
+            .store
+            .create(&t.storage_key("big"), Bytes::from(big.to_string()))
+            .await
+            .unwrap();
+        let chunk = tokio::time::timeout(Duration::from_secs(30), body.next())
+            .await
+            .expect("the event in time")
+            .expect("a chunk")
+            .unwrap();
+        assert!(!chunk.is_empty());
+        let kept = body.scratch.capacity();
+        drop(body);
+        server.shutdown().await.unwrap();
+        kept
+    }
+
+    /// A metadata watch (and a Table watch) sent one large object gives its copy of it back,
+    /// as the frame buffer gives a burst back (`RETAIN_BYTES`): otherwise every such watch
+    /// would hold the largest object it ever sent (100 GB for 100,000 watches after one 1 MiB
+    /// ConfigMap).
+    #[tokio::test]
+    async fn a_watch_does_not_keep_a_large_objects_scratch_buffer_while_it_idles() {
+        let size = 1 << 20;
+        let metadata = Transform::Metadata(MetadataRequest {
+            version: TableVersion::V1,
+            list: false,
+        });
+        let kept_metadata = scratch_kept_after_one_event_of(metadata, size).await;
+        let table = Transform::Table(TableFrames {
+            request: TableRequest {
+                version: TableVersion::V1,
+                include: Default::default(),
+            },
+            kind: "ConfigMap".into(),
+            headers_sent: false,
+        });
+        let kept_table = scratch_kept_after_one_event_of(table, size).await;
+        assert!(
+            kept_metadata <= RETAIN_BYTES && kept_table <= RETAIN_BYTES,
+            "after one {size}-byte object, an idle metadata watch keeps {kept_metadata} bytes of \
+             scratch and a Table watch {kept_table} (at most {RETAIN_BYTES} expected)"
+        );
     }
 }
