@@ -3,12 +3,15 @@
 //! streams of one HTTP/2 connection costs (strace). A measurement, not a test: it prints the
 //! figures. `cargo bench -p watchcache-server --bench transport_memory`.
 //!
-//! On the 2-core CI machine (release build, mimalloc, 1,000 of each): an idle TLS connection
-//! with HTTP/1.1 27–28 KiB, with HTTP/2 and no stream 41 KiB (h2 allocates a 16 KiB write and
-//! an 8 KiB read buffer per connection up front), an idle watch on an HTTP/2 stream 6.4–6.8
-//! KiB. One event of 2.4 KiB to 100 watches of one connection: 5 socket writes (the first
-//! frame alone, then the rest in writes of at most 64 KiB, `coalesce.rs`); without
-//! `Coalesce`, h2 writes each data frame past 256 bytes on its own.
+//! On the 2-core CI machine (release build, mimalloc, 1,000 of each; four other builds
+//! sharing the cores, load average 6 to 9), issue 23, before → after, ranges of 3 to 4 runs:
+//! an idle TLS connection with HTTP/1.1 29–32.5 → 9.0–9.6 KiB; with HTTP/2 and no stream
+//! 44.6–44.9 → 28.8–29.6 KiB (h2 allocates a 16 KiB write and an 8 KiB read buffer per
+//! connection up front); an idle watch on an HTTP/2 stream 7.6–12.3 → 1.8–3.1 KiB. Where the
+//! bytes went and go: BENCHMARKS.md, "Transport". One event of 2.4 KiB to 100 watches of one
+//! connection: 5 to 6 socket writes (the first frame alone, then the rest in writes of at
+//! most 64 KiB, `coalesce.rs`); without `Coalesce`, h2 writes each data frame past 256 bytes
+//! on its own.
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

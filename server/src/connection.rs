@@ -22,7 +22,6 @@ use std::time::{Duration, Instant};
 use axum::serve::Listener;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio_util::sync::CancellationToken;
 
 use crate::auth::ClientCert;
 use crate::switch::{Signal, Switch};
@@ -54,16 +53,21 @@ pub(crate) struct Connection {
     client_cert: Arc<ClientCert>,
 }
 
-/// Write progress of one connection. Relaxed throughout: health flags a timer reads, ordered
-/// with nothing else.
+/// Write progress of one connection, and when its stall check is due. Relaxed throughout:
+/// health flags a timer reads, ordered with nothing else (and the check times are written and
+/// read by the one task that serves the connection or stream).
 #[derive(Debug)]
 struct ConnState {
     /// The last write found the socket full and nothing has got through since.
     blocked: AtomicBool,
     /// When a write last got through, in milliseconds of `epoch_ms`.
     progress_ms: AtomicU64,
-    /// Cancelled when the socket is dropped: timers watching it stop.
-    closed: CancellationToken,
+    /// When the next stall check is due, in milliseconds of `epoch_ms`; 0: none.
+    check_at_ms: AtomicU64,
+    /// The latest check a watch asked for: a check that finds the writes flowing waits for it.
+    last_due_ms: AtomicU64,
+    /// How long the writes may stay blocked (the grace period).
+    grace_ms: AtomicU64,
 }
 
 /// Milliseconds since the first call: a cheap clock for write progress.
@@ -77,7 +81,9 @@ impl ConnState {
         ConnState {
             blocked: AtomicBool::new(false),
             progress_ms: AtomicU64::new(epoch_ms()),
-            closed: CancellationToken::new(),
+            check_at_ms: AtomicU64::new(0),
+            last_due_ms: AtomicU64::new(0),
+            grace_ms: AtomicU64::new(0),
         }
     }
 
@@ -140,47 +146,132 @@ impl Connection {
     }
 
     /// A watch's deadline is `deadline` from now. Its body ends the response cleanly then,
-    /// when hyper polls it; but a client that stopped reading leaves that end (and what hyper
+    /// when it is polled; but a client that stopped reading leaves that end (and what was
     /// buffered before it) unflushed, and the connection open. So, `grace` after the deadline
     /// and every `grace` after that, while the connection lives and its writes are blocked:
     /// once they have been blocked for `grace`, drop it. A connection that is idle or writing
     /// (the client reads, or has gone on to other requests) is left alone.
+    ///
+    /// No task of its own: the check is the [`StallTimer`] of the task that serves this
+    /// connection (or stream), which runs the handlers and so sees this call at its next look.
     pub(crate) fn end_if_stalled_after(&self, deadline: Duration, grace: Duration) {
-        let (kill, state, peer) = (self.kill.clone(), Arc::clone(&self.state), self.peer);
-        let parent = self.parent.clone();
-        tokio::spawn(async move {
-            // Saturating: a deadline and a grace period of any size are a time to wait, never
-            // an overflow that would end this task and leave the connection to its client.
-            let mut wait = deadline.saturating_add(grace);
-            loop {
-                tokio::select! {
-                    _ = state.closed.cancelled() => return,
-                    _ = tokio::time::sleep(wait) => {}
-                }
-                match state.stalled_for() {
-                    None => return,
-                    Some(stalled) if stalled >= grace => {
-                        tracing::info!(%peer, ?stalled, "a watch's client stopped reading past its deadline: dropping the connection");
-                        kill.throw();
-                        // A stream's reset cannot be flushed to a connection that is itself
-                        // stalled: drop the connection too.
-                        if let Some((conn, conn_state)) = &parent
-                            && conn_state.stalled_for().is_some_and(|s| s >= grace)
-                        {
-                            conn.throw();
-                        }
-                        return;
-                    }
-                    Some(_) => wait = grace,
-                }
+        // Saturating: a deadline and a grace period of any size are a time to wait, never an
+        // overflow.
+        let due = epoch_ms()
+            .saturating_add(millis(deadline))
+            .saturating_add(millis(grace))
+            .max(1);
+        let state = &self.state;
+        state.grace_ms.store(millis(grace), Ordering::Relaxed);
+        state.last_due_ms.fetch_max(due, Ordering::Relaxed);
+        let _ = state
+            .check_at_ms
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |at| {
+                Some(if at == 0 { due } else { at.min(due) })
+            });
+    }
+
+    /// The timer that carries out [`Connection::end_if_stalled_after`], for the task that
+    /// serves this connection (or stream) to poll.
+    pub(crate) fn stall_timer(&self) -> StallTimer {
+        StallTimer {
+            kill: self.kill.clone(),
+            state: Arc::clone(&self.state),
+            parent: self.parent.clone(),
+            peer: self.peer,
+            sleep: None,
+        }
+    }
+}
+
+/// A duration in milliseconds, saturating.
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The stall checks of one connection (or HTTP/2 stream), in the task that serves it: one
+/// `Sleep`, made at the first check asked for and reset for the next, rather than a task per
+/// watch.
+pub(crate) struct StallTimer {
+    kill: Switch,
+    state: Arc<ConnState>,
+    parent: Option<(Switch, Arc<ConnState>)>,
+    peer: SocketAddr,
+    /// The check time it is set for, and the sleep.
+    sleep: Option<(u64, Pin<Box<tokio::time::Sleep>>)>,
+}
+
+impl StallTimer {
+    /// Makes any check that is due, and registers the task of `cx` for the next. To be called
+    /// after each poll of what runs the connection's handlers.
+    pub(crate) fn poll(&mut self, cx: &mut Context<'_>) {
+        loop {
+            let at = self.state.check_at_ms.load(Ordering::Relaxed);
+            if at == 0 {
+                self.sleep = None;
+                return;
             }
-        });
+            let wait = Duration::from_millis(at.saturating_sub(epoch_ms()));
+            // A check years away is as good as never: no `Instant` overflow.
+            let when = tokio::time::Instant::now()
+                .checked_add(wait)
+                .unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(365 * 24 * 3600));
+            let sleep = match &mut self.sleep {
+                Some((set, sleep)) => {
+                    if *set != at {
+                        sleep.as_mut().reset(when);
+                        *set = at;
+                    }
+                    sleep
+                }
+                None => {
+                    &mut self
+                        .sleep
+                        .insert((at, Box::pin(tokio::time::sleep_until(when))))
+                        .1
+                }
+            };
+            if sleep.as_mut().poll(cx).is_pending() {
+                return;
+            }
+            let next = self.check();
+            // A handler of this task is the only other writer, and it is not running now.
+            let _ = self
+                .state
+                .check_at_ms
+                .compare_exchange(at, next, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+
+    /// The check: when the next is due (0: none).
+    fn check(&self) -> u64 {
+        let (state, now) = (&self.state, epoch_ms());
+        let grace = state.grace_ms.load(Ordering::Relaxed);
+        match state.stalled_for() {
+            None => {
+                let last = state.last_due_ms.load(Ordering::Relaxed);
+                if last > now { last } else { 0 }
+            }
+            Some(stalled) if millis(stalled) >= grace => {
+                let peer = self.peer;
+                tracing::info!(%peer, ?stalled, "a watch's client stopped reading past its deadline: dropping the connection");
+                self.kill.throw();
+                // A stream's reset cannot be flushed to a connection that is itself stalled:
+                // drop the connection too.
+                if let Some((conn, conn_state)) = &self.parent
+                    && conn_state.stalled_for().is_some_and(|s| millis(s) >= grace)
+                {
+                    conn.throw();
+                }
+                0
+            }
+            Some(_) => now.saturating_add(grace).max(1),
+        }
     }
 }
 
 /// What an HTTP/2 stream's sender reports of its writes: blocked while it waits for send
-/// capacity, progress when a frame is handed to the connection. Dropped when the stream ends,
-/// which stops the timers watching it.
+/// capacity, progress when a frame is handed to the connection.
 #[derive(Debug)]
 pub(crate) struct StreamProgress {
     state: Arc<ConnState>,
@@ -197,12 +288,6 @@ impl StreamProgress {
     pub(crate) fn wrote(&self) {
         self.state.progress_ms.store(epoch_ms(), Ordering::Relaxed);
         self.state.blocked.store(false, Ordering::Relaxed);
-    }
-}
-
-impl Drop for StreamProgress {
-    fn drop(&mut self) {
-        self.state.closed.cancel();
     }
 }
 
@@ -239,12 +324,6 @@ impl KillableIo {
             Poll::Ready(Err(_)) => {}
         }
         polled
-    }
-}
-
-impl Drop for KillableIo {
-    fn drop(&mut self) {
-        self.state.closed.cancel();
     }
 }
 
@@ -338,5 +417,103 @@ impl Listener for KillableListener {
             parent: None,
             client_cert: Arc::new(ClientCert::None),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Polls `timer` (as the task serving its connection does) until its switch is thrown or
+    /// no check is left; whether the switch was thrown.
+    async fn run(timer: &mut StallTimer) -> bool {
+        let ended = tokio::time::timeout(
+            Duration::from_secs(30),
+            std::future::poll_fn(|cx| {
+                timer.poll(cx);
+                if timer.kill.is_thrown() || timer.state.check_at_ms.load(Ordering::Relaxed) == 0 {
+                    Poll::Ready(timer.kill.is_thrown())
+                } else {
+                    Poll::Pending
+                }
+            }),
+        )
+        .await;
+        ended.expect("the checks end")
+    }
+
+    fn stall(conn: &Connection) {
+        conn.state.blocked.store(true, Ordering::Relaxed);
+    }
+
+    #[tokio::test]
+    async fn a_connection_blocked_past_a_watchs_deadline_and_grace_is_dropped() {
+        let conn = Connection::detached();
+        let mut timer = conn.stall_timer();
+        stall(&conn);
+        conn.end_if_stalled_after(Duration::from_millis(20), Duration::from_millis(30));
+        assert!(run(&mut timer).await, "thrown");
+        assert!(conn.kill.is_thrown());
+    }
+
+    #[tokio::test]
+    async fn a_connection_whose_writes_flow_is_left_alone_and_checked_no_more() {
+        let conn = Connection::detached();
+        let mut timer = conn.stall_timer();
+        conn.end_if_stalled_after(Duration::from_millis(20), Duration::from_millis(30));
+        assert!(!run(&mut timer).await, "not thrown");
+        assert!(timer.sleep.is_none(), "no timer is kept");
+    }
+
+    #[tokio::test]
+    async fn a_later_watchs_check_still_runs_after_an_earlier_one_found_the_writes_flowing() {
+        let conn = Connection::detached();
+        let mut timer = conn.stall_timer();
+        conn.end_if_stalled_after(Duration::from_millis(10), Duration::from_millis(10));
+        conn.end_if_stalled_after(Duration::from_millis(300), Duration::from_millis(10));
+        // The first check (at 20 ms) finds the writes flowing; they stall after it.
+        let later = conn.state.last_due_ms.load(Ordering::Relaxed);
+        let check = std::future::poll_fn(|cx| {
+            timer.poll(cx);
+            if timer.state.check_at_ms.load(Ordering::Relaxed) == later {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        });
+        tokio::time::timeout(Duration::from_secs(30), check)
+            .await
+            .expect("the first check runs");
+        stall(&conn);
+        assert!(run(&mut timer).await, "the second check drops it");
+    }
+
+    #[tokio::test]
+    async fn a_stalled_stream_of_a_stalled_connection_drops_both_and_of_a_flowing_one_itself() {
+        for connection_stalled in [true, false] {
+            let conn = Connection::detached();
+            let (stream, _progress) = conn.stream();
+            if connection_stalled {
+                stall(&conn);
+            }
+            stall(&stream);
+            let mut timer = stream.stall_timer();
+            stream.end_if_stalled_after(Duration::ZERO, Duration::from_millis(20));
+            assert!(run(&mut timer).await);
+            assert!(stream.kill.is_thrown());
+            assert_eq!(conn.kill.is_thrown(), connection_stalled);
+        }
+    }
+
+    #[tokio::test]
+    async fn deadlines_of_any_size_wait_rather_than_overflow() {
+        let conn = Connection::detached();
+        let mut timer = conn.stall_timer();
+        stall(&conn);
+        conn.end_if_stalled_after(Duration::MAX, Duration::MAX);
+        let waker = std::task::Waker::noop();
+        timer.poll(&mut Context::from_waker(waker));
+        assert!(!conn.kill.is_thrown());
+        assert!(timer.sleep.is_some(), "a check is set, years away");
     }
 }

@@ -33,7 +33,7 @@ use tower::ServiceExt;
 use super::coalesce::Coalesce;
 use super::linger::Linger;
 use super::thrown;
-use crate::connection::{Connection, StreamProgress};
+use crate::connection::{Connection, StallTimer, StreamProgress};
 use crate::switch::Signal;
 
 /// The most of a stream's frames h2 holds before the stream waits (h2's default is 400 KiB):
@@ -130,11 +130,16 @@ pub(crate) async fn serve<IO>(
             Some(Ok((request, respond))) => {
                 let (stream, progress) = conn.stream();
                 let open = Open::new(&gauges.streams);
-                let served = serve_stream(request, respond, stream, progress, app.clone());
-                tokio::spawn(async move {
-                    served.await;
-                    drop(open);
-                });
+                // Spawned as it is: an `async move` around it would hold its future twice (the
+                // captured one and the one awaited).
+                tokio::spawn(serve_stream(
+                    request,
+                    respond,
+                    stream,
+                    progress,
+                    app.clone(),
+                    open,
+                ));
             }
             Some(Err(e)) => {
                 tracing::debug!(peer = %conn.peer(), error = %e, "HTTP/2 connection failed");
@@ -156,14 +161,21 @@ const CONNECTION_HEADERS: [&str; 5] = [
 
 /// One stream: the router's answer, its body piped to the stream. Ends when the body does,
 /// when the client resets the stream, or when the stream's switch is thrown (reset here).
-async fn serve_stream(
+/// `open` counts it until then.
+///
+/// Not an `async fn`: what only the handler needs (the request, the router, the connection)
+/// goes into the handler's boxed future here, so that the stream's task, which lives as long
+/// as an idle watch, holds only what piping needs.
+fn serve_stream(
     request: axum::http::Request<RecvStream>,
-    mut respond: SendResponse<Bytes>,
+    respond: SendResponse<Bytes>,
     stream: Connection,
     progress: StreamProgress,
     app: Router,
-) {
-    let mut killed = stream.killed();
+    open: Open,
+) -> impl Future<Output = ()> + Send + 'static {
+    let killed = stream.killed();
+    let stall = stream.stall_timer();
     let head = request.method() == axum::http::Method::HEAD;
     let mut request = request.map(|body| {
         axum::body::Body::new(RecvBody {
@@ -175,6 +187,21 @@ async fn serve_stream(
     // Boxed: the handler's future is freed once it has answered, rather than sizing the task
     // that pipes an idle watch for as long as it lives.
     let handler = Box::pin(app.oneshot(request));
+    async move {
+        let _open = open;
+        pipe_response(handler, respond, head, killed, stall, progress).await;
+    }
+}
+
+/// The handler's answer, its head sent and its body piped (see [`serve_stream`]).
+async fn pipe_response(
+    handler: Pin<Box<tower::util::Oneshot<Router, axum::http::Request<axum::body::Body>>>>,
+    mut respond: SendResponse<Bytes>,
+    head: bool,
+    mut killed: Signal,
+    mut stall: StallTimer,
+    progress: StreamProgress,
+) {
     let response = tokio::select! {
         response = handler => match response {
             Ok(response) => response,
@@ -197,7 +224,7 @@ async fn serve_stream(
     if end {
         return;
     }
-    if let Err(why) = pipe(&mut send, body, &mut killed, &progress).await {
+    if let Err(why) = pipe(&mut send, body, &mut killed, &progress, &mut stall).await {
         if why == Ended::Killed {
             send.send_reset(Reason::CANCEL);
         }
@@ -217,12 +244,14 @@ enum Ended {
 }
 
 /// Sends `body` on `send` frame by frame, each data frame as its stream's flow control
-/// allows, until it ends (then END_STREAM) or the stream is killed or gone.
+/// allows, until it ends (then END_STREAM) or the stream is killed or gone. The stream's
+/// stall checks (`stall`, asked for by its handler) run here, and throw `killed`.
 async fn pipe(
     send: &mut SendStream<Bytes>,
     body: axum::body::Body,
     killed: &mut Signal,
     progress: &StreamProgress,
+    stall: &mut StallTimer,
 ) -> Result<(), Ended> {
     let mut body = pin!(body);
     loop {
@@ -231,6 +260,7 @@ async fn pipe(
             () = thrown(killed) => return Err(Ended::Killed),
             _ = poll_fn(|cx| send.poll_reset(cx)) => return Err(Ended::Gone),
             frame = poll_fn(|cx| body.as_mut().poll_frame(cx)) => frame,
+            never = checks(stall) => match never {},
         };
         let frame = match frame {
             None => return send.send_data(Bytes::new(), true).map_err(|_| Ended::Gone),
@@ -261,6 +291,7 @@ async fn pipe(
                         Some(Ok(c)) => c,
                         _ => return Err(Ended::Gone),
                     },
+                    never = checks(stall) => match never {},
                 };
             }
             let chunk = data.split_to(capacity.min(data.len()));
@@ -268,6 +299,15 @@ async fn pipe(
             progress.wrote();
         }
     }
+}
+
+/// Runs `stall`'s checks; never completes (a check that ends the stream throws its switch).
+async fn checks(stall: &mut StallTimer) -> std::convert::Infallible {
+    poll_fn(|cx| {
+        stall.poll(cx);
+        Poll::Pending
+    })
+    .await
 }
 
 /// A request body from an HTTP/2 stream, its window released as it is read.
@@ -306,5 +346,50 @@ impl http_body::Body for RecvBody {
 
     fn is_end_stream(&self) -> bool {
         self.recv.is_end_stream()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A request and its response handle, on an in-memory connection.
+    async fn accepted() -> (axum::http::Request<RecvStream>, SendResponse<Bytes>) {
+        let (client, server) = tokio::io::duplex(64 * 1024);
+        tokio::spawn(async move {
+            let (mut send, conn) = h2::client::handshake(client).await.unwrap();
+            tokio::spawn(conn);
+            let request = axum::http::Request::get("http://x/").body(()).unwrap();
+            let (response, _) = send.send_request(request, true).unwrap();
+            let _ = response.await;
+        });
+        let mut h2 = h2::server::handshake(server).await.unwrap();
+        let accepted = h2.accept().await.unwrap().unwrap();
+        tokio::spawn(async move { while h2.accept().await.is_some() {} });
+        accepted
+    }
+
+    /// The task of a stream lives as long as its watch: what it holds is paid for every idle
+    /// watch. Not the request, the router or the connection (they go to the handler's boxed
+    /// future), and the future once, not twice: 1,648 bytes held twice before, 1,096 now (a
+    /// debug build).
+    #[tokio::test]
+    async fn a_streams_task_holds_only_what_piping_needs() {
+        let (request, respond) = accepted().await;
+        let (stream, progress) = Connection::detached().stream();
+        let gauge = Gauge::default();
+        let served = serve_stream(
+            request,
+            respond,
+            stream,
+            progress,
+            Router::new(),
+            Open::new(&gauge),
+        );
+        let size = std::mem::size_of_val(&served);
+        assert!(size <= 1280, "a stream's future is {size} bytes");
+        assert_eq!(gauge.get(), 1, "the stream is counted while its future lives");
+        drop(served);
+        assert_eq!(gauge.get(), 0);
     }
 }

@@ -24,7 +24,7 @@ pub(crate) use h2::Gauges as H2Gauges;
 
 pub(crate) use tls::{Tls, TlsFiles};
 
-use std::pin::pin;
+use std::pin::{Pin, pin};
 use std::time::Duration;
 
 use axum::Router;
@@ -32,7 +32,7 @@ use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncBufRead, AsyncRead, AsyncWrite};
 use tower::ServiceExt;
 
 use crate::connection::{Connection, KillableIo};
@@ -42,6 +42,11 @@ use crate::switch::Signal;
 /// HTTP/1) may take; a client that has not finished by then is dropped with everything it
 /// held.
 pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long an HTTP/1.1 connection over TLS may wait for its first request's bytes before
+/// hyper serves it: hyper's own header read timeout (its default), which would otherwise
+/// have run from the connection's start.
+const FIRST_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What serves accepted connections.
 pub(crate) struct Transport {
@@ -83,8 +88,10 @@ impl Transport {
         let limit = self.handshake_timeout;
         match &self.tls {
             Some(tls) => {
+                // Boxed, as each protocol's serving below: the task of a connection is then as
+                // large as what it runs now, not as the largest of the three.
                 let accepted = tokio::select! {
-                    accepted = tokio::time::timeout(limit, tls.accept(io)) => accepted,
+                    accepted = tokio::time::timeout(limit, Box::pin(tls.accept(io))) => accepted,
                     () = thrown(&mut stop) => return,
                 };
                 let (stream, is_h2, cert) = match accepted {
@@ -100,9 +107,29 @@ impl Transport {
                 };
                 let conn = conn.with_client_cert(cert);
                 if is_h2 {
-                    h2::serve(stream, &self.h2, &self.h2_gauges, conn, app, stop, limit).await;
+                    Box::pin(h2::serve(
+                        stream,
+                        &self.h2,
+                        &self.h2_gauges,
+                        conn,
+                        app,
+                        stop,
+                        limit,
+                    ))
+                    .await;
                 } else {
-                    self.serve_http1(stream, conn, app, stop).await;
+                    let mut stream = stream;
+                    // An idle connection holds no HTTP/1 state (hyper's buffers, 8 KiB to read
+                    // and 8 KiB to write, and its connection) until a request comes.
+                    let first = tokio::select! {
+                        first = tokio::time::timeout(FIRST_REQUEST_TIMEOUT, readable(&mut stream)) => first,
+                        () = thrown(&mut stop) => return,
+                    };
+                    if !matches!(first, Ok(Ok(true))) {
+                        tracing::debug!(%peer, "no request on the connection");
+                        return;
+                    }
+                    Box::pin(self.serve_http1(stream, conn, app, stop)).await;
                 }
             }
             None => {
@@ -112,9 +139,9 @@ impl Transport {
                 };
                 match sniffed {
                     Ok(Ok((io, true))) => {
-                        h2::serve(io, &self.h2, &self.h2_gauges, conn, app, stop, limit).await;
+                        Box::pin(h2::serve(io, &self.h2, &self.h2_gauges, conn, app, stop, limit)).await;
                     }
-                    Ok(Ok((io, false))) => self.serve_http1(io, conn, app, stop).await,
+                    Ok(Ok((io, false))) => Box::pin(self.serve_http1(io, conn, app, stop)).await,
                     Ok(Err(e)) => tracing::debug!(%peer, error = %e, "connection failed"),
                     Err(_) => tracing::debug!(%peer, ?limit, "no request in time"),
                 }
@@ -122,11 +149,13 @@ impl Transport {
         }
     }
 
-    /// HTTP/1.1 with hyper; at `stop`, the connection ends after its current response.
+    /// HTTP/1.1 with hyper; at `stop`, the connection ends after its current response. The
+    /// watches' stall checks run here, in the connection's task.
     async fn serve_http1<IO>(&self, io: IO, conn: Connection, app: Router, mut stop: Signal)
     where
         IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
+        let mut stall = conn.stall_timer();
         let service = app.map_request(move |req: hyper::Request<Incoming>| {
             let mut req = req.map(axum::body::Body::new);
             req.extensions_mut().insert(ConnectInfo(conn.clone()));
@@ -142,10 +171,20 @@ impl Transport {
                 stopping = true;
                 connection.as_mut().graceful_shutdown();
             }
-            connection.as_mut().poll(cx)
+            let polled = connection.as_mut().poll(cx);
+            // After the connection: a handler it ran may have asked for a check.
+            if polled.is_pending() {
+                stall.poll(cx);
+            }
+            polled
         })
         .await;
     }
+}
+
+/// Waits until `io` has bytes to read: `Ok(false)` at its end.
+async fn readable<IO: AsyncBufRead + Unpin>(io: &mut IO) -> std::io::Result<bool> {
+    std::future::poll_fn(|cx| Pin::new(&mut *io).poll_fill_buf(cx).map_ok(|b| !b.is_empty())).await
 }
 
 /// Completes once `signal`'s switch is thrown.
