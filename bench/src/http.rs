@@ -1,77 +1,30 @@
-//! End to end: `watchcache serve` in its own process, `W` streaming HTTP watch clients over
-//! loopback, the server's own churn writing pods, for a bounded time.
+//! End to end: `watchcache serve` in its own process, `W` streaming watch clients of all
+//! pods over loopback, the server's own churn writing pods, for a bounded time, on each
+//! transport (HTTP/1.1 or HTTP/2, plaintext or TLS; see [`crate::wire`], which runs it).
 //!
 //! Each churned pod carries the time it was written (annotation
 //! `watchcache.dev/written-at-us`, set by the server's workload generator); a sampled client
 //! subtracts it from its clock on receipt, so latency covers store, cache, encoding, HTTP and
-//! the client's own scheduling. The measurement window opens once every client's watch has
-//! answered. Client and server share the machine's two cores, so the clients are made cheap:
-//! most only count the frames they receive in the window (a newline count per chunk); one in
-//! `watchers / 64` parses each frame for its write time, counting only events written inside
-//! the window, and records latencies. The server's CPU per delivered frame and its resident
-//! memory per connected (idle) watch come from `/proc`.
+//! the client's own scheduling. Client and server share the machine's two cores, so the
+//! clients are made cheap: most only count the frames they receive in the window (a newline
+//! count per chunk); one in `watchers / 64` parses each frame for its write time. This module
+//! also holds the plaintext HTTP/1.1 helpers the other end-to-end scenarios use.
 
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
-use memchr::memmem;
+use serde_json::{Map, Value, json};
 use tokio::net::TcpStream;
 
-use crate::alloc::{cpu_seconds, peak_rss_of, rss_bytes};
-
-/// How long the clients read before the window opens (see `run`).
-const SETTLE: Duration = Duration::from_secs(2);
-
-/// The annotation the server's churn stamps (see `watchcache_server::workload`).
-const WRITTEN_AT: &[u8] = br#""watchcache.dev/written-at-us":""#;
-
-/// What to run.
-#[derive(Clone, Debug)]
-pub struct Params {
-    /// Streaming watch clients.
-    pub watchers: usize,
-    /// Pod updates per second (the server's `--churn`).
-    pub churn: f64,
-    /// How long the clients watch.
-    pub seconds: f64,
-    /// Pods seeded before the run (the server's `--seed-pods`).
-    pub seed_pods: usize,
-    /// `GLIBC_TUNABLES` for the server process.
-    pub glibc_tunables: String,
-}
-
-/// What a run measured.
-#[derive(Debug, Default)]
-pub struct Outcome {
-    /// Events received, summed over clients.
-    pub deliveries: u64,
-    /// Time the clients watched.
-    pub elapsed: Duration,
-    /// Write-to-receipt latencies, microseconds.
-    pub latencies_us: Vec<u64>,
-    /// Clients whose watch ended early (an error or a closed stream).
-    pub failed: usize,
-    /// The server's peak resident set.
-    pub server_peak_rss: u64,
-    /// The server's resident set once every client was connected.
-    pub server_rss_connected: u64,
-    /// The server's resident set before any client connected.
-    pub server_rss_before: u64,
-    /// Of the sampled clients, the most events written inside the window that one received.
-    pub written_in_window: u64,
-    /// CPU the server used during the window, in cores (1.0 = one core busy throughout).
-    pub server_cores: f64,
-    /// CPU this process (the clients) used during the window, in cores.
-    pub client_cores: f64,
-}
+use crate::kubelets::transport_fields;
+use crate::report::{quantile, round3};
+use crate::wire::{Outcome, Plan, Transport, Watch, connections};
 
 /// Kills the server when dropped, whatever happens.
 pub(crate) struct ServerProcess(pub(crate) Child);
@@ -81,12 +34,6 @@ impl Drop for ServerProcess {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn now_us() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64)
 }
 
 /// A GET of `path` on a fresh connection, up to its response's head: the sender (which keeps
@@ -137,107 +84,66 @@ pub(crate) fn clients_runtime() -> Result<tokio::runtime::Runtime, String> {
 const WATCH_PATH: &str =
     "/api/v1/pods?watch=1&resourceVersion=0&sendInitialEvents=false&resourceVersionMatch=NotOlderThan";
 
-struct ClientResult {
-    deliveries: u64,
-    latencies: Vec<u64>,
-    failed: bool,
-    /// Sampled: events written inside the window that it received.
-    written_in_window: u64,
+/// `watchers` watches of all pods, `per_connection` to a connection on HTTP/2; one in
+/// `watchers / 64` parses its frames.
+pub fn plan(watchers: usize, per_connection: usize, transport: Transport) -> Plan {
+    let sample_every = watchers.div_ceil(64).max(1);
+    let all: Vec<Watch> = (0..watchers)
+        .map(|i| Watch {
+            path: WATCH_PATH.to_owned(),
+            kind: 0,
+            sampled: i % sample_every == 0,
+        })
+        .collect();
+    let groups = all.chunks(per_connection.max(1)).map(<[Watch]>::to_vec).collect();
+    Plan {
+        kinds: vec!["pods"],
+        connections: connections(groups, transport),
+    }
 }
 
-/// When the measurement runs, shared by the runner and the clients.
-struct Window {
-    /// Clients whose watch has answered.
-    connected: AtomicUsize,
-    /// Events written from this time on (µs since the epoch) are counted; `u64::MAX` until
-    /// every client is connected.
-    from_us: AtomicU64,
-    /// When the clients stop.
-    deadline: tokio::sync::watch::Receiver<Option<tokio::time::Instant>>,
-}
-
-/// One watch client: reads frames until the deadline. Sampled, it parses each frame for its
-/// write time, counting the events written inside the window and recording their latency;
-/// otherwise it only counts the frames it receives once the window is open.
-async fn watch(addr: SocketAddr, path: String, window: Arc<Window>, sampled: bool) -> ClientResult {
-    let mut out = ClientResult {
-        deliveries: 0,
-        latencies: Vec::new(),
-        failed: true,
-        written_in_window: 0,
-    };
-    let Ok((_sender, resp)) = open(addr, &path).await else {
-        return out;
-    };
-    if resp.status() != 200 {
-        return out;
+/// The row of one transport's run.
+pub fn row(transport: Transport, watchers: usize, churn: f64, out: &mut Outcome) -> Value {
+    let k = &mut out.kinds[0];
+    let secs = out.elapsed.as_secs_f64().max(1e-9);
+    let mut row = Map::new();
+    row.insert("design".into(), json!(transport.name()));
+    row.insert("watchers".into(), json!(watchers));
+    row.insert(
+        "expected_deliveries_per_sec".into(),
+        json!(round3(churn * watchers as f64)),
+    );
+    row.insert(
+        "written_in_window_per_watcher".into(),
+        json!(k.max_written_in_window),
+    );
+    row.insert("failed_watchers".into(), json!(k.failed));
+    // Every watcher receives every event: against what the sampled clients saw written in
+    // the window (the churn's actual rate, rather than its nominal one).
+    if k.max_written_in_window > 0 {
+        let per_watcher = k.deliveries as f64 / watchers as f64;
+        row.insert(
+            "delivered_vs_written".into(),
+            json!(round3(per_watcher / k.max_written_in_window as f64)),
+        );
     }
-    window.connected.fetch_add(1, Ordering::Relaxed);
-    // Frames are read from the start (a client that did not read until the window opened
-    // would find a backlog there), and counted once the window is open.
-    let mut deadline_rx = window.deadline.clone();
-    let mut deadline: Option<tokio::time::Instant> = None;
-    let mut body = resp.into_body();
-    let finder = memmem::Finder::new(WRITTEN_AT);
-    let mut partial: Vec<u8> = Vec::new();
-    loop {
-        let frame = match deadline {
-            Some(d) => match tokio::time::timeout_at(d, body.frame()).await {
-                Err(_) => {
-                    out.failed = false;
-                    return out;
-                }
-                Ok(frame) => frame,
-            },
-            None => tokio::select! {
-                frame = body.frame() => frame,
-                changed = deadline_rx.changed() => {
-                    if changed.is_err() {
-                        return out;
-                    }
-                    deadline = *deadline_rx.borrow();
-                    continue;
-                }
-            },
-        };
-        let Some(Ok(frame)) = frame else {
-            // The stream ended before the deadline (an ERROR frame ends it): failed.
-            return out;
-        };
-        let Ok(data) = frame.into_data() else { continue };
-        if deadline.is_none() {
-            continue;
+    for (field, q) in [
+        ("p50_latency_us", 0.5),
+        ("p99_latency_us", 0.99),
+        ("p999_latency_us", 0.999),
+    ] {
+        if let Some(v) = quantile(&mut k.latencies_us, q) {
+            row.insert(field.into(), json!(v));
         }
-        if !sampled {
-            // Frames are newline-terminated: count them, look at nothing else.
-            out.deliveries += memchr::memchr_iter(b'\n', &data).count() as u64;
-            continue;
-        }
-        let from = window.from_us.load(Ordering::Relaxed);
-        let received = now_us();
-        partial.extend_from_slice(&data);
-        let mut start = 0;
-        while let Some(nl) = memchr::memchr(b'\n', &partial[start..]) {
-            let line = &partial[start..start + nl];
-            start += nl + 1;
-            if line.starts_with(br#"{"type":"ERROR""#) {
-                return out;
-            }
-            out.deliveries += 1;
-            let written = finder.find(line).and_then(|at| {
-                let digits = &line[at + WRITTEN_AT.len()..];
-                let end = digits.iter().position(|b| !b.is_ascii_digit()).unwrap_or(0);
-                std::str::from_utf8(&digits[..end]).ok()?.parse::<u64>().ok()
-            });
-            // Events written before the window (while clients were still connecting) have
-            // no latency here.
-            if let Some(written) = written.filter(|w| *w >= from) {
-                out.written_in_window += 1;
-                out.latencies.push(received.saturating_sub(written));
-            }
-        }
-        partial.drain(..start);
     }
+    row.insert("latency_samples".into(), json!(k.latencies_us.len()));
+    let delivered = k.deliveries;
+    row.insert(
+        "pods_written_per_sec".into(),
+        json!(round3(k.max_written_in_window as f64 / secs)),
+    );
+    transport_fields(out, delivered, &mut row);
+    Value::Object(row)
 }
 
 /// Starts `binary serve` on a free loopback port with `args` and `env` added; the server is
@@ -287,140 +193,4 @@ pub(crate) async fn wait_ready(addr: SocketAddr, binary: &Path) -> Result<(), St
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     Ok(())
-}
-
-/// The server's resident memory per idle watch: `binary serve` with no churn, `watchers`
-/// watches opened and left idle (nothing is written, so nothing is sent), and the growth of
-/// its resident set between before the first connection and a second after the last one,
-/// divided by the watches. Includes everything a watch holds: the connection's task and
-/// buffers, the watcher, its timers, and the allocator's share.
-pub fn idle_rss_per_watch(binary: &Path, watchers: usize, seed_pods: usize) -> Result<f64, String> {
-    let (server, addr) = start_server(
-        binary,
-        &[
-            "--seed-pods",
-            &seed_pods.to_string(),
-            "--churn",
-            "0",
-            "--max-watchers",
-            &(watchers + 16).to_string(),
-        ],
-        &[],
-    )?;
-    let pid = server.0.id();
-    let rt = clients_runtime()?;
-    rt.block_on(async {
-        wait_ready(addr, binary).await?;
-        // Warm the server's allocator and buffers with a few watches first.
-        let open = |n: usize| {
-            (0..n)
-                .map(|_| {
-                    tokio::spawn(async move {
-                        let (sender, resp) = open(addr, WATCH_PATH).await?;
-                        if resp.status() != 200 {
-                            return Err(format!("WATCH answered {}", resp.status()));
-                        }
-                        Ok::<_, String>((sender, resp))
-                    })
-                })
-                .collect::<Vec<_>>()
-        };
-        let mut held = Vec::new();
-        for h in open(16) {
-            held.push(h.await.map_err(|e| e.to_string())??);
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let before = rss_bytes(pid).ok_or("no RSS for the server")?;
-        for h in open(watchers) {
-            held.push(h.await.map_err(|e| e.to_string())??);
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let after = rss_bytes(pid).ok_or("no RSS for the server")?;
-        drop(held);
-        Ok(after.saturating_sub(before) as f64 / watchers as f64)
-    })
-}
-
-/// Starts `binary serve`, connects `p.watchers` clients, watches for `p.seconds`, calling
-/// `progress(elapsed seconds)`.
-pub fn run(binary: &Path, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Result<Outcome, String> {
-    let (server, addr) = start_server(
-        binary,
-        &[
-            "--seed-pods",
-            &p.seed_pods.to_string(),
-            "--churn",
-            &p.churn.to_string(),
-            "--max-watchers",
-            &(p.watchers + 16).to_string(),
-        ],
-        &[("GLIBC_TUNABLES", p.glibc_tunables.as_str())],
-    )?;
-    let pid = server.0.id();
-    let rt = clients_runtime()?;
-    rt.block_on(async {
-        wait_ready(addr, binary).await?;
-        let (code, _) = get(addr, "/api/v1/pods?limit=1").await?;
-        if code != 200 {
-            return Err(format!("LIST answered {code}"));
-        }
-        // Each watch starts from the cache's revision when it opens, as an informer's starts
-        // from its own fresh LIST: no client replays what was written while the others were
-        // still connecting.
-        let path = WATCH_PATH.to_owned();
-        let rss_before = rss_bytes(pid).unwrap_or(0);
-        let sample_every = p.watchers.div_ceil(64).max(1);
-        let (set_deadline, deadline) = tokio::sync::watch::channel(None);
-        let window = Arc::new(Window {
-            connected: AtomicUsize::new(0),
-            from_us: AtomicU64::new(u64::MAX),
-            deadline,
-        });
-        let clients: Vec<_> = (0..p.watchers)
-            .map(|i| tokio::spawn(watch(addr, path.clone(), window.clone(), i % sample_every == 0)))
-            .collect();
-        // The window opens once every client's watch has answered (or after 60 s, with
-        // whoever made it; the others count as failed).
-        let connect_by = Instant::now() + Duration::from_secs(60);
-        while window.connected.load(Ordering::Relaxed) < p.watchers && Instant::now() < connect_by {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        let rss_connected = rss_bytes(pid).unwrap_or(0);
-        // Opening thousands of watches at once takes the server's time: the window opens a
-        // little after, in the steady state.
-        tokio::time::sleep(SETTLE).await;
-        // Relaxed: the deadline's watch channel publishes it to the clients.
-        window.from_us.store(now_us(), Ordering::Relaxed);
-        let started = Instant::now();
-        let cpu_at_start = (cpu_seconds(pid), cpu_seconds(std::process::id()));
-        let deadline = tokio::time::Instant::now() + Duration::from_secs_f64(p.seconds);
-        let _ = set_deadline.send(Some(deadline));
-        let mut ticker = tokio::time::interval(Duration::from_secs(1));
-        while tokio::time::Instant::now() < deadline {
-            ticker.tick().await;
-            progress(started.elapsed().as_secs());
-        }
-        let window_secs = started.elapsed().as_secs_f64();
-        let cores = |before: Option<f64>, pid: u32| match (before, cpu_seconds(pid)) {
-            (Some(b), Some(a)) => (a - b) / window_secs,
-            _ => 0.0,
-        };
-        let mut out = Outcome {
-            server_rss_connected: rss_connected,
-            server_rss_before: rss_before,
-            server_cores: cores(cpu_at_start.0, pid),
-            client_cores: cores(cpu_at_start.1, std::process::id()),
-            ..Outcome::default()
-        };
-        for c in clients {
-            let r = c.await.map_err(|e| e.to_string())?;
-            out.deliveries += r.deliveries;
-            out.written_in_window = out.written_in_window.max(r.written_in_window);
-            out.failed += usize::from(r.failed);
-            out.latencies_us.extend(r.latencies);
-        }
-        out.elapsed = started.elapsed().min(Duration::from_secs_f64(p.seconds));
-        out.server_peak_rss = peak_rss_of(pid).unwrap_or(0);
-        Ok(out)
-    })
 }

@@ -5,7 +5,8 @@
 //! `tokio::sync::broadcast`), [`cluster`] (the same designs serving a cluster's watchers:
 //! kubelets, Node watchers, controllers, operators), [`list`] (streaming against buffered and a materialised
 //! `Value` list, with a memcpy reference), [`idle`] (a parked cursor against a task and a
-//! channel per watcher), [`http`] (the whole server over loopback), [`soak`] (the server
+//! channel per watcher), [`http`] (the whole server over loopback, on each transport of
+//! [`wire`]), [`kubelets`] (a cluster's kubelets and controllers over the real transport), [`soak`] (the server
 //! for minutes under reconnecting, stalled and listing clients), [`snapshots`] (the server's
 //! memory under a burst of writes with a paginated LIST through it), [`etcd`] (initial sync,
 //! following, restarts and the cost of proving a consistent read on real etcd) and [`patch`]
@@ -21,9 +22,11 @@ pub mod etcd;
 pub mod fanout;
 pub mod http;
 pub mod idle;
+pub mod kubelets;
 pub mod list;
 pub mod objects;
 pub mod patch;
 pub mod report;
 pub mod snapshots;
 pub mod soak;
+pub mod wire;

@@ -17,7 +17,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Map, Value, json};
 use watchcache_bench::alloc::{self, Counting};
 use watchcache_bench::report::{self, Column, human, human_bytes, quantile, round3};
-use watchcache_bench::{cluster, fanout, http, idle, list, patch, snapshots, soak};
+use watchcache_bench::{cluster, fanout, http, idle, kubelets, list, patch, snapshots, soak, wire};
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -45,6 +45,9 @@ enum Scenario {
     Watchers(WatchersArgs),
     /// End to end through `watchcache serve` over loopback.
     Http(HttpArgs),
+    /// Kubelets (a connection each: their pods, Node, ConfigMaps and Secrets) and controllers
+    /// through `watchcache serve` under pod and node churn, over each transport.
+    Kubelets(KubeletsArgs),
     /// `watchcache serve` for minutes: reconnecting, stalled and listing clients; RSS, fds,
     /// open watches and errors over time.
     Soak(SoakArgs),
@@ -258,6 +261,43 @@ struct HttpArgs {
     /// Pods seeded before the run.
     #[arg(long, default_value_t = 1000)]
     seed_pods: usize,
+    /// Transports, comma-separated, each a design of the run: h1, h2 (h2c), h1-tls, h2-tls.
+    #[arg(long, default_value = "h1")]
+    transport: String,
+    /// On HTTP/2, watches multiplexed on each connection.
+    #[arg(long, default_value_t = 1)]
+    streams_per_connection: usize,
+    /// The `watchcache` binary [default: next to this one, built if missing].
+    #[arg(long)]
+    binary: Option<PathBuf>,
+    /// Print one JSON object on stdout (the table goes to stderr).
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct KubeletsArgs {
+    /// Nodes, each with a kubelet.
+    #[arg(long, default_value_t = 1000)]
+    nodes: usize,
+    /// Controllers watching all pods and all nodes, a connection each.
+    #[arg(long, default_value_t = 50)]
+    controllers: usize,
+    /// Pods seeded per node (about 4 KiB each).
+    #[arg(long, default_value_t = 10)]
+    pods_per_node: usize,
+    /// Pod updates per second.
+    #[arg(long, default_value_t = 1000.0)]
+    pod_churn: f64,
+    /// Node status updates per second.
+    #[arg(long, default_value_t = 500.0)]
+    node_churn: f64,
+    /// Seconds the clients count.
+    #[arg(long, default_value_t = 10.0)]
+    seconds: f64,
+    /// Transports, comma-separated, each a design of the run: h1, h2 (h2c), h1-tls, h2-tls.
+    #[arg(long, default_value = "h1,h2,h1-tls,h2-tls")]
+    transport: String,
     /// The `watchcache` binary [default: next to this one, built if missing].
     #[arg(long)]
     binary: Option<PathBuf>,
@@ -307,6 +347,7 @@ fn main() {
         Scenario::List(a) => run_list(a),
         Scenario::Watchers(a) => run_watchers(a),
         Scenario::Http(a) => run_http(a),
+        Scenario::Kubelets(a) => run_kubelets(a),
         Scenario::Soak(a) => run_soak(a),
         Scenario::Etcd(a) => run_etcd(a),
         Scenario::Patch(a) => run_patch(a),
@@ -1105,90 +1146,186 @@ fn run_http(a: HttpArgs) -> Result<(), String> {
     if a.watchers == 0 || !(0.0 < a.seconds && a.seconds <= 3600.0) || a.churn.is_nan() || a.churn <= 0.0 {
         return Err("--watchers and --churn must be positive, --seconds between 0 and 3600".into());
     }
+    if a.streams_per_connection == 0 || a.streams_per_connection > 100_000 {
+        return Err("--streams-per-connection must be from 1 to 100000".into());
+    }
+    let transports = wire::parse_transports(&a.transport)?;
     let binary = server_binary(a.binary)?;
-    let p = http::Params {
-        watchers: a.watchers,
-        churn: a.churn,
-        seconds: a.seconds,
-        seed_pods: a.seed_pods,
+    let server = wire::Server {
+        binary: &binary,
+        args: vec![
+            "--seed-pods".into(),
+            a.seed_pods.to_string(),
+            "--churn".into(),
+            a.churn.to_string(),
+        ],
         glibc_tunables: glibc_tunables(),
     };
-    let bar = ProgressBar::new(a.seconds.ceil() as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{prefix:>32} [{elapsed_precise}] {wide_bar} {pos}/{len} s")
-            .expect("a valid template"),
-    );
-    bar.set_prefix(format!("ring W={} churn={}/s", a.watchers, a.churn));
-    let b = bar.clone();
-    let idle = http::idle_rss_per_watch(&binary, a.watchers, a.seed_pods)?;
-    let mut out = http::run(&binary, &p, &move |s| b.set_position(s))?;
-    bar.finish_and_clear();
-    let secs = out.elapsed.as_secs_f64().max(1e-9);
-    let frames = out.deliveries.max(1) as f64;
-    let mut row = json!({
-        "design": "ring",
-        "watchers": a.watchers,
-        "deliveries": out.deliveries,
-        "deliveries_per_sec": round3(out.deliveries as f64 / secs),
-        "expected_deliveries_per_sec": round3(a.churn * a.watchers as f64),
-        "written_in_window_per_watcher": out.written_in_window,
-        "failed_watchers": out.failed,
-        "peak_rss_bytes": out.server_peak_rss,
-        "server_rss_bytes": out.server_rss_connected,
-        "server_rss_bytes_per_watch": round3(idle),
-        "server_rss_bytes_per_busy_watch": round3(
-            out.server_rss_connected.saturating_sub(out.server_rss_before) as f64 / a.watchers as f64
-        ),
-        "server_cores": round3(out.server_cores),
-        "server_cpu_us_per_frame": round3(out.server_cores * secs * 1e6 / frames),
-        "client_cores": round3(out.client_cores),
-        "latency_samples": out.latencies_us.len(),
-    });
-    for (field, q) in [
-        ("p50_latency_us", 0.5),
-        ("p99_latency_us", 0.99),
-        ("p999_latency_us", 0.999),
-    ] {
-        if let Some(v) = quantile(&mut out.latencies_us, q) {
-            row[field] = json!(v);
-        }
+    let mut rows = Vec::new();
+    for &t in &transports {
+        let plan = http::plan(a.watchers, a.streams_per_connection, t);
+        let bar = seconds_bar(
+            a.seconds,
+            format!("{} W={} churn={}/s", t.name(), a.watchers, a.churn),
+        );
+        let b = bar.clone();
+        let mut out = wire::run(&server, t, &plan, a.seconds, &move |s| b.set_position(s))?;
+        bar.finish_and_clear();
+        rows.push(http::row(t, a.watchers, a.churn, &mut out));
     }
     let mut ratios = Map::new();
-    if let (Some(d), Some(e)) = (
-        report::num(&row, "deliveries_per_sec"),
-        report::num(&row, "expected_deliveries_per_sec"),
-    ) {
-        ratios.insert("delivered_vs_expected".into(), json!(round3(d / e)));
-    }
-    // Every watcher receives every event: against what the sampled clients saw written in
-    // the window (the churn's actual rate, rather than its nominal one).
-    if out.written_in_window > 0 {
-        let per_watcher = out.deliveries as f64 / a.watchers as f64;
-        ratios.insert(
-            "delivered_vs_written".into(),
-            json!(round3(per_watcher / out.written_in_window as f64)),
-        );
+    transport_ratios(&rows, &mut ratios);
+    for row in &rows {
+        if let Some(d) = report::num(row, "delivered_vs_written") {
+            ratios.insert(
+                format!("{}_delivered_vs_written", row["design"].as_str().unwrap_or("?")),
+                json!(d),
+            );
+        }
     }
     finish(
         "http",
-        json!({"watchers": a.watchers, "churn": a.churn, "seconds": a.seconds, "seed_pods": a.seed_pods}),
-        vec![row],
+        json!({"watchers": a.watchers, "churn": a.churn, "seconds": a.seconds, "seed_pods": a.seed_pods,
+               "transport": a.transport, "streams_per_connection": a.streams_per_connection}),
+        rows,
         ratios,
         &[
             ("design", "design", human),
             ("watchers", "watchers", human),
+            ("conns", "connections", human),
             ("deliveries/s", "deliveries_per_sec", human),
             ("expected/s", "expected_deliveries_per_sec", human),
+            ("delivered", "delivered_vs_written", fraction),
             ("p50", "p50_latency_us", us),
             ("p99", "p99_latency_us", us),
             ("p99.9", "p999_latency_us", us),
-            ("server RSS", "server_rss_bytes", human_bytes),
-            ("RSS/idle watch", "server_rss_bytes_per_watch", human_bytes),
+            ("RSS/conn", "rss_bytes_per_connection", human_bytes),
+            ("RSS/stream", "rss_bytes_per_stream", human_bytes),
+            ("handshake CPU", "handshake_cpu_us", us),
             ("server peak RSS", "peak_rss_bytes", human_bytes),
             ("server CPU", "server_cores", cores),
             ("CPU/frame", "server_cpu_us_per_frame", us),
             ("client CPU", "client_cores", cores),
             ("failed", "failed_watchers", human),
+        ],
+        a.json,
+    );
+    Ok(())
+}
+
+fn fraction(x: f64) -> String {
+    format!("{x:.3}")
+}
+
+/// A progress bar over a run's seconds.
+fn seconds_bar(seconds: f64, prefix: String) -> ProgressBar {
+    let bar = ProgressBar::new(seconds.ceil() as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{prefix:>32} [{elapsed_precise}] {wide_bar} {pos}/{len} s")
+            .expect("a valid template"),
+    );
+    bar.set_prefix(prefix);
+    bar
+}
+
+/// Each transport's CPU per frame, memory per stream and handshake cost against HTTP/1.1's
+/// (the same security: h2 against h1, h2-tls against h1-tls).
+fn transport_ratios(rows: &[Value], ratios: &mut Map<String, Value>) {
+    let find = |name: &str| rows.iter().find(|r| r["design"] == name);
+    for (a, b) in [
+        ("h2", "h1"),
+        ("h2-tls", "h1-tls"),
+        ("h1-tls", "h1"),
+        ("h2-tls", "h2"),
+    ] {
+        let (Some(ra), Some(rb)) = (find(a), find(b)) else {
+            continue;
+        };
+        for field in [
+            "server_cpu_us_per_frame",
+            "rss_bytes_per_stream",
+            "handshake_cpu_us",
+        ] {
+            if let (Some(x), Some(y)) = (report::num(ra, field), report::num(rb, field))
+                && y > 0.0
+            {
+                ratios.insert(format!("{a}_vs_{b}_{field}"), json!(round3(x / y)));
+            }
+        }
+    }
+}
+
+fn run_kubelets(a: KubeletsArgs) -> Result<(), String> {
+    if a.nodes == 0 || a.nodes > 100_000 || a.controllers > 10_000 || a.pods_per_node > 1000 {
+        return Err("--nodes from 1 to 100000, --controllers up to 10000, --pods-per-node up to 1000".into());
+    }
+    let rates = 0.0..=100_000.0;
+    if !(0.0 < a.seconds
+        && a.seconds <= 3600.0
+        && rates.contains(&a.pod_churn)
+        && rates.contains(&a.node_churn))
+    {
+        return Err("--seconds between 0 and 3600, the churns from 0 to 100000".into());
+    }
+    let transports = wire::parse_transports(&a.transport)?;
+    let binary = server_binary(a.binary)?;
+    let p = kubelets::Params {
+        nodes: a.nodes,
+        controllers: a.controllers,
+        pods_per_node: a.pods_per_node,
+        pod_churn: a.pod_churn,
+        node_churn: a.node_churn,
+        seconds: a.seconds,
+    };
+    let server = wire::Server {
+        binary: &binary,
+        args: kubelets::server_args(&p),
+        glibc_tunables: glibc_tunables(),
+    };
+    let mut rows = Vec::new();
+    for &t in &transports {
+        let plan = kubelets::plan(&p, t);
+        let bar = seconds_bar(a.seconds, format!("{} nodes={}", t.name(), a.nodes));
+        let b = bar.clone();
+        let out = wire::run(&server, t, &plan, a.seconds, &move |s| b.set_position(s));
+        bar.finish_and_clear();
+        match out {
+            Ok(mut out) => rows.push(kubelets::row(t, &p, &mut out)),
+            // A transport this machine cannot run (too many connections for its open files
+            // limit) is reported, and the others still run.
+            Err(e) => {
+                eprintln!("{}: {e}", t.name());
+                rows.push(json!({"design": t.name(), "nodes": a.nodes, "error": e}));
+            }
+        }
+    }
+    let mut ratios = Map::new();
+    transport_ratios(&rows, &mut ratios);
+    finish(
+        "kubelets",
+        json!({"nodes": a.nodes, "controllers": a.controllers, "pods_per_node": a.pods_per_node,
+               "pod_churn": a.pod_churn, "node_churn": a.node_churn, "seconds": a.seconds,
+               "transport": a.transport}),
+        rows,
+        ratios,
+        &[
+            ("design", "design", human),
+            ("conns", "connections", human),
+            ("streams", "streams", human),
+            ("pods w/s", "pod_events_written_per_sec", human),
+            ("nodes w/s", "node_events_written_per_sec", human),
+            ("delivered", "delivered_fraction", fraction),
+            ("pods p50", "kubelet_pods_p50_us", us),
+            ("pods p99", "kubelet_pods_p99_us", us),
+            ("nodes p50", "kubelet_nodes_p50_us", us),
+            ("nodes p99", "kubelet_nodes_p99_us", us),
+            ("ctrl p99", "controller_pods_p99_us", us),
+            ("CPU/frame", "server_cpu_us_per_frame", us),
+            ("server CPU", "server_cores", cores),
+            ("RSS/conn", "rss_bytes_per_connection", human_bytes),
+            ("RSS/stream", "rss_bytes_per_stream", human_bytes),
+            ("handshake CPU", "handshake_cpu_us", us),
+            ("failed", "failed_watches", human),
         ],
         a.json,
     );

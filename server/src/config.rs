@@ -36,6 +36,13 @@ pub struct ServeConfig {
     pub seed_pods: usize,
     /// Pod updates per second after seeding.
     pub churn: f64,
+    /// Nodes to seed with a status, the seeded pods spread over them, with the ConfigMaps and
+    /// Secrets their kubelets watch (0: up to 100 nodes without a status).
+    pub seed_nodes: usize,
+    /// Node status updates per second after seeding (with `seed_nodes`).
+    pub node_churn: f64,
+    /// Whether the churn waits for `workload::START_KEY` to exist.
+    pub churn_wait: bool,
     /// How long shutdown waits for open connections to end cleanly before it drops them, and
     /// how long past its deadline a watch whose client stopped reading keeps its connection.
     /// Default 10 s.
@@ -160,6 +167,9 @@ impl Default for ServeConfig {
             max_writes: crate::offload::MAX_WRITES,
             seed_pods: 0,
             churn: 0.0,
+            seed_nodes: 0,
+            node_churn: 0.0,
+            churn_wait: false,
             shutdown_grace: Duration::from_secs(10),
             min_request_timeout: Duration::from_secs(1800),
             etcd: Vec::new(),

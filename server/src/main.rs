@@ -137,6 +137,17 @@ struct ServeArgs {
     /// Pod updates per second after seeding.
     #[arg(long, default_value_t = 0.0, value_parser = rate)]
     churn: f64,
+    /// Benchmark workload: nodes to create with a status, the seeded pods spread over them, and
+    /// 16 ConfigMaps and 16 Secrets in each of the 10 namespaces (what kubelets watch).
+    #[arg(long, default_value_t = 0, value_parser = count(100_000))]
+    seed_nodes: usize,
+    /// Benchmark workload: node status updates per second after seeding (with --seed-nodes).
+    #[arg(long, default_value_t = 0.0, value_parser = rate)]
+    node_churn: f64,
+    /// Benchmark workload: hold the churn until the ConfigMap default/churn-start exists (a
+    /// benchmark creates it once its clients are connected).
+    #[arg(long)]
+    churn_wait: bool,
     /// History window per resource, in events (a power of two).
     #[arg(long, default_value = "4096", value_parser = power_of_two)]
     history: usize,
@@ -307,6 +318,9 @@ async fn main() -> std::process::ExitCode {
         max_watchers: args.max_watchers,
         seed_pods: args.seed_pods,
         churn: args.churn,
+        seed_nodes: args.seed_nodes,
+        node_churn: args.node_churn,
+        churn_wait: args.churn_wait,
         shutdown_grace: args.shutdown_grace,
         min_request_timeout: args.min_request_timeout,
         history_bytes: args.history_bytes,

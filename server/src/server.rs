@@ -255,7 +255,14 @@ impl Server {
                 streams: metrics.http2_streams.clone(),
             },
         ));
-        workload::seed(&store, config.seed_pods).await;
+        let work = workload::Workload {
+            pods: config.seed_pods,
+            nodes: config.seed_nodes,
+            pod_churn: config.churn,
+            node_churn: config.node_churn,
+            wait: config.churn_wait,
+        };
+        workload::seed(&store, &work).await;
         namespaces::ensure_system(&store).await;
         rbac_objects::bootstrap::ensure(&store).await;
         let resources = resources::build(&store, &config)?;
@@ -286,12 +293,7 @@ impl Server {
             rbac,
             audit,
         });
-        tokio::spawn(workload::churn(
-            store.clone(),
-            config.seed_pods,
-            config.churn,
-            shutdown.token(),
-        ));
+        tokio::spawn(workload::churn(store.clone(), work, shutdown.token()));
         tokio::spawn(namespace_controller::run(state.clone()));
         tokio::spawn(pod_gc::run(state.clone()));
         tokio::spawn(rbac_objects::aggregation::run(state.clone()));

@@ -1,5 +1,8 @@
 //! The workload generator: realistic pods of about 4 KiB spread over namespaces and nodes,
-//! and a steady churn of updates, for the demo and the benchmarks.
+//! and a steady churn of updates, for the demo and the benchmarks. For a benchmark of
+//! kubelets' traffic it also seeds a given number of nodes with a status, the ConfigMaps and
+//! Secrets their pods mount, and churns node statuses (a kubelet's heartbeat); the churn can
+//! wait until the benchmark's clients are connected ([`START_KEY`]).
 
 use std::time::Duration;
 
@@ -31,6 +34,99 @@ pub const NAMESPACES: usize = 10;
 /// How many nodes `pods` seeded pods run on: about 30 each, between 1 and 100 nodes.
 pub fn node_count(pods: usize) -> usize {
     pods.div_ceil(30).clamp(1, 100)
+}
+
+/// What the generator seeds and churns (the server's benchmark workload flags).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Workload {
+    /// Pods to seed (`--seed-pods`).
+    pub pods: usize,
+    /// Nodes to seed with a status, the pods spread over them (`--seed-nodes`); 0 for
+    /// [`node_count`] nodes without a status, as without the flag.
+    pub nodes: usize,
+    /// Pod updates per second (`--churn`).
+    pub pod_churn: f64,
+    /// Node status updates per second (`--node-churn`).
+    pub node_churn: f64,
+    /// Whether the churn waits for [`START_KEY`] to exist (`--churn-wait`).
+    pub wait: bool,
+}
+
+impl Workload {
+    /// The nodes the pods run on.
+    pub fn node_total(&self) -> usize {
+        if self.nodes > 0 {
+            self.nodes
+        } else {
+            node_count(self.pods)
+        }
+    }
+}
+
+/// With `--churn-wait`, the churn starts once this ConfigMap (`default/churn-start`) exists: a
+/// benchmark creates it when its clients are connected, so that what they cost idle is
+/// measured before the first update.
+pub const START_KEY: &str = "/registry/configmaps/default/churn-start";
+
+/// ConfigMaps and Secrets seeded in each namespace with `--seed-nodes` (`config-K`,
+/// `secret-K`), which the kubelets of a benchmark watch by name.
+pub const CONFIG_OBJECTS: usize = 16;
+
+/// The ConfigMaps and Secrets the kubelet of node `node` watches: four of each, in the
+/// namespace `ns-(node % 10)`, as (resource, namespace, name).
+pub fn kubelet_objects(node: usize) -> Vec<(&'static str, String, String)> {
+    let ns = format!("ns-{}", node % NAMESPACES);
+    (0..4)
+        .flat_map(|k| {
+            let at = (node / NAMESPACES + k) % CONFIG_OBJECTS;
+            [
+                ("configmaps", ns.clone(), format!("config-{at}")),
+                ("secrets", ns.clone(), format!("secret-{at}")),
+            ]
+        })
+        .collect()
+}
+
+/// A Node with a status (about 2.5 KiB: conditions, addresses, capacity, images), its
+/// heartbeat and the time it was written ([`WRITTEN_AT_ANNOTATION`]) fresh.
+pub fn node(n: usize, generation: u64) -> Value {
+    let stamp = now();
+    let condition = |kind: &str, status: &str, reason: &str| {
+        json!({"type": kind, "status": status, "reason": reason, "message": format!("kubelet reports {reason}"),
+               "lastHeartbeatTime": stamp, "lastTransitionTime": "2026-01-01T00:00:00Z"})
+    };
+    let images: Vec<Value> = (0..8)
+        .map(|k| json!({"names": [format!("registry.example.com/team/image-{k}@sha256:{:064x}", n * 8 + k)], "sizeBytes": 10_000_000 + k * 1_000}))
+        .collect();
+    json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": format!("node-{n}"),
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+            "labels": {"kubernetes.io/hostname": format!("node-{n}"), "kubernetes.io/os": "linux", "topology.kubernetes.io/zone": format!("zone-{}", n % 3)},
+            "annotations": {"watchcache.dev/generation": generation.to_string(), WRITTEN_AT_ANNOTATION: micros_since_epoch()},
+        },
+        "spec": {"podCIDR": format!("10.{}.{}.0/24", n / 256 % 256, n % 256)},
+        "status": {
+            "capacity": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+            "allocatable": {"cpu": "7800m", "memory": "31Gi", "pods": "110"},
+            "conditions": [
+                condition("MemoryPressure", "False", "KubeletHasSufficientMemory"),
+                condition("DiskPressure", "False", "KubeletHasNoDiskPressure"),
+                condition("PIDPressure", "False", "KubeletHasSufficientPID"),
+                condition("Ready", "True", "KubeletReady"),
+            ],
+            "addresses": [{"type": "InternalIP", "address": format!("192.0.{}.{}", n / 256 % 256, n % 256)}, {"type": "Hostname", "address": format!("node-{n}")}],
+            "nodeInfo": {"kubeletVersion": "v1.31.0", "containerRuntimeVersion": "containerd://1.7.0", "osImage": "Debian GNU/Linux 12", "architecture": "amd64", "operatingSystem": "linux"},
+            "images": images,
+        },
+    })
+}
+
+/// The storage key of seeded node `n`.
+pub fn node_key(n: usize) -> String {
+    format!("/registry/minions/node-{n}")
 }
 
 /// A pod of about 4 KiB: labels, annotations, two containers with env, resources and probes.
@@ -80,18 +176,42 @@ pub fn pod_key(i: usize) -> String {
 /// How many writes seeding keeps in flight (etcd answers each after a round of consensus).
 const SEED_IN_FLIGHT: usize = 64;
 
-/// Creates `pods` pods with their namespaces and nodes (objects that already exist are kept).
-pub async fn seed(store: &Backend, pods: usize) {
+/// Creates the pods with their namespaces and nodes, and with `--seed-nodes` the nodes'
+/// statuses and the ConfigMaps and Secrets of [`kubelet_objects`] (objects that already exist
+/// are kept).
+pub async fn seed(store: &Backend, w: &Workload) {
     use futures_util::StreamExt;
-    let nodes = node_count(pods);
+    let pods = w.pods;
+    let nodes = w.node_total();
     let mut writes: Vec<(String, Value)> = Vec::new();
-    for n in 0..NAMESPACES.min(pods.max(1)) {
+    let namespaces = if w.nodes > 0 {
+        NAMESPACES
+    } else {
+        NAMESPACES.min(pods.max(1))
+    };
+    for n in 0..namespaces {
         let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": format!("ns-{n}"), "creationTimestamp": now()}, "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}});
         writes.push((format!("/registry/namespaces/ns-{n}"), ns));
     }
     for n in 0..nodes {
-        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": format!("node-{n}"), "creationTimestamp": now(), "labels": {"kubernetes.io/hostname": format!("node-{n}")}}, "spec": {}});
-        writes.push((format!("/registry/minions/node-{n}"), node));
+        let node = if w.nodes > 0 {
+            node(n, 0)
+        } else {
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": format!("node-{n}"), "creationTimestamp": now(), "labels": {"kubernetes.io/hostname": format!("node-{n}")}}, "spec": {}})
+        };
+        writes.push((node_key(n), node));
+    }
+    if w.nodes > 0 {
+        for n in 0..NAMESPACES {
+            let ns = format!("ns-{n}");
+            for k in 0..CONFIG_OBJECTS {
+                let meta = |name: String| json!({"name": name, "namespace": ns, "uid": uuid::Uuid::new_v4().to_string(), "creationTimestamp": now()});
+                let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(format!("config-{k}")), "data": {"app.conf": "x".repeat(512)}});
+                let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": meta(format!("secret-{k}")), "type": "Opaque", "data": {"token": "eA==".repeat(64)}});
+                writes.push((format!("/registry/configmaps/{ns}/config-{k}"), cm));
+                writes.push((format!("/registry/secrets/{ns}/secret-{k}"), secret));
+            }
+        }
     }
     let objects = writes
         .into_iter()
@@ -105,31 +225,87 @@ pub async fn seed(store: &Backend, pods: usize) {
         .await;
 }
 
-/// Updates random seeded pods at `rate` per second until `stop`.
-pub async fn churn(store: Backend, pods: usize, rate: f64, stop: CancellationToken) {
-    if pods == 0 || rate <= 0.0 {
+/// Runs the churn of `w` until `stop`: pod updates at `w.pod_churn` per second and node
+/// status updates at `w.node_churn`, from when [`START_KEY`] exists if `w.wait`.
+pub async fn churn(store: Backend, w: Workload, stop: CancellationToken) {
+    if w.pod_churn <= 0.0 && w.node_churn <= 0.0 {
         return;
     }
-    let nodes = node_count(pods);
-    // Ticks of at least 1 ms, several updates a tick at high rates.
-    let per_tick = (rate / 1000.0).ceil().max(1.0);
-    let period = Duration::from_secs_f64(per_tick / rate);
-    let mut ticker = tokio::time::interval(period);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut generation = 1u64;
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = ticker.tick() => {}
+    if w.wait {
+        let mut poll = tokio::time::interval(Duration::from_millis(50));
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = poll.tick() => {}
+            }
+            if matches!(store.get(START_KEY).await, Ok(Some(_))) {
+                break;
+            }
         }
-        for _ in 0..per_tick as usize {
+    }
+    let nodes = w.node_total();
+    let pods = w.pods;
+    // One writer, fed through a channel of one: a version waits for at most the write before
+    // it, so the time it carries is its write's, and a store slower than the offered rates
+    // slows the generators rather than queueing stamped versions.
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<(String, Value)>(1);
+    let pod_churn = at_rate(
+        if pods > 0 { w.pod_churn } else { 0.0 },
+        stop.clone(),
+        tx.clone(),
+        |generation| {
             let i = fastrand::usize(0..pods);
-            generation += 1;
-            let key = pod_key(i);
-            let value = Bytes::from(pod(i, nodes, generation).to_string());
-            // A pod deleted by a user is simply recreated.
+            (pod_key(i), pod(i, nodes, generation))
+        },
+    );
+    let node_churn = at_rate(
+        if w.nodes > 0 { w.node_churn } else { 0.0 },
+        stop.clone(),
+        tx,
+        |generation| {
+            let n = fastrand::usize(0..nodes);
+            (node_key(n), node(n, generation))
+        },
+    );
+    let writer = async move {
+        while let Some((key, value)) = rx.recv().await {
+            let value = Bytes::from(value.to_string());
+            // An object deleted by a user is simply recreated.
             if store.update(&key, value.clone(), None).await.is_err() {
                 let _ = store.create(&key, value).await;
+            }
+        }
+    };
+    tokio::join!(pod_churn, node_churn, writer);
+}
+
+/// Sends `make(generation)` at `rate` per second into `tx`, until `stop`.
+async fn at_rate(
+    rate: f64,
+    stop: CancellationToken,
+    tx: tokio::sync::mpsc::Sender<(String, Value)>,
+    make: impl Fn(u64) -> (String, Value),
+) {
+    {
+        if rate <= 0.0 {
+            return;
+        }
+        // Ticks of at least 1 ms, several updates a tick at high rates.
+        let per_tick = (rate / 1000.0).ceil().max(1.0);
+        let period = Duration::from_secs_f64(per_tick / rate);
+        let mut ticker = tokio::time::interval(period);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut generation = 1u64;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = ticker.tick() => {}
+            }
+            for _ in 0..per_tick as usize {
+                generation += 1;
+                if tx.send(make(generation)).await.is_err() {
+                    return;
+                }
             }
         }
     }
