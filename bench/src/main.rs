@@ -19,50 +19,73 @@ use watchcache_bench::alloc::{self, Counting};
 use watchcache_bench::report::{self, Column, human, human_bytes, quantile, round3};
 use watchcache_bench::{cluster, fanout, http, idle, list, patch, snapshots, soak};
 
+mod help;
+
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
 #[derive(Parser)]
 #[command(
     name = "watchcache-bench",
-    about = "watchcache against naive designs, side by side, each design in its own process"
+    about = "watchcache against naive designs, side by side, each design in its own process",
+    version = VERSION,
+    after_help = help::RUNNER
 )]
 struct Cli {
     #[command(subcommand)]
     scenario: Scenario,
 }
 
+/// `--version`: the crate's version and the commit it was built from (`unknown` without git).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("WATCHCACHE_GIT_COMMIT"),
+    ")"
+);
+
 #[derive(Subcommand)]
 enum Scenario {
     /// One writer, W watchers copying every event into their own output buffer.
+    #[command(after_help = help::FANOUT)]
     Fanout(FanoutArgs),
     /// A cluster's watchers (kubelets, Node watchers, controllers, operators) under pod and
     /// node churn.
+    #[command(after_help = help::CLUSTER)]
     Cluster(ClusterArgs),
     /// C concurrent LISTs of a whole collection.
+    #[command(after_help = help::LIST)]
     List(ListArgs),
     /// Memory per idle watcher.
+    #[command(after_help = help::WATCHERS)]
     Watchers(WatchersArgs),
     /// End to end through `watchcache serve` over loopback.
+    #[command(after_help = help::HTTP)]
     Http(HttpArgs),
     /// `watchcache serve` for minutes: reconnecting, stalled and listing clients; RSS, fds,
     /// open watches and errors over time.
+    #[command(after_help = help::SOAK)]
     Soak(SoakArgs),
     /// On real etcd: a cache's initial sync, the event rate it follows, and a replica restarted
     /// under watch clients with history fill on and off.
+    #[command(after_help = help::ETCD)]
     Etcd(EtcdArgs),
     /// The cost of a label PATCH of an object with N finalizers, N doubling: linear or not.
+    #[command(after_help = help::PATCH)]
     Patch(PatchArgs),
     /// `watchcache serve` under a burst of writes with a paginated LIST running through it:
     /// RSS growth against the data and the history, and whether the LIST read one snapshot;
     /// the default snapshot retention against none.
+    #[command(after_help = help::SNAPSHOTS)]
     Snapshots(SnapshotsArgs),
     /// On real etcd 3.4.23: what proving a consistent read costs, the old proof (a count and a
     /// keys-only range since the cache's revision) against a fence write brought back by the
     /// cache's watch.
+    #[command(after_help = help::PROOF)]
     Proof(ProofArgs),
     /// The cost of authorization: a GET and a LIST, anonymous under AlwaysAllow against a
     /// token user under RBAC with the decision cache warm and defeated; servers in process.
+    #[command(after_help = help::AUTHZ)]
     Authz(AuthzArgs),
     /// Runs one design in this process and prints its figures (used by the runner).
     #[command(name = "__child", hide = true)]
@@ -354,6 +377,17 @@ fn glibc_tunables() -> String {
 }
 
 const TUNED_MEMCPY: &str = "glibc.cpu.x86_rep_movsb_threshold=1000000000";
+
+/// A spinner with the time elapsed, on stderr, for a phase that reports no progress.
+fn spinner(label: String) -> ProgressBar {
+    let bar = ProgressBar::new_spinner();
+    bar.set_style(
+        ProgressStyle::with_template("{prefix:>40} [{elapsed_precise}] {spinner}").expect("a valid template"),
+    );
+    bar.set_prefix(label);
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}
 
 /// Runs `spec` in a fresh child process with a progress bar of `total` steps.
 fn run_child(spec: &Value, total: u64, label: &str) -> Result<Value, String> {
@@ -1435,8 +1469,10 @@ fn run_proof(a: ProofArgs) -> Result<(), String> {
             if pid.is_none() {
                 eprintln!("proof: etcd's pid not found; no CPU figures");
             }
-            eprintln!("proof: {keys} keys, {} repetitions of each design", a.reps);
-            let out = etcd::proof(&c.endpoints(), pid, keys, a.busy_keys, a.busy_rate, a.reps).await?;
+            let bar = spinner(format!("proof: {keys} keys, {} repetitions each", a.reps));
+            let out = etcd::proof(&c.endpoints(), pid, keys, a.busy_keys, a.busy_rate, a.reps).await;
+            bar.finish_and_clear();
+            let out = out?;
             Ok::<_, String>(out)
         })?;
         version = out.version.clone();
@@ -1565,8 +1601,10 @@ fn run_etcd(a: EtcdArgs) -> Result<(), String> {
         let mut relists = Vec::new();
         for fill in [true, false] {
             let (c, _) = cluster(1000)?;
-            eprintln!("restart: {} clients, history fill {fill}", a.clients);
-            let out = etcd::restart(&binary, &c.endpoints(), a.clients, fill)?;
+            let bar = spinner(format!("restart: {} clients, history fill {fill}", a.clients));
+            let out = etcd::restart(&binary, &c.endpoints(), a.clients, fill);
+            bar.finish_and_clear();
+            let out = out?;
             relists.push(out.relists);
             rows.push(json!({
                 "design": format!("restart history_fill={fill}"),
