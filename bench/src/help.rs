@@ -280,3 +280,24 @@ Columns:
   CPU/request      this process's CPU (client and server) per request
   requests/s       requests ÷ the time the design and operation took
 Ratios: each design against anonymous, p50 and CPU, per operation.";
+
+/// `transport-memory`.
+pub(crate) const TRANSPORT_MEMORY: &str = "\
+What idle connections and streams cost `watchcache serve` (built if missing), in a process of
+its own (its RSS, from /proc), each figure on a fresh server after one was opened, so that what
+the first sets up is not counted; and how many socket writes one event fanned out to the
+streams of one HTTP/2 connection takes (strace; needs strace installed).
+
+Designs (rows):
+  tls_h1_idle_connection   an idle TLS connection, HTTP/1.1, handshake done
+  tls_h2_idle_connection   an idle TLS connection, HTTP/2, settings exchanged, no stream
+  h2_idle_watch_stream     an idle watch on a stream of one HTTP/2 connection over TLS
+  h2_event_writes          one event of about 2.3 KiB to --streams watches of one plaintext
+                           HTTP/2 connection
+
+Columns:
+  design           the row
+  count            connections or streams opened (the event's streams for h2_event_writes)
+  RSS each         server RSS growth ÷ count
+  writes           socket writes of more than 8 bytes after the event (with the POST's
+                   answer); each write is printed on stderr";

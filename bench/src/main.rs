@@ -87,6 +87,11 @@ enum Scenario {
     /// token user under RBAC with the decision cache warm and defeated; servers in process.
     #[command(after_help = help::AUTHZ)]
     Authz(AuthzArgs),
+    /// What an idle TLS connection, an idle HTTP/2 connection and an idle watch on an HTTP/2
+    /// stream cost `watchcache serve` in RSS, and the socket writes of one event fanned out to
+    /// the streams of one connection.
+    #[command(after_help = help::TRANSPORT_MEMORY)]
+    TransportMemory(TransportMemoryArgs),
     /// Runs one design in this process and prints its figures (used by the runner).
     #[command(name = "__child", hide = true)]
     Child { spec: String },
@@ -321,6 +326,22 @@ struct PatchArgs {
     json: bool,
 }
 
+#[derive(Args)]
+struct TransportMemoryArgs {
+    /// Connections (and streams) opened for each idle figure, on a fresh server each.
+    #[arg(long, default_value_t = 1000)]
+    count: usize,
+    /// Watches of one HTTP/2 connection that one event goes to, under strace.
+    #[arg(long, default_value_t = 100)]
+    streams: usize,
+    /// The `watchcache` binary [default: next to this one, built if missing].
+    #[arg(long)]
+    binary: Option<PathBuf>,
+    /// Print one JSON object on stdout (the table goes to stderr).
+    #[arg(long)]
+    json: bool,
+}
+
 fn main() {
     let cli = Cli::parse();
     let result = match cli.scenario {
@@ -336,6 +357,7 @@ fn main() {
         Scenario::Snapshots(a) => run_snapshots(a),
         Scenario::Proof(a) => run_proof(a),
         Scenario::Authz(a) => run_authz(a),
+        Scenario::TransportMemory(a) => run_transport_memory(a),
     };
     if let Err(e) = result {
         eprintln!("watchcache-bench: {e}");
@@ -1649,6 +1671,58 @@ fn run_etcd(a: EtcdArgs) -> Result<(), String> {
             ("410s", "expired_watch_starts", human),
             ("ready", "ready_seconds", seconds_text),
             ("recovery", "recovery_seconds", seconds_text),
+        ],
+        a.json,
+    );
+    Ok(())
+}
+
+/// The `transport-memory` scenario: see `watchcache_bench::transport` (its module docs).
+fn run_transport_memory(a: TransportMemoryArgs) -> Result<(), String> {
+    use watchcache_bench::transport;
+    if a.count < 2 || a.streams == 0 {
+        return Err("--count must be at least 2, --streams positive".into());
+    }
+    if Command::new("strace").arg("-V").output().is_err() {
+        return Err("strace is not installed (apt-get install -y strace)".into());
+    }
+    let binary = server_binary(a.binary)?;
+    let bar = ProgressBar::new(4);
+    bar.set_style(
+        ProgressStyle::with_template("{prefix:>40} [{elapsed_precise}] {wide_bar} {pos}/{len}")
+            .expect("a valid template"),
+    );
+    bar.set_prefix(format!("{} connections, {} streams", a.count, a.streams));
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let b = bar.clone();
+    let out = transport::run(&binary, a.count, a.streams, &move |n| b.set_position(n));
+    bar.finish_and_clear();
+    eprintln!(
+        "{} writes after one event to {} streams of one connection (and the POST's answer):",
+        out.writes.len(),
+        out.streams
+    );
+    for w in &out.writes {
+        eprintln!("  {w}");
+    }
+    let kib = |k: f64| json!(round3(k * 1024.0));
+    let rows = vec![
+        json!({"design": "tls_h1_idle_connection", "count": out.count, "rss_bytes_each": kib(out.tls_h1_kib)}),
+        json!({"design": "tls_h2_idle_connection", "count": out.count, "rss_bytes_each": kib(out.tls_h2_kib)}),
+        json!({"design": "h2_idle_watch_stream", "count": out.count - 1, "rss_bytes_each": kib(out.h2_stream_kib)}),
+        json!({"design": "h2_event_writes", "count": out.streams, "writes": out.writes.len(),
+               "write_lines": out.writes}),
+    ];
+    finish(
+        "transport-memory",
+        json!({"count": a.count, "streams": a.streams}),
+        rows,
+        Map::new(),
+        &[
+            ("design", "design", human),
+            ("count", "count", human),
+            ("RSS each", "rss_bytes_each", human_bytes),
+            ("writes", "writes", human),
         ],
         a.json,
     );

@@ -72,6 +72,15 @@ fn each_scenarios_help_names_its_designs_and_columns() {
         ("etcd", names(vec!["sync", "follow", "restart"])),
         ("patch", names(vec!["finalizers", "per doubling"])),
         ("soak", names(vec!["open fds", "open watches"])),
+        (
+            "transport-memory",
+            names(vec![
+                "tls_h1_idle_connection",
+                "tls_h2_idle_connection",
+                "h2_idle_watch_stream",
+                "h2_event_writes",
+            ]),
+        ),
     ];
     for (scenario, designs) in scenarios {
         let help = run(&[scenario, "--help"]);
