@@ -1,21 +1,24 @@
 //! Fan-out of one event stream to many watchers, four ways.
 //!
-//! Every design does the same work per delivery: receive the event and copy its frame
-//! (`{"type":"ADDED","object":…}\n`) into the watcher's own bounded output buffer, as a socket
-//! writer would, clearing the buffer when the next frame might not fit. They differ in how
-//! the event gets to the watcher:
+//! Every design does the same work per event and per delivery. Per event, the writer builds
+//! the cache's object, as a reflector decodes a watch event: an `Arc<ObjectVersion>` with its
+//! key, revision and node name around the shared encoded bytes (`Decoder`). Per delivery, the
+//! watcher receives the event and copies its frame (`{"type":"ADDED","object":…}\n`) into its
+//! own bounded output buffer, as a socket writer would, clearing the buffer when the next
+//! frame might not fit. They differ in how the event gets to the watcher:
 //!
-//! - [`Design::Ring`] (ours): one `WatchHub`; the event is published once into the ring and
-//!   each watcher, a cursor, copies the shared pre-encoded bytes.
+//! - [`Design::Ring`] (ours): one `WatchHub`; the object is published once into the ring and
+//!   each watcher, a cursor, copies its shared pre-encoded bytes.
 //! - [`Design::RingProtobuf`]: the same ring, each watcher writing Kubernetes protobuf watch
 //!   frames; the first watcher to write an event makes its protobuf encoding (from the JSON,
 //!   once per object version) and every other watcher shares it.
 //! - [`Design::NaiveCopy`]: a bounded channel per watcher; the writer sends each watcher its
-//!   own deep copy of the decoded object, which the watcher encodes itself (an apiserver
-//!   without encode-once).
-//! - [`Design::NaiveShared`]: a bounded channel per watcher carrying the shared encoded bytes
-//!   (encode once, but a queue per watcher, as kube-apiserver's cacheWatcher).
-//! - [`Design::TokioBroadcast`]: `tokio::sync::broadcast` of the shared encoded bytes.
+//!   own deep copy of the decoded object (a `serde_json::Value` tree), which the watcher
+//!   encodes itself (an apiserver without encode-once).
+//! - [`Design::NaiveShared`]: a bounded channel per watcher carrying the shared object, whose
+//!   encoded bytes each watcher copies (encode once, but a queue per watcher, as
+//!   kube-apiserver's cacheWatcher).
+//! - [`Design::TokioBroadcast`]: `tokio::sync::broadcast` of the shared object.
 //! - [`Design::CopyOnly`]: the limit of this machine rather than a design: every watcher
 //!   copies its frames from a shared pool with no writer, queue or wake-up at all.
 //!
@@ -62,9 +65,9 @@ pub enum Design {
     RingProtobuf,
     /// A channel per watcher, a deep copy per watcher, encoded by each watcher.
     NaiveCopy,
-    /// A channel per watcher carrying shared encoded bytes.
+    /// A channel per watcher carrying the shared object.
     NaiveShared,
-    /// `tokio::sync::broadcast` of shared encoded bytes.
+    /// `tokio::sync::broadcast` of the shared object.
     TokioBroadcast,
     /// The limit, not a design: each watcher copies the frames of its events from a shared
     /// pool with no coordination at all (no writer, no queue, no wake-up).
@@ -337,15 +340,60 @@ const POOL: usize = 64;
 /// The writer of a channel-per-watcher design and its watchers' tasks.
 type ChannelDesign = (Box<dyn FnMut(u64) + Send>, Vec<tokio::task::JoinHandle<Receipt>>);
 
-/// A bounded channel per watcher, carrying clones of `pool`'s objects (a deep copy for a
-/// `Value`, a reference count for `Bytes`); `write` puts one object's JSON into a buffer.
+/// What every design's writer does with each event before it hands it on: build the cache's
+/// object from it, as a reflector decodes a watch event (its key, revision and the node name
+/// it is indexed by, around the shared encoded bytes), in an `Arc`. The ring publishes that
+/// object; the channel and broadcast designs send it (or, naive_copy, a deep copy of its
+/// decoded tree) and their watchers copy its encoding; so no design's writer skips work
+/// another's does. Its strings are made up front so that formatting them is not counted.
+struct Decoder {
+    encoded: Vec<Bytes>,
+    names: Vec<String>,
+    nodes: Vec<String>,
+    params: Params,
+}
+
+impl Decoder {
+    fn new(encoded: Vec<Bytes>, p: &Params) -> Decoder {
+        Decoder {
+            encoded,
+            names: (0..1000).map(|i| format!("web-{i:06}")).collect(),
+            nodes: (0..p.watchers).map(|i| format!("n{i}")).collect(),
+            params: p.clone(),
+        }
+    }
+
+    /// The object of event `seq`.
+    fn decode(&self, seq: u64) -> Arc<ObjectVersion> {
+        let body = self.encoded[seq as usize % POOL].clone();
+        let object = ObjectVersion::builder(
+            ObjectKey::new("ns-0", self.names[(seq % 1000) as usize].as_str()),
+            Revision::new(seq + 1),
+        )
+        .field("spec.nodeName", self.nodes[self.params.target(seq)].as_str())
+        .encoding(WireFormat::Json, Encoding::new(body))
+        .build();
+        Arc::new(object)
+    }
+}
+
+/// The JSON encoding of an object the decoder built.
+fn json_of(object: &ObjectVersion) -> &[u8] {
+    object
+        .encoded(WireFormat::Json)
+        .map_or(&[][..], |e| e.bytes().as_ref())
+}
+
+/// A bounded channel per watcher, carrying what `item` makes of each decoded event (the
+/// shared object, or a deep copy of a decoded tree); `write` puts its JSON into a buffer.
 /// Selective, the writer sends straight to the one watcher an event is for, as the
 /// apiserver's trigger index does; else to every watcher in turn, waiting on full queues.
-fn channel_per_watcher<T: Clone + Send + Sync + 'static>(
+fn channel_per_watcher<T: Send + 'static>(
     rt: &tokio::runtime::Runtime,
     shared: &Arc<Shared>,
     p: &Params,
-    pool: Vec<T>,
+    decoder: Decoder,
+    item: impl Fn(u64, &Arc<ObjectVersion>) -> T + Send + 'static,
     write: fn(&mut BytesMut, &T),
 ) -> ChannelDesign {
     let mut senders = Vec::with_capacity(p.watchers);
@@ -372,8 +420,8 @@ fn channel_per_watcher<T: Clone + Send + Sync + 'static>(
     let params = p.clone();
     // The trigger index, as kube-apiserver's cacher keeps it: node name → watcher. The writer
     // routes each event by its object's node name, as the ring's writer finds its bucket.
-    let nodes: Vec<String> = (0..p.watchers).map(|i| format!("n{i}")).collect();
-    let index: HashMap<Box<str>, usize, foldhash::fast::RandomState> = nodes
+    let index: HashMap<Box<str>, usize, foldhash::fast::RandomState> = decoder
+        .nodes
         .iter()
         .enumerate()
         .map(|(i, n)| (n.as_str().into(), i))
@@ -382,13 +430,13 @@ fn channel_per_watcher<T: Clone + Send + Sync + 'static>(
         if seq == FLUSH {
             return;
         }
-        let object = &pool[seq as usize % POOL];
+        let object = decoder.decode(seq);
         if params.selective {
-            let node = nodes[params.target(seq)].as_str();
-            let _ = senders[index[node]].blocking_send((seq, object.clone()));
+            let node = object.field("spec.nodeName").unwrap_or_default();
+            let _ = senders[index[node]].blocking_send((seq, item(seq, &object)));
         } else {
             for tx in &senders {
-                let _ = tx.blocking_send((seq, object.clone()));
+                let _ = tx.blocking_send((seq, item(seq, &object)));
             }
         }
         if seq + 1 == params.events as u64 {
@@ -478,27 +526,16 @@ pub fn run(design: Design, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Outco
                 })
                 .collect();
             let mut publisher = Some(publisher);
-            // The writer decodes each object (here: builds it) as a reflector would; its strings
-            // are made up front so that formatting them is not counted as publishing.
-            let names: Vec<String> = (0..1000).map(|i| format!("web-{i:06}")).collect();
-            let nodes: Vec<String> = (0..params.watchers).map(|i| format!("n{i}")).collect();
+            let decoder = Decoder::new(encoded, p);
             let publish = move |seq: u64| {
                 let Some(writer) = publisher.as_mut() else { return };
                 if seq == FLUSH {
                     writer.flush();
                     return;
                 }
-                let body = encoded[seq as usize % POOL].clone();
-                let object = ObjectVersion::builder(
-                    ObjectKey::new("ns-0", names[(seq % 1000) as usize].as_str()),
-                    Revision::new(seq + 1),
-                )
-                .field("spec.nodeName", nodes[params.target(seq)].as_str())
-                .encoding(WireFormat::Json, Encoding::new(body))
-                .build();
                 writer
                     .publish_deferred(Event::Added {
-                        object: Arc::new(object),
+                        object: decoder.decode(seq),
                     })
                     .expect("revisions increase");
                 // Wake-ups go out per burst, as the reflector sends them for the events it
@@ -516,19 +553,30 @@ pub fn run(design: Design, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Outco
         }
         Design::NaiveCopy => {
             // Decoded objects: each send is a deep copy, each watcher encodes its own.
+            // Its writer builds the same object as every other's, then sends each watcher a
+            // deep copy of its decoded tree (the trees are decoded up front, once per pool
+            // object, so that the writer does not also parse JSON the others do not).
             let values: Vec<Value> = encoded
                 .iter()
                 .map(|b| serde_json::from_slice(b).expect("valid JSON"))
                 .collect();
-            drop(encoded);
-            let (publish, handles) = channel_per_watcher(&rt, &shared, p, values, |out, object| {
+            let decoder = Decoder::new(encoded, p);
+            let item = move |seq: u64, _: &Arc<ObjectVersion>| values[seq as usize % POOL].clone();
+            let (publish, handles) = channel_per_watcher(&rt, &shared, p, decoder, item, |out, object| {
                 let _ = serde_json::to_writer(out.writer(), object);
             });
             (publish, false, handles)
         }
         Design::NaiveShared => {
-            let (publish, handles) =
-                channel_per_watcher(&rt, &shared, p, encoded, |out, object| out.put_slice(object));
+            let decoder = Decoder::new(encoded, p);
+            let (publish, handles) = channel_per_watcher(
+                &rt,
+                &shared,
+                p,
+                decoder,
+                |_, object| object.clone(),
+                |out, object| out.put_slice(json_of(object)),
+            );
             (publish, false, handles)
         }
         Design::CopyOnly => {
@@ -566,7 +614,7 @@ pub fn run(design: Design, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Outco
             (Box::new(publish), false, handles)
         }
         Design::TokioBroadcast => {
-            let (tx, _) = broadcast::channel::<(u64, Bytes)>(p.history);
+            let (tx, _) = broadcast::channel::<(u64, Arc<ObjectVersion>)>(p.history);
             let handles = (0..p.watchers)
                 .map(|i| {
                     let mut rx = tx.subscribe();
@@ -584,7 +632,7 @@ pub fn run(design: Design, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Outco
                                 Ok((seq, object)) => {
                                     let out = sink.room();
                                     out.put_slice(PREFIX);
-                                    out.put_slice(&object);
+                                    out.put_slice(json_of(&object));
                                     out.put_slice(SUFFIX);
                                     drop(object);
                                     sink.received(seq);
@@ -601,12 +649,13 @@ pub fn run(design: Design, p: &Params, progress: &(dyn Fn(u64) + Sync)) -> Outco
                 })
                 .collect();
             let mut tx = Some(tx);
+            let decoder = Decoder::new(encoded, p);
             let publish = move |seq: u64| {
                 if seq == FLUSH {
                     return;
                 }
                 if let Some(sender) = &tx {
-                    let _ = sender.send((seq, encoded[seq as usize % POOL].clone()));
+                    let _ = sender.send((seq, decoder.decode(seq)));
                 }
                 if seq + 1 == events {
                     tx = None;

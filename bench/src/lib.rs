@@ -11,7 +11,8 @@
 //! memory under a burst of writes with a paginated LIST through it), [`etcd`] (initial sync,
 //! following, restarts and the cost of proving a consistent read on real etcd) and [`patch`]
 //! (the cost of a label PATCH against the length of a list in the object) and [`authz`]
-//! (what authorization adds to a request, the decision cache warm and defeated). The criterion
+//! (what authorization adds to a request, the decision cache warm and defeated) and
+//! [`transport`] (what idle TLS and HTTP/2 connections and streams cost the server). The criterion
 //! benches
 //! in `benches/` and the scenario runner (`src/main.rs`) both drive them.
 
@@ -29,4 +30,5 @@ pub mod patch;
 pub mod report;
 pub mod snapshots;
 pub mod soak;
+pub mod transport;
 pub mod wire;

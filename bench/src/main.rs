@@ -19,54 +19,82 @@ use watchcache_bench::alloc::{self, Counting};
 use watchcache_bench::report::{self, Column, human, human_bytes, quantile, round3};
 use watchcache_bench::{cluster, fanout, http, idle, kubelets, list, patch, snapshots, soak, wire};
 
+mod help;
+
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
 #[derive(Parser)]
 #[command(
     name = "watchcache-bench",
-    about = "watchcache against naive designs, side by side, each design in its own process"
+    about = "watchcache against naive designs, side by side, each design in its own process",
+    version = VERSION,
+    after_help = help::RUNNER
 )]
 struct Cli {
     #[command(subcommand)]
     scenario: Scenario,
 }
 
+/// `--version`: the crate's version and the commit it was built from (`unknown` without git).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("WATCHCACHE_GIT_COMMIT"),
+    ")"
+);
+
 #[derive(Subcommand)]
 enum Scenario {
     /// One writer, W watchers copying every event into their own output buffer.
+    #[command(after_help = help::FANOUT)]
     Fanout(FanoutArgs),
     /// A cluster's watchers (kubelets, Node watchers, controllers, operators) under pod and
     /// node churn.
+    #[command(after_help = help::CLUSTER)]
     Cluster(ClusterArgs),
     /// C concurrent LISTs of a whole collection.
+    #[command(after_help = help::LIST)]
     List(ListArgs),
     /// Memory per idle watcher.
+    #[command(after_help = help::WATCHERS)]
     Watchers(WatchersArgs),
     /// End to end through `watchcache serve` over loopback.
+    #[command(after_help = help::HTTP)]
     Http(HttpArgs),
     /// Kubelets (a connection each: their pods, Node, ConfigMaps and Secrets) and controllers
     /// through `watchcache serve` under pod and node churn, over each transport.
     Kubelets(KubeletsArgs),
     /// `watchcache serve` for minutes: reconnecting, stalled and listing clients; RSS, fds,
     /// open watches and errors over time.
+    #[command(after_help = help::SOAK)]
     Soak(SoakArgs),
     /// On real etcd: a cache's initial sync, the event rate it follows, and a replica restarted
     /// under watch clients with history fill on and off.
+    #[command(after_help = help::ETCD)]
     Etcd(EtcdArgs),
     /// The cost of a label PATCH of an object with N finalizers, N doubling: linear or not.
+    #[command(after_help = help::PATCH)]
     Patch(PatchArgs),
     /// `watchcache serve` under a burst of writes with a paginated LIST running through it:
     /// RSS growth against the data and the history, and whether the LIST read one snapshot;
     /// the default snapshot retention against none.
+    #[command(after_help = help::SNAPSHOTS)]
     Snapshots(SnapshotsArgs),
     /// On real etcd 3.4.23: what proving a consistent read costs, the old proof (a count and a
     /// keys-only range since the cache's revision) against a fence write brought back by the
     /// cache's watch.
+    #[command(after_help = help::PROOF)]
     Proof(ProofArgs),
     /// The cost of authorization: a GET and a LIST, anonymous under AlwaysAllow against a
     /// token user under RBAC with the decision cache warm and defeated; servers in process.
+    #[command(after_help = help::AUTHZ)]
     Authz(AuthzArgs),
+    /// What an idle TLS connection, an idle HTTP/2 connection and an idle watch on an HTTP/2
+    /// stream cost `watchcache serve` in RSS, and the socket writes of one event fanned out to
+    /// the streams of one connection.
+    #[command(after_help = help::TRANSPORT_MEMORY)]
+    TransportMemory(TransportMemoryArgs),
     /// Runs one design in this process and prints its figures (used by the runner).
     #[command(name = "__child", hide = true)]
     Child { spec: String },
@@ -338,6 +366,22 @@ struct PatchArgs {
     json: bool,
 }
 
+#[derive(Args)]
+struct TransportMemoryArgs {
+    /// Connections (and streams) opened for each idle figure, on a fresh server each.
+    #[arg(long, default_value_t = 1000)]
+    count: usize,
+    /// Watches of one HTTP/2 connection that one event goes to, under strace.
+    #[arg(long, default_value_t = 100)]
+    streams: usize,
+    /// The `watchcache` binary [default: next to this one, built if missing].
+    #[arg(long)]
+    binary: Option<PathBuf>,
+    /// Print one JSON object on stdout (the table goes to stderr).
+    #[arg(long)]
+    json: bool,
+}
+
 fn main() {
     let cli = Cli::parse();
     let result = match cli.scenario {
@@ -354,6 +398,7 @@ fn main() {
         Scenario::Snapshots(a) => run_snapshots(a),
         Scenario::Proof(a) => run_proof(a),
         Scenario::Authz(a) => run_authz(a),
+        Scenario::TransportMemory(a) => run_transport_memory(a),
     };
     if let Err(e) = result {
         eprintln!("watchcache-bench: {e}");
@@ -395,6 +440,17 @@ fn glibc_tunables() -> String {
 }
 
 const TUNED_MEMCPY: &str = "glibc.cpu.x86_rep_movsb_threshold=1000000000";
+
+/// A spinner with the time elapsed, on stderr, for a phase that reports no progress.
+fn spinner(label: String) -> ProgressBar {
+    let bar = ProgressBar::new_spinner();
+    bar.set_style(
+        ProgressStyle::with_template("{prefix:>40} [{elapsed_precise}] {spinner}").expect("a valid template"),
+    );
+    bar.set_prefix(label);
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}
 
 /// Runs `spec` in a fresh child process with a progress bar of `total` steps.
 fn run_child(spec: &Value, total: u64, label: &str) -> Result<Value, String> {
@@ -1572,8 +1628,10 @@ fn run_proof(a: ProofArgs) -> Result<(), String> {
             if pid.is_none() {
                 eprintln!("proof: etcd's pid not found; no CPU figures");
             }
-            eprintln!("proof: {keys} keys, {} repetitions of each design", a.reps);
-            let out = etcd::proof(&c.endpoints(), pid, keys, a.busy_keys, a.busy_rate, a.reps).await?;
+            let bar = spinner(format!("proof: {keys} keys, {} repetitions each", a.reps));
+            let out = etcd::proof(&c.endpoints(), pid, keys, a.busy_keys, a.busy_rate, a.reps).await;
+            bar.finish_and_clear();
+            let out = out?;
             Ok::<_, String>(out)
         })?;
         version = out.version.clone();
@@ -1702,8 +1760,10 @@ fn run_etcd(a: EtcdArgs) -> Result<(), String> {
         let mut relists = Vec::new();
         for fill in [true, false] {
             let (c, _) = cluster(1000)?;
-            eprintln!("restart: {} clients, history fill {fill}", a.clients);
-            let out = etcd::restart(&binary, &c.endpoints(), a.clients, fill)?;
+            let bar = spinner(format!("restart: {} clients, history fill {fill}", a.clients));
+            let out = etcd::restart(&binary, &c.endpoints(), a.clients, fill);
+            bar.finish_and_clear();
+            let out = out?;
             relists.push(out.relists);
             rows.push(json!({
                 "design": format!("restart history_fill={fill}"),
@@ -1748,6 +1808,58 @@ fn run_etcd(a: EtcdArgs) -> Result<(), String> {
             ("410s", "expired_watch_starts", human),
             ("ready", "ready_seconds", seconds_text),
             ("recovery", "recovery_seconds", seconds_text),
+        ],
+        a.json,
+    );
+    Ok(())
+}
+
+/// The `transport-memory` scenario: see `watchcache_bench::transport` (its module docs).
+fn run_transport_memory(a: TransportMemoryArgs) -> Result<(), String> {
+    use watchcache_bench::transport;
+    if a.count < 2 || a.streams == 0 {
+        return Err("--count must be at least 2, --streams positive".into());
+    }
+    if Command::new("strace").arg("-V").output().is_err() {
+        return Err("strace is not installed (apt-get install -y strace)".into());
+    }
+    let binary = server_binary(a.binary)?;
+    let bar = ProgressBar::new(4);
+    bar.set_style(
+        ProgressStyle::with_template("{prefix:>40} [{elapsed_precise}] {wide_bar} {pos}/{len}")
+            .expect("a valid template"),
+    );
+    bar.set_prefix(format!("{} connections, {} streams", a.count, a.streams));
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let b = bar.clone();
+    let out = transport::run(&binary, a.count, a.streams, &move |n| b.set_position(n));
+    bar.finish_and_clear();
+    eprintln!(
+        "{} writes after one event to {} streams of one connection (and the POST's answer):",
+        out.writes.len(),
+        out.streams
+    );
+    for w in &out.writes {
+        eprintln!("  {w}");
+    }
+    let kib = |k: f64| json!(round3(k * 1024.0));
+    let rows = vec![
+        json!({"design": "tls_h1_idle_connection", "count": out.count, "rss_bytes_each": kib(out.tls_h1_kib)}),
+        json!({"design": "tls_h2_idle_connection", "count": out.count, "rss_bytes_each": kib(out.tls_h2_kib)}),
+        json!({"design": "h2_idle_watch_stream", "count": out.count - 1, "rss_bytes_each": kib(out.h2_stream_kib)}),
+        json!({"design": "h2_event_writes", "count": out.streams, "writes": out.writes.len(),
+               "write_lines": out.writes}),
+    ];
+    finish(
+        "transport-memory",
+        json!({"count": a.count, "streams": a.streams}),
+        rows,
+        Map::new(),
+        &[
+            ("design", "design", human),
+            ("count", "count", human),
+            ("RSS each", "rss_bytes_each", human_bytes),
+            ("writes", "writes", human),
         ],
         a.json,
     );

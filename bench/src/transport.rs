@@ -1,7 +1,7 @@
 //! What idle connections and streams cost the server, measured on the `watchcache` binary in
 //! a process of its own (its RSS, from /proc), and how many writes one event fanned out to the
-//! streams of one HTTP/2 connection costs (strace). A measurement, not a test: it prints the
-//! figures. `cargo bench -p watchcache-server --bench transport_memory`.
+//! streams of one HTTP/2 connection costs (strace): the `transport-memory` scenario.
+//! `cargo run --release -p watchcache-bench -- transport-memory`.
 //!
 //! On the 2-core CI machine (release build, mimalloc, 1,000 of each; four other builds
 //! sharing the cores, load average 6 to 9), issue 23, before → after, ranges of 3 to 4 runs:
@@ -12,6 +12,9 @@
 //! connection: 5 to 6 socket writes (the first frame alone, then the rest in writes of at
 //! most 64 KiB, `coalesce.rs`); without `Coalesce`, h2 writes each data frame past 256 bytes
 //! on its own.
+//!
+//! A failure to start the server, connect or read is a panic with what failed: the figures
+//! would mean nothing past it.
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -21,7 +24,25 @@ use std::time::Duration;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
-/// A server process, killed when the test ends, even by a panic.
+/// What the scenario measured.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// Connections or streams opened for each idle figure.
+    pub count: usize,
+    /// An idle TLS connection with HTTP/1.1, handshake done, in KiB of server RSS.
+    pub tls_h1_kib: f64,
+    /// An idle TLS connection with HTTP/2, settings exchanged, no stream, in KiB.
+    pub tls_h2_kib: f64,
+    /// An idle watch on a stream of one HTTP/2 connection over TLS, in KiB.
+    pub h2_stream_kib: f64,
+    /// Watches of one plaintext HTTP/2 connection the event went to.
+    pub streams: usize,
+    /// Socket writes of more than 8 bytes after the event (the POST's answer among them), as
+    /// strace printed them.
+    pub writes: Vec<String>,
+}
+
+/// A server process, killed when the measurement ends, even by a panic.
 struct Killed(Child);
 
 impl Drop for Killed {
@@ -40,15 +61,15 @@ fn rss_kib(pid: u32) -> i64 {
         .expect("VmRSS")
 }
 
-fn serve(dir: &Path) -> (Killed, String) {
-    launch(&["--cert-dir", dir.to_str().unwrap()], "https")
+fn serve(binary: &Path, dir: &Path) -> (Killed, String) {
+    launch(binary, &["--cert-dir", dir.to_str().unwrap()], "https")
 }
 
 /// Starts the binary on a free loopback port with `flags`; it and the address it announces
 /// for `scheme`.
-fn launch(flags: &[&str], scheme: &str) -> (Killed, String) {
+fn launch(binary: &Path, flags: &[&str], scheme: &str) -> (Killed, String) {
     let mut child = Killed(
-        Command::new(env!("CARGO_BIN_EXE_watchcache"))
+        Command::new(binary)
             .args(["serve", "--addr", "127.0.0.1:0"])
             .args(flags)
             .env("RUST_LOG", "warn")
@@ -97,10 +118,10 @@ fn client(dir: &Path, alpn: &[u8]) -> tokio_rustls::TlsConnector {
 
 /// What each of `n` more of what `open` opens costs the server, in KiB of RSS, measured on a
 /// fresh server after one was opened (so that what the first one sets up is not counted).
-async fn cost<T>(n: usize, open: impl AsyncFn(&Path, &str) -> T) -> f64 {
+async fn cost<T>(binary: &Path, n: usize, open: impl AsyncFn(&Path, &str) -> T) -> f64 {
     let dir = std::env::temp_dir().join(format!("watchcache-memory-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let (child, addr) = serve(&dir);
+    let (child, addr) = serve(binary, &dir);
     let pid = child.0.id();
     let warm = open(&dir, &addr).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -122,23 +143,29 @@ async fn tls(dir: &Path, addr: &str, alpn: &[u8]) -> tokio_rustls::client::TlsSt
     client(dir, alpn).connect(name, tcp).await.unwrap()
 }
 
-async fn idle_tls_connections_and_idle_http2_watch_streams_cost_little() {
-    const N: usize = 1000;
-    let h1 = cost(N, async |dir: &Path, addr: &str| {
+/// The three idle figures, `n` of each; `phase(i)` after the `i`-th.
+async fn idle_tls_connections_and_idle_http2_watch_streams(
+    binary: &Path,
+    n: usize,
+    out: &mut Outcome,
+    phase: &(dyn Fn(u64) + Sync),
+) {
+    out.count = n;
+    out.tls_h1_kib = cost(binary, n, async |dir: &Path, addr: &str| {
         tls(dir, addr, b"http/1.1").await
     })
     .await;
-    println!("an idle TLS connection (HTTP/1.1, handshake done): {h1:.1} KiB");
-    let h2 = cost(N, async |dir: &Path, addr: &str| {
+    phase(1);
+    out.tls_h2_kib = cost(binary, n, async |dir: &Path, addr: &str| {
         let (send, conn) = h2::client::handshake(tls(dir, addr, b"h2").await).await.unwrap();
         (send, tokio::spawn(conn))
     })
     .await;
-    println!("an idle TLS connection (HTTP/2, settings exchanged, no stream): {h2:.1} KiB");
+    phase(2);
     // Streams of one connection, which the first call opens.
     let shared: tokio::sync::Mutex<Option<h2::client::SendRequest<bytes::Bytes>>> =
         tokio::sync::Mutex::new(None);
-    let stream = cost(N - 1, async |dir: &Path, addr: &str| {
+    out.h2_stream_kib = cost(binary, n - 1, async |dir: &Path, addr: &str| {
         let mut shared = shared.lock().await;
         if shared.is_none() {
             let (send, conn) = h2::client::handshake(tls(dir, addr, b"h2").await).await.unwrap();
@@ -146,7 +173,7 @@ async fn idle_tls_connections_and_idle_http2_watch_streams_cost_little() {
             *shared = Some(send);
         }
         let send = shared.as_mut().unwrap();
-        let request = axum::http::Request::get(format!(
+        let request = http::Request::get(format!(
             "https://{addr}/api/v1/namespaces/default/configmaps?watch=1&timeoutSeconds=3600"
         ))
         .body(())
@@ -156,12 +183,12 @@ async fn idle_tls_connections_and_idle_http2_watch_streams_cost_little() {
         response.into_body()
     })
     .await;
-    println!("an idle watch on an HTTP/2 stream: {stream:.2} KiB");
+    phase(3);
 }
 
 /// Starts the binary on plaintext; its address.
-fn serve_plaintext() -> (Killed, String) {
-    launch(&[], "http")
+fn serve_plaintext(binary: &Path) -> (Killed, String) {
+    launch(binary, &[], "http")
 }
 
 /// A request of one HTTP/1.1 connection of its own: the status line.
@@ -174,9 +201,8 @@ fn http1(addr: &str, request: &str) -> String {
     out.lines().next().unwrap_or_default().to_owned()
 }
 
-async fn one_event_to_100_streams_of_one_connection_is_written_in_few_writes() {
-    const STREAMS: usize = 100;
-    let (child_guard, addr) = serve_plaintext();
+async fn one_event_to_streams_of_one_connection(binary: &Path, streams_wanted: usize, out: &mut Outcome) {
+    let (child_guard, addr) = serve_plaintext(binary);
     let pid = child_guard.0.id();
     let post = |path: &str, body: &str| {
         format!(
@@ -201,11 +227,10 @@ async fn one_event_to_100_streams_of_one_connection_is_written_in_few_writes() {
         .unwrap();
     tokio::spawn(conn);
     let mut bodies = Vec::new();
-    for _ in 0..STREAMS {
-        let request =
-            axum::http::Request::get(format!("http://{addr}/api/v1/namespaces/fan/configmaps?watch=1"))
-                .body(())
-                .unwrap();
+    for _ in 0..streams_wanted {
+        let request = http::Request::get(format!("http://{addr}/api/v1/namespaces/fan/configmaps?watch=1"))
+            .body(())
+            .unwrap();
         send = send.ready().await.unwrap();
         let (response, _) = send.send_request(request, true).unwrap();
         bodies.push(response);
@@ -251,30 +276,33 @@ async fn one_event_to_100_streams_of_one_connection_is_written_in_few_writes() {
     let text = std::fs::read_to_string(&trace).unwrap_or_default();
     // Writes of more than one frame's worth: the watch events (the eventfd writes of the
     // runtime are 8 bytes, the POST's answer is one writev).
-    let writes: Vec<&str> = text
+    out.streams = streams_wanted;
+    out.writes = text
         .lines()
         .filter(|l| {
             l.contains("writev(") || l.contains("sendto(") || l.contains("sendmsg(") || l.contains("write(")
         })
         .filter(|l| !l.trim_end().ends_with("= 8"))
+        .map(str::to_owned)
         .collect();
-    println!(
-        "{} writes after one event to {STREAMS} streams of one connection (and the POST's answer):",
-        writes.len()
-    );
-    for w in &writes {
-        println!("  {w}");
-    }
     let _ = std::fs::remove_file(trace);
     drop(child_guard);
 }
 
-fn main() {
+/// Runs both measurements on `binary`: `count` of each idle thing, one event to `streams`
+/// watches of one connection; `phase(i)` after each of the four parts.
+pub fn run(binary: &Path, count: usize, streams: usize, phase: &(dyn Fn(u64) + Sync)) -> Outcome {
+    assert!(count >= 2 && streams >= 1, "at least two of each and one stream");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("a runtime");
-    runtime.block_on(idle_tls_connections_and_idle_http2_watch_streams_cost_little());
-    runtime.block_on(one_event_to_100_streams_of_one_connection_is_written_in_few_writes());
+    let mut out = Outcome::default();
+    runtime.block_on(idle_tls_connections_and_idle_http2_watch_streams(
+        binary, count, &mut out, phase,
+    ));
+    runtime.block_on(one_event_to_streams_of_one_connection(binary, streams, &mut out));
+    phase(4);
+    out
 }
