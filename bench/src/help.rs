@@ -134,23 +134,58 @@ Ratios: task_channel against ring, per watcher, heap and RSS.";
 pub(crate) const HTTP: &str = "\
 `watchcache serve` in its own process (built if missing), W streaming watch clients over
 loopback in this process, the server's own churn writing pods for --seconds. Latency is from
-the write time each churned pod carries to a sampled client's receipt.
+the write time each churned pod carries to a sampled client's receipt. Each transport of
+--transport is a design of the run; --streams-per-connection multiplexes the HTTP/2 ones.
 
 Designs:
-  ring   the server as built (one row)
+  h1       plaintext HTTP/1.1, a connection per watch
+  h2       plaintext HTTP/2 (h2c, prior knowledge), watches as streams of shared connections
+  h1-tls   HTTP/1.1 over TLS (ALPN), the admin client certificate of the server's --cert-dir
+  h2-tls   HTTP/2 over TLS (ALPN h2), watches as streams of shared connections
 
 Columns:
+  watchers, conns  watches, and the connections carrying them
   deliveries/s     frames the clients received in the window, per second
   expected/s       churn × watchers: every watcher receives every event
+  delivered        delivered ÷ what the sampled clients saw written in the window
   p50, p99, p99.9  write-to-receipt latency of the sampled clients
-  server RSS       the server's resident set with every watch connected
-  RSS/idle watch   resident set per connected idle watch, from a separate idle run
+  RSS/conn         the server's resident set per connection, opened idle before any watch
+  RSS/stream       the server's resident set per idle watch, before the churn starts
+  handshake CPU    server CPU per connection while they open (the TLS handshake, on TLS)
   server peak RSS  the server's peak resident set (VmHWM)
   server CPU       cores the server used over the window
   CPU/frame        server CPU time per delivered frame
   client CPU       cores the clients (this process) used
   failed           watchers that ended with an error
-Ratios: delivered ÷ expected, and per watcher delivered ÷ written in the window.";
+Ratios: between the transports, and per design delivered ÷ written in the window.";
+
+/// `kubelets`.
+pub(crate) const KUBELETS: &str = "\
+`watchcache serve --seed-nodes N --node-churn R --churn R --churn-wait` in its own process;
+for each node a kubelet: one connection (on HTTP/1.1, one per watch) carrying its pods watch
+(fieldSelector spec.nodeName), its Node watch (metadata.name) and watches by name of 4
+ConfigMaps and 4 Secrets; plus the controllers, a connection each, watching all pods and all
+nodes. Idle memory is read before the churn starts. Every kubelet watch parses what it
+receives; 2 controllers parse, the rest count frames.
+
+Designs:
+  h1       plaintext HTTP/1.1, a connection per watch
+  h2       plaintext HTTP/2 (h2c), a kubelet's watches as streams of its one connection
+  h1-tls   HTTP/1.1 over TLS, a connection per watch
+  h2-tls   HTTP/2 over TLS, a kubelet's watches as streams of its one connection
+
+Columns:
+  conns, streams       connections and watches open
+  pods w/s, nodes w/s  pod and node-status writes the server's churn achieved, per second
+  delivered            events received ÷ events the watches should have received
+  pods p50, pods p99   write-to-receipt latency of the kubelets' pod events
+  nodes p50, nodes p99 the same for their Node events
+  ctrl p99             the parsing controllers' pod-event latency
+  CPU/frame            server CPU time per delivered frame
+  server CPU           cores the server used over the window
+  RSS/conn, RSS/stream server resident set per idle connection and per idle watch
+  handshake CPU        server CPU per connection while they open
+  failed               watches that ended with an error";
 
 /// `soak`.
 pub(crate) const SOAK: &str = "\

@@ -64,6 +64,7 @@ enum Scenario {
     Http(HttpArgs),
     /// Kubelets (a connection each: their pods, Node, ConfigMaps and Secrets) and controllers
     /// through `watchcache serve` under pod and node churn, over each transport.
+    #[command(after_help = help::KUBELETS)]
     Kubelets(KubeletsArgs),
     /// `watchcache serve` for minutes: reconnecting, stalled and listing clients; RSS, fds,
     /// open watches and errors over time.
