@@ -187,8 +187,17 @@ struct Rotating {
     last_backup: String,
 }
 
+/// Opens the log for appending; a file made here is readable by its owner only (0600), as
+/// the events name users, paths and sources: nobody else on the host reads them.
 fn open_append(path: &Path) -> io::Result<File> {
-    OpenOptions::new().create(true).append(true).open(path)
+    let mut options = OpenOptions::new();
+    options.create(true).append(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    options.open(path)
 }
 
 impl Rotating {
@@ -384,6 +393,39 @@ mod tests {
         let current = std::fs::read_to_string(dir.join("audit.log")).unwrap();
         assert!(current.contains("/configmaps/c199\""), "{current}");
         assert!(is_backup(&names[0], "audit", ".log"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_log_and_its_rotated_successors_are_readable_by_their_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = temp_dir("mode");
+        let config = AuditConfig {
+            path: dir.join("audit.log"),
+            max_bytes: 1000,
+            ..AuditConfig::default()
+        };
+        let log = AuditLog::start(
+            &config,
+            Policy::everything(),
+            Counter::default(),
+            Counter::default(),
+        )
+        .unwrap();
+        for i in 0..20 {
+            log.record(event(i));
+            assert!(log.flush_blocking(Duration::from_secs(10)));
+        }
+        let files: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert!(files.len() > 1, "rotated: {files:?}");
+        for file in files {
+            let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{}", file.display());
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
