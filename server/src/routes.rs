@@ -365,7 +365,12 @@ async fn authenticate_and_authorize(State(state): AppStateRef, mut request: Requ
         let attributes =
             match auth::attributes(user.clone(), request.method().as_str(), uri.path(), uri.query()) {
                 Ok(a) => a,
-                Err(e) => return status_response(&Status::internal(e.to_string())),
+                // A path under an API prefix that names no resource (`/api/v1/watch`): nothing
+                // is served there, whoever asks; the router would answer it 404 too.
+                Err(e) => {
+                    tracing::debug!(error = %e, "a path that names no resource");
+                    return status_response(&Status::not_found("", ""));
+                }
             };
         if let Decision::Deny(reason) = state.authz.authorize(&attributes) {
             let mut response = status_response(&errors::forbidden(&attributes, &reason));
@@ -659,5 +664,39 @@ mod tests {
             let m = Method::from_bytes(m.as_bytes()).unwrap();
             assert_eq!(verb(&m, ""), "OTHER", "{m}");
         }
+    }
+
+    /// One request over HTTP/1.1 on a new connection: the response's status line and body.
+    pub(crate) async fn http1(addr: std::net::SocketAddr, request: String) -> (String, String) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        c.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        c.read_to_end(&mut answer).await.unwrap();
+        let answer = String::from_utf8_lossy(&answer).into_owned();
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+        (
+            head.lines().next().unwrap_or_default().to_owned(),
+            body.to_owned(),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_path_under_an_api_prefix_that_names_no_resource_is_not_found_under_rbac() {
+        let config = crate::ServeConfig {
+            addr: "127.0.0.1:0".parse().unwrap(),
+            authorization_mode: crate::auth::AuthorizationMode::Rbac,
+            ..crate::ServeConfig::default()
+        };
+        let server = crate::Server::start(config).await.unwrap();
+        for path in ["/api/v1/watch", "/apis/apps/v1/watch/", "/api/v1/watch/"] {
+            let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+            let (status, body) = http1(server.addr(), request).await;
+            assert_eq!(status, "HTTP/1.1 404 Not Found", "{path}: {body}");
+            let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+            assert_eq!(body["kind"], "Status", "{path}");
+            assert_eq!(body["reason"], "NotFound", "{path}");
+        }
+        server.shutdown().await.unwrap();
     }
 }
