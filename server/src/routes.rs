@@ -34,6 +34,7 @@ use crate::request_log;
 use crate::response::{json_response, status_response};
 use crate::table::TableRequest;
 use crate::target::Target;
+use crate::transport::RequestBytesSpent;
 use crate::writes;
 
 type AppStateRef = State<Arc<AppState>>;
@@ -41,14 +42,19 @@ type AppStateRef = State<Arc<AppState>>;
 /// The largest request body accepted, as the apiserver's limit: 3 MiB.
 const MAX_BODY_BYTES: usize = 3 << 20;
 
+/// 413 `RequestEntityTooLarge`, as the apiserver answers a body over its limit.
+fn too_large() -> Status {
+    Status::new(
+        413,
+        "RequestEntityTooLarge",
+        format!("the request body is larger than {MAX_BODY_BYTES} bytes"),
+    )
+}
+
 /// A body the router could not read: too large is 413, as the apiserver answers it.
 fn body_status(rejection: &BytesRejection) -> Status {
     if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-        Status::new(
-            413,
-            "RequestEntityTooLarge",
-            format!("the request body is larger than {MAX_BODY_BYTES} bytes"),
-        )
+        too_large()
     } else {
         Status::bad_request(format!("cannot read the request body: {rejection}"))
     }
@@ -119,6 +125,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         })
         // Bodies over the limit are refused while read; the handlers answer that with a Status.
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn_with_state(state.clone(), read_body))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             authenticate_and_authorize,
@@ -383,6 +390,68 @@ async fn authenticate_and_authorize(State(state): AppStateRef, mut request: Requ
     // For the request log and the audit log, which wrap this layer.
     response.extensions_mut().insert(user);
     response
+}
+
+/// Whether a handler may read a request's body: writes, and DELETE (its `DeleteOptions`).
+/// Every other method's handler answers without it.
+fn has_body(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::POST | Method::PUT | Method::PATCH | Method::DELETE
+    )
+}
+
+/// Reads a request's body whole before its handler runs, within the request timeout
+/// (`--request-timeout`) and [`MAX_BODY_BYTES`], once the request is authorized: a body still
+/// coming at the deadline is dropped (its bytes freed, an HTTP/1 connection closed after the
+/// answer) and the request answered 504 `Timeout`. A method whose handler reads no body
+/// (GET, HEAD, …) has its body dropped unread: the client cannot make the server hold it.
+async fn read_body(State(state): AppStateRef, request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    let body = if has_body(&parts.method) {
+        let limit = state.config.request_timeout;
+        match tokio::time::timeout(limit, collect(body)).await {
+            Ok(Ok(bytes)) => Body::from(bytes),
+            Ok(Err(status)) => return status_response(&status),
+            Err(_) => {
+                tracing::debug!(
+                    path = parts.uri.path(),
+                    ?limit,
+                    "a request body did not arrive in time"
+                );
+                return status_response(&errors::body_timeout(limit));
+            }
+        }
+    } else {
+        Body::empty()
+    };
+    next.run(Request::from_parts(parts, body)).await
+}
+
+/// A body, whole: 413 past [`MAX_BODY_BYTES`], 429 when its HTTP/2 connection holds too much
+/// of other requests (`transport::RequestBytesSpent`), 400 when it cannot be read. Grown as
+/// the bytes come, never reserved from what the client announces.
+async fn collect(body: Body) -> Result<Bytes, Status> {
+    use http_body::Body as _;
+    let mut body = std::pin::pin!(body);
+    let mut whole = bytes::BytesMut::new();
+    while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
+        let frame = frame.map_err(|e| {
+            let e = e.into_inner();
+            if e.downcast_ref::<RequestBytesSpent>().is_some() {
+                Status::too_many_requests(e.to_string(), std::time::Duration::from_secs(1))
+            } else {
+                Status::bad_request(format!("cannot read the request body: {e}"))
+            }
+        })?;
+        if let Ok(data) = frame.into_data() {
+            if whole.len() + data.len() > MAX_BODY_BYTES {
+                return Err(too_large());
+            }
+            whole.extend_from_slice(&data);
+        }
+    }
+    Ok(whole.freeze())
 }
 
 /// What a connection's client certificate says. Here rather than in `auth`, which the
