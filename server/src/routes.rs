@@ -357,7 +357,7 @@ async fn timing(State(state): AppStateRef, request: Request, next: Next) -> Resp
 /// for as long as it runs, whatever later changes to the policy say.
 async fn authenticate_and_authorize(State(state): AppStateRef, mut request: Request, next: Next) -> Response {
     let cert = match request.extensions().get::<ConnectInfo<Connection>>() {
-        Some(ConnectInfo(conn)) => client_cert(conn).clone(),
+        Some(ConnectInfo(conn)) => client_cert(conn),
         None => ClientCert::None,
     };
     let user = match state.authn.authenticate(&cert, request.headers()) {
@@ -456,7 +456,7 @@ async fn collect(body: Body) -> Result<Bytes, Status> {
 
 /// What a connection's client certificate says. Here rather than in `auth`, which the
 /// connection's module will import for [`ClientCert`]: the layout keeps no module cycle.
-fn client_cert(conn: &Connection) -> &ClientCert {
+fn client_cert(conn: &Connection) -> ClientCert {
     conn.client_cert()
 }
 
