@@ -114,6 +114,23 @@ pub struct ServeConfig {
     /// The longest a TLS handshake (or, on plaintext, the first bytes of a connection) may
     /// take. Default 10 s. Not a flag; tests lower it.
     pub handshake_timeout: Duration,
+    /// The longest a request's body may take to arrive, from its headers' end
+    /// (`--request-timeout`, the apiserver's flag and default, 60 s): a body still coming then
+    /// is dropped and the request answered 504 `Timeout`.
+    pub request_timeout: Duration,
+    /// How long a connection may stay open with no request on it (an HTTP/2 connection with
+    /// no open stream, an HTTP/1 connection between requests) before the server closes it:
+    /// 90 s, the `IdleTimeout` of the apiserver's Go server. Not a flag; tests lower it.
+    pub idle_timeout: Duration,
+    /// The most connections open at once (`--max-connections`; the apiserver has no such
+    /// flag): a connection past it is closed as it is accepted, and counted in
+    /// `watchcache_connections_refused_total`. Default 100,000, as `max_watchers`: an HTTP/1
+    /// watch holds a connection of its own.
+    pub max_connections: usize,
+    /// The most request bytes the open streams of one HTTP/2 connection may hold at once:
+    /// their header lists, and the bodies being read. Default 32 MiB. Not a flag; tests lower
+    /// it.
+    pub http2_held_request_bytes: usize,
 }
 
 /// How the server's configuration would expose it: plaintext on an address other than
@@ -183,6 +200,10 @@ impl Default for ServeConfig {
             insecure_plaintext_on_non_loopback: false,
             http2_max_streams_per_connection: 1000,
             handshake_timeout: crate::transport::HANDSHAKE_TIMEOUT,
+            request_timeout: Duration::from_secs(60),
+            idle_timeout: crate::transport::IDLE_TIMEOUT,
+            max_connections: 100_000,
+            http2_held_request_bytes: crate::transport::MAX_HELD_REQUEST_BYTES,
             audit: None,
         }
     }

@@ -4,8 +4,14 @@
 //! name, each O a group, as kube-apiserver's x509 authenticator reads it. A certificate that
 //! does not verify is [`ClientCert::Invalid`], which authentication answers with a 401 rather
 //! than the handshake with an alert.
+//!
+//! A connection keeps its client's chain ([`PeerCert`]) and checks it again when its answer may
+//! have changed: once the earliest `notAfter` of the chain has passed (a certificate that
+//! expires while its connection is open stops authenticating the connection's next requests,
+//! as a new connection would be refused), and when the client CA has been read again (a
+//! certificate the new CA does not verify stops authenticating too).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
@@ -14,7 +20,9 @@ use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme};
 use rustls_pki_types::{CertificateDer, UnixTime};
 
+use super::reload::Reloading;
 use crate::auth::{ClientCert, UserInfo};
+use crate::connection::PeerCertificate;
 
 /// Accepts any client certificate and checks only that the client holds its key (the
 /// handshake's signature, with the provider's algorithms). Asks for a certificate without
@@ -112,6 +120,7 @@ impl ClientCa {
     }
 
     /// What a presented chain (end entity first) proves, now.
+    #[cfg(test)]
     pub(crate) fn check(&self, chain: &[CertificateDer<'_>]) -> ClientCert {
         self.check_at(chain, UnixTime::now())
     }
@@ -128,6 +137,104 @@ impl ClientCa {
             Err(e) => ClientCert::Invalid(e.into()),
         }
     }
+}
+
+/// A connection's client certificate chain, checked against the client CA of the moment
+/// when the last check may no longer hold.
+pub(crate) struct PeerCert {
+    chain: Vec<CertificateDer<'static>>,
+    client_ca: Arc<Reloading<ClientCa>>,
+    last: Mutex<Checked>,
+}
+
+/// The last check of a [`PeerCert`].
+struct Checked {
+    /// The client CA it was checked against.
+    ca: Arc<ClientCa>,
+    /// What it proved.
+    cert: ClientCert,
+    /// When (Unix seconds) the client CA was last looked at: again a second later at most,
+    /// as the CA's file is.
+    looked: u64,
+    /// The Unix second after which the proof lapses: the earliest `notAfter` of the chain;
+    /// none for a chain that does not verify (it stays refused until the CA changes).
+    valid_until: Option<u64>,
+}
+
+impl std::fmt::Debug for PeerCert {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerCert")
+            .field("certificates", &self.chain.len())
+            .finish()
+    }
+}
+
+impl PeerCert {
+    /// `chain` (end entity first), checked now against the client CA of `client_ca`.
+    pub(crate) fn new(chain: Vec<CertificateDer<'static>>, client_ca: Arc<Reloading<ClientCa>>) -> Self {
+        let now = UnixTime::now();
+        let ca = client_ca.get();
+        let (cert, valid_until) = check(&ca, &chain, now);
+        PeerCert {
+            chain,
+            client_ca,
+            last: Mutex::new(Checked {
+                ca,
+                cert,
+                looked: now.as_secs(),
+                valid_until,
+            }),
+        }
+    }
+
+    /// What the chain proves at `now`.
+    fn at(&self, now: UnixTime) -> ClientCert {
+        let mut last = self
+            .last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let secs = now.as_secs();
+        let mut stale = last.valid_until.is_some_and(|until| secs > until);
+        if secs > last.looked {
+            last.looked = secs;
+            let ca = self.client_ca.get();
+            if !Arc::ptr_eq(&ca, &last.ca) {
+                last.ca = ca;
+                stale = true;
+            }
+        }
+        if stale {
+            let (cert, valid_until) = check(&last.ca, &self.chain, now);
+            if let ClientCert::Invalid(why) = &cert {
+                tracing::info!(%why, "a connection's client certificate no longer verifies");
+            }
+            (last.cert, last.valid_until) = (cert, valid_until);
+        }
+        last.cert.clone()
+    }
+}
+
+impl PeerCertificate for PeerCert {
+    fn now(&self) -> ClientCert {
+        self.at(UnixTime::now())
+    }
+}
+
+/// What `chain` proves against `ca` at `now`, and until when (for a valid one).
+fn check(ca: &ClientCa, chain: &[CertificateDer<'_>], now: UnixTime) -> (ClientCert, Option<u64>) {
+    let cert = ca.check_at(chain, now);
+    let until = match cert {
+        ClientCert::Valid(_) => Some(
+            chain
+                .iter()
+                .filter_map(|c| x509_parser::parse_x509_certificate(c).ok())
+                .map(|(_, c)| c.validity().not_after.timestamp().max(0) as u64)
+                .min()
+                .unwrap_or(u64::MAX),
+        ),
+        _ => None,
+    };
+    (cert, until)
 }
 
 /// The user a certificate names: its subject's CN, and each O as a group.
@@ -226,6 +333,80 @@ mod tests {
         let cert = client(&other, "mallory", &[MASTERS], false);
         assert!(matches!(ca.check(&[cert]), ClientCert::Invalid(_)));
         assert!(matches!(ca.check(&[]), ClientCert::None));
+    }
+
+    /// A client CA read from a file of `dir`, as `--client-ca-file` is: its issuer, and the
+    /// CA reloading from the file.
+    fn ca_file(dir: &std::path::Path, name: &str) -> (Issuer<'static, KeyPair>, Arc<Reloading<ClientCa>>) {
+        let (root, issuer) = ca(name);
+        let path = dir.join("client-ca.crt");
+        write_pem(&path, &root);
+        let p = path.clone();
+        let reloading = Reloading::new(vec![path], move || ClientCa::from_pem_file(&p, &provider())).unwrap();
+        (issuer, Arc::new(reloading))
+    }
+
+    fn write_pem(path: &std::path::Path, cert: &CertificateDer<'_>) {
+        use base64::Engine;
+        let b64 = base64::engine::general_purpose::STANDARD.encode(cert.as_ref());
+        let lines: Vec<&str> = b64
+            .as_bytes()
+            .chunks(64)
+            .map(|l| std::str::from_utf8(l).unwrap())
+            .collect();
+        let pem = format!(
+            "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+            lines.join("\n")
+        );
+        std::fs::write(path, pem).unwrap();
+    }
+
+    fn temp_dir(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("watchcache-peer-cert-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_connections_certificate_stops_authenticating_once_it_has_expired() {
+        let dir = temp_dir("expiry");
+        let (issuer, client_ca) = ca_file(&dir, "client-ca");
+        let now = UnixTime::now().as_secs();
+        let mut params = CertificateParams::default();
+        params.distinguished_name.push(DnType::CommonName, "jane");
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        params.not_before = date_time_ymd(2000, 1, 1);
+        params.not_after = date_time_ymd(1970, 1, 1) + std::time::Duration::from_secs(now + 600);
+        let cert = params.signed_by(&KeyPair::generate().unwrap(), &issuer).unwrap();
+        let peer = PeerCert::new(vec![cert.der().clone()], client_ca);
+        let at = |secs: u64| peer.at(UnixTime::since_unix_epoch(std::time::Duration::from_secs(secs)));
+        assert!(matches!(at(now), ClientCert::Valid(_)));
+        assert!(
+            matches!(at(now + 600), ClientCert::Valid(_)),
+            "valid to its notAfter"
+        );
+        let ClientCert::Invalid(why) = at(now + 601) else {
+            panic!("expired past its notAfter")
+        };
+        assert!(why.contains("xpired"), "{why}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_connections_certificate_stops_authenticating_when_the_client_ca_no_longer_verifies_it() {
+        let dir = temp_dir("reload");
+        let (issuer, client_ca) = ca_file(&dir, "client-ca");
+        let cert = client(&issuer, "jane", &[], false);
+        let peer = PeerCert::new(vec![cert], Arc::clone(&client_ca));
+        assert!(matches!(peer.now(), ClientCert::Valid(_)));
+        // The client CA file is replaced by another CA's.
+        std::thread::sleep(super::super::reload::CHECK_EVERY);
+        let (other, _) = ca("other-ca");
+        write_pem(&dir.join("client-ca.crt"), &other);
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        assert!(matches!(peer.now(), ClientCert::Invalid(_)));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
