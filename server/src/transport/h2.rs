@@ -205,6 +205,23 @@ impl Idle {
     }
 }
 
+/// A stream's place among its connection's open streams, from its making to its drop (its
+/// task's end, or the task dropped unfinished).
+struct StreamPlace(Arc<Idle>);
+
+impl StreamPlace {
+    fn new(idle: &Arc<Idle>) -> StreamPlace {
+        idle.opened();
+        StreamPlace(Arc::clone(idle))
+    }
+}
+
+impl Drop for StreamPlace {
+    fn drop(&mut self) {
+        self.0.closed();
+    }
+}
+
 /// One open connection or stream, counted in its gauge from its making to its drop.
 struct Open(Gauge);
 
@@ -309,7 +326,6 @@ pub(crate) async fn serve<IO>(
                 }
                 let (stream, progress) = conn.stream();
                 let open = Open::new(&gauges.streams);
-                streams.opened();
                 // Spawned as it is: an `async move` around it would hold its future twice (the
                 // captured one and the one awaited).
                 tokio::spawn(serve_stream(
@@ -322,7 +338,7 @@ pub(crate) async fn serve<IO>(
                         open,
                         headers,
                         held: Arc::clone(&held),
-                        live: Arc::clone(&streams),
+                        place: StreamPlace::new(&streams),
                     },
                 ));
             }
@@ -382,13 +398,13 @@ fn serve_stream(
         open,
         headers,
         held,
-        live,
+        place,
     } = kept;
     drop(held);
     async move {
+        // Dropped in this order when the stream ends, its place last.
+        let _kept = (open, headers, place);
         pipe_response(handler, respond, head, killed, stall, progress).await;
-        drop((open, headers));
-        live.closed();
     }
 }
 
@@ -399,7 +415,7 @@ struct Kept {
     open: Open,
     headers: Share,
     held: Arc<Held>,
-    live: Arc<Idle>,
+    place: StreamPlace,
 }
 
 /// The handler's answer, its head sent and its body piped (see [`serve_stream`]).
@@ -593,18 +609,27 @@ mod tests {
         let (request, respond) = accepted().await;
         let (stream, progress) = Connection::detached().stream();
         let gauge = Gauge::default();
-        let served = serve_stream(
-            request,
-            respond,
-            stream,
-            progress,
-            Router::new(),
-            Open::new(&gauge),
-        );
+        let held = Arc::new(Held {
+            bytes: AtomicUsize::new(0),
+            limit: usize::MAX,
+        });
+        let streams = Arc::new(Idle::new());
+        let kept = Kept {
+            open: Open::new(&gauge),
+            headers: Share::new(&held),
+            held,
+            place: StreamPlace::new(&streams),
+        };
+        let served = serve_stream(request, respond, stream, progress, Router::new(), kept);
         let size = std::mem::size_of_val(&served);
         assert!(size <= 1280, "a stream's future is {size} bytes");
         assert_eq!(gauge.get(), 1, "the stream is counted while its future lives");
+        assert!(streams.idle_for().is_none(), "and its connection is not idle");
         drop(served);
         assert_eq!(gauge.get(), 0);
+        assert!(
+            streams.idle_for().is_some(),
+            "a stream's future dropped unfinished gives its place back"
+        );
     }
 }

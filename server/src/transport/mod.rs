@@ -131,7 +131,16 @@ impl Transport {
                 let conn = conn.with_client_cert(cert);
                 if is_h2 {
                     let limits = &self.h2_limits;
-                    Box::pin(h2::serve(stream, &self.h2, &self.h2_gauges, conn, app, stop, limits)).await;
+                    Box::pin(h2::serve(
+                        stream,
+                        &self.h2,
+                        &self.h2_gauges,
+                        conn,
+                        app,
+                        stop,
+                        limits,
+                    ))
+                    .await;
                 } else {
                     let mut stream = stream;
                     // An idle connection holds no HTTP/1 state (hyper's buffers, 8 KiB to read
