@@ -406,9 +406,17 @@ fn has_body(method: &Method) -> bool {
 /// coming at the deadline is dropped (its bytes freed, an HTTP/1 connection closed after the
 /// answer) and the request answered 504 `Timeout`. A method whose handler reads no body
 /// (GET, HEAD, …) has its body dropped unread: the client cannot make the server hold it.
+/// A mutating request first takes a place among those in flight
+/// (`--max-mutating-requests-inflight`), held until its answer is made, or is answered 429
+/// without its body being read.
 async fn read_body(State(state): AppStateRef, request: Request, next: Next) -> Response {
     let (parts, body) = request.into_parts();
+    let mut _place = None;
     let body = if has_body(&parts.method) {
+        match state.mutating.enter() {
+            Ok(place) => _place = place,
+            Err(status) => return status_response(&status),
+        }
         let limit = state.config.request_timeout;
         match tokio::time::timeout(limit, collect(body)).await {
             Ok(Ok(bytes)) => Body::from(bytes),
