@@ -34,7 +34,8 @@ pub struct ServeConfig {
     pub max_writes: usize,
     /// The most mutating requests (POST, PUT, PATCH, DELETE) in flight at once, from before
     /// their body is read until their answer is made (`--max-mutating-requests-inflight`,
-    /// default 200 as the apiserver's; 0: no bound); one past it is answered 429 at once.
+    /// default 200 as the apiserver's; 0: no bound); one past it is answered 429 at once,
+    /// but for a user in `system:masters`, let through as the apiserver lets it.
     pub max_mutating_requests_inflight: usize,
     /// Pods to create at start (about 4 KiB each), with their namespaces and nodes.
     pub seed_pods: usize,

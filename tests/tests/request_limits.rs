@@ -354,14 +354,17 @@ async fn post_until_refused(
 
 /// `--max-mutating-requests-inflight` bounds the mutating requests in flight across all
 /// connections, from before their body is read: past it a POST is answered at once with the
-/// apiserver's 429 and `Retry-After: 1`, while reads go on; a place given back (its client
-/// gone) is taken again; and 0 bounds nothing.
+/// apiserver's 429 and `Retry-After: 1`, while reads go on and `system:masters` is let through;
+/// a place given back (its client gone) is taken again; and 0 bounds nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutating_requests_in_flight_are_bounded_across_connections_and_reads_are_not() {
     const MAX: usize = 2;
+    let tokens = std::env::temp_dir().join(format!("watchcache-inflight-{}.csv", std::process::id()));
+    std::fs::write(&tokens, "admin-token,admin,1000,system:masters\n").unwrap();
     let server = start(ServeConfig {
         max_mutating_requests_inflight: MAX,
         request_timeout: Duration::from_secs(120),
+        token_auth_file: Some(tokens.clone()),
         ..config(0)
     })
     .await;
@@ -385,6 +388,16 @@ async fn mutating_requests_in_flight_are_bounded_across_connections_and_reads_ar
     let path = "/api/v1/namespaces/default/configmaps";
     let (code, _, _) = request_full(&http(), &server, "GET", path, None).await;
     assert_eq!(code, 200, "a read is not bounded by the mutating requests");
+    // The apiserver lets system:masters through past the bound.
+    let body = r#"{"metadata":{"name":"by-admin"}}"#;
+    let mut c = TcpStream::connect(server.addr()).await.unwrap();
+    let post = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer admin-token\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let (line, answer) = exchange(&mut c, post.as_bytes()).await;
+    assert!(line.contains(" 201 "), "{line} {answer}");
 
     // A held request whose client goes gives its place back.
     drop(held.pop());
@@ -401,6 +414,7 @@ async fn mutating_requests_in_flight_are_bounded_across_connections_and_reads_ar
     }
     assert!(freed, "the place of a request whose client went is taken again");
     drop(held);
+    let _ = std::fs::remove_file(&tokens);
 
     let unbounded = start(ServeConfig {
         max_mutating_requests_inflight: 0,
