@@ -275,6 +275,10 @@ struct ServeArgs {
     /// a body still coming then is dropped and the request answered 504.
     #[arg(long, default_value = "60", value_parser = go_duration)]
     request_timeout: Duration,
+    /// The most mutating requests (POST, PUT, PATCH, DELETE) in flight at once, from before
+    /// their body is read until their answer; one past it is answered 429. 0: no bound.
+    #[arg(long, default_value_t = 200)]
+    max_mutating_requests_inflight: usize,
     /// The most connections open at once; one past it is closed as it is accepted.
     #[arg(long, default_value_t = 100_000, value_parser = positive_count)]
     max_connections: usize,
@@ -342,6 +346,7 @@ async fn main() -> std::process::ExitCode {
         bookmark_interval: args.bookmark_interval,
         fresh_timeout: args.fresh_timeout,
         max_watchers: args.max_watchers,
+        max_mutating_requests_inflight: args.max_mutating_requests_inflight,
         seed_pods: args.seed_pods,
         churn: args.churn,
         shutdown_grace: args.shutdown_grace,

@@ -406,9 +406,19 @@ fn has_body(method: &Method) -> bool {
 /// coming at the deadline is dropped (its bytes freed, an HTTP/1 connection closed after the
 /// answer) and the request answered 504 `Timeout`. A method whose handler reads no body
 /// (GET, HEAD, …) has its body dropped unread: the client cannot make the server hold it.
+/// A mutating request first takes a place among those in flight
+/// (`--max-mutating-requests-inflight`), held until its answer is made, or is answered 429
+/// without its body being read; one of `system:masters` goes on without a place, as the
+/// apiserver lets its super-admins through.
 async fn read_body(State(state): AppStateRef, request: Request, next: Next) -> Response {
     let (parts, body) = request.into_parts();
+    let mut _place = None;
     let body = if has_body(&parts.method) {
+        match state.mutating.enter() {
+            Ok(place) => _place = place,
+            Err(_) if is_master(&parts) => {}
+            Err(status) => return status_response(&status),
+        }
         let limit = state.config.request_timeout;
         match tokio::time::timeout(limit, collect(body)).await {
             Ok(Ok(bytes)) => Body::from(bytes),
@@ -426,6 +436,14 @@ async fn read_body(State(state): AppStateRef, request: Request, next: Next) -> R
         Body::empty()
     };
     next.run(Request::from_parts(parts, body)).await
+}
+
+/// Whether the request's user (as authentication found it) is in `system:masters`.
+fn is_master(parts: &axum::http::request::Parts) -> bool {
+    parts
+        .extensions
+        .get::<Arc<UserInfo>>()
+        .is_some_and(|user| user.groups.iter().any(|g| g == auth::MASTERS))
 }
 
 /// A body, whole: 413 past [`MAX_BODY_BYTES`], 429 when its HTTP/2 connection holds too much

@@ -24,7 +24,7 @@ use crate::leases::Leases;
 use crate::metrics::Metrics;
 use crate::namespace_controller;
 use crate::namespaces;
-use crate::offload::Offload;
+use crate::offload::{InFlight, Offload};
 use crate::openapi::OpenApi;
 use crate::pod_gc;
 use crate::rbac_objects::policy::CachedPolicy;
@@ -300,6 +300,7 @@ impl Server {
             open_watchers: Arc::new(AtomicUsize::new(0)),
             addr,
             writes: Offload::new(config.max_writes),
+            mutating: InFlight::new(config.max_mutating_requests_inflight),
             authn,
             authz,
             rbac,

@@ -2,7 +2,8 @@
 //! timeout to arrive (504 after it), a GET's body is never read, the request bytes of one
 //! HTTP/2 connection are bounded (a header list, and the header lists and bodies of its open
 //! streams together), a connection with no request is closed after the idle timeout (a watch
-//! is not idle), and connections past `--max-connections` are closed as they are accepted.
+//! is not idle), connections past `--max-connections` are closed as they are accepted, and
+//! mutating requests past `--max-mutating-requests-inflight` are answered 429.
 
 use std::time::Duration;
 
@@ -10,7 +11,7 @@ use bytes::Bytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use watchcache_tests::tls::{h2_body, h2_connect};
-use watchcache_tests::{ServeConfig, Server, config, create_namespaces, start};
+use watchcache_tests::{ServeConfig, Server, config, create_namespaces, http, request_full, start};
 
 /// A bound for what must happen, far past when it should: a test fails rather than hangs.
 const BOUND: Duration = Duration::from_secs(30);
@@ -314,4 +315,121 @@ async fn connections_past_max_connections_are_closed_as_accepted_and_counted() {
 
 fn refused(server: &Server) -> u64 {
     server.metrics().connections_refused.get()
+}
+
+/// Opens a POST of a configmap on a connection of its own and sends one byte of its body of
+/// 100: the request holds its place among the mutating requests in flight while it waits for
+/// the rest.
+async fn post_held(server: &Server) -> TcpStream {
+    let mut c = TcpStream::connect(server.addr()).await.unwrap();
+    let head = "POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: x\r\n\
+                Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{";
+    c.write_all(head.as_bytes()).await.unwrap();
+    c
+}
+
+/// POSTs configmaps named `{name}-{i}` until one is answered other than 201, a tenth of a
+/// second apart (the held requests take their places once the server has read their
+/// headers), at most `tries` times: that answer (code, Retry-After, body).
+async fn post_until_refused(
+    server: &Server,
+    name: &str,
+    tries: usize,
+) -> Option<(u16, Option<String>, String)> {
+    let path = "/api/v1/namespaces/default/configmaps";
+    for i in 0..tries {
+        let cm = serde_json::json!({"metadata": {"name": format!("{name}-{i}")}});
+        let (code, headers, body) = request_full(&http(), server, "POST", path, Some(cm)).await;
+        if code != 201 {
+            let retry = headers
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            return Some((code, retry, String::from_utf8_lossy(&body).into_owned()));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
+/// `--max-mutating-requests-inflight` bounds the mutating requests in flight across all
+/// connections, from before their body is read: past it a POST is answered at once with the
+/// apiserver's 429 and `Retry-After: 1`, while reads go on and `system:masters` is let through;
+/// a place given back (its client gone) is taken again; and 0 bounds nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutating_requests_in_flight_are_bounded_across_connections_and_reads_are_not() {
+    const MAX: usize = 2;
+    let tokens = std::env::temp_dir().join(format!("watchcache-inflight-{}.csv", std::process::id()));
+    std::fs::write(&tokens, "admin-token,admin,1000,system:masters\n").unwrap();
+    let server = start(ServeConfig {
+        max_mutating_requests_inflight: MAX,
+        request_timeout: Duration::from_secs(120),
+        token_auth_file: Some(tokens.clone()),
+        ..config(0)
+    })
+    .await;
+    let mut held = Vec::new();
+    for _ in 0..MAX {
+        held.push(post_held(&server).await);
+    }
+    let (code, retry, body) = post_until_refused(&server, "past", 300)
+        .await
+        .expect("a POST past the bound is refused");
+    assert_eq!(code, 429, "{body}");
+    assert_eq!(retry.as_deref(), Some("1"));
+    let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(status["reason"], "TooManyRequests", "{status}");
+    assert_eq!(
+        status["message"], "Too many requests, please try again later.",
+        "{status}"
+    );
+    assert_eq!(status["details"]["retryAfterSeconds"], 1, "{status}");
+
+    let path = "/api/v1/namespaces/default/configmaps";
+    let (code, _, _) = request_full(&http(), &server, "GET", path, None).await;
+    assert_eq!(code, 200, "a read is not bounded by the mutating requests");
+    // The apiserver lets system:masters through past the bound.
+    let body = r#"{"metadata":{"name":"by-admin"}}"#;
+    let mut c = TcpStream::connect(server.addr()).await.unwrap();
+    let post = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer admin-token\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let (line, answer) = exchange(&mut c, post.as_bytes()).await;
+    assert!(line.contains(" 201 "), "{line} {answer}");
+
+    // A held request whose client goes gives its place back.
+    drop(held.pop());
+    let mut freed = false;
+    for i in 0..300 {
+        let cm = serde_json::json!({"metadata": {"name": format!("freed-{i}")}});
+        let (code, _, _) = request_full(&http(), &server, "POST", path, Some(cm)).await;
+        if code == 201 {
+            freed = true;
+            break;
+        }
+        assert_eq!(code, 429);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(freed, "the place of a request whose client went is taken again");
+    drop(held);
+    let _ = std::fs::remove_file(&tokens);
+
+    let unbounded = start(ServeConfig {
+        max_mutating_requests_inflight: 0,
+        request_timeout: Duration::from_secs(120),
+        ..config(0)
+    })
+    .await;
+    let mut held = Vec::new();
+    for _ in 0..MAX + 1 {
+        held.push(post_held(&unbounded).await);
+    }
+    // Every POST is created, the held ones' places taken or not.
+    assert_eq!(
+        post_until_refused(&unbounded, "free", 20).await.map(|a| a.0),
+        None
+    );
+    drop(held);
 }
