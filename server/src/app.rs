@@ -11,7 +11,7 @@ use crate::backend::Backend;
 use crate::config::ServeConfig;
 use crate::leases::Leases;
 use crate::metrics::Metrics;
-use crate::offload::Offload;
+use crate::offload::{InFlight, Offload};
 use crate::openapi::OpenApi;
 use crate::resources::Resource;
 use crate::switch::Switch;
@@ -32,6 +32,8 @@ pub(crate) struct AppState {
     pub(crate) openapi: OpenApi,
     /// Where writes run: off the runtime's workers, a bounded number at once.
     pub(crate) writes: Offload,
+    /// The places of mutating requests in flight (`--max-mutating-requests-inflight`).
+    pub(crate) mutating: InFlight,
     /// Who each request comes from.
     pub(crate) authn: Authenticator,
     /// What each request may do.

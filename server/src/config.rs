@@ -28,10 +28,15 @@ pub struct ServeConfig {
     pub fresh_timeout: Duration,
     /// The most watches open at once; more get 429. Default 100,000.
     pub max_watchers: usize,
-    /// The most writes in flight at once, as the apiserver's `--max-mutating-requests-inflight`
-    /// (default 200); as many again may wait for a place, and a write past those gets 429. Not a
-    /// flag; tests lower it.
+    /// The most writes running at once on the blocking pool (default 200); as many again may
+    /// wait for a place, and a write past those gets 429. Not a flag; tests lower it. Behind
+    /// `max_mutating_requests_inflight`, it is reached only when that bound is higher or off.
     pub max_writes: usize,
+    /// The most mutating requests (POST, PUT, PATCH, DELETE) in flight at once, from before
+    /// their body is read until their answer is made (`--max-mutating-requests-inflight`,
+    /// default 200 as the apiserver's; 0: no bound); one past it is answered 429 at once,
+    /// but for a user in `system:masters`, let through as the apiserver lets it.
+    pub max_mutating_requests_inflight: usize,
     /// Pods to create at start (about 4 KiB each), with their namespaces and nodes.
     pub seed_pods: usize,
     /// Pod updates per second after seeding.
@@ -121,6 +126,26 @@ pub struct ServeConfig {
     /// The longest a TLS handshake (or, on plaintext, the first bytes of a connection) may
     /// take. Default 10 s. Not a flag; tests lower it.
     pub handshake_timeout: Duration,
+    /// The longest a request's body may take to arrive, from its headers' end
+    /// (`--request-timeout`, the apiserver's flag and default, 60 s): a body still coming then
+    /// is dropped and the request answered 504 `Timeout`.
+    pub request_timeout: Duration,
+    /// How long an HTTP/2 connection may stay open with no stream open on it before the
+    /// server sends GOAWAY (and drops it if the client has not closed it 10 s later): 90 s,
+    /// the `IdleTimeout` of the apiserver's Go server. Not a flag; tests lower it. HTTP/1 is
+    /// another matter: a kept-alive HTTP/1 connection is closed unless its next request's
+    /// headers have all arrived within 30 s of the last answer (hyper's header read timeout),
+    /// or within this value if it is shorter.
+    pub idle_timeout: Duration,
+    /// The most connections open at once (`--max-connections`; the apiserver has no such
+    /// flag): a connection past it is closed as it is accepted, and counted in
+    /// `watchcache_connections_refused_total`. Default 100,000, as `max_watchers`: an HTTP/1
+    /// watch holds a connection of its own.
+    pub max_connections: usize,
+    /// The most request bytes the open streams of one HTTP/2 connection may hold at once:
+    /// their header lists, and the bodies being read. Default 32 MiB. Not a flag; tests lower
+    /// it.
+    pub http2_held_request_bytes: usize,
 }
 
 /// How the server's configuration would expose it: plaintext on an address other than
@@ -165,6 +190,7 @@ impl Default for ServeConfig {
             fresh_timeout: Duration::from_secs(3),
             max_watchers: 100_000,
             max_writes: crate::offload::MAX_WRITES,
+            max_mutating_requests_inflight: crate::offload::MAX_WRITES,
             seed_pods: 0,
             churn: 0.0,
             seed_nodes: 0,
@@ -193,6 +219,10 @@ impl Default for ServeConfig {
             insecure_plaintext_on_non_loopback: false,
             http2_max_streams_per_connection: 1000,
             handshake_timeout: crate::transport::HANDSHAKE_TIMEOUT,
+            request_timeout: Duration::from_secs(60),
+            idle_timeout: crate::transport::IDLE_TIMEOUT,
+            max_connections: 100_000,
+            http2_held_request_bytes: crate::transport::MAX_HELD_REQUEST_BYTES,
             audit: None,
         }
     }

@@ -49,8 +49,15 @@ pub(crate) struct Connection {
     /// An HTTP/2 stream's connection: its switch and write progress. A stalled stream is
     /// reset; if the connection under it is stalled too, the connection is dropped.
     parent: Option<(Switch, Arc<ConnState>)>,
-    /// What the TLS handshake learned of the client's certificate.
-    client_cert: Arc<ClientCert>,
+    /// The client's certificate of the TLS handshake, if it presented one to a client CA.
+    client_cert: Option<Arc<dyn PeerCertificate>>,
+}
+
+/// A client certificate presented in a connection's TLS handshake: what it proves at each
+/// request (it may have expired since the handshake, or the client CA changed).
+pub(crate) trait PeerCertificate: Send + Sync + std::fmt::Debug {
+    /// What the certificate proves now.
+    fn now(&self) -> ClientCert;
 }
 
 /// Write progress of one connection, and when its stall check is due. Relaxed throughout:
@@ -104,7 +111,7 @@ impl Connection {
             kill: Switch::new(),
             state: Arc::new(ConnState::new()),
             parent: None,
-            client_cert: Arc::new(ClientCert::None),
+            client_cert: None,
         }
     }
 
@@ -113,15 +120,17 @@ impl Connection {
         self.peer
     }
 
-    /// The client certificate of the connection's TLS handshake, verified when the handshake
-    /// ended: [`ClientCert::None`] on plaintext, without a certificate or without a client CA.
-    pub(crate) fn client_cert(&self) -> &ClientCert {
-        &self.client_cert
+    /// What the client certificate of the connection's TLS handshake proves now:
+    /// [`ClientCert::None`] on plaintext, without a certificate or without a client CA.
+    pub(crate) fn client_cert(&self) -> ClientCert {
+        self.client_cert
+            .as_ref()
+            .map_or(ClientCert::None, |cert| cert.now())
     }
 
-    /// This connection, with what its TLS handshake learned of the client's certificate.
-    pub(crate) fn with_client_cert(mut self, cert: ClientCert) -> Self {
-        self.client_cert = Arc::new(cert);
+    /// This connection, with the client certificate its TLS handshake presented.
+    pub(crate) fn with_client_cert(mut self, cert: Option<Arc<dyn PeerCertificate>>) -> Self {
+        self.client_cert = cert;
         self
     }
 
@@ -135,7 +144,7 @@ impl Connection {
             kill: self.kill.child(),
             state: Arc::clone(&state),
             parent: Some((self.kill.clone(), Arc::clone(&self.state))),
-            client_cert: Arc::clone(&self.client_cert),
+            client_cert: self.client_cert.clone(),
         };
         (stream, StreamProgress { state })
     }
@@ -395,7 +404,7 @@ impl Listener for KillableListener {
                         kill,
                         state,
                         parent: None,
-                        client_cert: Arc::new(ClientCert::None),
+                        client_cert: None,
                     };
                     return (io, conn);
                 }
@@ -415,7 +424,7 @@ impl Listener for KillableListener {
             kill: self.all.child(),
             state: Arc::new(ConnState::new()),
             parent: None,
-            client_cert: Arc::new(ClientCert::None),
+            client_cert: None,
         })
     }
 }
@@ -515,5 +524,30 @@ mod tests {
         timer.poll(&mut Context::from_waker(waker));
         assert!(!conn.kill.is_thrown());
         assert!(timer.sleep.is_some(), "a check is set, years away");
+    }
+
+    use std::sync::Mutex;
+
+    /// A certificate whose proof the test sets.
+    #[derive(Debug)]
+    struct Proves(Mutex<ClientCert>);
+
+    impl PeerCertificate for Proves {
+        fn now(&self) -> ClientCert {
+            self.0.lock().unwrap().clone()
+        }
+    }
+
+    #[test]
+    fn each_request_asks_the_certificate_what_it_proves_now_on_every_stream_of_the_connection() {
+        assert!(matches!(Connection::detached().client_cert(), ClientCert::None));
+        let user = Arc::new(crate::auth::UserInfo::authenticated("jane", "", vec![]));
+        let cert = Arc::new(Proves(Mutex::new(ClientCert::Valid(user))));
+        let conn = Connection::detached().with_client_cert(Some(cert.clone()));
+        let (stream, _progress) = conn.stream();
+        assert!(matches!(stream.client_cert(), ClientCert::Valid(_)));
+        *cert.0.lock().unwrap() = ClientCert::Invalid("expired".into());
+        assert!(matches!(conn.client_cert(), ClientCert::Invalid(_)));
+        assert!(matches!(stream.client_cert(), ClientCert::Invalid(_)));
     }
 }

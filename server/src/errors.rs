@@ -52,6 +52,16 @@ pub(crate) fn expired(e: &Expired) -> Status {
     Status::gone(e.to_string())
 }
 
+/// The Status for a request whose body did not arrive within the request timeout: 504
+/// `Timeout`, as the apiserver answers a request that outlives its timeout.
+pub(crate) fn body_timeout(limit: std::time::Duration) -> Status {
+    Status::new(
+        504,
+        "Timeout",
+        format!("the request's body did not arrive within the request timeout ({limit:?})"),
+    )
+}
+
 /// The Status for a request whose credentials do not verify (or that has none, where
 /// anonymous requests are refused): 401, saying no more, as the apiserver answers it.
 pub(crate) fn unauthorized() -> Status {

@@ -56,6 +56,36 @@ fn seconds(s: &str) -> Result<Duration, String> {
     }
 }
 
+/// Like [`seconds`], or a Go duration as the apiserver's duration flags take it (`1m0s`,
+/// `90s`, `1h30m`, `500ms`): whole or fractional numbers, each followed by `h`, `m`, `s` or
+/// `ms`.
+fn go_duration(s: &str) -> Result<Duration, String> {
+    if let Ok(d) = seconds(s) {
+        return Ok(d);
+    }
+    let bad = || format!("must be a number of seconds or a duration such as 1m0s, not {s:?}");
+    let mut total = 0.0;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(bad)?;
+        let value: f64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        total += value
+            * match &rest[..unit] {
+                "h" => 3600.0,
+                "m" => 60.0,
+                "s" => 1.0,
+                "ms" => 0.001,
+                _ => return Err(bad()),
+            };
+        rest = &rest[unit..];
+    }
+    seconds(&total.to_string())
+}
+
 /// Like [`seconds`], and 0 too (off).
 fn seconds_or_zero(s: &str) -> Result<Duration, String> {
     match s.parse::<f64>() {
@@ -252,6 +282,17 @@ struct ServeArgs {
     /// an admin client certificate, with DIR/admin.kubeconfig. Ignored with --tls-cert-file.
     #[arg(long, value_name = "DIR")]
     cert_dir: Option<PathBuf>,
+    /// The longest a request's body may take to arrive: seconds, or a Go duration (`1m0s`);
+    /// a body still coming then is dropped and the request answered 504.
+    #[arg(long, default_value = "60", value_parser = go_duration)]
+    request_timeout: Duration,
+    /// The most mutating requests (POST, PUT, PATCH, DELETE) in flight at once, from before
+    /// their body is read until their answer; one past it is answered 429. 0: no bound.
+    #[arg(long, default_value_t = 200)]
+    max_mutating_requests_inflight: usize,
+    /// The most connections open at once; one past it is closed as it is accepted.
+    #[arg(long, default_value_t = 100_000, value_parser = positive_count)]
+    max_connections: usize,
     /// The most concurrent streams of one HTTP/2 connection.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
     http2_max_streams_per_connection: u32,
@@ -316,6 +357,7 @@ async fn main() -> std::process::ExitCode {
         bookmark_interval: args.bookmark_interval,
         fresh_timeout: args.fresh_timeout,
         max_watchers: args.max_watchers,
+        max_mutating_requests_inflight: args.max_mutating_requests_inflight,
         seed_pods: args.seed_pods,
         churn: args.churn,
         seed_nodes: args.seed_nodes,
@@ -341,6 +383,8 @@ async fn main() -> std::process::ExitCode {
         client_ca_file: args.client_ca_file,
         cert_dir: args.cert_dir,
         http2_max_streams_per_connection: args.http2_max_streams_per_connection,
+        request_timeout: args.request_timeout,
+        max_connections: args.max_connections,
         insecure_plaintext_on_non_loopback: args.insecure_serve_plaintext_on_non_loopback,
         audit: args.audit_log_path.map(|path| AuditConfig {
             path,
@@ -421,6 +465,14 @@ mod tests {
         }
         assert_eq!(whole_seconds(1)("3600"), Ok(Duration::from_secs(3600)));
         assert_eq!(whole_seconds(0)("0"), Ok(Duration::ZERO));
+        assert_eq!(go_duration("1m0s"), Ok(Duration::from_secs(60)));
+        assert_eq!(go_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(go_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(go_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(go_duration("60"), Ok(Duration::from_secs(60)));
+        for bad in ["", "0s", "m", "1x", "1m-1s", "s1", "9000h"] {
+            assert!(go_duration(bad).is_err(), "{bad}");
+        }
     }
 
     fn parses(args: &[&str]) -> bool {

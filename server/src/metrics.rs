@@ -62,6 +62,8 @@ pub struct Metrics {
     /// Open HTTP/2 streams, over all connections: a watch on HTTP/2 is one for as long as it
     /// lasts.
     pub http2_streams: Gauge,
+    /// Connections closed as they were accepted, past `--max-connections`.
+    pub connections_refused: Counter,
 }
 
 impl Default for Metrics {
@@ -91,6 +93,7 @@ impl Default for Metrics {
             audit_errors: Family::default(),
             http2_connections: Gauge::default(),
             http2_streams: Gauge::default(),
+            connections_refused: Counter::default(),
             registry: Registry::default(),
         };
         let mut root = Registry::default();
@@ -188,6 +191,11 @@ impl Default for Metrics {
             "http2_streams",
             "Open HTTP/2 streams, over all connections",
             m.http2_streams.clone(),
+        );
+        registry.register(
+            "connections_refused",
+            "Connections closed as they were accepted, past --max-connections",
+            m.connections_refused.clone(),
         );
         Metrics { registry: root, ..m }
     }

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::response::Response;
-use tokio::sync::{Semaphore, TryAcquireError};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 use watchcache_encoders::Status;
 
 /// The most writes in flight at once, as the apiserver's default
@@ -95,12 +95,45 @@ impl Offload {
                 (n < self.max_waiting).then_some(n + 1)
             })
             .map(|_| InLine(&self.waiting))
-            .map_err(|_| {
-                Status::too_many_requests(
-                    "Too many requests, please try again later.",
-                    Duration::from_secs(1),
-                )
-            })
+            .map_err(|_| too_many_requests())
+    }
+}
+
+/// The apiserver's answer to a request past one of its bounds on requests in flight: 429
+/// `TooManyRequests`, `Retry-After: 1`, in its max-in-flight filter's words.
+pub(crate) fn too_many_requests() -> Status {
+    Status::too_many_requests(
+        "Too many requests, please try again later.",
+        Duration::from_secs(1),
+    )
+}
+
+/// The bound on mutating requests in flight (`--max-mutating-requests-inflight`): a POST,
+/// PUT, PATCH or DELETE takes a place before its body is read and holds it until its answer
+/// is made, so the bodies being read and the writes queued for [`Offload`] are bounded across
+/// all connections; past the bound it is answered 429 at once, holding nothing.
+pub(crate) struct InFlight {
+    /// None: no bound (`0`, as the apiserver's flag).
+    places: Option<Arc<Semaphore>>,
+}
+
+impl InFlight {
+    /// At most `max` at once; no bound if 0.
+    pub(crate) fn new(max: usize) -> InFlight {
+        InFlight {
+            places: (max > 0).then(|| Arc::new(Semaphore::new(max))),
+        }
+    }
+
+    /// A place, held until dropped (none is needed without a bound), or the apiserver's 429.
+    pub(crate) fn enter(&self) -> Result<Option<OwnedSemaphorePermit>, Status> {
+        match &self.places {
+            None => Ok(None),
+            Some(places) => Arc::clone(places)
+                .try_acquire_owned()
+                .map(Some)
+                .map_err(|_| too_many_requests()),
+        }
     }
 }
 

@@ -34,6 +34,7 @@ use crate::request_log;
 use crate::response::{json_response, status_response};
 use crate::table::TableRequest;
 use crate::target::Target;
+use crate::transport::RequestBytesSpent;
 use crate::writes;
 
 type AppStateRef = State<Arc<AppState>>;
@@ -41,14 +42,19 @@ type AppStateRef = State<Arc<AppState>>;
 /// The largest request body accepted, as the apiserver's limit: 3 MiB.
 const MAX_BODY_BYTES: usize = 3 << 20;
 
+/// 413 `RequestEntityTooLarge`, as the apiserver answers a body over its limit.
+fn too_large() -> Status {
+    Status::new(
+        413,
+        "RequestEntityTooLarge",
+        format!("the request body is larger than {MAX_BODY_BYTES} bytes"),
+    )
+}
+
 /// A body the router could not read: too large is 413, as the apiserver answers it.
 fn body_status(rejection: &BytesRejection) -> Status {
     if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-        Status::new(
-            413,
-            "RequestEntityTooLarge",
-            format!("the request body is larger than {MAX_BODY_BYTES} bytes"),
-        )
+        too_large()
     } else {
         Status::bad_request(format!("cannot read the request body: {rejection}"))
     }
@@ -119,6 +125,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         })
         // Bodies over the limit are refused while read; the handlers answer that with a Status.
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn_with_state(state.clone(), read_body))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             authenticate_and_authorize,
@@ -350,7 +357,7 @@ async fn timing(State(state): AppStateRef, request: Request, next: Next) -> Resp
 /// for as long as it runs, whatever later changes to the policy say.
 async fn authenticate_and_authorize(State(state): AppStateRef, mut request: Request, next: Next) -> Response {
     let cert = match request.extensions().get::<ConnectInfo<Connection>>() {
-        Some(ConnectInfo(conn)) => client_cert(conn).clone(),
+        Some(ConnectInfo(conn)) => client_cert(conn),
         None => ClientCert::None,
     };
     let user = match state.authn.authenticate(&cert, request.headers()) {
@@ -365,7 +372,12 @@ async fn authenticate_and_authorize(State(state): AppStateRef, mut request: Requ
         let attributes =
             match auth::attributes(user.clone(), request.method().as_str(), uri.path(), uri.query()) {
                 Ok(a) => a,
-                Err(e) => return status_response(&Status::internal(e.to_string())),
+                // A path under an API prefix that names no resource (`/api/v1/watch`): nothing
+                // is served there, whoever asks; the router would answer it 404 too.
+                Err(e) => {
+                    tracing::debug!(error = %e, "a path that names no resource");
+                    return status_response(&Status::not_found("", ""));
+                }
             };
         if let Decision::Deny(reason) = state.authz.authorize(&attributes) {
             let mut response = status_response(&errors::forbidden(&attributes, &reason));
@@ -380,9 +392,89 @@ async fn authenticate_and_authorize(State(state): AppStateRef, mut request: Requ
     response
 }
 
+/// Whether a handler may read a request's body: writes, and DELETE (its `DeleteOptions`).
+/// Every other method's handler answers without it.
+fn has_body(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::POST | Method::PUT | Method::PATCH | Method::DELETE
+    )
+}
+
+/// Reads a request's body whole before its handler runs, within the request timeout
+/// (`--request-timeout`) and [`MAX_BODY_BYTES`], once the request is authorized: a body still
+/// coming at the deadline is dropped (its bytes freed, an HTTP/1 connection closed after the
+/// answer) and the request answered 504 `Timeout`. A method whose handler reads no body
+/// (GET, HEAD, …) has its body dropped unread: the client cannot make the server hold it.
+/// A mutating request first takes a place among those in flight
+/// (`--max-mutating-requests-inflight`), held until its answer is made, or is answered 429
+/// without its body being read; one of `system:masters` goes on without a place, as the
+/// apiserver lets its super-admins through.
+async fn read_body(State(state): AppStateRef, request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    let mut _place = None;
+    let body = if has_body(&parts.method) {
+        match state.mutating.enter() {
+            Ok(place) => _place = place,
+            Err(_) if is_master(&parts) => {}
+            Err(status) => return status_response(&status),
+        }
+        let limit = state.config.request_timeout;
+        match tokio::time::timeout(limit, collect(body)).await {
+            Ok(Ok(bytes)) => Body::from(bytes),
+            Ok(Err(status)) => return status_response(&status),
+            Err(_) => {
+                tracing::debug!(
+                    path = parts.uri.path(),
+                    ?limit,
+                    "a request body did not arrive in time"
+                );
+                return status_response(&errors::body_timeout(limit));
+            }
+        }
+    } else {
+        Body::empty()
+    };
+    next.run(Request::from_parts(parts, body)).await
+}
+
+/// Whether the request's user (as authentication found it) is in `system:masters`.
+fn is_master(parts: &axum::http::request::Parts) -> bool {
+    parts
+        .extensions
+        .get::<Arc<UserInfo>>()
+        .is_some_and(|user| user.groups.iter().any(|g| g == auth::MASTERS))
+}
+
+/// A body, whole: 413 past [`MAX_BODY_BYTES`], 429 when its HTTP/2 connection holds too much
+/// of other requests (`transport::RequestBytesSpent`), 400 when it cannot be read. Grown as
+/// the bytes come, never reserved from what the client announces.
+async fn collect(body: Body) -> Result<Bytes, Status> {
+    use http_body::Body as _;
+    let mut body = std::pin::pin!(body);
+    let mut whole = bytes::BytesMut::new();
+    while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
+        let frame = frame.map_err(|e| {
+            let e = e.into_inner();
+            if e.downcast_ref::<RequestBytesSpent>().is_some() {
+                Status::too_many_requests(e.to_string(), std::time::Duration::from_secs(1))
+            } else {
+                Status::bad_request(format!("cannot read the request body: {e}"))
+            }
+        })?;
+        if let Ok(data) = frame.into_data() {
+            if whole.len() + data.len() > MAX_BODY_BYTES {
+                return Err(too_large());
+            }
+            whole.extend_from_slice(&data);
+        }
+    }
+    Ok(whole.freeze())
+}
+
 /// What a connection's client certificate says. Here rather than in `auth`, which the
 /// connection's module will import for [`ClientCert`]: the layout keeps no module cycle.
-fn client_cert(conn: &Connection) -> &ClientCert {
+fn client_cert(conn: &Connection) -> ClientCert {
     conn.client_cert()
 }
 
@@ -660,5 +752,39 @@ mod tests {
             let m = Method::from_bytes(m.as_bytes()).unwrap();
             assert_eq!(verb(&m, ""), "OTHER", "{m}");
         }
+    }
+
+    /// One request over HTTP/1.1 on a new connection: the response's status line and body.
+    pub(crate) async fn http1(addr: std::net::SocketAddr, request: String) -> (String, String) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        c.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        c.read_to_end(&mut answer).await.unwrap();
+        let answer = String::from_utf8_lossy(&answer).into_owned();
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+        (
+            head.lines().next().unwrap_or_default().to_owned(),
+            body.to_owned(),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_path_under_an_api_prefix_that_names_no_resource_is_not_found_under_rbac() {
+        let config = crate::ServeConfig {
+            addr: "127.0.0.1:0".parse().unwrap(),
+            authorization_mode: crate::auth::AuthorizationMode::Rbac,
+            ..crate::ServeConfig::default()
+        };
+        let server = crate::Server::start(config).await.unwrap();
+        for path in ["/api/v1/watch", "/apis/apps/v1/watch/", "/api/v1/watch/"] {
+            let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+            let (status, body) = http1(server.addr(), request).await;
+            assert_eq!(status, "HTTP/1.1 404 Not Found", "{path}: {body}");
+            let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+            assert_eq!(body["kind"], "Status", "{path}");
+            assert_eq!(body["reason"], "NotFound", "{path}");
+        }
+        server.shutdown().await.unwrap();
     }
 }

@@ -7,6 +7,8 @@ use std::sync::atomic::AtomicUsize;
 
 use axum::Router;
 use axum::serve::Listener;
+use prometheus_client::metrics::counter::Counter;
+use tokio::sync::Semaphore;
 use tokio_util::task::TaskTracker;
 use watchcache_core::MemorySource;
 
@@ -22,7 +24,7 @@ use crate::leases::Leases;
 use crate::metrics::Metrics;
 use crate::namespace_controller;
 use crate::namespaces;
-use crate::offload::Offload;
+use crate::offload::{InFlight, Offload};
 use crate::openapi::OpenApi;
 use crate::pod_gc;
 use crate::rbac_objects::policy::CachedPolicy;
@@ -71,20 +73,35 @@ pub enum ServeError {
 /// server for the shutdown signal, locking that channel's waiter list whenever a watch event
 /// wakes them. Here each connection checks a flag and registers with the shutdown token only
 /// when its waker changes (see `switch.rs`).
+///
+/// At most `max_connections` are open at once: one accepted past that is closed at once (the
+/// client sees its connection reset or closed before any answer) and counted in `refused`.
 async fn serve(
     mut listener: KillableListener,
     app: Router,
     transport: Arc<Transport>,
     shutdown: Switch,
+    max_connections: usize,
+    refused: Counter,
 ) -> std::io::Result<()> {
     let connections = TaskTracker::new();
+    let places = Arc::new(Semaphore::new(max_connections.min(Semaphore::MAX_PERMITS)));
     loop {
         let (io, conn) = tokio::select! {
             accepted = listener.accept() => accepted,
             _ = shutdown.thrown() => break,
         };
+        let Ok(place) = Arc::clone(&places).try_acquire_owned() else {
+            refused.inc();
+            tracing::debug!(peer = %conn.peer(), max_connections, "too many connections: closed");
+            drop((io, conn));
+            continue;
+        };
         let (transport, app, stop) = (Arc::clone(&transport), app.clone(), shutdown.signal());
-        connections.spawn(async move { transport.serve(io, conn, app, stop).await });
+        connections.spawn(async move {
+            transport.serve(io, conn, app, stop).await;
+            drop(place);
+        });
     }
     connections.close();
     connections.wait().await;
@@ -250,6 +267,8 @@ impl Server {
             tls,
             config.http2_max_streams_per_connection,
             config.handshake_timeout,
+            config.idle_timeout,
+            config.http2_held_request_bytes,
             H2Gauges {
                 connections: metrics.http2_connections.clone(),
                 streams: metrics.http2_streams.clone(),
@@ -288,6 +307,7 @@ impl Server {
             open_watchers: Arc::new(AtomicUsize::new(0)),
             addr,
             writes: Offload::new(config.max_writes),
+            mutating: InFlight::new(config.max_mutating_requests_inflight),
             authn,
             authz,
             rbac,
@@ -312,7 +332,15 @@ impl Server {
         let app = routes::router(state.clone());
         let kill_all = Switch::new();
         let listener = KillableListener::new(listener, kill_all.clone());
-        let task = tokio::spawn(serve(listener, app, transport, shutdown));
+        let refused = state.metrics.connections_refused.clone();
+        let task = tokio::spawn(serve(
+            listener,
+            app,
+            transport,
+            shutdown,
+            config.max_connections,
+            refused,
+        ));
         tracing::info!(%addr, "watchcache serving");
         Ok(Server {
             addr,

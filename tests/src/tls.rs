@@ -154,6 +154,36 @@ impl TestCa {
     /// A client certificate for user `cn` in the groups `orgs` (expired since 2001 if
     /// `expired`): written to `dir/<cn>.crt` and `dir/<cn>.key`, whose paths are returned.
     pub fn client(&self, dir: &Path, cn: &str, orgs: &[&str], expired: bool) -> (PathBuf, PathBuf) {
+        self.client_with(dir, cn, orgs, |params| {
+            params.not_after = if expired {
+                rcgen::date_time_ymd(2001, 1, 1)
+            } else {
+                rcgen::date_time_ymd(4096, 1, 1)
+            };
+        })
+    }
+
+    /// As [`client`](Self::client), valid until `until` (Unix time).
+    pub fn client_valid_until(
+        &self,
+        dir: &Path,
+        cn: &str,
+        orgs: &[&str],
+        until: std::time::SystemTime,
+    ) -> (PathBuf, PathBuf) {
+        let since_epoch = until.duration_since(std::time::UNIX_EPOCH).expect("after 1970");
+        self.client_with(dir, cn, orgs, |params| {
+            params.not_after = rcgen::date_time_ymd(1970, 1, 1) + since_epoch;
+        })
+    }
+
+    fn client_with(
+        &self,
+        dir: &Path,
+        cn: &str,
+        orgs: &[&str],
+        validity: impl FnOnce(&mut rcgen::CertificateParams),
+    ) -> (PathBuf, PathBuf) {
         let mut params = rcgen::CertificateParams::default();
         params.distinguished_name.push(rcgen::DnType::CommonName, cn);
         for org in orgs {
@@ -163,11 +193,7 @@ impl TestCa {
         }
         params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
         params.not_before = rcgen::date_time_ymd(2000, 1, 1);
-        params.not_after = if expired {
-            rcgen::date_time_ymd(2001, 1, 1)
-        } else {
-            rcgen::date_time_ymd(4096, 1, 1)
-        };
+        validity(&mut params);
         let key = rcgen::KeyPair::generate().expect("a key");
         let cert = params.signed_by(&key, &self.issuer).expect("signed");
         let (cert_path, key_path) = (dir.join(format!("{cn}.crt")), dir.join(format!("{cn}.key")));

@@ -487,6 +487,75 @@ async fn a_bad_token_a_foreign_certificate_and_an_expired_one_are_401_over_tls_a
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// An HTTP/1.1 connection over TLS as `cert` (with its key), kept open for several requests.
+async fn kept_connection(
+    server: &Server,
+    dir: &Path,
+    cert: (&Path, &Path),
+) -> hyper::client::conn::http1::SendRequest<Full<Bytes>> {
+    let tls = client_config(&dir.join("ca.crt"), Some(cert), &[b"http/1.1"]);
+    let io = connect_tls(server.addr(), tls).await.expect("a TLS connection");
+    let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+        .await
+        .expect("the HTTP/1.1 handshake");
+    tokio::spawn(conn);
+    send
+}
+
+/// The code of a `GET /api` on a kept connection.
+async fn get_api(send: &mut hyper::client::conn::http1::SendRequest<Full<Bytes>>) -> u16 {
+    let req = http::Request::get("/api")
+        .header("host", "x")
+        .body(Full::default())
+        .expect("a request");
+    let resp = tokio::time::timeout(Duration::from_secs(30), send.send_request(req))
+        .await
+        .expect("an answer in time")
+        .expect("the connection is still open");
+    let code = resp.status().as_u16();
+    resp.into_body().collect().await.expect("the body");
+    code
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_stops_authenticating_its_open_connection_once_it_expires_or_its_ca_is_replaced() {
+    let dir = temp_dir("tls-identities-lapse");
+    let clients = TestCa::new(&dir, "clients");
+    let other = TestCa::new(&dir, "other");
+    // The client CA file, which the test replaces.
+    let client_ca = dir.join("client-ca.crt");
+    std::fs::copy(&clients.cert, &client_ca).expect("copied");
+    let lapse = std::time::SystemTime::now() + Duration::from_secs(4);
+    let (erin_crt, erin_key) = clients.client_valid_until(&dir, "erin", &["system:masters"], lapse);
+    let (carol_crt, carol_key) = clients.client(&dir, "carol", &["system:masters"], false);
+    let server = start_tls(&dir, true, Some(client_ca.clone())).await;
+    let mut erin = kept_connection(&server, &dir, (&erin_crt, &erin_key)).await;
+    let mut carol = kept_connection(&server, &dir, (&carol_crt, &carol_key)).await;
+    assert_eq!(get_api(&mut erin).await, 200, "erin, in time");
+    assert_eq!(get_api(&mut carol).await, 200, "carol");
+    // Erin's certificate expires: her connection's next request is refused.
+    while std::time::SystemTime::now() < lapse + Duration::from_millis(1500) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(get_api(&mut erin).await, 401, "erin's certificate has expired");
+    assert_eq!(get_api(&mut carol).await, 200, "carol's has not");
+    // The client CA is replaced by one that did not sign carol's: her connection's next
+    // requests are refused, once the file is read again (within a second or two).
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    std::fs::copy(&other.cert, &client_ca).expect("replaced");
+    let mut refused = false;
+    for _ in 0..100 {
+        if get_api(&mut carol).await == 401 {
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(refused, "carol's certificate is refused on her open connection");
+    server.shutdown().await.expect("a clean shutdown");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_python_client_lists_writes_reads_and_watches_over_tls_with_a_bearer_token() {
     let has_client = std::process::Command::new("python3")

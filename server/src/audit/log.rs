@@ -187,8 +187,25 @@ struct Rotating {
     last_backup: String,
 }
 
+/// Opens the log for appending, readable by its owner only (0600), as the events name users,
+/// paths and sources: nobody else on the host reads them. The mode given to `open` applies
+/// only to a file it makes, so a log that exists already (an earlier version's, 0644) is set
+/// to 0600 through the opened handle (fchmod), not by its path, which could be swapped.
 fn open_append(path: &Path) -> io::Result<File> {
-    OpenOptions::new().create(true).append(true).open(path)
+    let mut options = OpenOptions::new();
+    options.create(true).append(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let file = options.open(path)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    }
+    Ok(file)
 }
 
 impl Rotating {
@@ -385,5 +402,66 @@ mod tests {
         assert!(current.contains("/configmaps/c199\""), "{current}");
         assert!(is_backup(&names[0], "audit", ".log"));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_log_and_its_rotated_successors_are_readable_by_their_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = temp_dir("mode");
+        let config = AuditConfig {
+            path: dir.join("audit.log"),
+            max_bytes: 1000,
+            ..AuditConfig::default()
+        };
+        let log = AuditLog::start(
+            &config,
+            Policy::everything(),
+            Counter::default(),
+            Counter::default(),
+        )
+        .unwrap();
+        for i in 0..20 {
+            log.record(event(i));
+            assert!(log.flush_blocking(Duration::from_secs(10)));
+        }
+        let files: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert!(files.len() > 1, "rotated: {files:?}");
+        for file in files {
+            let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{}", file.display());
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// An audit log that exists already (an earlier version's, 0644) is made owner-only
+    /// too: the mode given to `open` applies only to a file it makes.
+    #[cfg(unix)]
+    #[test]
+    fn an_existing_audit_log_is_made_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = temp_dir("existing-mode");
+        let path = dir.join("audit.log");
+        std::fs::write(&path, "").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let config = AuditConfig {
+            path: path.clone(),
+            ..AuditConfig::default()
+        };
+        let log = AuditLog::start(
+            &config,
+            Policy::everything(),
+            Counter::default(),
+            Counter::default(),
+        )
+        .unwrap();
+        log.record(event(0));
+        assert!(log.flush_blocking(Duration::from_secs(10)));
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(mode, 0o600, "the existing audit log keeps mode {mode:o}");
     }
 }

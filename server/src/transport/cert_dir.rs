@@ -152,11 +152,17 @@ impl CertDir {
 }
 
 /// Writes a file whole (a temporary file renamed into place), readable by its owner only if
-/// `secret`.
+/// `secret`. The temporary file is made new here, with its mode from the start: one left by
+/// an earlier run (with another mode, or a link planted to somewhere else) is removed first,
+/// never written through, so a key is never readable by others, not even while it is written.
 fn write(path: &Path, contents: &str, secret: bool) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
+    match std::fs::remove_file(&tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
     let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
+    options.write(true).create_new(true);
     #[cfg(unix)]
     if secret {
         use std::os::unix::fs::OpenOptionsExt;
@@ -168,4 +174,27 @@ fn write(path: &Path, contents: &str, secret: bool) -> std::io::Result<()> {
     file.write_all(contents.as_bytes())?;
     file.sync_all()?;
     std::fs::rename(tmp, path)
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_key_is_written_through_a_new_owner_only_file_even_over_a_leftover_one() {
+        let dir = std::env::temp_dir().join(format!("watchcache-cert-dir-mode-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = dir.join("ca.key");
+        // A temporary file an interrupted run left, readable by everyone.
+        std::fs::write(key.with_extension("tmp"), "old").unwrap();
+        std::fs::set_permissions(key.with_extension("tmp"), std::fs::Permissions::from_mode(0o644)).unwrap();
+        write(&key, "secret", true).unwrap();
+        let mode = std::fs::metadata(&key).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert_eq!(std::fs::read_to_string(&key).unwrap(), "secret");
+        assert!(!key.with_extension("tmp").exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

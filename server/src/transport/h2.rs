@@ -14,9 +14,16 @@
 //!
 //! Shutdown sends GOAWAY and serves the open streams until they end (watches end at
 //! shutdown on their own); the grace period's end drops the connection with the others.
+//!
+//! What one connection can make the server hold is bounded: a request's header list
+//! ([`MAX_HEADER_LIST`]), and the header lists of its open streams together with the request
+//! bodies being read ([`MAX_HELD_REQUEST_BYTES`], each stream's part a [`Share`]). A
+//! connection with no stream open for the idle timeout gets GOAWAY (a watch is a stream open).
 
 use std::future::poll_fn;
 use std::pin::{Pin, pin};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -44,8 +51,30 @@ const MAX_SEND_BUFFER: usize = 64 * 1024;
 const STREAM_WINDOW: u32 = 64 * 1024;
 /// The window of the connection, shared by the request bodies of its streams.
 const CONNECTION_WINDOW: u32 = 1024 * 1024;
-/// The largest header block a request may send (Go's default, `http.DefaultMaxHeaderBytes`).
-const MAX_HEADER_LIST: u32 = 1024 * 1024;
+/// The largest header list a request may send, decoded (name, value and 32 bytes a field, as
+/// RFC 9113 counts it). Go's default is 1 MiB; HPACK lets a few KiB of indexed fields decode
+/// to that, so it is smaller here: kubectl, client-go, kube-rs and the Python client send a
+/// few KiB (a bearer token, impersonation headers). A larger list is refused by h2 (431).
+const MAX_HEADER_LIST: u32 = 128 * 1024;
+/// The most request bytes the open streams of one connection may hold at once: the header
+/// lists of its open streams and the request bodies being read (before they are whole). With
+/// a body of up to 3 MiB and 1000 streams, a connection could otherwise hold 3 GB. A stream
+/// whose headers do not fit is refused (`RST_STREAM REFUSED_STREAM`, which clients retry);
+/// a body that does not fit fails with [`RequestBytesSpent`], answered 429.
+pub(crate) const MAX_HELD_REQUEST_BYTES: usize = 32 << 20;
+
+/// The limits of one connection.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    /// For the preface and settings exchange, and for the client to close an idle connection
+    /// after GOAWAY.
+    pub(crate) handshake: Duration,
+    /// How long the connection may have no stream open.
+    pub(crate) idle: Duration,
+    /// The most request bytes its streams may hold ([`MAX_HELD_REQUEST_BYTES`]; tests lower
+    /// it).
+    pub(crate) held_request_bytes: usize,
+}
 
 /// The server's HTTP/2 settings: `max_streams` concurrent streams per connection
 /// (`--http2-max-streams-per-connection`).
@@ -67,6 +96,132 @@ pub(crate) struct Gauges {
     pub(crate) streams: Gauge,
 }
 
+/// Why a request body could not be read: the streams of its connection hold as many request
+/// bytes as they may ([`MAX_HELD_REQUEST_BYTES`]).
+#[derive(Debug, thiserror::Error)]
+#[error("the requests open on this HTTP/2 connection hold all the bytes they may: try again")]
+pub(crate) struct RequestBytesSpent;
+
+/// The request bytes a connection's streams hold, and the most they may.
+struct Held {
+    bytes: AtomicUsize,
+    limit: usize,
+}
+
+/// One stream's part of its connection's [`Held`] bytes, given back when dropped.
+struct Share {
+    held: Arc<Held>,
+    bytes: usize,
+}
+
+impl Share {
+    fn new(held: &Arc<Held>) -> Share {
+        Share {
+            held: Arc::clone(held),
+            bytes: 0,
+        }
+    }
+
+    /// Takes `n` more bytes; false (and nothing taken) if the connection's bytes would pass
+    /// the limit. Relaxed: a count, ordered with nothing else.
+    fn grow(&mut self, n: usize) -> bool {
+        let limit = self.held.limit;
+        let taken = self
+            .held
+            .bytes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                held.checked_add(n).filter(|&h| h <= limit)
+            });
+        if taken.is_ok() {
+            self.bytes += n;
+        }
+        taken.is_ok()
+    }
+}
+
+impl Drop for Share {
+    fn drop(&mut self) {
+        self.held.bytes.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
+/// The bytes of a request's header list as h2 bounds it: each field's name and value and 32,
+/// the pseudo-headers included.
+fn header_bytes<B>(request: &axum::http::Request<B>) -> usize {
+    let uri = request.uri();
+    let pseudo = uri.path_and_query().map_or(0, |p| p.as_str().len())
+        + uri.authority().map_or(0, |a| a.as_str().len())
+        + uri.scheme_str().map_or(0, str::len)
+        + request.method().as_str().len()
+        + 4 * 32;
+    pseudo
+        + request
+            .headers()
+            .iter()
+            .map(|(name, value)| name.as_str().len() + value.len() + 32)
+            .sum::<usize>()
+}
+
+/// Whether a connection is idle: no stream open since when.
+struct Idle {
+    /// Streams open. Decremented by the streams' tasks, read by the connection's.
+    open: AtomicUsize,
+    /// When the last stream ended, in milliseconds from `base`.
+    since_ms: AtomicU64,
+    base: tokio::time::Instant,
+}
+
+impl Idle {
+    fn new() -> Idle {
+        Idle {
+            open: AtomicUsize::new(0),
+            since_ms: AtomicU64::new(0),
+            base: tokio::time::Instant::now(),
+        }
+    }
+
+    /// A stream opens (on the connection's task).
+    fn opened(&self) {
+        self.open.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A stream ended (on its own task).
+    fn closed(&self) {
+        let now = self.base.elapsed().as_millis() as u64;
+        self.since_ms.store(now, Ordering::Relaxed);
+        // Release pairs with the Acquire in `idle_for`: who sees no stream open sees when the
+        // last one ended.
+        self.open.fetch_sub(1, Ordering::Release);
+    }
+
+    /// How long no stream has been open; none while one is.
+    fn idle_for(&self) -> Option<Duration> {
+        // Acquire pairs with the Release in `closed`.
+        if self.open.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        let since = Duration::from_millis(self.since_ms.load(Ordering::Relaxed));
+        Some(self.base.elapsed().saturating_sub(since))
+    }
+}
+
+/// A stream's place among its connection's open streams, from its making to its drop (its
+/// task's end, or the task dropped unfinished).
+struct StreamPlace(Arc<Idle>);
+
+impl StreamPlace {
+    fn new(idle: &Arc<Idle>) -> StreamPlace {
+        idle.opened();
+        StreamPlace(Arc::clone(idle))
+    }
+}
+
+impl Drop for StreamPlace {
+    fn drop(&mut self) {
+        self.0.closed();
+    }
+}
+
 /// One open connection or stream, counted in its gauge from its making to its drop.
 struct Open(Gauge);
 
@@ -83,9 +238,16 @@ impl Drop for Open {
     }
 }
 
+/// What h2 accepts: a stream, a connection error, or the connection's end.
+type Accepted = Option<Result<(axum::http::Request<RecvStream>, SendResponse<Bytes>), h2::Error>>;
+
+/// An idle connection sent GOAWAY a `handshake` limit ago, and its client has not closed it.
+struct Abandoned;
+
 /// Serves one HTTP/2 connection (its preface not read yet) until it closes; at `stop`, sends
 /// GOAWAY and serves the open streams to their end. The preface and settings exchange must
-/// come within `limit`.
+/// come within `limits.handshake`. A connection with no stream open for `limits.idle` gets
+/// GOAWAY too, and is dropped if the client has not closed it a `limits.handshake` after.
 pub(crate) async fn serve<IO>(
     io: IO,
     builder: &h2::server::Builder,
@@ -93,10 +255,11 @@ pub(crate) async fn serve<IO>(
     conn: Connection,
     app: Router,
     mut stop: Signal,
-    limit: Duration,
+    limits: &Limits,
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let (limit, idle) = (limits.handshake, limits.idle);
     let handshake = tokio::time::timeout(
         limit,
         builder.handshake::<_, Bytes>(Coalesce::new(Linger::new(io))),
@@ -116,18 +279,51 @@ pub(crate) async fn serve<IO>(
         () = thrown(&mut stop) => return,
     };
     let _open = Open::new(&gauges.connections);
+    let held = Arc::new(Held {
+        bytes: AtomicUsize::new(0),
+        limit: limits.held_request_bytes,
+    });
+    let streams = Arc::new(Idle::new());
+    let mut idle_timer = pin!(tokio::time::sleep(idle));
+    let mut idle_closing = false;
     let mut stopping = false;
     loop {
-        let next = poll_fn(|cx| {
+        let next: Result<Accepted, Abandoned> = poll_fn(|cx| {
             if !stopping && stop.poll_thrown(cx) {
                 stopping = true;
                 h2.graceful_shutdown();
             }
-            h2.poll_accept(cx)
+            while idle_timer.as_mut().poll(cx).is_ready() {
+                let wait = match streams.idle_for() {
+                    Some(_) if idle_closing => return Poll::Ready(Err(Abandoned)),
+                    Some(for_) if for_ >= idle => {
+                        tracing::debug!(peer = %conn.peer(), "an idle HTTP/2 connection: GOAWAY");
+                        idle_closing = true;
+                        if !stopping {
+                            stopping = true;
+                            h2.graceful_shutdown();
+                        }
+                        limit
+                    }
+                    Some(for_) => idle - for_,
+                    // A stream is open (a watch, say; or one the client opened before it
+                    // read GOAWAY): looked at again later.
+                    None if idle_closing => limit,
+                    None => idle,
+                };
+                idle_timer.as_mut().reset(tokio::time::Instant::now() + wait);
+            }
+            h2.poll_accept(cx).map(Ok)
         })
         .await;
         match next {
-            Some(Ok((request, respond))) => {
+            Ok(Some(Ok((request, mut respond)))) => {
+                let mut headers = Share::new(&held);
+                if !headers.grow(header_bytes(&request)) {
+                    tracing::debug!(peer = %conn.peer(), "HTTP/2 requests hold too much: stream refused");
+                    respond.send_reset(Reason::REFUSED_STREAM);
+                    continue;
+                }
                 let (stream, progress) = conn.stream();
                 let open = Open::new(&gauges.streams);
                 // Spawned as it is: an `async move` around it would hold its future twice (the
@@ -138,14 +334,23 @@ pub(crate) async fn serve<IO>(
                     stream,
                     progress,
                     app.clone(),
-                    open,
+                    Kept {
+                        open,
+                        headers,
+                        held: Arc::clone(&held),
+                        place: StreamPlace::new(&streams),
+                    },
                 ));
             }
-            Some(Err(e)) => {
+            Ok(Some(Err(e))) => {
                 tracing::debug!(peer = %conn.peer(), error = %e, "HTTP/2 connection failed");
                 return;
             }
-            None => return,
+            Ok(None) => return,
+            Err(Abandoned) => {
+                tracing::debug!(peer = %conn.peer(), "an idle HTTP/2 connection did not close after GOAWAY: dropped");
+                return;
+            }
         }
     }
 }
@@ -172,25 +377,45 @@ fn serve_stream(
     stream: Connection,
     progress: StreamProgress,
     app: Router,
-    open: Open,
+    kept: Kept,
 ) -> impl Future<Output = ()> + Send + 'static {
     let killed = stream.killed();
     let stall = stream.stall_timer();
     let head = request.method() == axum::http::Method::HEAD;
+    let share = Share::new(&kept.held);
     let mut request = request.map(|body| {
         axum::body::Body::new(RecvBody {
             recv: body,
             data_done: false,
+            share,
         })
     });
     request.extensions_mut().insert(ConnectInfo(stream));
     // Boxed: the handler's future is freed once it has answered, rather than sizing the task
     // that pipes an idle watch for as long as it lives.
     let handler = Box::pin(app.oneshot(request));
+    let Kept {
+        open,
+        headers,
+        held,
+        place,
+    } = kept;
+    drop(held);
     async move {
-        let _open = open;
+        // Dropped in this order when the stream ends, its place last.
+        let _kept = (open, headers, place);
         pipe_response(handler, respond, head, killed, stall, progress).await;
     }
+}
+
+/// What a stream's task keeps while it lives: its place in the gauge, its header list's
+/// share of its connection's request bytes, and its place among the connection's open
+/// streams (which keeps the connection from counting as idle).
+struct Kept {
+    open: Open,
+    headers: Share,
+    held: Arc<Held>,
+    place: StreamPlace,
 }
 
 /// The handler's answer, its head sent and its body piped (see [`serve_stream`]).
@@ -310,37 +535,43 @@ async fn checks(stall: &mut StallTimer) -> std::convert::Infallible {
     .await
 }
 
-/// A request body from an HTTP/2 stream, its window released as it is read.
+/// A request body from an HTTP/2 stream, its window released as it is read, its bytes
+/// counted against its connection's [`MAX_HELD_REQUEST_BYTES`] until it is dropped.
 struct RecvBody {
     recv: RecvStream,
     data_done: bool,
+    share: Share,
 }
 
 impl http_body::Body for RecvBody {
     type Data = Bytes;
-    type Error = h2::Error;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = self.get_mut();
         if !this.data_done {
             match ready!(this.recv.poll_data(cx)) {
                 Some(Ok(data)) => {
-                    // The body is read whole (and bounded by the router's limit): the window
+                    if !this.share.grow(data.len()) {
+                        return Poll::Ready(Some(Err(Box::new(RequestBytesSpent))));
+                    }
+                    // The body is read whole (bounded by the router's limit, its time by the
+                    // request timeout, and what the connection holds by the share): the window
                     // goes back as soon as the bytes are taken.
                     let _ = this.recv.flow_control().release_capacity(data.len());
                     return Poll::Ready(Some(Ok(Frame::data(data))));
                 }
-                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                Some(Err(e)) => return Poll::Ready(Some(Err(e.into()))),
                 None => this.data_done = true,
             }
         }
         match ready!(this.recv.poll_trailers(cx)) {
             Ok(Some(trailers)) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
             Ok(None) => Poll::Ready(None),
-            Err(e) => Poll::Ready(Some(Err(e))),
+            Err(e) => Poll::Ready(Some(Err(e.into()))),
         }
     }
 
@@ -378,18 +609,27 @@ mod tests {
         let (request, respond) = accepted().await;
         let (stream, progress) = Connection::detached().stream();
         let gauge = Gauge::default();
-        let served = serve_stream(
-            request,
-            respond,
-            stream,
-            progress,
-            Router::new(),
-            Open::new(&gauge),
-        );
+        let held = Arc::new(Held {
+            bytes: AtomicUsize::new(0),
+            limit: usize::MAX,
+        });
+        let streams = Arc::new(Idle::new());
+        let kept = Kept {
+            open: Open::new(&gauge),
+            headers: Share::new(&held),
+            held,
+            place: StreamPlace::new(&streams),
+        };
+        let served = serve_stream(request, respond, stream, progress, Router::new(), kept);
         let size = std::mem::size_of_val(&served);
         assert!(size <= 1280, "a stream's future is {size} bytes");
         assert_eq!(gauge.get(), 1, "the stream is counted while its future lives");
+        assert!(streams.idle_for().is_none(), "and its connection is not idle");
         drop(served);
         assert_eq!(gauge.get(), 0);
+        assert!(
+            streams.idle_for().is_some(),
+            "a stream's future dropped unfinished gives its place back"
+        );
     }
 }

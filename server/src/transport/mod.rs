@@ -21,6 +21,7 @@ mod sniff;
 mod tls;
 
 pub(crate) use h2::Gauges as H2Gauges;
+pub(crate) use h2::{MAX_HELD_REQUEST_BYTES, RequestBytesSpent};
 
 pub(crate) use tls::{Tls, TlsFiles};
 
@@ -43,10 +44,14 @@ use crate::switch::Signal;
 /// held.
 pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How long an HTTP/1.1 connection over TLS may wait for its first request's bytes before
-/// hyper serves it: hyper's own header read timeout (its default), which would otherwise
-/// have run from the connection's start.
-const FIRST_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a connection may stay open with no request (an HTTP/2 connection with no stream
+/// open, an HTTP/1 connection between requests): the `IdleTimeout` of the apiserver's Go
+/// server.
+pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// hyper's default for the headers of an HTTP/1 request to arrive (and, as hyper times from
+/// when it starts to wait for them, for a kept-alive connection to send its next request).
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What serves accepted connections.
 pub(crate) struct Transport {
@@ -56,27 +61,45 @@ pub(crate) struct Transport {
     /// The gauges of open HTTP/2 connections and streams.
     h2_gauges: H2Gauges,
     handshake_timeout: Duration,
+    h2_limits: h2::Limits,
+    /// How long an HTTP/1.1 connection over TLS may wait for its first request's bytes before
+    /// hyper serves it: hyper's header read timeout, which would otherwise have run from the
+    /// connection's start.
+    first_request_timeout: Duration,
 }
 
 impl Transport {
-    /// TLS if `tls`, HTTP/2 with at most `max_streams` streams per connection.
-    /// Open connections and streams of HTTP/2 are counted in `h2_gauges`.
+    /// TLS if `tls`, HTTP/2 with at most `max_streams` streams per connection, each
+    /// connection's streams holding at most `held_request_bytes` of requests; a connection with
+    /// no request for `idle_timeout` is closed. Open connections and streams of HTTP/2 are
+    /// counted in `h2_gauges`.
     pub(crate) fn new(
         tls: Option<Tls>,
         max_streams: u32,
         handshake_timeout: Duration,
+        idle_timeout: Duration,
+        held_request_bytes: usize,
         h2_gauges: H2Gauges,
     ) -> Self {
         let mut http1 = hyper::server::conn::http1::Builder::new();
-        // Enforces hyper's default header read timeout (30 s) against clients that trickle a
-        // request in.
-        http1.timer(TokioTimer::new());
+        // The header read timeout, against clients that trickle a request in; hyper times it
+        // from when it waits for a request, so it also closes a kept-alive connection that
+        // sends none (sooner than the idle timeout, by default).
+        http1
+            .timer(TokioTimer::new())
+            .header_read_timeout(HEADER_READ_TIMEOUT.min(idle_timeout));
         Transport {
             tls,
             http1,
             h2: h2::builder(max_streams),
             h2_gauges,
             handshake_timeout,
+            first_request_timeout: HEADER_READ_TIMEOUT.min(idle_timeout),
+            h2_limits: h2::Limits {
+                handshake: handshake_timeout,
+                idle: idle_timeout,
+                held_request_bytes,
+            },
         }
     }
 
@@ -107,6 +130,7 @@ impl Transport {
                 };
                 let conn = conn.with_client_cert(cert);
                 if is_h2 {
+                    let limits = &self.h2_limits;
                     Box::pin(h2::serve(
                         stream,
                         &self.h2,
@@ -114,7 +138,7 @@ impl Transport {
                         conn,
                         app,
                         stop,
-                        limit,
+                        limits,
                     ))
                     .await;
                 } else {
@@ -122,7 +146,7 @@ impl Transport {
                     // An idle connection holds no HTTP/1 state (hyper's buffers, 8 KiB to read
                     // and 8 KiB to write, and its connection) until a request comes.
                     let first = tokio::select! {
-                        first = tokio::time::timeout(FIRST_REQUEST_TIMEOUT, readable(&mut stream)) => first,
+                        first = tokio::time::timeout(self.first_request_timeout, readable(&mut stream)) => first,
                         () = thrown(&mut stop) => return,
                     };
                     if !matches!(first, Ok(Ok(true))) {
@@ -139,7 +163,8 @@ impl Transport {
                 };
                 match sniffed {
                     Ok(Ok((io, true))) => {
-                        Box::pin(h2::serve(io, &self.h2, &self.h2_gauges, conn, app, stop, limit)).await;
+                        let limits = &self.h2_limits;
+                        Box::pin(h2::serve(io, &self.h2, &self.h2_gauges, conn, app, stop, limits)).await;
                     }
                     Ok(Ok((io, false))) => Box::pin(self.serve_http1(io, conn, app, stop)).await,
                     Ok(Err(e)) => tracing::debug!(%peer, error = %e, "connection failed"),

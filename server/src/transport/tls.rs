@@ -13,8 +13,8 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::server::TlsStream;
 
-use super::client_cert::{ClientCa, ProvenKey};
-use crate::auth::ClientCert;
+use super::client_cert::{ClientCa, PeerCert, ProvenKey};
+use crate::connection::PeerCertificate;
 
 /// ALPN's name for HTTP/2.
 pub(crate) const H2: &[u8] = b"h2";
@@ -102,8 +102,12 @@ impl Tls {
     }
 
     /// The handshake (unbounded: the caller bounds it); the stream, whether ALPN chose
-    /// HTTP/2, and what the client's certificate proves against the client CA of now.
-    pub(crate) async fn accept<IO>(&self, io: IO) -> std::io::Result<(TlsStream<IO>, bool, ClientCert)>
+    /// HTTP/2, and the client's certificate (if it presented one to a client CA), checked
+    /// against the client CA of now and again at each request when that may have changed.
+    pub(crate) async fn accept<IO>(
+        &self,
+        io: IO,
+    ) -> std::io::Result<(TlsStream<IO>, bool, Option<Arc<dyn PeerCertificate>>)>
     where
         IO: AsyncRead + AsyncWrite + Unpin,
     {
@@ -111,8 +115,11 @@ impl Tls {
         let (_, session) = stream.get_ref();
         let h2 = session.alpn_protocol() == Some(H2);
         let cert = match (session.peer_certificates(), &self.client_ca) {
-            (Some(chain), Some(ca)) => ca.get().check(chain),
-            _ => ClientCert::None,
+            (Some(chain), Some(ca)) if !chain.is_empty() => {
+                let chain = chain.iter().map(|c| c.clone().into_owned()).collect();
+                Some(Arc::new(PeerCert::new(chain, Arc::clone(ca))) as Arc<dyn PeerCertificate>)
+            }
+            _ => None,
         };
         Ok((stream, h2, cert))
     }
@@ -121,6 +128,7 @@ impl Tls {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::auth::ClientCert;
     use rcgen::{
         BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     };
@@ -185,7 +193,7 @@ mod tests {
         client.expect("the client's handshake");
         let (_, h2, cert) = server.expect("the server's handshake");
         assert!(!h2, "no ALPN offered: HTTP/1.1");
-        cert
+        cert.map_or(ClientCert::None, |c| c.now())
     }
 
     #[tokio::test]
@@ -236,9 +244,6 @@ mod tests {
             handshake(&tls, &serving_ca.pem, Some(&jane)).await,
             ClientCert::Invalid(_)
         ));
-        let conn =
-            crate::connection::Connection::detached().with_client_cert(ClientCert::Invalid("why".into()));
-        assert!(matches!(conn.client_cert(), ClientCert::Invalid(_)));
         let _ = std::fs::remove_dir_all(dir);
     }
 }
