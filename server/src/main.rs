@@ -118,12 +118,14 @@ fn bytes(s: &str) -> Result<usize, String> {
     }
 }
 
+/// A rate a second: 0 (none), or from one an hour to 1,000,000 (a rate below that would be
+/// a period too long to wait for).
 fn rate(s: &str) -> Result<f64, String> {
     let r: f64 = s.parse().map_err(|e| format!("{e}"))?;
-    if (0.0..=1_000_000.0).contains(&r) {
+    if r == 0.0 || (1.0 / 3600.0..=1_000_000.0).contains(&r) {
         Ok(r)
     } else {
-        Err("must be a rate from 0 to 1000000 per second".into())
+        Err("must be 0 or a rate from 0.0003 (one an hour) to 1000000 per second".into())
     }
 }
 
@@ -172,7 +174,7 @@ struct ServeArgs {
     #[arg(long, default_value_t = 0, value_parser = count(100_000))]
     seed_nodes: usize,
     /// Benchmark workload: node status updates per second after seeding (with --seed-nodes).
-    #[arg(long, default_value_t = 0.0, value_parser = rate)]
+    #[arg(long, default_value_t = 0.0, value_parser = rate, requires = "seed_nodes")]
     node_churn: f64,
     /// Benchmark workload: hold the churn until the ConfigMap default/churn-start exists (a
     /// benchmark creates it once its clients are connected).
@@ -452,9 +454,15 @@ mod tests {
             assert!(power_of_two(bad).is_err(), "{bad}");
         }
         assert_eq!(power_of_two("4096"), Ok(4096));
-        for bad in ["NaN", "-1", "inf", "1e9"] {
+        for bad in ["NaN", "-1", "inf", "1e9", "1e-20", "0.0001"] {
             assert!(rate(bad).is_err(), "{bad}");
         }
+        assert_eq!((rate("0"), rate("0.5")), (Ok(0.0), Ok(0.5)));
+        // A node churn without nodes to churn is refused, not ignored.
+        assert!(Cli::try_parse_from(["watchcache", "serve", "--node-churn", "5"]).is_err());
+        assert!(
+            Cli::try_parse_from(["watchcache", "serve", "--seed-nodes", "2", "--node-churn", "5"]).is_ok()
+        );
         assert!(count(10)("11").is_err() && count(10)("10") == Ok(10));
         assert!(positive_count("0").is_err() && positive_count("1") == Ok(1));
         assert!(bytes("1000").is_err() && bytes("268435456") == Ok(256 << 20));

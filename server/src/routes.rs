@@ -619,6 +619,17 @@ async fn resource_request(
                             ReadFormat::Protobuf => Form::Protobuf,
                             ReadFormat::Json => Form::Json,
                         };
+                        if !p.watch {
+                            // A LIST or GET streams its body as the client reads it: one that
+                            // stops reading is dropped once it has been stalled for the grace
+                            // period past the request timeout, as a watch is past its
+                            // deadline, rather than holding its snapshot (and its HTTP/2
+                            // connection, never idle) for good.
+                            conn.end_if_stalled_after(
+                                state.config.request_timeout,
+                                state.config.shutdown_grace,
+                            );
+                        }
                         match name {
                             None if p.watch => reads::watch(&state, &conn, &t, &p, form).await,
                             None => reads::list(&state, &t, &p, form).await,

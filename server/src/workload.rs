@@ -193,14 +193,17 @@ pub async fn seed(store: &Backend, w: &Workload) {
         let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": format!("ns-{n}"), "creationTimestamp": now()}, "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}});
         writes.push((format!("/registry/namespaces/ns-{n}"), ns));
     }
-    for n in 0..nodes {
-        let node = if w.nodes > 0 {
+    // Made as they are written, as the pods are: up to 100,000 nodes are never all in memory.
+    let with_status = w.nodes > 0;
+    let node_objects = (0..nodes).map(move |n| {
+        let node = if with_status {
             node(n, 0)
         } else {
             json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": format!("node-{n}"), "creationTimestamp": now(), "labels": {"kubernetes.io/hostname": format!("node-{n}")}}, "spec": {}})
         };
-        writes.push((node_key(n), node));
-    }
+        (node_key(n), node)
+    });
+    let mut kubelet_objects: Vec<(String, Value)> = Vec::new();
     if w.nodes > 0 {
         for n in 0..NAMESPACES {
             let ns = format!("ns-{n}");
@@ -208,13 +211,15 @@ pub async fn seed(store: &Backend, w: &Workload) {
                 let meta = |name: String| json!({"name": name, "namespace": ns, "uid": uuid::Uuid::new_v4().to_string(), "creationTimestamp": now()});
                 let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(format!("config-{k}")), "data": {"app.conf": "x".repeat(512)}});
                 let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": meta(format!("secret-{k}")), "type": "Opaque", "data": {"token": "eA==".repeat(64)}});
-                writes.push((format!("/registry/configmaps/{ns}/config-{k}"), cm));
-                writes.push((format!("/registry/secrets/{ns}/secret-{k}"), secret));
+                kubelet_objects.push((format!("/registry/configmaps/{ns}/config-{k}"), cm));
+                kubelet_objects.push((format!("/registry/secrets/{ns}/secret-{k}"), secret));
             }
         }
     }
     let objects = writes
         .into_iter()
+        .chain(node_objects)
+        .chain(kubelet_objects)
         .chain((0..pods).map(|i| (pod_key(i), pod(i, nodes, 0))));
     futures_util::stream::iter(objects)
         .map(|(key, value)| async move {
@@ -292,7 +297,10 @@ async fn at_rate(
         }
         // Ticks of at least 1 ms, several updates a tick at high rates.
         let per_tick = (rate / 1000.0).ceil().max(1.0);
-        let period = Duration::from_secs_f64(per_tick / rate);
+        // A rate too small for a period (the flag's parser refuses those) churns nothing.
+        let Ok(period) = Duration::try_from_secs_f64(per_tick / rate) else {
+            return;
+        };
         let mut ticker = tokio::time::interval(period);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut generation = 1u64;

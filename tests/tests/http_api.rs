@@ -430,11 +430,12 @@ async fn selectable_fields_the_apiserver_defaults_are_found_by_field_selectors()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_never_reads_neither_outlives_its_timeout_nor_holds_up_shutdown() {
-    // About 8 MB of initial events: more than the server's send buffer (at most 4 MB) and the
-    // clients' receive buffers (kept small below) hold, so the server is left blocked writing
-    // to clients that never read.
+    // About 8 MB of initial events (and of LIST): more than the server's send buffer (at most
+    // 4 MB) and the clients' receive buffers (kept small below) hold, so the server is left
+    // blocked writing to clients that never read.
     let mut cfg = config(2000);
     cfg.shutdown_grace = Duration::from_millis(500);
+    cfg.request_timeout = Duration::from_secs(1);
     let server = start(cfg).await;
     let stalled = |path: &'static str| {
         let addr = server.addr();
@@ -449,25 +450,33 @@ async fn a_client_that_never_reads_neither_outlives_its_timeout_nor_holds_up_shu
         }
     };
     let mut timed = stalled("/api/v1/pods?watch=1&resourceVersion=0&timeoutSeconds=1").await;
+    // A LIST is held to the request timeout (1 s here) as a watch is to its deadline.
+    let mut listed = stalled("/api/v1/pods").await;
     let held = stalled("/api/v1/pods?watch=1&resourceVersion=0").await;
-    // The deadline (1 s) passes while the client reads nothing: the watch's end cannot be
-    // flushed, and half a second later the server drops the connection by itself.
+    // The deadline (1 s) passes while the clients read nothing: the watch's end and the rest of
+    // the LIST cannot be flushed, and half a second later the server drops the connections by
+    // itself.
     tokio::time::sleep(Duration::from_secs(3)).await;
     // Reading now drains what the sockets held, then meets the end of the connection. Had the
-    // server kept it, the last read would wait (a kept-alive connection after the watch's end).
-    let mut buf = vec![0u8; 1 << 16];
-    let mut read = 0usize;
-    loop {
-        match tokio::time::timeout(Duration::from_secs(10), timed.read(&mut buf)).await {
-            Ok(Ok(0) | Err(_)) => break,
-            Ok(Ok(n)) => read += n,
-            Err(_) => panic!("the server kept the connection past the watch's deadline ({read} bytes read)"),
+    // server kept it, the last read would wait (a kept-alive connection after the watch's end,
+    // or the rest of the LIST).
+    for (what, s) in [("watch", &mut timed), ("LIST", &mut listed)] {
+        let mut buf = vec![0u8; 1 << 16];
+        let mut read = 0usize;
+        loop {
+            match tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf)).await {
+                Ok(Ok(0) | Err(_)) => break,
+                Ok(Ok(n)) => read += n,
+                Err(_) => {
+                    panic!("the server kept the {what}'s connection past its deadline ({read} bytes read)")
+                }
+            }
         }
+        assert!(
+            read < 8 << 20,
+            "the {what} was dropped before it could send everything ({read} bytes)"
+        );
     }
-    assert!(
-        read < 8 << 20,
-        "dropped before it could send everything ({read} bytes)"
-    );
     // Shutdown ends the other after its grace period rather than waiting on the client.
     tokio::time::timeout(Duration::from_secs(30), server.shutdown())
         .await
