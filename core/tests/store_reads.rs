@@ -293,7 +293,6 @@ async fn many_waiting_reads_share_one_progress_request_at_a_time() {
     }
     let elapsed = started.elapsed();
     let sent = requests.load(Ordering::Relaxed);
-    let counted = cache.stats().progress_requests.load(Ordering::Relaxed) as usize;
     eprintln!("64 reads waited {elapsed:?}: {sent} progress requests");
     // One request per 100 ms of waiting for all of them, not one per read per 100 ms (about
     // 64 × 6 = 384 before).
@@ -302,8 +301,11 @@ async fn many_waiting_reads_share_one_progress_request_at_a_time() {
         sent >= 1 && sent <= bound,
         "{sent} requests for 64 reads over {elapsed:?}"
     );
-    assert_eq!(sent, counted);
     // With no read waiting, none is sent.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(requests.load(Ordering::Relaxed), sent);
+    // The cache counts a request when it returns: read after the one a read's answer may have
+    // overtaken has come back (a slow machine, or Miri, widened that window to a failure).
+    let counted = cache.stats().progress_requests.load(Ordering::Relaxed) as usize;
+    assert_eq!(sent, counted);
 }
