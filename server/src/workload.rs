@@ -232,7 +232,14 @@ pub async fn seed(store: &Backend, w: &Workload) {
 
 /// Runs the churn of `w` until `stop`: pod updates at `w.pod_churn` per second and node
 /// status updates at `w.node_churn`, from when [`START_KEY`] exists if `w.wait`.
+///
+/// The rates are kept against the clock, not per timer tick: a wake-up that comes late (the
+/// runtime is busy fanning out the last writes) makes the writes that fell due meanwhile, so a
+/// loaded server is offered the rate asked for. Up to [`CHURN_IN_FLIGHT`] writes are in flight
+/// at once, so a store with a round trip (etcd) is not held to one write per round trip. A
+/// version is made, and stamped, just before its write starts.
 pub async fn churn(store: Backend, w: Workload, stop: CancellationToken) {
+    use futures_util::StreamExt;
     if w.pod_churn <= 0.0 && w.node_churn <= 0.0 {
         return;
     }
@@ -250,71 +257,112 @@ pub async fn churn(store: Backend, w: Workload, stop: CancellationToken) {
     }
     let nodes = w.node_total();
     let pods = w.pods;
-    // One writer, fed through a channel of one: a version waits for at most the write before
-    // it, so the time it carries is its write's, and a store slower than the offered rates
-    // slows the generators rather than queueing stamped versions.
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<(String, Value)>(1);
-    let pod_churn = at_rate(
-        if pods > 0 { w.pod_churn } else { 0.0 },
-        stop.clone(),
-        tx.clone(),
-        |generation| {
-            let i = fastrand::usize(0..pods);
-            (pod_key(i), pod(i, nodes, generation))
-        },
-    );
-    let node_churn = at_rate(
-        if w.nodes > 0 { w.node_churn } else { 0.0 },
-        stop.clone(),
-        tx,
-        |generation| {
-            let n = fastrand::usize(0..nodes);
-            (node_key(n), node(n, generation))
-        },
-    );
-    let writer = async move {
-        while let Some((key, value)) = rx.recv().await {
-            let value = Bytes::from(value.to_string());
-            // An object deleted by a user is simply recreated.
-            if store.update(&key, value.clone(), None).await.is_err() {
-                let _ = store.create(&key, value).await;
+    let start = tokio::time::Instant::now();
+    let mut pod_rate = Due::new(if pods > 0 { w.pod_churn } else { 0.0 });
+    let mut node_rate = Due::new(if w.nodes > 0 { w.node_churn } else { 0.0 });
+    let mut generation = 1u64;
+    let mut in_flight = futures_util::stream::FuturesUnordered::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            Some(()) = in_flight.next(), if !in_flight.is_empty() => continue,
+            _ = tick.tick() => {}
+        }
+        let elapsed = start.elapsed().as_secs_f64();
+        // Interleaved, so that neither kind waits behind the other's backlog.
+        let mut due = [pod_rate.take(elapsed), node_rate.take(elapsed)];
+        while due != [0, 0] {
+            for (kind, left) in due.iter_mut().enumerate() {
+                if *left == 0 {
+                    continue;
+                }
+                *left -= 1;
+                if in_flight.len() >= CHURN_IN_FLIGHT {
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = in_flight.next() => {}
+                    }
+                }
+                generation += 1;
+                let (key, value) = if kind == 0 {
+                    let i = fastrand::usize(0..pods);
+                    (pod_key(i), pod(i, nodes, generation))
+                } else {
+                    let n = fastrand::usize(0..nodes);
+                    (node_key(n), node(n, generation))
+                };
+                in_flight.push(write(store.clone(), key, value));
             }
         }
-    };
-    tokio::join!(pod_churn, node_churn, writer);
+    }
 }
 
-/// Sends `make(generation)` at `rate` per second into `tx`, until `stop`.
-async fn at_rate(
+/// Writes the churn may have in flight at once.
+pub const CHURN_IN_FLIGHT: usize = 32;
+
+/// One churn write. An object deleted by a user is simply recreated.
+async fn write(store: Backend, key: String, value: Value) {
+    let value = Bytes::from(value.to_string());
+    if store.update(&key, value.clone(), None).await.is_err() {
+        let _ = store.create(&key, value).await;
+    }
+}
+
+/// How many writes of a rate fell due by a time: the rate held against the clock.
+struct Due {
     rate: f64,
-    stop: CancellationToken,
-    tx: tokio::sync::mpsc::Sender<(String, Value)>,
-    make: impl Fn(u64) -> (String, Value),
-) {
-    {
-        if rate <= 0.0 {
-            return;
+    made: u64,
+}
+
+impl Due {
+    fn new(rate: f64) -> Self {
+        Due { rate, made: 0 }
+    }
+
+    /// The writes due by `elapsed` seconds and not made yet, counted as made. A backlog of
+    /// more than a second's worth (a store far slower than the rate) is dropped down to one
+    /// second's: the churn then resumes at the rate rather than in a burst.
+    fn take(&mut self, elapsed: f64) -> u64 {
+        if self.rate.is_nan() || self.rate <= 0.0 {
+            return 0;
         }
-        // Ticks of at least 1 ms, several updates a tick at high rates.
-        let per_tick = (rate / 1000.0).ceil().max(1.0);
-        // A rate too small for a period (the flag's parser refuses those) churns nothing.
-        let Ok(period) = Duration::try_from_secs_f64(per_tick / rate) else {
-            return;
-        };
-        let mut ticker = tokio::time::interval(period);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut generation = 1u64;
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = ticker.tick() => {}
-            }
-            for _ in 0..per_tick as usize {
-                generation += 1;
-                if tx.send(make(generation)).await.is_err() {
-                    return;
-                }
-            }
+        let due = (elapsed * self.rate) as u64;
+        let most = self.rate.ceil().max(1.0) as u64;
+        if due > self.made + most {
+            self.made = due - most;
         }
+        let n = due.saturating_sub(self.made);
+        self.made += n;
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Due;
+
+    #[test]
+    fn the_churn_keeps_its_rate_against_the_clock_when_woken_late() {
+        let mut due = Due::new(1000.0);
+        // Woken on time, a write a millisecond.
+        assert_eq!(due.take(0.001), 1);
+        assert_eq!(due.take(0.002), 1);
+        // Woken 30 ms late: the 30 writes that fell due meanwhile, not one.
+        assert_eq!(due.take(0.032), 30);
+        assert_eq!(due.take(0.032), 0);
+        // Ten seconds late: one second's worth, then the rate again.
+        assert_eq!(due.take(10.032), 1000);
+        assert_eq!(due.take(10.033), 1);
+    }
+
+    #[test]
+    fn a_churn_rate_of_zero_or_nan_writes_nothing() {
+        assert_eq!(Due::new(0.0).take(100.0), 0);
+        assert_eq!(Due::new(f64::NAN).take(100.0), 0);
+        let mut slow = Due::new(0.5);
+        assert_eq!(slow.take(1.9), 0);
+        assert_eq!(slow.take(2.1), 1);
     }
 }
