@@ -128,7 +128,8 @@ pub struct ServeConfig {
     pub handshake_timeout: Duration,
     /// The longest a request's body may take to arrive, from its headers' end
     /// (`--request-timeout`, the apiserver's flag and default, 60 s): a body still coming then
-    /// is dropped and the request answered 504 `Timeout`.
+    /// is dropped and the request answered 504 `Timeout`. Also the longest a LIST or GET may
+    /// take to be sent: past it, its stream is reset (its HTTP/1.1 connection closed).
     pub request_timeout: Duration,
     /// How long an HTTP/2 connection may stay open with no stream open on it before the
     /// server sends GOAWAY (and drops it if the client has not closed it 10 s later): 90 s,

@@ -71,8 +71,11 @@ struct ConnState {
     progress_ms: AtomicU64,
     /// When the next stall check is due, in milliseconds of `epoch_ms`; 0: none.
     check_at_ms: AtomicU64,
-    /// The latest check a watch asked for: a check that finds the writes flowing waits for it.
+    /// When the stall rule of the request being served starts to apply (a watch's deadline
+    /// plus the grace); 0: none. A check before it only schedules the next.
     last_due_ms: AtomicU64,
+    /// When the LIST or GET being served must have ended, whatever its progress; 0: none.
+    request_due_ms: AtomicU64,
     /// How long the writes may stay blocked (the grace period).
     grace_ms: AtomicU64,
 }
@@ -90,8 +93,18 @@ impl ConnState {
             progress_ms: AtomicU64::new(epoch_ms()),
             check_at_ms: AtomicU64::new(0),
             last_due_ms: AtomicU64::new(0),
+            request_due_ms: AtomicU64::new(0),
             grace_ms: AtomicU64::new(0),
         }
+    }
+
+    /// Makes the next check due at `due` at the latest.
+    fn check_sooner(&self, due: u64) {
+        let _ = self
+            .check_at_ms
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |at| {
+                Some(if at == 0 { due } else { at.min(due) })
+            });
     }
 
     /// How long the connection's writes have been blocked, if they are.
@@ -172,12 +185,28 @@ impl Connection {
             .max(1);
         let state = &self.state;
         state.grace_ms.store(millis(grace), Ordering::Relaxed);
-        state.last_due_ms.fetch_max(due, Ordering::Relaxed);
-        let _ = state
-            .check_at_ms
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |at| {
-                Some(if at == 0 { due } else { at.min(due) })
-            });
+        // Stored, not the latest of all: a connection serves one request at a time (an HTTP/2
+        // stream one request; HTTP/1 in turn), and the rule is this request's.
+        state.last_due_ms.store(due, Ordering::Relaxed);
+        state.check_sooner(due);
+    }
+
+    /// A LIST or GET must have ended `timeout` from now, as the apiserver's request timeout
+    /// ends a request that is not long-running, however fast its client reads: past it, the
+    /// stream is reset (an HTTP/1 connection dropped), which frees the snapshot its body holds.
+    /// The returned guard is the request's: dropped when its body is (the request ended), the
+    /// deadline goes with it, so that it never ends a later request of the same connection.
+    pub(crate) fn end_request_after(&self, timeout: Duration) -> RequestDeadline {
+        let due = epoch_ms().saturating_add(millis(timeout)).max(1);
+        let state = &self.state;
+        state.request_due_ms.store(due, Ordering::Relaxed);
+        // This request's stall rule, if a watch before it on this connection left one, is gone.
+        state.last_due_ms.store(0, Ordering::Relaxed);
+        state.check_sooner(due);
+        RequestDeadline {
+            state: Arc::clone(state),
+            due,
+        }
     }
 
     /// The timer that carries out [`Connection::end_if_stalled_after`], for the task that
@@ -196,6 +225,24 @@ impl Connection {
 /// A duration in milliseconds, saturating.
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The request deadline of a LIST or GET ([`Connection::end_request_after`]), for its body
+/// to hold: dropped with the body, it takes the deadline back.
+#[derive(Debug)]
+pub(crate) struct RequestDeadline {
+    state: Arc<ConnState>,
+    due: u64,
+}
+
+impl Drop for RequestDeadline {
+    fn drop(&mut self) {
+        // Only its own: a later request of the connection may have set one since.
+        let _ = self
+            .state
+            .request_due_ms
+            .compare_exchange(self.due, 0, Ordering::Relaxed, Ordering::Relaxed);
+    }
 }
 
 /// The stall checks of one connection (or HTTP/2 stream), in the task that serves it: one
@@ -256,25 +303,39 @@ impl StallTimer {
     fn check(&self) -> u64 {
         let (state, now) = (&self.state, epoch_ms());
         let grace = state.grace_ms.load(Ordering::Relaxed);
+        let request = state.request_due_ms.load(Ordering::Relaxed);
+        if request != 0 && now >= request {
+            tracing::info!(peer = %self.peer, "a LIST or GET ran past the request timeout: ended");
+            self.end(grace);
+            return 0;
+        }
+        // The next check for the request deadline, if one is set.
+        let sooner = |at: u64| if request != 0 { at.min(request) } else { at };
+        let last = state.last_due_ms.load(Ordering::Relaxed);
+        if last == 0 || last > now {
+            // No watch's stall rule applies yet (or at all).
+            return if last > now { sooner(last) } else { request };
+        }
         match state.stalled_for() {
-            None => {
-                let last = state.last_due_ms.load(Ordering::Relaxed);
-                if last > now { last } else { 0 }
-            }
+            None => request,
             Some(stalled) if millis(stalled) >= grace => {
                 let peer = self.peer;
                 tracing::info!(%peer, ?stalled, "a watch's client stopped reading past its deadline: dropping the connection");
-                self.kill.throw();
-                // A stream's reset cannot be flushed to a connection that is itself stalled:
-                // drop the connection too.
-                if let Some((conn, conn_state)) = &self.parent
-                    && conn_state.stalled_for().is_some_and(|s| millis(s) >= grace)
-                {
-                    conn.throw();
-                }
+                self.end(grace);
                 0
             }
-            Some(_) => now.saturating_add(grace).max(1),
+            Some(_) => sooner(now.saturating_add(grace).max(1)),
+        }
+    }
+
+    /// Ends the connection (or stream); a stream's reset cannot be flushed to a connection
+    /// that is itself stalled for `grace`, so that connection is dropped too.
+    fn end(&self, grace: u64) {
+        self.kill.throw();
+        if let Some((conn, conn_state)) = &self.parent
+            && conn_state.stalled_for().is_some_and(|s| millis(s) >= grace)
+        {
+            conn.throw();
         }
     }
 }
@@ -463,6 +524,65 @@ mod tests {
         conn.end_if_stalled_after(Duration::from_millis(20), Duration::from_millis(30));
         assert!(run(&mut timer).await, "thrown");
         assert!(conn.kill.is_thrown());
+    }
+
+    /// Polls `timer` for `for_`; whether its switch was thrown meanwhile.
+    async fn thrown_within(timer: &mut StallTimer, for_: Duration) -> bool {
+        let thrown = std::future::poll_fn(|cx| {
+            timer.poll(cx);
+            if timer.kill.is_thrown() {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        });
+        tokio::time::timeout(for_, thrown).await.is_ok()
+    }
+
+    #[tokio::test]
+    async fn a_list_past_the_request_timeout_is_ended_even_while_its_client_reads() {
+        let conn = Connection::detached();
+        let mut timer = conn.stall_timer();
+        let _list = conn.end_request_after(Duration::from_millis(30));
+        assert!(run(&mut timer).await, "ended with its writes flowing");
+    }
+
+    #[tokio::test]
+    async fn a_requests_deadline_goes_with_its_body() {
+        let conn = Connection::detached();
+        let mut timer = conn.stall_timer();
+        drop(conn.end_request_after(Duration::from_millis(30)));
+        stall(&conn);
+        assert!(!run(&mut timer).await, "a LIST that ended ends nothing");
+    }
+
+    #[tokio::test]
+    async fn a_watch_after_a_list_on_one_connection_is_held_to_its_own_deadline_only() {
+        let conn = Connection::detached();
+        let mut timer = conn.stall_timer();
+        // An HTTP/1 client's LIST, then a watch on the same connection whose reader pauses:
+        // the LIST's check time comes while the watch is blocked, well before its deadline.
+        drop(conn.end_request_after(Duration::from_millis(20)));
+        conn.end_if_stalled_after(Duration::from_secs(600), Duration::from_millis(10));
+        stall(&conn);
+        assert!(!thrown_within(&mut timer, Duration::from_millis(300)).await);
+    }
+
+    #[tokio::test]
+    async fn a_watch_after_a_shorter_watch_on_one_connection_is_held_to_its_own_deadline_only() {
+        let conn = Connection::detached();
+        let mut timer = conn.stall_timer();
+        conn.end_if_stalled_after(Duration::from_millis(10), Duration::from_millis(10));
+        conn.end_if_stalled_after(Duration::from_secs(600), Duration::from_millis(10));
+        stall(&conn);
+        assert!(!thrown_within(&mut timer, Duration::from_millis(300)).await);
+        // And a LIST after a watch is held to the LIST's deadline, not the watch's stall rule.
+        let conn = Connection::detached();
+        let mut timer = conn.stall_timer();
+        conn.end_if_stalled_after(Duration::from_millis(10), Duration::from_millis(10));
+        let _list = conn.end_request_after(Duration::from_secs(600));
+        stall(&conn);
+        assert!(!thrown_within(&mut timer, Duration::from_millis(300)).await);
     }
 
     #[tokio::test]

@@ -285,7 +285,8 @@ struct ServeArgs {
     #[arg(long, value_name = "DIR")]
     cert_dir: Option<PathBuf>,
     /// The longest a request's body may take to arrive: seconds, or a Go duration (`1m0s`);
-    /// a body still coming then is dropped and the request answered 504.
+    /// a body still coming then is dropped and the request answered 504. A LIST or GET still
+    /// being sent then is cut.
     #[arg(long, default_value = "60", value_parser = go_duration)]
     request_timeout: Duration,
     /// The most mutating requests (POST, PUT, PATCH, DELETE) in flight at once, from before

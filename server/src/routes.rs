@@ -20,7 +20,7 @@ use watchcache_encoders::{ResourceInfo, Status, protobuf};
 
 use crate::app::AppState;
 use crate::auth::{self, ClientCert, Decision, UserInfo};
-use crate::connection::Connection;
+use crate::connection::{Connection, RequestDeadline};
 use crate::discovery;
 use crate::errors;
 use crate::media::{self, ReadFormat};
@@ -619,21 +619,27 @@ async fn resource_request(
                             ReadFormat::Protobuf => Form::Protobuf,
                             ReadFormat::Json => Form::Json,
                         };
-                        if !p.watch {
-                            // A LIST or GET streams its body as the client reads it: one that
-                            // stops reading is dropped once it has been stalled for the grace
-                            // period past the request timeout, as a watch is past its
-                            // deadline, rather than holding its snapshot (and its HTTP/2
-                            // connection, never idle) for good.
-                            conn.end_if_stalled_after(
-                                state.config.request_timeout,
-                                state.config.shutdown_grace,
-                            );
-                        }
-                        match name {
+                        // A LIST or GET must end within the request timeout, as the
+                        // apiserver's; its body holds the deadline, so that it never ends a
+                        // later request of the connection. (A GET by name with `watch=1` is a
+                        // GET, as in the apiserver.)
+                        let deadline = (!p.watch || name.is_some())
+                            .then(|| conn.end_request_after(state.config.request_timeout));
+                        let answer = match name {
                             None if p.watch => reads::watch(&state, &conn, &t, &p, form).await,
                             None => reads::list(&state, &t, &p, form).await,
                             Some(name) => reads::get(&t, &name, &p, form).await,
+                        };
+                        match deadline {
+                            Some(deadline) => answer.map(|r| {
+                                r.map(|body| {
+                                    Body::new(UntilDeadline {
+                                        body,
+                                        _deadline: deadline,
+                                    })
+                                })
+                            }),
+                            None => answer,
                         }
                     }
                     Err(s) => Err(s),
@@ -707,6 +713,32 @@ async fn resource_request(
     match (is_write, media::read_format(accept.as_deref()), served) {
         (true, Ok(ReadFormat::Protobuf), Some(r)) => protobuf_write_response(response, &r.info).await,
         _ => response,
+    }
+}
+
+/// A LIST's or GET's body, holding its request deadline for as long as it lives.
+struct UntilDeadline {
+    body: Body,
+    _deadline: RequestDeadline,
+}
+
+impl http_body::Body for UntilDeadline {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }
 

@@ -433,3 +433,115 @@ async fn mutating_requests_in_flight_are_bounded_across_connections_and_reads_ar
     );
     drop(held);
 }
+
+/// Reads `s` until the server closes it, `chunk` bytes every `pause`, for at most `bound`;
+/// what was read, or `None` if the connection was still open at the bound.
+async fn read_paced(s: &mut TcpStream, chunk: usize, pause: Duration, bound: Duration) -> Option<usize> {
+    let mut buf = vec![0u8; chunk];
+    let mut read = 0usize;
+    let reading = async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return read,
+                Ok(n) => read += n,
+            }
+            tokio::time::sleep(pause).await;
+        }
+    };
+    tokio::time::timeout(bound, reading).await.ok()
+}
+
+/// An HTTP/1 socket with a small fixed receive buffer, `request` sent on it.
+async fn small_buffered(server: &Server, request: &str) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(64 * 1024).unwrap();
+    let mut s = socket.connect(server.addr()).await.unwrap();
+    s.write_all(request.as_bytes()).await.unwrap();
+    s
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_or_get_ends_at_the_request_timeout_and_its_deadline_ends_no_later_request() {
+    // 2,000 pods: a LIST of about 8 MB.
+    let server = start(ServeConfig {
+        request_timeout: Duration::from_secs(1),
+        shutdown_grace: Duration::from_millis(500),
+        ..config(2000)
+    })
+    .await;
+    let big = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "big"}, "data": {"blob": "x".repeat(900_000)}});
+    let (code, _, _) = request_full(
+        &http(),
+        &server,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        Some(big),
+    )
+    .await;
+    assert_eq!(code, 201);
+
+    // A GET whose client opens a 1 KiB window and never reads is reset at the request timeout;
+    // so is a GET by name with `watch=1`, which is a GET (the apiserver's rule).
+    for path in [
+        "/api/v1/namespaces/default/configmaps/big",
+        "/api/v1/namespaces/default/configmaps/big?watch=1",
+    ] {
+        let (mut send, _conn) = h2_connect(TcpStream::connect(server.addr()).await.unwrap(), 1024).await;
+        let (code, mut body) = watchcache_tests::tls::h2_get(&mut send, "x", path).await;
+        assert_eq!(code, 200, "{path}");
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let rest = tokio::time::timeout(BOUND, h2_body(&mut body))
+            .await
+            .expect("in time");
+        assert!(
+            rest.is_err(),
+            "{path}: served past the request timeout ({:?} bytes)",
+            rest.map(|b| b.len())
+        );
+    }
+
+    // A LIST whose client reads, but slowly (64 KiB every 50 ms: its 8 MB would take 6.5 s), is
+    // ended at the request timeout too, as the apiserver ends a request that is not
+    // long-running. What the server's socket had taken by then (at most 4 MB) still arrives.
+    let mut slow = small_buffered(
+        &server,
+        &format!("GET /api/v1/pods HTTP/1.1\r\nHost: {}\r\n\r\n", server.addr()),
+    )
+    .await;
+    let read = read_paced(&mut slow, 64 << 10, Duration::from_millis(50), BOUND)
+        .await
+        .expect("the LIST's connection is closed");
+    assert!(read < 8 << 20, "the LIST was not cut short ({read} bytes)");
+
+    // A LIST, then a watch on the same HTTP/1 connection whose reader pauses for 4 s (past the
+    // LIST's timeout and grace): the watch is held to its own deadline (600 s), not the LIST's.
+    let mut c = small_buffered(
+        &server,
+        &format!(
+            "GET /api/v1/namespaces/empty/configmaps HTTP/1.1\r\nHost: {}\r\n\r\n",
+            server.addr()
+        ),
+    )
+    .await;
+    let mut answer = Vec::new();
+    let mut buf = vec![0u8; 4096];
+    while !answer.ends_with(b"0\r\n\r\n") {
+        let n = tokio::time::timeout(BOUND, c.read(&mut buf))
+            .await
+            .expect("in time")
+            .unwrap();
+        assert!(n > 0, "the LIST's answer ended early");
+        answer.extend_from_slice(&buf[..n]);
+    }
+    let watch = format!(
+        "GET /api/v1/pods?watch=1&resourceVersion=0&timeoutSeconds=600 HTTP/1.1\r\nHost: {}\r\n\r\n",
+        server.addr()
+    );
+    c.write_all(watch.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    // Still open: reading drains the initial events and then waits for more.
+    let read = read_paced(&mut c, 1 << 16, Duration::ZERO, Duration::from_secs(5)).await;
+    assert_eq!(read, None, "the watch's connection was closed");
+    server.shutdown().await.unwrap();
+}

@@ -382,13 +382,22 @@ fn serve_stream(
     let killed = stream.killed();
     let stall = stream.stall_timer();
     let head = request.method() == axum::http::Method::HEAD;
-    let share = Share::new(&kept.held);
+    // The router never reads a GET's or HEAD's body. Whatever such a stream still sends (DATA,
+    // or trailers of up to a header list each, which h2 keeps for a body it was told is not
+    // read) is read here and dropped, so that a long watch cannot be made to hold it.
+    let unread_body = head || request.method() == axum::http::Method::GET;
+    let mut discard = None;
     let mut request = request.map(|body| {
-        axum::body::Body::new(RecvBody {
-            recv: body,
-            data_done: false,
-            share,
-        })
+        if unread_body {
+            discard = (!body.is_end_stream()).then_some(body);
+            axum::body::Body::empty()
+        } else {
+            axum::body::Body::new(RecvBody {
+                recv: body,
+                data_done: false,
+                share: Share::new(&kept.held),
+            })
+        }
     });
     request.extensions_mut().insert(ConnectInfo(stream));
     // Boxed: the handler's future is freed once it has answered, rather than sizing the task
@@ -404,8 +413,31 @@ fn serve_stream(
     async move {
         // Dropped in this order when the stream ends, its place last.
         let _kept = (open, headers, place);
-        pipe_response(handler, respond, head, killed, stall, progress).await;
+        let discarding = async {
+            if let Some(body) = discard {
+                discard_body(body).await;
+            }
+            std::future::pending::<()>().await;
+        };
+        tokio::select! {
+            () = pipe_response(handler, respond, head, killed, stall, progress) => {}
+            () = discarding => {}
+        }
     }
+}
+
+/// Reads a request body the router does not want to its end, dropping each frame as it
+/// comes (and giving its DATA's window back).
+async fn discard_body(mut body: RecvStream) {
+    while let Some(data) = body.data().await {
+        match data {
+            Ok(data) => {
+                let _ = body.flow_control().release_capacity(data.len());
+            }
+            Err(_) => return,
+        }
+    }
+    let _ = body.trailers().await;
 }
 
 /// What a stream's task keeps while it lives: its place in the gauge, its header list's
