@@ -1036,17 +1036,28 @@ fn run_soak(a: SoakArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// The server binary the scenario starts: `given` (`--binary`), or the `watchcache` beside
+/// this runner, built first when the runner runs under cargo (`cargo run -p
+/// watchcache-bench` builds the runner only, and a server left from an older build would be
+/// measured without a word).
 fn server_binary(given: Option<PathBuf>) -> Result<PathBuf, String> {
     if let Some(b) = given {
         return Ok(b);
     }
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let sibling = exe.with_file_name("watchcache");
-    if sibling.exists() {
-        return Ok(sibling);
-    }
+    let Ok(cargo) = std::env::var("CARGO") else {
+        // Run by hand: the binary beside it is the one there is.
+        return if sibling.exists() {
+            Ok(sibling)
+        } else {
+            Err(format!(
+                "no server binary at {}; pass --binary",
+                sibling.display()
+            ))
+        };
+    };
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     eprintln!("building the server: {cargo} build --release -p watchcache-server");
     let status = Command::new(cargo)
         .args(["build", "--release", "-p", "watchcache-server", "--manifest-path"])

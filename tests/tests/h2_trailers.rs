@@ -74,12 +74,20 @@ async fn trailers_sent_on_open_watches_are_not_held() {
             .unwrap();
         assert_eq!(response.status(), 200);
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let grew = live_bytes().saturating_sub(before);
+    // The client may still be sending trailers, and the server reading them: what is held
+    // for good is what is still there after a while.
+    let mut grew = usize::MAX;
+    for _ in 0..100 {
+        grew = live_bytes().saturating_sub(before);
+        if grew < 8 << 20 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     eprintln!("live heap grew {grew} bytes");
     // The watches themselves, server and client side, are a few MiB.
     assert!(
-        grew < 12 << 20,
+        grew < 8 << 20,
         "300 watches and their trailers hold {} MiB",
         grew >> 20
     );
