@@ -68,7 +68,7 @@ impl<S: Source> Cache<S> {
                 // starts after it, which a hub allows (see above).
                 (
                     basis.revision,
-                    Some(initial_events(&basis.snapshot, &opts.filter)),
+                    Some(Box::new(initial_events(&basis.snapshot, &opts.filter))),
                 )
             } else {
                 // rv "0" without initial events: from now.
@@ -118,7 +118,9 @@ fn initial_events(snapshot: &Arc<Snapshot>, filter: &Filter) -> ListItems {
 /// A watch on the cache: initial events when asked for, then the live watcher.
 #[derive(Debug)]
 pub struct CacheWatch {
-    initial: Option<ListItems>,
+    /// Boxed: freed once delivered, so that a watch idling for hours does not carry its
+    /// space.
+    initial: Option<Box<ListItems>>,
     end_bookmark: Option<Revision>,
     live: Watcher,
 }
@@ -175,7 +177,7 @@ impl CacheWatch {
     /// How many initial events are still to come (0 once they are all delivered, or for a
     /// watch that did not ask for them).
     pub fn initial_remaining(&self) -> usize {
-        self.initial.as_ref().map_or(0, ListItems::remaining)
+        self.initial.as_ref().map_or(0, |items| items.remaining())
     }
 
     /// The revision the live part has seen everything up to.

@@ -104,7 +104,7 @@ impl Begun {
             if stages.started && pending.info.verb == "watch" {
                 pending.record(&self, Stage::ResponseStarted, response.status().as_u16());
             }
-            Some(pending)
+            Some(Box::new(pending))
         });
         if !self.log && audit.is_none() {
             return response;
@@ -161,7 +161,9 @@ struct Finish {
     begun: Begun,
     user: Option<Arc<UserInfo>>,
     status: u16,
-    audit: Option<Pending>,
+    /// Boxed: without an audit log (the default) a watch does not carry its space while it
+    /// lives.
+    audit: Option<Box<Pending>>,
 }
 
 impl Finish {
@@ -238,6 +240,14 @@ impl Drop for Observed {
 
 #[cfg(test)]
 mod tests {
+    /// The wrapper a watch's body lives in for as long as the watch: what it keeps to log
+    /// the request at its end, the audit's part boxed.
+    #[test]
+    fn the_wrapper_a_watch_lives_in_stays_small() {
+        let size = std::mem::size_of::<super::Observed>();
+        assert!(size <= 280, "the request log's wrapper is {size} bytes");
+    }
+
     use super::*;
     use std::sync::Mutex;
 

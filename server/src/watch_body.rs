@@ -317,3 +317,13 @@ mod tests {
         );
     }
 }
+#[cfg(test)]
+mod size {
+    /// What an idle watch carries for hours: its body. Its initial events are boxed (freed once
+    /// delivered), so they do not count here.
+    #[test]
+    fn an_idle_watchs_body_stays_small() {
+        let size = std::mem::size_of::<super::WatchBody>();
+        assert!(size <= 640, "a watch body is {size} bytes");
+    }
+}

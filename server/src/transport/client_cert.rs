@@ -294,11 +294,15 @@ fn check(ca: &ClientCa, chain: &[CertificateDer<'_>], now: UnixTime) -> (ClientC
     let (cert, anchor_until) = ca.check_at(chain, now);
     let secs = now.as_secs();
     let until = match cert {
+        // A certificate of the chain already past its `notAfter` is not on the path that
+        // verified (a client may send extra ones): counting it would re-verify the chain at
+        // every request.
         ClientCert::Valid(_) => Some(
             chain
                 .iter()
                 .filter_map(validity)
                 .map(|(_, not_after)| not_after)
+                .filter(|&not_after| not_after >= secs)
                 .chain(anchor_until)
                 .min()
                 .unwrap_or(u64::MAX),
@@ -444,6 +448,27 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         dir
+    }
+
+    #[test]
+    fn an_expired_extra_certificate_in_a_valid_chain_does_not_make_every_request_verify_it_again() {
+        let dir = temp_dir("extra");
+        let (issuer, client_ca) = ca_file(&dir, "client-ca");
+        let (other, other_issuer) = ca("other");
+        let chain = vec![
+            client(&issuer, "jane", &[], false),
+            // Not on the path that verifies: an old certificate the client sends along.
+            client(&other_issuer, "old", &[], true),
+            other,
+        ];
+        let now = UnixTime::now();
+        let (cert, until) = check(&client_ca.get(), &chain, now);
+        assert!(matches!(cert, ClientCert::Valid(_)));
+        assert!(
+            until.is_some_and(|until| until > now.as_secs()),
+            "checked again only when a certificate of its path expires: {until:?}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
