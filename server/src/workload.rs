@@ -262,7 +262,15 @@ pub async fn churn(store: Backend, w: Workload, stop: CancellationToken) {
     let mut node_rate = Due::new(if w.nodes > 0 { w.node_churn } else { 0.0 });
     let mut generation = 1u64;
     let mut in_flight = futures_util::stream::FuturesUnordered::new();
-    let mut tick = tokio::time::interval(Duration::from_millis(1));
+    // A tick per write at low rates, at most one a millisecond at high ones (several writes a
+    // tick then), at least one every 100 ms.
+    let total = pod_rate.rate.max(0.0) + node_rate.rate.max(0.0);
+    let period = if total > 0.0 {
+        (1.0 / total).clamp(0.001, 0.1)
+    } else {
+        0.1
+    };
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(period));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
