@@ -1058,9 +1058,20 @@ fn server_binary(given: Option<PathBuf>) -> Result<PathBuf, String> {
         };
     };
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
-    eprintln!("building the server: {cargo} build --release -p watchcache-server");
+    // In the runner's own profile, so that the binary beside it is the one built.
+    let profile: &[&str] = if cfg!(debug_assertions) {
+        &[]
+    } else {
+        &["--release"]
+    };
+    eprintln!(
+        "building the server: {cargo} build {} -p watchcache-server",
+        profile.join(" ")
+    );
     let status = Command::new(cargo)
-        .args(["build", "--release", "-p", "watchcache-server", "--manifest-path"])
+        .arg("build")
+        .args(profile)
+        .args(["-p", "watchcache-server", "--manifest-path"])
         .arg(&manifest)
         .status()
         .map_err(|e| format!("cannot run cargo: {e}"))?;

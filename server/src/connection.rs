@@ -194,11 +194,15 @@ impl Connection {
     /// A LIST or GET must have ended `timeout` from now, as the apiserver's request timeout
     /// ends a request that is not long-running, however fast its client reads: past it, the
     /// stream is reset (an HTTP/1 connection dropped), which frees the snapshot its body holds.
-    /// The returned guard is the request's: dropped when its body is (the request ended), the
-    /// deadline goes with it, so that it never ends a later request of the same connection.
-    pub(crate) fn end_request_after(&self, timeout: Duration) -> RequestDeadline {
+    /// The returned guard is the request's, for its body to hold. Dropped (the body ended, or
+    /// was handed whole to the connection, as hyper takes an HTTP/1 body before it is sent),
+    /// the deadline becomes a stall rule like a watch's: from the deadline plus `grace`, a
+    /// connection whose writes stay blocked for `grace` is dropped. A later request of the
+    /// connection replaces it.
+    pub(crate) fn end_request_after(&self, timeout: Duration, grace: Duration) -> RequestDeadline {
         let due = epoch_ms().saturating_add(millis(timeout)).max(1);
         let state = &self.state;
+        state.grace_ms.store(millis(grace), Ordering::Relaxed);
         state.request_due_ms.store(due, Ordering::Relaxed);
         // This request's stall rule, if a watch before it on this connection left one, is gone.
         state.last_due_ms.store(0, Ordering::Relaxed);
@@ -207,6 +211,12 @@ impl Connection {
             state: Arc::clone(state),
             due,
         }
+    }
+
+    /// A new request on this connection (HTTP/1, in turn): what an earlier one asked of the
+    /// stall checks is its own, not this one's.
+    pub(crate) fn new_request(&self) {
+        self.state.last_due_ms.store(0, Ordering::Relaxed);
     }
 
     /// The timer that carries out [`Connection::end_if_stalled_after`], for the task that
@@ -237,11 +247,22 @@ pub(crate) struct RequestDeadline {
 
 impl Drop for RequestDeadline {
     fn drop(&mut self) {
+        let state = &self.state;
         // Only its own: a later request of the connection may have set one since.
-        let _ = self
-            .state
+        if state
             .request_due_ms
-            .compare_exchange(self.due, 0, Ordering::Relaxed, Ordering::Relaxed);
+            .compare_exchange(self.due, 0, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+        {
+            // What was handed to the connection may still be unsent: a client that stopped
+            // reading is held to the deadline as a watch is.
+            let rule = self
+                .due
+                .saturating_add(state.grace_ms.load(Ordering::Relaxed))
+                .max(1);
+            state.last_due_ms.store(rule, Ordering::Relaxed);
+            state.check_sooner(rule);
+        }
     }
 }
 
@@ -291,6 +312,10 @@ impl StallTimer {
                 return;
             }
             let next = self.check();
+            // The sleep runs on tokio's clock, the check times on `epoch_ms`: a sleep that ends
+            // a little before `at` by the latter finds nothing due and asks for `at` again.
+            // Looked at a millisecond later, rather than spun on until then.
+            let next = if next != 0 && next <= at { at + 1 } else { next };
             // A handler of this task is the only other writer, and it is not running now.
             let _ = self
                 .state
@@ -543,7 +568,7 @@ mod tests {
     async fn a_list_past_the_request_timeout_is_ended_even_while_its_client_reads() {
         let conn = Connection::detached();
         let mut timer = conn.stall_timer();
-        let _list = conn.end_request_after(Duration::from_millis(30));
+        let _list = conn.end_request_after(Duration::from_millis(30), Duration::from_millis(10));
         assert!(run(&mut timer).await, "ended with its writes flowing");
     }
 
@@ -551,9 +576,40 @@ mod tests {
     async fn a_requests_deadline_goes_with_its_body() {
         let conn = Connection::detached();
         let mut timer = conn.stall_timer();
-        drop(conn.end_request_after(Duration::from_millis(30)));
-        stall(&conn);
+        drop(conn.end_request_after(Duration::from_millis(30), Duration::from_millis(10)));
+        // Its answer was sent: the writes flow.
         assert!(!run(&mut timer).await, "a LIST that ended ends nothing");
+    }
+
+    #[tokio::test]
+    async fn an_answer_handed_whole_to_a_connection_whose_client_stops_reading_is_dropped_past_the_deadline()
+    {
+        let conn = Connection::detached();
+        let mut timer = conn.stall_timer();
+        // hyper takes an HTTP/1 body whole (a Table, a GET) before it is sent: the body, and
+        // the deadline it held, are gone while the bytes wait for the client.
+        drop(conn.end_request_after(Duration::from_millis(20), Duration::from_millis(20)));
+        stall(&conn);
+        assert!(
+            run(&mut timer).await,
+            "dropped once blocked for the grace past the deadline"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_streams_request_deadline_resets_the_stream_and_spares_a_connection_blocked_for_less_than_the_grace()
+     {
+        let conn = Connection::detached();
+        let (stream, _progress) = conn.stream();
+        let mut timer = stream.stall_timer();
+        let _list = stream.end_request_after(Duration::from_millis(20), Duration::from_secs(10));
+        // The connection's socket is full this moment (the LIST being cut, to a slow reader).
+        stall(&conn);
+        assert!(run(&mut timer).await, "the stream is reset");
+        assert!(
+            !conn.kill.is_thrown(),
+            "its connection, and the other streams on it, live"
+        );
     }
 
     #[tokio::test]
@@ -562,7 +618,7 @@ mod tests {
         let mut timer = conn.stall_timer();
         // An HTTP/1 client's LIST, then a watch on the same connection whose reader pauses:
         // the LIST's check time comes while the watch is blocked, well before its deadline.
-        drop(conn.end_request_after(Duration::from_millis(20)));
+        drop(conn.end_request_after(Duration::from_millis(20), Duration::from_millis(10)));
         conn.end_if_stalled_after(Duration::from_secs(600), Duration::from_millis(10));
         stall(&conn);
         assert!(!thrown_within(&mut timer, Duration::from_millis(300)).await);
@@ -580,7 +636,7 @@ mod tests {
         let conn = Connection::detached();
         let mut timer = conn.stall_timer();
         conn.end_if_stalled_after(Duration::from_millis(10), Duration::from_millis(10));
-        let _list = conn.end_request_after(Duration::from_secs(600));
+        let _list = conn.end_request_after(Duration::from_secs(600), Duration::from_millis(10));
         stall(&conn);
         assert!(!thrown_within(&mut timer, Duration::from_millis(300)).await);
     }

@@ -623,8 +623,9 @@ async fn resource_request(
                         // apiserver's; its body holds the deadline, so that it never ends a
                         // later request of the connection. (A GET by name with `watch=1` is a
                         // GET, as in the apiserver.)
-                        let deadline = (!p.watch || name.is_some())
-                            .then(|| conn.end_request_after(state.config.request_timeout));
+                        let deadline = (!p.watch || name.is_some()).then(|| {
+                            conn.end_request_after(state.config.request_timeout, state.config.shutdown_grace)
+                        });
                         let answer = match name {
                             None if p.watch => reads::watch(&state, &conn, &t, &p, form).await,
                             None => reads::list(&state, &t, &p, form).await,

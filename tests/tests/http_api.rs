@@ -675,7 +675,17 @@ async fn unknown_methods_are_405_statuses_and_add_no_metric_series() {
 async fn timeout_zero_ahead_of_the_cache_and_initial_events_false_follow_the_api() {
     let server = start(config(2)).await;
     let store = watchcache_tests::memory(&server).clone();
-    let rv = store.revision().get();
+    // The revision once the server's own start-up writes (the bootstrap policy among them)
+    // are done: one landing after it would be the "rv + 1" below.
+    let mut rv = store.revision().get();
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let now = store.revision().get();
+        if now == rv {
+            break;
+        }
+        rv = now;
+    }
     let write = |name: &str| {
         let value = serde_json::to_vec(&pod("ns-0", name)).unwrap();
         store

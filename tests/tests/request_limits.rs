@@ -514,6 +514,20 @@ async fn a_list_or_get_ends_at_the_request_timeout_and_its_deadline_ends_no_late
         .expect("the LIST's connection is closed");
     assert!(read < 8 << 20, "the LIST was not cut short ({read} bytes)");
 
+    // An answer hyper takes whole before it is sent (a Table, built in one piece: with each
+    // pod's object, about 8 MB) to a client that reads nothing: its connection is dropped
+    // once blocked for the grace past the request timeout, not held until shutdown.
+    let table = format!(
+        "GET /api/v1/pods?includeObject=Object HTTP/1.1\r\nHost: {}\r\nAccept: application/json;as=Table;v=v1;g=meta.k8s.io\r\n\r\n",
+        server.addr()
+    );
+    let mut unread = small_buffered(&server, &table).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let read = read_paced(&mut unread, 1 << 16, Duration::ZERO, BOUND)
+        .await
+        .expect("the Table's connection is closed");
+    assert!(read < 8 << 20, "the Table was not cut short ({read} bytes)");
+
     // A LIST, then a watch on the same HTTP/1 connection whose reader pauses for 4 s (past the
     // LIST's timeout and grace): the watch is held to its own deadline (600 s), not the LIST's.
     let mut c = small_buffered(

@@ -427,12 +427,18 @@ fn serve_stream(
 }
 
 /// Reads a request body the router does not want to its end, dropping each frame as it
-/// comes (and giving its DATA's window back).
+/// comes. The window of the first [`STREAM_WINDOW`] bytes is given back (to the connection's
+/// window too), none after: a client cannot keep a watch's stream as an upload for its life.
 async fn discard_body(mut body: RecvStream) {
+    let mut released = 0usize;
     while let Some(data) = body.data().await {
         match data {
             Ok(data) => {
-                let _ = body.flow_control().release_capacity(data.len());
+                let n = data.len().min((STREAM_WINDOW as usize).saturating_sub(released));
+                if n > 0 {
+                    let _ = body.flow_control().release_capacity(n);
+                    released += n;
+                }
             }
             Err(_) => return,
         }

@@ -182,6 +182,8 @@ impl Transport {
     {
         let mut stall = conn.stall_timer();
         let service = app.map_request(move |req: hyper::Request<Incoming>| {
+            // hyper reads a request once the answer before it is sent: its stall rule is over.
+            conn.new_request();
             let mut req = req.map(axum::body::Body::new);
             req.extensions_mut().insert(ConnectInfo(conn.clone()));
             req
