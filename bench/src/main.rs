@@ -1058,11 +1058,17 @@ fn server_binary(given: Option<PathBuf>) -> Result<PathBuf, String> {
         };
     };
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
-    // In the runner's own profile, so that the binary beside it is the one built.
-    let profile: &[&str] = if cfg!(debug_assertions) {
-        &[]
-    } else {
-        &["--release"]
+    // In the runner's own profile (the name of the directory it runs from: `debug` is the dev
+    // profile), so that the binary beside it is the one built.
+    let dir = exe
+        .parent()
+        .and_then(|d| d.file_name())
+        .and_then(|n| n.to_str())
+        .unwrap_or("release");
+    let profile: Vec<&str> = match dir {
+        "debug" => vec![],
+        "release" => vec!["--release"],
+        other => vec!["--profile", other],
     };
     eprintln!(
         "building the server: {cargo} build {} -p watchcache-server",
@@ -1070,7 +1076,7 @@ fn server_binary(given: Option<PathBuf>) -> Result<PathBuf, String> {
     );
     let status = Command::new(cargo)
         .arg("build")
-        .args(profile)
+        .args(&profile)
         .args(["-p", "watchcache-server", "--manifest-path"])
         .arg(&manifest)
         .status()

@@ -315,7 +315,11 @@ impl StallTimer {
             // The sleep runs on tokio's clock, the check times on `epoch_ms`: a sleep that ends
             // a little before `at` by the latter finds nothing due and asks for `at` again.
             // Looked at a millisecond later, rather than spun on until then.
-            let next = if next != 0 && next <= at { at + 1 } else { next };
+            let next = if next != 0 && next <= at {
+                at.saturating_add(1)
+            } else {
+                next
+            };
             // A handler of this task is the only other writer, and it is not running now.
             let _ = self
                 .state

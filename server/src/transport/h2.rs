@@ -429,6 +429,9 @@ fn serve_stream(
 /// Reads a request body the router does not want to its end, dropping each frame as it
 /// comes. The window of the first [`STREAM_WINDOW`] bytes is given back (to the connection's
 /// window too), none after: a client cannot keep a watch's stream as an upload for its life.
+/// (A stream that sends more keeps up to a stream window of its connection's window until it
+/// ends: the client's own connection's, which only its own request bodies use. The body is
+/// still read, not dropped: h2 would keep the trailers of a body no one reads.)
 async fn discard_body(mut body: RecvStream) {
     let mut released = 0usize;
     while let Some(data) = body.data().await {
