@@ -1,6 +1,5 @@
 //! [`AppState`]: what every request handler shares.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
@@ -13,7 +12,7 @@ use crate::leases::Leases;
 use crate::metrics::Metrics;
 use crate::offload::{InFlight, Offload};
 use crate::openapi::OpenApi;
-use crate::resources::Resource;
+use crate::resources::Served;
 use crate::switch::Switch;
 
 /// Shared by every request.
@@ -21,7 +20,7 @@ pub(crate) struct AppState {
     pub(crate) store: Backend,
     /// Writes of objects with a TTL (Events) go through it, to their shared lease.
     pub(crate) leases: Leases,
-    pub(crate) resources: BTreeMap<&'static str, Arc<Resource>>,
+    pub(crate) resources: Served,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) config: ServeConfig,
     /// Thrown when the server shuts down: watches end, connections close after their response.

@@ -129,26 +129,27 @@ pub(crate) fn resource_list<'a>(
     for r in resources.filter(|r| r.info.api_version == api_version) {
         list.push(json!({
             "name": r.info.resource,
-            "singularName": r.singular,
-            "namespaced": r.namespaced,
+            "singularName": r.spec.singular,
+            "namespaced": r.spec.namespaced,
             "kind": r.info.kind,
             "verbs": VERBS,
-            "shortNames": r.short_names,
+            "shortNames": r.spec.short_names,
+            "categories": r.spec.categories,
         }));
-        if r.status_subresource {
+        if r.spec.subresources.status {
             list.push(json!({
                 "name": format!("{}/status", r.info.resource),
                 "singularName": "",
-                "namespaced": r.namespaced,
+                "namespaced": r.spec.namespaced,
                 "kind": r.info.kind,
                 "verbs": STATUS_VERBS,
             }));
         }
-        if r.finalize_subresource {
+        if r.spec.subresources.finalize {
             list.push(json!({
                 "name": format!("{}/finalize", r.info.resource),
                 "singularName": "",
-                "namespaced": r.namespaced,
+                "namespaced": r.spec.namespaced,
                 "kind": r.info.kind,
                 "verbs": ["update"],
             }));
@@ -199,16 +200,17 @@ pub(crate) fn aggregated<'a>(
         let mut entry = json!({
             "resource": r.info.resource,
             "responseKind": kind,
-            "scope": if r.namespaced { "Namespaced" } else { "Cluster" },
-            "singularResource": r.singular,
+            "scope": if r.spec.namespaced { "Namespaced" } else { "Cluster" },
+            "singularResource": r.spec.singular,
             "verbs": VERBS,
-            "shortNames": r.short_names,
+            "shortNames": r.spec.short_names,
+            "categories": r.spec.categories,
         });
         let mut subresources = Vec::new();
-        if r.status_subresource {
+        if r.spec.subresources.status {
             subresources.push(json!({"subresource": "status", "responseKind": kind, "verbs": STATUS_VERBS}));
         }
-        if r.finalize_subresource {
+        if r.spec.subresources.finalize {
             subresources.push(json!({"subresource": "finalize", "responseKind": kind, "verbs": ["update"]}));
         }
         if !subresources.is_empty() {

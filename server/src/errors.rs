@@ -9,9 +9,9 @@ use watchcache_encoders::{ResourceInfo, Status};
 use crate::auth::Attributes;
 use crate::patch::PatchLimit;
 use crate::stored::Refused;
-use crate::validation::{FieldError, Refusal};
 use crate::value_types::ValueError;
 use crate::yaml::YamlError;
+use watchcache_api::validation::{self, FieldError, Refusal};
 
 /// The Status for a cache error met reading `info`'s resource.
 pub(crate) fn cache(e: &CacheError, info: &ResourceInfo) -> Status {
@@ -191,7 +191,7 @@ pub(crate) fn refused(
         (Refusal::Undecodable(why), Some(patched)) => {
             let as_json = Value::Object(patched.clone()).to_string();
             let error = FieldError {
-                kind: crate::validation::ErrorKind::Invalid,
+                kind: validation::ErrorKind::Invalid,
                 field: "patch".to_owned(),
                 value: Value::String(as_json),
                 printed: None,

@@ -10,6 +10,8 @@ use crate::apply;
 use crate::fields;
 use crate::params::{DeleteParams, Params, WriteParams};
 use crate::patch::{MAX_COPY_BYTES, MAX_OPERATIONS, Patch, PatchType};
+use watchcache_api::validation;
+
 use crate::resources::NameRule;
 use crate::writes::{Addressed, object_from_body};
 use crate::yaml;
@@ -22,6 +24,12 @@ pub fn query(query: &str, body: &[u8]) {
     }
     let _ = WriteParams::parse(Some(query));
     let _ = DeleteParams::parse(Some(query), body);
+}
+
+/// The built-in kinds, made once.
+fn builtin() -> &'static watchcache_api::Registry {
+    static REGISTRY: std::sync::OnceLock<watchcache_api::Registry> = std::sync::OnceLock::new();
+    REGISTRY.get_or_init(watchcache_api::Registry::builtin)
 }
 
 /// Checks `body` as a create and as an update of a namespaced and of a cluster-scoped
@@ -42,15 +50,23 @@ pub fn write_body(body: &[u8]) {
         let codec = JsonCodec::new(namespaced, &["spec.nodeName", "status.phase"]);
         for name in [None, Some("named")] {
             if let Ok(object) = object_from_body(&addressed, body, name) {
-                // Validation takes any object without a panic, as a create and as an update.
-                let _ = crate::validation::on_create(&info.kind, &object);
-                let _ = crate::validation::on_update(&info.kind, &object, &object);
-                // And as each RBAC kind, whose checks walk rules, selectors and subjects.
-                for kind in ["Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"] {
+                // Every kind's strategy (defaulting, initial status, validation) and printer
+                // take any object without a panic, as a create and as an update.
+                for spec in builtin().iter() {
                     let mut converted = object.clone();
-                    crate::conversion::on_write(kind, &mut converted);
-                    let _ = crate::validation::on_create(kind, &converted);
-                    let _ = crate::validation::on_update(kind, &converted, &object);
+                    crate::conversion::on_write(&spec.kind, &mut converted);
+                    if let Some(default) = spec.strategy.default {
+                        default(&mut converted);
+                    }
+                    if let Some(initial) = spec.strategy.initial_status {
+                        initial(&mut converted);
+                    }
+                    let _ = validation::on_create(spec.strategy.checks, &converted);
+                    let _ = validation::on_update(spec.strategy.checks, &converted, &object);
+                    let _ = spec.printer.cells(
+                        &serde_json::Value::Object(converted),
+                        std::time::SystemTime::now(),
+                    );
                 }
                 let raw = serde_json::to_vec(&object).expect("a JSON object serialises");
                 if let Err(e) = codec.decode(&raw, Revision::new(1)) {

@@ -58,7 +58,7 @@ mod switch;
 mod table;
 mod target;
 mod transport;
-mod validation;
+
 mod value_key;
 mod value_types;
 mod watch_body;

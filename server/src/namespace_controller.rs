@@ -58,7 +58,7 @@ pub(crate) async fn run(state: Arc<AppState>) {
 
 /// The namespaces marked for deletion, as the cache has them.
 async fn terminating(state: &AppState) -> Vec<String> {
-    let Some(namespaces) = state.resources.get("namespaces") else {
+    let Some(namespaces) = state.resources.core("namespaces") else {
         return Vec::new();
     };
     let Ok(mut opts) = Params::default().list_options(None) else {
@@ -154,7 +154,7 @@ async fn being_deleted(state: &AppState, namespace: &str) -> bool {
 /// there (objects held by finalizers stay, marked, and are counted until they go).
 async fn delete_contents(state: &Arc<AppState>, namespace: &str) -> Result<usize, Status> {
     let mut found = 0;
-    for resource in state.resources.values().filter(|r| r.namespaced) {
+    for resource in state.resources.values().filter(|r| r.spec.namespaced) {
         let opts = Params::default().list_options(Some(namespace))?;
         let list = resource
             .cache

@@ -19,112 +19,41 @@ use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 
 use bytes::Bytes;
+use k8s_openapi::schemars::Schema;
 use k8s_openapi::schemars::generate::{SchemaGenerator, SchemaSettings};
-use k8s_openapi::schemars::{JsonSchema, Schema};
 use serde_json::{Map, Value, json};
+
+use watchcache_api::registry::OpenApiSchema;
 
 use crate::resources::Resource;
 use crate::strategic::{ListStrategy, MERGE_LISTS};
 use crate::value_types::{self, ValueError};
 
-/// A served kind: its group, version and schema.
-struct Kind {
-    group: &'static str,
-    version: &'static str,
-    kind: &'static str,
+/// A served kind with a generated schema: its group, version and schema, from its declaration.
+struct Kind<'a> {
+    group: &'a str,
+    version: &'a str,
+    kind: &'a str,
     /// The definition's name (`io.k8s.api.core.v1.Pod`).
-    definition: &'static str,
+    definition: &'a str,
     schema: fn(&mut SchemaGenerator) -> Schema,
 }
 
-fn schema<T: JsonSchema>(g: &mut SchemaGenerator) -> Schema {
-    g.subschema_for::<T>()
+impl<'a> Kind<'a> {
+    fn of(r: &'a Resource) -> Option<Kind<'a>> {
+        let spec = &r.spec;
+        match &spec.openapi {
+            Some((definition, OpenApiSchema::Generated(schema))) => Some(Kind {
+                group: &spec.group,
+                version: &spec.version,
+                kind: &spec.kind,
+                definition,
+                schema: *schema,
+            }),
+            _ => None,
+        }
+    }
 }
-
-/// Every kind watchcache can serve; the documents describe those a server serves.
-const KINDS: &[Kind] = {
-    use k8s_openapi::api::core::v1 as core;
-    use k8s_openapi::api::rbac::v1 as rbac;
-    &[
-        Kind {
-            group: "",
-            version: "v1",
-            kind: "Pod",
-            definition: "io.k8s.api.core.v1.Pod",
-            schema: schema::<core::Pod>,
-        },
-        Kind {
-            group: "",
-            version: "v1",
-            kind: "Node",
-            definition: "io.k8s.api.core.v1.Node",
-            schema: schema::<core::Node>,
-        },
-        Kind {
-            group: "",
-            version: "v1",
-            kind: "Namespace",
-            definition: "io.k8s.api.core.v1.Namespace",
-            schema: schema::<core::Namespace>,
-        },
-        Kind {
-            group: "",
-            version: "v1",
-            kind: "ConfigMap",
-            definition: "io.k8s.api.core.v1.ConfigMap",
-            schema: schema::<core::ConfigMap>,
-        },
-        Kind {
-            group: "",
-            version: "v1",
-            kind: "Secret",
-            definition: "io.k8s.api.core.v1.Secret",
-            schema: schema::<core::Secret>,
-        },
-        Kind {
-            group: "",
-            version: "v1",
-            kind: "Event",
-            definition: "io.k8s.api.core.v1.Event",
-            schema: schema::<core::Event>,
-        },
-        Kind {
-            group: "coordination.k8s.io",
-            version: "v1",
-            kind: "Lease",
-            definition: "io.k8s.api.coordination.v1.Lease",
-            schema: schema::<k8s_openapi::api::coordination::v1::Lease>,
-        },
-        Kind {
-            group: "rbac.authorization.k8s.io",
-            version: "v1",
-            kind: "Role",
-            definition: "io.k8s.api.rbac.v1.Role",
-            schema: schema::<rbac::Role>,
-        },
-        Kind {
-            group: "rbac.authorization.k8s.io",
-            version: "v1",
-            kind: "ClusterRole",
-            definition: "io.k8s.api.rbac.v1.ClusterRole",
-            schema: schema::<rbac::ClusterRole>,
-        },
-        Kind {
-            group: "rbac.authorization.k8s.io",
-            version: "v1",
-            kind: "RoleBinding",
-            definition: "io.k8s.api.rbac.v1.RoleBinding",
-            schema: schema::<rbac::RoleBinding>,
-        },
-        Kind {
-            group: "rbac.authorization.k8s.io",
-            version: "v1",
-            kind: "ClusterRoleBinding",
-            definition: "io.k8s.api.rbac.v1.ClusterRoleBinding",
-            schema: schema::<rbac::ClusterRoleBinding>,
-        },
-    ]
-};
 
 const OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
 const LIST_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta";
@@ -143,20 +72,13 @@ pub(crate) struct OpenApi {
     /// Every definition, for server-side field validation.
     definitions: Map<String, Value>,
     /// Definition name by `(apiVersion, kind)`.
-    by_kind: BTreeMap<(String, String), &'static str>,
+    by_kind: BTreeMap<(String, String), String>,
 }
 
 impl OpenApi {
     /// The documents for `resources`.
     pub(crate) fn build<'a>(resources: impl Iterator<Item = &'a Resource> + Clone) -> OpenApi {
-        let served: Vec<(&Kind, &Resource)> = resources
-            .filter_map(|r| {
-                KINDS
-                    .iter()
-                    .find(|k| k.kind == r.info.kind && api_version(k) == r.info.api_version)
-                    .map(|k| (k, r))
-            })
-            .collect();
+        let served: Vec<(Kind<'_>, &Resource)> = resources.filter_map(|r| Some((Kind::of(r)?, r))).collect();
         let definitions = definitions(&served, "#/definitions/");
         let v2 = json!({
             "swagger": "2.0",
@@ -165,9 +87,11 @@ impl OpenApi {
             "definitions": definitions,
         });
         let mut v3 = BTreeMap::new();
-        let mut groups: BTreeMap<String, Vec<(&Kind, &Resource)>> = BTreeMap::new();
-        for (k, r) in &served {
-            groups.entry(group_version_path(k)).or_default().push((k, r));
+        let mut groups: BTreeMap<String, Vec<(Kind<'_>, &Resource)>> = BTreeMap::new();
+        for (_, r) in &served {
+            if let Some(k) = Kind::of(r) {
+                groups.entry(group_version_path(&k)).or_default().push((k, r));
+            }
         }
         let mut index = Map::new();
         for (path, served) in &groups {
@@ -190,7 +114,7 @@ impl OpenApi {
         }
         let by_kind = served
             .iter()
-            .map(|(k, _)| ((api_version(k), k.kind.to_owned()), k.definition))
+            .map(|(k, _)| ((api_version(k), k.kind.to_owned()), k.definition.to_owned()))
             .collect();
         let definitions = match v2.get("definitions") {
             Some(Value::Object(m)) => m.clone(),
@@ -282,7 +206,7 @@ fn gvk(k: &Kind) -> Value {
 
 /// The definitions of the served kinds, their lists and what they reference, with kubectl's
 /// extensions; references point at `ref_prefix`.
-fn definitions(served: &[(&Kind, &Resource)], ref_prefix: &str) -> Map<String, Value> {
+fn definitions(served: &[(Kind<'_>, &Resource)], ref_prefix: &str) -> Map<String, Value> {
     let path = ref_prefix
         .trim_start_matches('#')
         .trim_end_matches('/')
@@ -464,7 +388,7 @@ fn operation(k: &Kind, r: &Resource, op: Op<'_>, v3: bool) -> Value {
         responds,
         body,
     } = op;
-    let scope = if r.namespaced { "Namespaced" } else { "" };
+    let scope = if r.spec.namespaced { "Namespaced" } else { "" };
     let mut op = json!({
         "operationId": format!("{verb}{}{}{scope}{}", title(k.group), title(k.version), k.kind),
         "x-kubernetes-action": action,
@@ -525,7 +449,7 @@ fn title(s: &str) -> String {
 
 /// The paths of the served resources: the collection (list, create, delete collection), the
 /// object (read, replace, patch, delete) and, for namespaced ones, the list across namespaces.
-fn paths(served: &[(&Kind, &Resource)], v3: bool) -> Value {
+fn paths(served: &[(Kind<'_>, &Resource)], v3: bool) -> Value {
     let mut out = Map::new();
     for (k, r) in served {
         let prefix = if k.group.is_empty() {
@@ -534,7 +458,7 @@ fn paths(served: &[(&Kind, &Resource)], v3: bool) -> Value {
             format!("/apis/{}/{}", k.group, k.version)
         };
         let res = &r.info.resource;
-        let (collection, ns_params) = if r.namespaced {
+        let (collection, ns_params) = if r.spec.namespaced {
             (
                 format!("{prefix}/namespaces/{{namespace}}/{res}"),
                 vec![path_param("namespace", v3)],
@@ -626,7 +550,7 @@ fn paths(served: &[(&Kind, &Resource)], v3: bool) -> Value {
                 "delete": operation(k, r, Op { verb: "delete", action: "delete", params: write_params(v3, false), responds: k.definition, body: Some(DELETE_OPTIONS) }, v3),
             }),
         );
-        if r.namespaced {
+        if r.spec.namespaced {
             out.insert(
                 format!("{prefix}/{res}"),
                 json!({"get": operation(k, r, Op { verb: "list", action: "list", params: list_params, responds: &list, body: None }, v3)}),

@@ -66,7 +66,7 @@ const RULES: &[(&str, Rule)] = &[
 /// Runs until the server stops.
 pub(crate) async fn run(state: Arc<AppState>) {
     let stop = state.shutdown.token();
-    let (Some(pods), Some(nodes)) = (state.resources.get("pods"), state.resources.get("nodes")) else {
+    let (Some(pods), Some(nodes)) = (state.resources.core("pods"), state.resources.core("nodes")) else {
         return;
     };
     let (pods, nodes) = (pods.clone(), nodes.clone());

@@ -64,7 +64,7 @@ pub(crate) async fn list(state: &AppState, t: &Target, p: &Params, form: Form) -
         .list(&opts)
         .await
         .map_err(|e| errors::cache(&e, &r.info))?;
-    let labels = metrics::resource(&r.info.resource);
+    let labels = metrics::resource(&r.label);
     state.metrics.list_requests.get_or_create(&labels).inc();
     if let Some(table) = table {
         // A Table is computed row by row from each object: it is built whole, not streamed
@@ -81,12 +81,12 @@ pub(crate) async fn list(state: &AppState, t: &Target, p: &Params, form: Form) -
         for object in result.items {
             rows.push(crate::table::row(
                 table,
-                &r.info.kind,
+                &r.spec.printer,
                 &object_json(t, &object)?,
                 now,
             ));
         }
-        let body = crate::table::table(table, &r.info.kind, rows, meta, true).to_string();
+        let body = crate::table::table(table, &r.spec.printer, rows, meta, true).to_string();
         state
             .metrics
             .list_bytes
@@ -169,12 +169,12 @@ pub(crate) async fn get(t: &Target, name: &str, p: &Params, form: Form) -> Resul
     if let Some(table) = table {
         let row = crate::table::row(
             table,
-            &r.info.kind,
+            &r.spec.printer,
             &object_json(t, &object)?,
             std::time::SystemTime::now(),
         );
         let meta = serde_json::json!({"resourceVersion": object.revision().to_string()});
-        let body = crate::table::table(table, &r.info.kind, vec![row], meta, true).to_string();
+        let body = crate::table::table(table, &r.spec.printer, vec![row], meta, true).to_string();
         return Ok(table_response(table, body));
     }
     if let Form::Protobuf = form {
@@ -242,10 +242,7 @@ pub(crate) async fn watch(
             Duration::from_secs(1),
         ));
     }
-    let resource: &'static str = state
-        .resources
-        .get_key_value(r.info.resource.as_str())
-        .map_or("", |(k, _)| *k);
+    let resource = &*r.label;
     state
         .metrics
         .watchers
@@ -253,7 +250,7 @@ pub(crate) async fn watch(
         .inc();
     let guard = WatcherGuard {
         metrics: state.metrics.clone(),
-        resource,
+        resource: Arc::clone(&r.label),
         open: state.open_watchers.clone(),
     };
     let (watch, pending) = match r.cache.watch(opts).await {
@@ -290,7 +287,7 @@ pub(crate) async fn watch(
         transform: match (table, metadata) {
             (Some(request), _) => Some(Transform::Table(TableFrames {
                 request,
-                kind: r.info.kind.clone(),
+                spec: Arc::clone(&r.spec),
                 headers_sent: false,
             })),
             (None, Some(metadata)) => Some(Transform::Metadata(metadata)),

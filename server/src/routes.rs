@@ -235,9 +235,9 @@ const READYZ_STORE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs
 async fn readyz(State(state): AppStateRef) -> Response {
     let not_ready: Vec<&str> = state
         .resources
-        .iter()
-        .filter(|(_, r)| !r.cache.is_ready())
-        .map(|(k, _)| *k)
+        .values()
+        .filter(|r| !r.cache.is_ready())
+        .map(|r| &*r.label)
         .collect();
     let mut problems = Vec::new();
     if !not_ready.is_empty() {
@@ -259,8 +259,8 @@ async fn readyz(State(state): AppStateRef) -> Response {
 }
 
 async fn metrics_text(State(state): AppStateRef) -> Response {
-    for (name, r) in &state.resources {
-        let labels = metrics::resource(name);
+    for r in state.resources.values() {
+        let labels = metrics::resource(&r.label);
         state
             .metrics
             .ring_capacity

@@ -32,6 +32,7 @@ use crate::switch::Switch;
 use crate::transport::cert_dir::CertDir;
 use crate::transport::{H2Gauges, Tls, TlsFiles, Transport};
 use crate::{rbac_objects, resources, routes, workload};
+use watchcache_api::Registry;
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +55,9 @@ pub enum ServeError {
     /// The audit log could not be opened, or its policy is invalid.
     #[error("audit log: {0}")]
     Audit(String),
+    /// The registry lacks a kind the server needs.
+    #[error("registry: {0}")]
+    Registry(String),
     /// The address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -241,6 +245,18 @@ impl Server {
     /// As [`start`](Self::start), over a given store (on the embedded store, expiring its
     /// leases as they come due while the server runs).
     pub async fn start_with(config: ServeConfig, store: Backend) -> Result<Server, ServeError> {
+        Server::start_with_registry(config, store, Registry::builtin()).await
+    }
+
+    /// As [`start_with`](Self::start_with), serving the kinds of `registry`: the built-in ones
+    /// ([`Registry::builtin`]) and an embedder's own ([`Registry::add`]). The namespace
+    /// lifecycle, pod garbage collection and RBAC (without `config.policy`) need their kinds
+    /// in it: namespaces, pods and nodes, and the four RBAC kinds.
+    pub async fn start_with_registry(
+        config: ServeConfig,
+        store: Backend,
+        registry: Registry,
+    ) -> Result<Server, ServeError> {
         config.check_exposure()?;
         let (tls, cert_dir) = tls(&config)?;
         let tokens = config
@@ -284,12 +300,16 @@ impl Server {
         workload::seed(&store, &work).await;
         namespaces::ensure_system(&store).await;
         rbac_objects::bootstrap::ensure(&store).await;
-        let resources = resources::build(&store, &config)?;
+        let resources = resources::build(&store, &config, &registry)?;
         let shutdown = Switch::new();
         let openapi = OpenApi::build(resources.values().map(|r| &**r));
         let rbac: Arc<dyn PolicySource> = match config.policy.clone() {
             Some(policy) => policy,
-            None => Arc::new(CachedPolicy::new(&resources).expect("SPECS declares the four RBAC kinds")),
+            None => Arc::new(CachedPolicy::new(&resources).ok_or_else(|| {
+                ServeError::Registry(
+                    "RBAC needs the four rbac.authorization.k8s.io/v1 kinds in the registry".into(),
+                )
+            })?),
         };
         let authz = Authorizer::new(config.authorization_mode, rbac.clone());
         let audit = match &config.audit {

@@ -73,14 +73,10 @@ impl Target {
         namespace: Option<String>,
         name: Option<String>,
     ) -> Result<Target, Status> {
-        let Some(r) = state
-            .resources
-            .get(resource)
-            .filter(|r| r.info.api_version == api_version)
-        else {
+        let Some(r) = state.resources.get(api_version, resource) else {
             return Err(Status::not_found(resource, ""));
         };
-        if namespace.is_some() && !r.namespaced {
+        if namespace.is_some() && !r.spec.namespaced {
             return Err(Status::not_found(resource, ""));
         }
         Ok(Target {
@@ -94,11 +90,11 @@ impl Target {
     /// The target with `subresource` of the named object: 404 for one the resource lacks.
     pub(crate) fn with_subresource(mut self, subresource: &str) -> Result<Target, Status> {
         match subresource {
-            "status" if self.resource.status_subresource && self.name.is_some() => {
+            "status" if self.resource.spec.subresources.status && self.name.is_some() => {
                 self.subresource = Some(Subresource::Status);
                 Ok(self)
             }
-            "finalize" if self.resource.finalize_subresource && self.name.is_some() => {
+            "finalize" if self.resource.spec.subresources.finalize && self.name.is_some() => {
                 self.subresource = Some(Subresource::Finalize);
                 Ok(self)
             }

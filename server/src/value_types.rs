@@ -246,7 +246,7 @@ impl<'a> Walk<'a> {
         match value {
             Value::Number(_) => Ok(()), // JSON's number grammar is a part of the quantity's
             // apimachinery's parser, and its own words, as Go's decoding reports them.
-            Value::String(s) => crate::validation::parse_quantity(s)
+            Value::String(s) => watchcache_api::validation::parse_quantity(s)
                 .map(drop)
                 .map_err(|why| ValueError(why.to_owned())),
             other => Err(self.mismatch(owner, json_kind(other), schema)),
@@ -403,7 +403,7 @@ mod tests {
 
     #[test]
     fn quantities_follow_the_grammar() {
-        let is_quantity = |s: &str| crate::validation::parse_quantity(s).is_ok();
+        let is_quantity = |s: &str| watchcache_api::validation::parse_quantity(s).is_ok();
         for ok in [
             "1", "-1", "+1.5", ".5", "5.", "250m", "1.5Gi", "1e3", "1E-3", "2E", "100n", "3u", "0",
         ] {

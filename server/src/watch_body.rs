@@ -86,7 +86,7 @@ impl WatchCounters {
 /// Counts an open watch while it lives.
 pub(crate) struct WatcherGuard {
     pub(crate) metrics: Arc<Metrics>,
-    pub(crate) resource: &'static str,
+    pub(crate) resource: Arc<str>,
     pub(crate) open: Arc<std::sync::atomic::AtomicUsize>,
 }
 
@@ -94,7 +94,7 @@ impl Drop for WatcherGuard {
     fn drop(&mut self) {
         self.metrics
             .watchers
-            .get_or_create(&metrics::resource(self.resource))
+            .get_or_create(&metrics::resource(&self.resource))
             .dec();
         self.open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
@@ -306,7 +306,11 @@ mod tests {
                 version: TableVersion::V1,
                 include: Default::default(),
             },
-            kind: "ConfigMap".into(),
+            spec: std::sync::Arc::clone(
+                watchcache_api::Registry::builtin()
+                    .get("v1", "configmaps")
+                    .unwrap(),
+            ),
             headers_sent: false,
         });
         let kept_table = scratch_kept_after_one_event_of(table, size).await;

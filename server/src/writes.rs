@@ -32,7 +32,7 @@ use crate::resources::NameRule;
 use crate::response::json_response;
 use crate::stored;
 use crate::target::{Subresource, Target};
-use crate::validation;
+use watchcache_api::validation;
 
 pub(crate) async fn create(
     state: &AppState,
@@ -49,7 +49,7 @@ pub(crate) async fn create(
     // The creator owns what it sent and the defaults; not the status, which the server resets
     // on a kind with /status (the apiserver's "reset fields").
     let mut owned = object.clone();
-    if t.resource.status_subresource {
+    if t.resource.spec.subresources.status {
         owned.remove("status");
     }
     let mut managers = Vec::new();
@@ -102,74 +102,23 @@ pub(crate) async fn create(
     }
 }
 
-/// The defaults the apiserver fills in on a new object.
+/// The defaults the apiserver fills in on a new object: its kind's declared defaults, then
+/// its defaulting function.
 fn set_defaults(t: &Target, object: &mut Map<String, Value>) {
-    for (path, value) in t.resource.create_defaults {
+    let strategy = &t.resource.spec.strategy;
+    for (path, value) in &strategy.defaults {
         set_if_unset(object, path, value);
     }
+    if let Some(default) = strategy.default {
+        default(object);
+    }
 }
 
-/// What the apiserver sets on a new object before storing it: a pod's initial status (its
-/// status is the kubelet's to write, through /status), a namespace's phase and its
-/// `kubernetes` finalizer.
+/// What the apiserver sets as a new object's status, by its kind's strategy (a pod's
+/// initial status, a namespace's phase and its `kubernetes` finalizer).
 fn initial_status(t: &Target, object: &mut Map<String, Value>) {
-    match t.resource.info.kind.as_str() {
-        "Pod" => {
-            let qos = qos_class(object.get("spec").unwrap_or(&Value::Null));
-            object.insert(
-                "status".into(),
-                serde_json::json!({"phase": "Pending", "qosClass": qos}),
-            );
-        }
-        "Namespace" => {
-            object.insert("status".into(), serde_json::json!({"phase": "Active"}));
-            if let Value::Object(spec) = object.entry("spec").or_insert_with(|| Value::Object(Map::new())) {
-                let finalizers = spec
-                    .entry("finalizers")
-                    .or_insert_with(|| Value::Array(Vec::new()));
-                if let Value::Array(list) = finalizers
-                    && !list.iter().any(|f| f == "kubernetes")
-                {
-                    list.push(Value::String("kubernetes".into()));
-                }
-            }
-        }
-        _ => {}
-    }
-}
-
-/// A pod's quality of service class, from its containers' cpu and memory requests and limits:
-/// `Guaranteed` when every container limits both and requests what it limits, `BestEffort`
-/// when none requests or limits either, `Burstable` otherwise.
-fn qos_class(spec: &Value) -> &'static str {
-    let containers: Vec<&Value> = ["initContainers", "containers"]
-        .iter()
-        .filter_map(|f| spec.get(*f).and_then(Value::as_array))
-        .flatten()
-        .collect();
-    let quantity = |c: &Value, kind: &str, r: &str| {
-        c.get("resources")
-            .and_then(|x| x.get(kind))
-            .and_then(|x| x.get(r))
-            .cloned()
-    };
-    let mut any = false;
-    let mut guaranteed = !containers.is_empty();
-    for c in &containers {
-        for r in ["cpu", "memory"] {
-            let (request, limit) = (quantity(c, "requests", r), quantity(c, "limits", r));
-            any |= request.is_some() || limit.is_some();
-            match (request, limit) {
-                (_, None) => guaranteed = false,
-                (Some(req), Some(lim)) if req != lim => guaranteed = false,
-                _ => {}
-            }
-        }
-    }
-    match (any, guaranteed) {
-        (false, _) => "BestEffort",
-        (true, true) => "Guaranteed",
-        (true, false) => "Burstable",
+    if let Some(initial) = t.resource.spec.strategy.initial_status {
+        initial(object);
     }
 }
 
@@ -182,7 +131,7 @@ fn prepare_create(t: &Target, object: &mut Map<String, Value>, managers: &[Manag
     }
     meta.insert("uid".into(), Value::String(uuid::Uuid::new_v4().to_string()));
     meta.insert("creationTimestamp".into(), Value::String(now()));
-    if t.resource.generation {
+    if t.resource.spec.strategy.generation {
         meta.insert("generation".into(), Value::from(1));
     }
     fields::set_managers(object, managers, &t.resource.info.api_version);
@@ -368,7 +317,7 @@ async fn apply(
     let key = t.storage_key(name);
     // The configuration must name this object; kind and apiVersion default to the resource's.
     let mut config = object_from_value(&addressed(t), Value::Object(config), Some(name))?;
-    if t.resource.status_subresource && t.subresource.is_none() {
+    if t.resource.spec.subresources.status && t.subresource.is_none() {
         // Status is reset on the object itself: an apply there neither sets nor owns it.
         config.remove("status");
     }
@@ -579,7 +528,10 @@ fn prepare_update(
 ) -> Result<Prepared, Status> {
     let kind = &t.resource.info.kind;
     conversion::on_write(kind, &mut object);
-    let mut object = match (t.subresource, t.resource.status_subresource) {
+    if let Some(default) = t.resource.spec.strategy.default {
+        default(&mut object);
+    }
+    let mut object = match (t.subresource, t.resource.spec.subresources.status) {
         // Through /status only the status changes (and labels and annotations, as the
         // apiserver lets status writers change them).
         (Some(Subresource::Status), _) => {
@@ -608,7 +560,7 @@ fn prepare_update(
             if status {
                 keep(&mut object, current, "status");
             }
-            for path in t.resource.reset_on_update {
+            for path in &t.resource.spec.strategy.reset_on_update {
                 keep(&mut object, current, path);
             }
             object
@@ -645,7 +597,7 @@ fn prepare_update(
     }
     meta.remove("resourceVersion");
     // generation moves when the spec does, for the kinds that keep one.
-    if t.resource.generation && object.get("spec") != current.get("spec") {
+    if t.resource.spec.strategy.generation && object.get("spec") != current.get("spec") {
         bump_generation(&mut object)?;
     }
     if let Some(managers) = managers {
@@ -793,7 +745,11 @@ pub(crate) async fn delete_collection(
     for object in list.items {
         let target = Target {
             resource: t.resource.clone(),
-            namespace: t.resource.namespaced.then(|| object.key().namespace().to_owned()),
+            namespace: t
+                .resource
+                .spec
+                .namespaced
+                .then(|| object.key().namespace().to_owned()),
             name: None,
             subresource: None,
         };
@@ -910,10 +866,10 @@ fn validate(
     current: Option<&Map<String, Value>>,
     patched: bool,
 ) -> Result<(), Status> {
-    let kind = &t.resource.info.kind;
+    let checks = t.resource.spec.strategy.checks;
     let checked = match current {
-        None => validation::on_create(kind, object),
-        Some(current) => validation::on_update(kind, object, current),
+        None => validation::on_create(checks, object),
+        Some(current) => validation::on_update(checks, object, current),
     };
     checked.map_err(|refusal| {
         let name = object
@@ -1046,12 +1002,12 @@ fn keep(object: &mut Map<String, Value>, current: &Map<String, Value>, path: &st
 
 /// Sets the field at dotted `path` to `value` unless the object sets it; creates the objects
 /// on the way. A non-object on the way leaves the object as it is (its codec judges it).
-fn set_if_unset(object: &mut Map<String, Value>, path: &str, value: &str) {
+fn set_if_unset(object: &mut Map<String, Value>, path: &str, value: &Value) {
     let mut parts = path.split('.').peekable();
     let mut at = object;
     while let Some(part) = parts.next() {
         if parts.peek().is_none() {
-            at.entry(part).or_insert_with(|| Value::String(value.to_owned()));
+            at.entry(part).or_insert_with(|| value.clone());
             return;
         }
         match at.entry(part).or_insert_with(|| Value::Object(Map::new())) {
@@ -1080,8 +1036,8 @@ pub(crate) struct Addressed<'a> {
 fn addressed(t: &Target) -> Addressed<'_> {
     Addressed {
         info: &t.resource.info,
-        namespaced: t.resource.namespaced,
-        names: t.resource.names,
+        namespaced: t.resource.spec.namespaced,
+        names: t.resource.spec.names,
         namespace: t.namespace.as_deref(),
     }
 }
@@ -1303,16 +1259,16 @@ mod tests {
     #[test]
     fn defaults_fill_only_what_is_unset() {
         let mut pod = json!({"metadata": {"name": "p"}}).as_object().unwrap().clone();
-        set_if_unset(&mut pod, "status.phase", "Pending");
+        set_if_unset(&mut pod, "status.phase", &Value::from("Pending"));
         assert_eq!(pod["status"]["phase"], "Pending");
         let mut running = json!({"status": {"phase": "Running"}})
             .as_object()
             .unwrap()
             .clone();
-        set_if_unset(&mut running, "status.phase", "Pending");
+        set_if_unset(&mut running, "status.phase", &Value::from("Pending"));
         assert_eq!(running["status"]["phase"], "Running");
         let mut odd = json!({"status": 7}).as_object().unwrap().clone();
-        set_if_unset(&mut odd, "status.phase", "Pending");
+        set_if_unset(&mut odd, "status.phase", &Value::from("Pending"));
         assert_eq!(odd["status"], 7, "left for the codec to judge");
     }
 }

@@ -42,6 +42,13 @@ pub fn has_message(definition: &str) -> bool {
     schema::message(definition).is_some()
 }
 
+/// The schema's own name of message `definition`, if the schema has it: what
+/// [`JsonCodec::with_protobuf`](crate::JsonCodec::with_protobuf) and
+/// [`ResourceInfo::with_protobuf`](crate::ResourceInfo::with_protobuf) take.
+pub fn message_name(definition: &str) -> Option<&'static str> {
+    schema::message(definition).map(|m| m.name)
+}
+
 fn message(definition: &str) -> Result<&'static schema::Message, TranscodeError> {
     schema::message(definition).ok_or_else(|| TranscodeError(format!("no protobuf message for {definition}")))
 }

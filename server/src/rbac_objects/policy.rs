@@ -22,7 +22,7 @@ use serde::de::DeserializeOwned;
 use watchcache_core::{Revision, Snapshot, WireFormat};
 
 pub(crate) use crate::auth::{Policy, PolicySource};
-use crate::resources::Resource;
+use crate::resources::{Resource, Served};
 
 /// The resources a policy is read from, in the order of [`Built::revisions`].
 const RESOURCES: [&str; 4] = ["roles", "clusterroles", "rolebindings", "clusterrolebindings"];
@@ -44,8 +44,8 @@ pub(crate) struct CachedPolicy {
 
 impl CachedPolicy {
     /// Over the RBAC caches among `resources`; `None` if one of the four is not served.
-    pub(crate) fn new(resources: &BTreeMap<&'static str, Arc<Resource>>) -> Option<CachedPolicy> {
-        let [a, b, c, d] = RESOURCES.map(|r| resources.get(r).cloned());
+    pub(crate) fn new(resources: &Served) -> Option<CachedPolicy> {
+        let [a, b, c, d] = RESOURCES.map(|r| resources.get("rbac.authorization.k8s.io/v1", r).cloned());
         Some(CachedPolicy {
             resources: [a?, b?, c?, d?],
             built: ArcSwap::from_pointee(Built {

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 /// The type of a field error: the Status cause's `reason`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(crate) enum ErrorKind {
+pub enum ErrorKind {
     /// A value that is needed is missing.
     Required,
     /// A value is malformed or out of range.
@@ -25,7 +25,7 @@ pub(crate) enum ErrorKind {
 
 impl ErrorKind {
     /// The cause's `reason`.
-    pub(crate) fn reason(self) -> &'static str {
+    pub fn reason(self) -> &'static str {
         match self {
             ErrorKind::Required => "FieldValueRequired",
             ErrorKind::Invalid => "FieldValueInvalid",
@@ -58,22 +58,23 @@ impl ErrorKind {
 
 /// One refused field.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct FieldError {
-    pub(crate) kind: ErrorKind,
+pub struct FieldError {
+    /// What is wrong: the cause's reason.
+    pub kind: ErrorKind,
     /// The path, as the apiserver writes it.
-    pub(crate) field: String,
+    pub field: String,
     /// The refused value (a string or a number), shown for the kinds that show it.
-    pub(crate) value: Value,
+    pub value: Value,
     /// How Go prints the refused value when it is a struct or a list
     /// (`rbac.RoleRef{APIGroup:"…", Kind:"…", Name:"…"}`), shown rather than `value`.
-    pub(crate) printed: Option<String>,
+    pub printed: Option<String>,
     /// Why, when there is more to say.
-    pub(crate) detail: String,
+    pub detail: String,
 }
 
 impl FieldError {
     /// The message without the field: the cause's `message` (`Invalid value: "x": why`).
-    pub(crate) fn body(&self) -> String {
+    pub fn body(&self) -> String {
         let mut s = self.kind.label().to_owned();
         if self.kind.shows_value() {
             s.push_str(": ");

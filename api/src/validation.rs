@@ -7,10 +7,10 @@
 //! Plain values in, a typed refusal out: no HTTP here. A refusal is either [`Undecodable`]
 //! (the apiserver could not even decode the body into its type: a quantity that is none,
 //! data that is not base64) or a list of [`FieldError`]s, each with the apiserver's field
-//! path, reason and message; `errors.rs` makes the Status of either.
+//! path, reason and message; the server makes the Status of either.
 //!
-//! What each kind checks is a declaration ([`KINDS`]); the checks live in one file per
-//! concern under `validation/`.
+//! What each kind checks is a declaration ([`Checks`]), which the kind's registry entry names;
+//! the checks live in one file per concern under `validation/`.
 //!
 //! [`Undecodable`]: Refusal::Undecodable
 
@@ -25,13 +25,13 @@ mod rbac;
 use serde_json::{Map, Value};
 
 use field::Errors;
-pub(crate) use field::{ErrorKind, FieldError};
-pub(crate) use names::path_segment;
-pub(crate) use quantity::parse as parse_quantity;
+pub use field::{ErrorKind, FieldError};
+pub use names::path_segment;
+pub use quantity::{Quantity, parse as parse_quantity};
 
 /// Why a written object is refused.
 #[derive(Debug, PartialEq)]
-pub(crate) enum Refusal {
+pub enum Refusal {
     /// A value does not decode into its type (the apiserver's decoding fails before any
     /// validation): why.
     Undecodable(String),
@@ -39,9 +39,9 @@ pub(crate) enum Refusal {
     Invalid(Vec<FieldError>),
 }
 
-/// What one kind checks beyond its metadata.
-struct Kind {
-    kind: &'static str,
+/// What one kind checks beyond its metadata: a kind's declaration names its checks
+/// ([`Strategy::checks`](crate::registry::Strategy::checks)).
+pub struct Checks {
     /// The maps of resource quantities, which must decode (`[]` steps into each element of
     /// a list).
     quantities: &'static [&'static str],
@@ -53,75 +53,87 @@ struct Kind {
     update: fn(&Map<String, Value>, &Map<String, Value>, &mut Errors),
 }
 
-/// The kinds with checks of their own; every kind's metadata is checked.
-const KINDS: &[Kind] = &[
-    Kind {
-        kind: "Pod",
-        quantities: &[
-            "spec.containers[].resources.limits",
-            "spec.containers[].resources.requests",
-            "spec.initContainers[].resources.limits",
-            "spec.initContainers[].resources.requests",
-            "spec.ephemeralContainers[].resources.limits",
-            "spec.ephemeralContainers[].resources.requests",
-            "spec.resources.limits",
-            "spec.resources.requests",
-            "spec.overhead",
-        ],
-        decode: decodes,
-        create: pod::validate,
-        update: pod::validate_update,
-    },
-    Kind {
-        kind: "ConfigMap",
-        quantities: &[],
-        decode: decodes,
-        create: data::config_map,
-        update: unrestricted,
-    },
-    Kind {
-        kind: "Secret",
-        quantities: &[],
-        decode: data::decode_secret,
-        create: data::secret,
-        update: unrestricted,
-    },
-    Kind {
-        kind: "Node",
-        quantities: &["status.capacity", "status.allocatable"],
-        decode: decodes,
-        create: unchecked,
-        update: unrestricted,
-    },
-    Kind {
-        kind: "Role",
-        quantities: &[],
-        decode: decodes,
-        create: rbac::role,
-        update: unrestricted,
-    },
-    Kind {
-        kind: "ClusterRole",
-        quantities: &[],
-        decode: decodes,
-        create: rbac::cluster_role,
-        update: unrestricted,
-    },
-    Kind {
-        kind: "RoleBinding",
-        quantities: &[],
-        decode: decodes,
-        create: rbac::role_binding,
-        update: rbac::binding_update,
-    },
-    Kind {
-        kind: "ClusterRoleBinding",
-        quantities: &[],
-        decode: decodes,
-        create: rbac::cluster_role_binding,
-        update: rbac::binding_update,
-    },
-];
+impl std::fmt::Debug for Checks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checks")
+            .field("quantities", &self.quantities)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A Pod's: required fields, ports, resources and quantities, and an immutable spec.
+pub static POD: Checks = Checks {
+    quantities: &[
+        "spec.containers[].resources.limits",
+        "spec.containers[].resources.requests",
+        "spec.initContainers[].resources.limits",
+        "spec.initContainers[].resources.requests",
+        "spec.ephemeralContainers[].resources.limits",
+        "spec.ephemeralContainers[].resources.requests",
+        "spec.resources.limits",
+        "spec.resources.requests",
+        "spec.overhead",
+    ],
+    decode: decodes,
+    create: pod::validate,
+    update: pod::validate_update,
+};
+
+/// A ConfigMap's: the keys of its data.
+pub static CONFIG_MAP: Checks = Checks {
+    quantities: &[],
+    decode: decodes,
+    create: data::config_map,
+    update: unrestricted,
+};
+
+/// A Secret's: its data decodes from base64, and its keys.
+pub static SECRET: Checks = Checks {
+    quantities: &[],
+    decode: data::decode_secret,
+    create: data::secret,
+    update: unrestricted,
+};
+
+/// A Node's: its capacity and allocatable quantities decode.
+pub static NODE: Checks = Checks {
+    quantities: &["status.capacity", "status.allocatable"],
+    decode: decodes,
+    create: unchecked,
+    update: unrestricted,
+};
+
+/// A Role's rules.
+pub static ROLE: Checks = Checks {
+    quantities: &[],
+    decode: decodes,
+    create: rbac::role,
+    update: unrestricted,
+};
+
+/// A ClusterRole's rules and aggregation rule.
+pub static CLUSTER_ROLE: Checks = Checks {
+    quantities: &[],
+    decode: decodes,
+    create: rbac::cluster_role,
+    update: unrestricted,
+};
+
+/// A RoleBinding's role reference (which may not change) and subjects.
+pub static ROLE_BINDING: Checks = Checks {
+    quantities: &[],
+    decode: decodes,
+    create: rbac::role_binding,
+    update: rbac::binding_update,
+};
+
+/// A ClusterRoleBinding's role reference (which may not change) and subjects.
+pub static CLUSTER_ROLE_BINDING: Checks = Checks {
+    quantities: &[],
+    decode: decodes,
+    create: rbac::cluster_role_binding,
+    update: rbac::binding_update,
+};
 
 fn decodes(_: &Map<String, Value>) -> Result<(), String> {
     Ok(())
@@ -131,21 +143,17 @@ fn unchecked(_: &Map<String, Value>, _: &mut Errors) {}
 
 fn unrestricted(_: &Map<String, Value>, _: &Map<String, Value>, _: &mut Errors) {}
 
-fn rules(kind: &str) -> Option<&'static Kind> {
-    KINDS.iter().find(|k| k.kind == kind)
-}
-
 /// Whether the object decodes into its kind at all, as the apiserver decodes it before any
 /// validation.
-fn decode(rules: Option<&Kind>, object: &Map<String, Value>) -> Result<(), Refusal> {
+fn decode(rules: Option<&Checks>, object: &Map<String, Value>) -> Result<(), Refusal> {
     let Some(r) = rules else { return Ok(()) };
     quantity::decode_at(object, r.quantities).map_err(Refusal::Undecodable)?;
     (r.decode)(object).map_err(Refusal::Undecodable)
 }
 
-/// Checks a new `object` of `kind`, as it will be stored.
-pub(crate) fn on_create(kind: &str, object: &Map<String, Value>) -> Result<(), Refusal> {
-    let rules = rules(kind);
+/// Checks a new `object`, as it will be stored: its metadata, then its kind's `checks`.
+pub fn on_create(checks: Option<&Checks>, object: &Map<String, Value>) -> Result<(), Refusal> {
+    let rules = checks;
     decode(rules, object)?;
     let mut errors = Errors::default();
     meta::validate(object, &mut errors);
@@ -155,14 +163,14 @@ pub(crate) fn on_create(kind: &str, object: &Map<String, Value>) -> Result<(), R
     errors.into_result()
 }
 
-/// Checks `object` of `kind`, the update of `old`, as it will be stored: the metadata update's
-/// rules, the new object's fields, then what the kind does not let change.
-pub(crate) fn on_update(
-    kind: &str,
+/// Checks `object`, the update of `old`, as it will be stored: the metadata update's rules,
+/// the new object's fields, then what its kind's `checks` do not let change.
+pub fn on_update(
+    checks: Option<&Checks>,
     object: &Map<String, Value>,
     old: &Map<String, Value>,
 ) -> Result<(), Refusal> {
-    let rules = rules(kind);
+    let rules = checks;
     decode(rules, object)?;
     let mut errors = Errors::default();
     meta::validate_update(object, old, &mut errors);
@@ -198,11 +206,11 @@ mod tests {
     fn kinds_without_rules_have_their_metadata_checked() {
         let lease = obj(json!({"metadata": {"name": "l", "labels": {"a": "b c"}}}));
         assert_eq!(
-            fields(on_create("Lease", &lease)),
+            fields(on_create(None, &lease)),
             [("metadata.labels".to_owned(), "FieldValueInvalid")]
         );
         let ok = obj(json!({"metadata": {"name": "l", "labels": {"a": "b"}}}));
-        assert_eq!(on_create("Lease", &ok), Ok(()));
+        assert_eq!(on_create(None, &ok), Ok(()));
     }
 
     #[test]
@@ -211,7 +219,7 @@ mod tests {
             json!({"metadata": {"labels": {"-": "x"}}, "spec": {"containers": [
             {"name": "a", "image": "i", "resources": {"limits": {"cpu": "lots"}}}]}}),
         );
-        match on_create("Pod", &pod) {
+        match on_create(Some(&POD), &pod) {
             Err(Refusal::Undecodable(why)) => assert!(why.starts_with("quantities must match"), "{why}"),
             other => panic!("{other:?}"),
         }

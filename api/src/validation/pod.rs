@@ -356,13 +356,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_workload_generators_pods_are_valid() {
-        let pod = obj(crate::workload::pod(7, 3, 1));
-        assert!(shown(|e| validate(&pod, e)).is_empty());
-        assert!(shown(|e| validate_update(&pod, &pod, e)).is_empty());
-    }
-
-    #[test]
     fn containers_ports_and_resources() {
         let pod = obj(json!({"spec": {"containers": [
             {"name": "a", "image": "i", "ports": [

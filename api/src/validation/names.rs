@@ -22,7 +22,7 @@ const ENV_VAR_NAME_MSG: &str =
 
 /// Whether `value` can be a path segment, as RBAC object names (and roles named in bindings)
 /// must be: not `.` or `..`, without `/` or `%`.
-pub(crate) fn path_segment(value: &str) -> Vec<String> {
+pub fn path_segment(value: &str) -> Vec<String> {
     if let Some(which) = [".", ".."].into_iter().find(|n| *n == value) {
         return vec![format!("may not be '{which}'")];
     }

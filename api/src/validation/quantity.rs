@@ -28,7 +28,7 @@ enum Format {
 
 /// A parsed quantity: `mantissa × 10^scale`, no finer than a nano (as the apiserver rounds).
 #[derive(Copy, Clone, Debug)]
-pub(crate) struct Quantity {
+pub struct Quantity {
     mantissa: i128,
     scale: i32,
     format: Format,
@@ -128,7 +128,7 @@ fn pow10(n: u32) -> Option<i128> {
 }
 
 /// Parses `s` as the apiserver decodes a quantity: the parser's message when it is none.
-pub(crate) fn parse(s: &str) -> Result<Quantity, &'static str> {
+pub fn parse(s: &str) -> Result<Quantity, &'static str> {
     if s.is_empty() {
         return Err(FORMAT_WRONG);
     }
