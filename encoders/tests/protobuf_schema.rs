@@ -39,6 +39,58 @@ const ROOTS: &[&str] = &[
     "api::rbac::v1::RoleBindingList",
     "api::rbac::v1::ClusterRoleBinding",
     "api::rbac::v1::ClusterRoleBindingList",
+    "api::core::v1::Service",
+    "api::core::v1::ServiceList",
+    "api::core::v1::Endpoints",
+    "api::core::v1::EndpointsList",
+    "api::core::v1::ServiceAccount",
+    "api::core::v1::ServiceAccountList",
+    "api::core::v1::PersistentVolume",
+    "api::core::v1::PersistentVolumeList",
+    "api::core::v1::PersistentVolumeClaim",
+    "api::core::v1::PersistentVolumeClaimList",
+    "api::core::v1::ReplicationController",
+    "api::core::v1::ReplicationControllerList",
+    "api::core::v1::PodTemplate",
+    "api::core::v1::PodTemplateList",
+    "api::core::v1::LimitRange",
+    "api::core::v1::LimitRangeList",
+    "api::core::v1::ResourceQuota",
+    "api::core::v1::ResourceQuotaList",
+    "api::apps::v1::Deployment",
+    "api::apps::v1::DeploymentList",
+    "api::apps::v1::ReplicaSet",
+    "api::apps::v1::ReplicaSetList",
+    "api::apps::v1::StatefulSet",
+    "api::apps::v1::StatefulSetList",
+    "api::apps::v1::DaemonSet",
+    "api::apps::v1::DaemonSetList",
+    "api::apps::v1::ControllerRevision",
+    "api::apps::v1::ControllerRevisionList",
+    "api::batch::v1::Job",
+    "api::batch::v1::JobList",
+    "api::batch::v1::CronJob",
+    "api::batch::v1::CronJobList",
+    "api::discovery::v1::EndpointSlice",
+    "api::discovery::v1::EndpointSliceList",
+    "api::networking::v1::Ingress",
+    "api::networking::v1::IngressList",
+    "api::networking::v1::IngressClass",
+    "api::networking::v1::IngressClassList",
+    "api::networking::v1::NetworkPolicy",
+    "api::networking::v1::NetworkPolicyList",
+    "api::policy::v1::PodDisruptionBudget",
+    "api::policy::v1::PodDisruptionBudgetList",
+    "api::autoscaling::v2::HorizontalPodAutoscaler",
+    "api::autoscaling::v2::HorizontalPodAutoscalerList",
+    "api::storage::v1::StorageClass",
+    "api::storage::v1::StorageClassList",
+    "api::scheduling::v1::PriorityClass",
+    "api::scheduling::v1::PriorityClassList",
+    "api::events::v1::Event",
+    "api::events::v1::EventList",
+    "api::autoscaling::v1::Scale",
+    "api::policy::v1::Eviction",
     "apimachinery::pkg::apis::meta::v1::Status",
     "apimachinery::pkg::apis::meta::v1::DeleteOptions",
     "apimachinery::pkg::apis::meta::v1::WatchEvent",
@@ -279,9 +331,15 @@ fn lower_camel(snake: &str) -> String {
 }
 
 fn definitions() -> serde_json::Map<String, Value> {
+    use k8s_openapi::api::autoscaling::v1 as autoscaling_v1;
+    use k8s_openapi::api::autoscaling::v2 as autoscaling;
     use k8s_openapi::api::coordination::v1 as coordination;
     use k8s_openapi::api::core::v1 as core;
     use k8s_openapi::api::rbac::v1 as rbac;
+    use k8s_openapi::api::{
+        apps::v1 as apps, batch::v1 as batch, discovery::v1 as discovery, events::v1 as events,
+        networking::v1 as networking, policy::v1 as policy, scheduling::v1 as scheduling, storage::v1 as storage,
+    };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
     let mut g = SchemaSettings::draft07().into_generator();
     g.subschema_for::<core::Pod>();
@@ -297,6 +355,33 @@ fn definitions() -> serde_json::Map<String, Value> {
     g.subschema_for::<rbac::ClusterRole>();
     g.subschema_for::<rbac::RoleBinding>();
     g.subschema_for::<rbac::ClusterRoleBinding>();
+    g.subschema_for::<core::Service>();
+    g.subschema_for::<core::Endpoints>();
+    g.subschema_for::<core::ServiceAccount>();
+    g.subschema_for::<core::PersistentVolume>();
+    g.subschema_for::<core::PersistentVolumeClaim>();
+    g.subschema_for::<core::ReplicationController>();
+    g.subschema_for::<core::PodTemplate>();
+    g.subschema_for::<core::LimitRange>();
+    g.subschema_for::<core::ResourceQuota>();
+    g.subschema_for::<apps::Deployment>();
+    g.subschema_for::<apps::ReplicaSet>();
+    g.subschema_for::<apps::StatefulSet>();
+    g.subschema_for::<apps::DaemonSet>();
+    g.subschema_for::<apps::ControllerRevision>();
+    g.subschema_for::<batch::Job>();
+    g.subschema_for::<batch::CronJob>();
+    g.subschema_for::<discovery::EndpointSlice>();
+    g.subschema_for::<networking::Ingress>();
+    g.subschema_for::<networking::IngressClass>();
+    g.subschema_for::<networking::NetworkPolicy>();
+    g.subschema_for::<policy::PodDisruptionBudget>();
+    g.subschema_for::<policy::Eviction>();
+    g.subschema_for::<autoscaling::HorizontalPodAutoscaler>();
+    g.subschema_for::<autoscaling_v1::Scale>();
+    g.subschema_for::<storage::StorageClass>();
+    g.subschema_for::<scheduling::PriorityClass>();
+    g.subschema_for::<events::Event>();
     g.subschema_for::<meta::Status>();
     g.subschema_for::<meta::DeleteOptions>();
     g.subschema_for::<meta::ListMeta>();
@@ -309,6 +394,14 @@ fn generate() -> String {
     let defs = definitions();
     let defs_by_lower: HashMap<String, &String> = defs.keys().map(|k| (k.to_lowercase(), k)).collect();
     let special: HashMap<&str, &str> = SPECIAL.iter().copied().collect();
+    // A root without an OpenAPI definition would have its JSON names guessed, and an inline
+    // struct of it (a PersistentVolumeSpec's volume source) not found: `definitions` names
+    // every root but the lists, the watch event and the runtime envelope.
+    let enveloping = |r: &str| r.ends_with("List") || r.ends_with("WatchEvent") || r.starts_with("apimachinery::pkg::runtime");
+    for root in ROOTS.iter().filter(|r| !enveloping(r)) {
+        let def = format!("io.k8s.{}", root.replace("::", ".")).to_lowercase();
+        assert!(defs_by_lower.contains_key(&def), "{root}: add it to definitions()");
+    }
 
     // Every message reachable from the roots, in a stable order: roots first, then by path.
     let mut reached = BTreeSet::new();

@@ -1,0 +1,255 @@
+//! Every kind the registry declares is served whole: discovery (legacy and aggregated),
+//! OpenAPI v3, LIST, GET, WATCH, POST, PUT, PATCH and DELETE, Tables with the kind's columns,
+//! and protobuf where the kind has a message. A kind added to the registry without a sample
+//! object here fails the test, so none goes untested.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use watchcache_api::{KindSpec, Registry};
+use watchcache_tests::{Frames, config, create_namespaces, get_raw, http, request, request_typed, start};
+
+const NS: &str = "registry-test";
+
+fn containers() -> Value {
+    json!([{"name": "app", "image": "registry.example.com/app:1.0"}])
+}
+
+fn template() -> Value {
+    json!({"metadata": {"labels": {"app": "web"}}, "spec": {"containers": containers()}})
+}
+
+/// A valid object of `kind`, beyond its metadata.
+fn sample(kind: &str) -> Option<Value> {
+    let selector = json!({"matchLabels": {"app": "web"}});
+    Some(match kind {
+        "Pod" => json!({"spec": {"containers": containers()}}),
+        "ConfigMap" => json!({"data": {"a": "b"}}),
+        "Secret" => json!({"data": {"a": "Yg=="}}),
+        "Namespace" | "Node" | "ServiceAccount" => json!({}),
+        "Event" => json!({
+            "involvedObject": {"kind": "Pod", "name": "web", "namespace": NS},
+            "reason": "Started", "message": "started", "type": "Normal",
+        }),
+        "Service" => json!({"spec": {"ports": [{"port": 80}], "selector": {"app": "web"}}}),
+        "Endpoints" => json!({"subsets": [{"addresses": [{"ip": "10.0.0.1"}], "ports": [{"port": 80}]}]}),
+        "PersistentVolume" => json!({"spec": {
+            "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "hostPath": {"path": "/tmp/pv"}}}),
+        "PersistentVolumeClaim" => json!({"spec": {
+            "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
+        "ReplicationController" => json!({"spec": {"replicas": 1, "selector": {"app": "web"}, "template": template()}}),
+        "PodTemplate" => json!({"template": template()}),
+        "LimitRange" => json!({"spec": {"limits": [{"type": "Container", "default": {"cpu": "500m"}}]}}),
+        "ResourceQuota" => json!({"spec": {"hard": {"pods": "10"}}}),
+        "Lease" => json!({"spec": {"holderIdentity": "a"}}),
+        "Deployment" | "ReplicaSet" | "DaemonSet" => json!({"spec": {"selector": selector, "template": template()}}),
+        "StatefulSet" => json!({"spec": {"selector": selector, "serviceName": "web", "template": template()}}),
+        "ControllerRevision" => json!({"revision": 1, "data": {"a": 1}}),
+        "Job" => json!({"spec": {"template": {"spec": {"containers": containers(), "restartPolicy": "Never"}}}}),
+        "CronJob" => json!({"spec": {"schedule": "*/5 * * * *", "jobTemplate": {"spec": {"template": {"spec": {
+            "containers": containers(), "restartPolicy": "OnFailure"}}}}}}),
+        "EndpointSlice" => json!({"addressType": "IPv4", "endpoints": [{"addresses": ["10.0.0.1"]}], "ports": [{"port": 80}]}),
+        "Ingress" => json!({"spec": {"rules": [{"host": "a.example.com"}]}}),
+        "IngressClass" => json!({"spec": {"controller": "example.com/ingress"}}),
+        "NetworkPolicy" => json!({"spec": {"podSelector": {}}}),
+        "PodDisruptionBudget" => json!({"spec": {"minAvailable": 1, "selector": selector}}),
+        "HorizontalPodAutoscaler" => json!({"spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}, "maxReplicas": 3}}),
+        "StorageClass" => json!({"provisioner": "example.com/disk"}),
+        "PriorityClass" => json!({"value": 1000}),
+        "Role" | "ClusterRole" => json!({"rules": [{"verbs": ["get"], "apiGroups": [""], "resources": ["pods"]}]}),
+        "RoleBinding" | "ClusterRoleBinding" => json!({
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+            "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "someone"}],
+        }),
+        _ => return None,
+    })
+}
+
+/// The collection path of `spec` (in [`NS`] when namespaced).
+fn collection(spec: &KindSpec) -> String {
+    let base = if spec.group.is_empty() {
+        format!("/api/{}", spec.version)
+    } else {
+        format!("/apis/{}/{}", spec.group, spec.version)
+    };
+    if spec.namespaced {
+        format!("{base}/namespaces/{NS}/{}", spec.plural)
+    } else {
+        format!("{base}/{}", spec.plural)
+    }
+}
+
+fn discovery_path(spec: &KindSpec) -> String {
+    if spec.group.is_empty() {
+        format!("/api/{}", spec.version)
+    } else {
+        format!("/apis/{}/{}", spec.group, spec.version)
+    }
+}
+
+async fn json_get(server: &watchcache_tests::Server, path: &str, accept: &str) -> Value {
+    let (code, _, body) = get_raw(server, path, accept).await;
+    assert_eq!(code, 200, "GET {path}: {}", String::from_utf8_lossy(&body));
+    serde_json::from_slice(&body).unwrap_or_else(|e| panic!("GET {path}: {e}"))
+}
+
+const AGGREGATED: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io";
+const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+
+/// The next frame's type and object name, skipping bookmarks.
+async fn next_event(frames: &mut Frames) -> (String, String) {
+    loop {
+        let f = frames.next().await.expect("the watch goes on");
+        let kind = f["type"].as_str().unwrap_or_default().to_owned();
+        if kind != "BOOKMARK" {
+            return (kind, f["object"]["metadata"]["name"].as_str().unwrap_or_default().to_owned());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_declared_kind_is_served_whole() {
+    let registry = Registry::builtin();
+    let missing: Vec<&str> = registry
+        .iter()
+        .filter(|s| sample(&s.kind).is_none())
+        .map(|s| s.kind.as_str())
+        .collect();
+    assert!(missing.is_empty(), "kinds without a sample object here: {missing:?}");
+
+    let server = start(config(0)).await;
+    create_namespaces(&server, &[NS]).await;
+    let client = http();
+    let aggregated_core = json_get(&server, "/api", AGGREGATED).await;
+    let aggregated_groups = json_get(&server, "/apis", AGGREGATED).await;
+    let v3_index = json_get(&server, "/openapi/v3", "application/json").await;
+
+    for spec in registry.iter() {
+        let what = format!("{} ({})", spec.kind, spec.api_version());
+        // Discovery, legacy and aggregated.
+        let list = json_get(&server, &discovery_path(spec), "application/json").await;
+        let entry = list["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == spec.plural.as_str())
+            .unwrap_or_else(|| panic!("{what}: not in {}", discovery_path(spec)));
+        assert_eq!(entry["kind"], spec.kind.as_str(), "{what}");
+        assert_eq!(entry["namespaced"], spec.namespaced, "{what}");
+        assert_eq!(entry["shortNames"], json!(spec.short_names), "{what}");
+        let aggregated = if spec.group.is_empty() { &aggregated_core } else { &aggregated_groups };
+        let listed = aggregated["items"].as_array().unwrap().iter().any(|g| {
+            g["metadata"]["name"].as_str().unwrap_or_default() == spec.group
+                && g["versions"].as_array().unwrap().iter().any(|v| {
+                    v["version"] == spec.version.as_str()
+                        && v["resources"].as_array().unwrap().iter().any(|r| r["resource"] == spec.plural.as_str())
+                })
+        });
+        assert!(listed, "{what}: not in aggregated discovery");
+
+        // OpenAPI v3: the group-version's document defines the kind, with its GVK.
+        let gv_path = discovery_path(spec).trim_start_matches('/').to_owned();
+        let url = v3_index["paths"][&gv_path]["serverRelativeURL"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{what}: no OpenAPI v3 document {gv_path}"));
+        let doc = json_get(&server, url, "application/json").await;
+        let (definition, _) = spec.openapi.as_ref().expect("a built-in kind has a schema");
+        let gvk = &doc["components"]["schemas"][definition]["x-kubernetes-group-version-kind"];
+        assert_eq!(gvk[0]["kind"], spec.kind.as_str(), "{what}: {definition} in {gv_path}");
+
+        // LIST, then a WATCH from its revision, of this object only.
+        let path = collection(spec);
+        let (code, listed) = request_typed(&client, &server, "GET", &path, "application/json", "").await;
+        assert_eq!(code, 200, "{what}: LIST {listed}");
+        assert_eq!(listed["kind"], format!("{}List", spec.kind), "{what}");
+        let rv = listed["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
+        let name = "sample";
+        let mut watch = Frames::open(
+            &server,
+            &format!("{path}?watch=1&resourceVersion={rv}&fieldSelector=metadata.name%3D{name}"),
+        )
+        .await;
+
+        // POST.
+        let mut body = sample(&spec.kind).unwrap();
+        body["apiVersion"] = json!(spec.api_version());
+        body["kind"] = json!(spec.kind);
+        body["metadata"] = json!({"name": name, "labels": {"app": "web"}});
+        let (code, created) = request(&client, &server, "POST", &path, Some(body)).await;
+        let created: Value = serde_json::from_slice(&created).unwrap();
+        assert_eq!(code, 201, "{what}: POST {created}");
+        assert_eq!(created["kind"], spec.kind.as_str(), "{what}");
+        assert_eq!(created["apiVersion"], spec.api_version(), "{what}");
+        assert!(created["metadata"]["uid"].is_string(), "{what}: {created}");
+
+        // GET, as JSON, as a Table, and as protobuf.
+        let item = format!("{path}/{name}");
+        let got = json_get(&server, &item, "application/json").await;
+        assert_eq!(got["metadata"]["uid"], created["metadata"]["uid"], "{what}");
+        let table = json_get(&server, &item, TABLE).await;
+        assert_eq!(table["kind"], "Table", "{what}");
+        let columns = table["columnDefinitions"].as_array().unwrap();
+        assert_eq!(columns.len(), spec.printer.columns.len(), "{what}: {table}");
+        assert_eq!(table["rows"][0]["cells"].as_array().unwrap().len(), columns.len(), "{what}: {table}");
+        let (code, ct, bytes) = get_raw(&server, &item, PROTOBUF).await;
+        assert_eq!(code, 200, "{what}");
+        assert_eq!(ct.as_deref(), Some(PROTOBUF), "{what}: served in protobuf");
+        let envelope = watchcache_encoders::protobuf::open_envelope(&bytes).expect("a protobuf envelope");
+        assert_eq!(envelope.kind, spec.kind, "{what}");
+        let decoded = watchcache_encoders::protobuf::decode_json(definition, envelope.raw).expect("the message decodes");
+        assert_eq!(decoded["metadata"]["uid"], got["metadata"]["uid"], "{what}");
+        assert_eq!(decoded.get("spec"), got.get("spec"), "{what}: protobuf and JSON agree");
+
+        // PUT (a label more), then a merge PATCH (an annotation).
+        let mut updated = got.clone();
+        updated["metadata"]["labels"]["tier"] = json!("front");
+        let (code, put) = request(&client, &server, "PUT", &item, Some(updated)).await;
+        assert_eq!(code, 200, "{what}: PUT {}", String::from_utf8_lossy(&put));
+        let (code, patched) = request_typed(
+            &client,
+            &server,
+            "PATCH",
+            &item,
+            "application/merge-patch+json",
+            json!({"metadata": {"annotations": {"patched": "yes"}}}).to_string(),
+        )
+        .await;
+        assert_eq!(code, 200, "{what}: PATCH {patched}");
+        assert_eq!(patched["metadata"]["labels"]["tier"], "front", "{what}");
+        assert_eq!(patched["metadata"]["annotations"]["patched"], "yes", "{what}");
+
+        // LIST sees it.
+        let (_, listed) = request_typed(&client, &server, "GET", &path, "application/json", "").await;
+        assert!(
+            listed["items"].as_array().unwrap().iter().any(|i| i["metadata"]["name"] == name),
+            "{what}: LIST after POST"
+        );
+
+        // DELETE.
+        let (code, deleted) = request(&client, &server, "DELETE", &item, None).await;
+        assert!(code == 200 || code == 202, "{what}: DELETE {code} {}", String::from_utf8_lossy(&deleted));
+
+        // The watch saw each write, then the deletion (a namespace ends once its controller
+        // has emptied and finalized it).
+        let events = [
+            next_event(&mut watch).await,
+            next_event(&mut watch).await,
+            next_event(&mut watch).await,
+        ];
+        let kinds: Vec<&str> = events.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(kinds, ["ADDED", "MODIFIED", "MODIFIED"], "{what}");
+        assert!(events.iter().all(|(_, n)| n == name), "{what}: {events:?}");
+        let ended = tokio::time::timeout(Duration::from_secs(20), async {
+            loop {
+                if next_event(&mut watch).await.0 == "DELETED" {
+                    return;
+                }
+            }
+        })
+        .await;
+        assert!(ended.is_ok(), "{what}: no DELETED event");
+    }
+    server.shutdown().await.unwrap();
+}
