@@ -338,7 +338,8 @@ fn definitions() -> serde_json::Map<String, Value> {
     use k8s_openapi::api::rbac::v1 as rbac;
     use k8s_openapi::api::{
         apps::v1 as apps, batch::v1 as batch, discovery::v1 as discovery, events::v1 as events,
-        networking::v1 as networking, policy::v1 as policy, scheduling::v1 as scheduling, storage::v1 as storage,
+        networking::v1 as networking, policy::v1 as policy, scheduling::v1 as scheduling,
+        storage::v1 as storage,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
     let mut g = SchemaSettings::draft07().into_generator();
@@ -397,10 +398,15 @@ fn generate() -> String {
     // A root without an OpenAPI definition would have its JSON names guessed, and an inline
     // struct of it (a PersistentVolumeSpec's volume source) not found: `definitions` names
     // every root but the lists, the watch event and the runtime envelope.
-    let enveloping = |r: &str| r.ends_with("List") || r.ends_with("WatchEvent") || r.starts_with("apimachinery::pkg::runtime");
+    let enveloping = |r: &str| {
+        r.ends_with("List") || r.ends_with("WatchEvent") || r.starts_with("apimachinery::pkg::runtime")
+    };
     for root in ROOTS.iter().filter(|r| !enveloping(r)) {
         let def = format!("io.k8s.{}", root.replace("::", ".")).to_lowercase();
-        assert!(defs_by_lower.contains_key(&def), "{root}: add it to definitions()");
+        assert!(
+            defs_by_lower.contains_key(&def),
+            "{root}: add it to definitions()"
+        );
     }
 
     // Every message reachable from the roots, in a stable order: roots first, then by path.

@@ -41,4 +41,7 @@ pub(crate) struct AppState {
     pub(crate) rbac: Arc<dyn PolicySource>,
     /// The audit log, when one is kept.
     pub(crate) audit: Option<Arc<AuditLog>>,
+    /// The CA of the serving certificate, as PEM, when serving TLS: each namespace's
+    /// `kube-root-ca.crt`.
+    pub(crate) root_ca: Option<String>,
 }

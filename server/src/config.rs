@@ -81,6 +81,9 @@ pub struct ServeConfig {
     /// Events are written attached to a store lease that expires then, and go with it. Whole
     /// seconds, at least one. Default 1 h.
     pub event_ttl: Duration,
+    /// The ranges Services get their cluster IPs and node ports from
+    /// (`--service-cluster-ip-range`, `--service-node-port-range`).
+    pub service_ranges: crate::services::ServiceRanges,
     /// The longest a lease is shared by the writes of objects with a TTL
     /// (`--lease-reuse-duration-seconds`, the apiserver's flag); a lease is granted for the TTL
     /// plus this window, so an Event lives up to that much longer than its TTL. Zero: a lease
@@ -207,6 +210,7 @@ impl Default for ServeConfig {
             history_fill: true,
             create_delay: Duration::ZERO,
             event_ttl: Duration::from_secs(3600),
+            service_ranges: crate::services::ServiceRanges::default(),
             lease_reuse: Duration::from_secs(60),
             lease_reuse_share: 0.05,
             token_auth_file: None,

@@ -145,6 +145,17 @@ pub(crate) fn resource_list<'a>(
                 "verbs": STATUS_VERBS,
             }));
         }
+        if r.spec.subresources.scale.is_some() {
+            list.push(json!({
+                "name": format!("{}/scale", r.info.resource),
+                "singularName": "",
+                "namespaced": r.spec.namespaced,
+                "group": "autoscaling",
+                "version": "v1",
+                "kind": "Scale",
+                "verbs": STATUS_VERBS,
+            }));
+        }
         if r.spec.subresources.finalize {
             list.push(json!({
                 "name": format!("{}/finalize", r.info.resource),
@@ -209,6 +220,13 @@ pub(crate) fn aggregated<'a>(
         let mut subresources = Vec::new();
         if r.spec.subresources.status {
             subresources.push(json!({"subresource": "status", "responseKind": kind, "verbs": STATUS_VERBS}));
+        }
+        if r.spec.subresources.scale.is_some() {
+            subresources.push(json!({
+                "subresource": "scale",
+                "responseKind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
+                "verbs": STATUS_VERBS,
+            }));
         }
         if r.spec.subresources.finalize {
             subresources.push(json!({"subresource": "finalize", "responseKind": kind, "verbs": ["update"]}));

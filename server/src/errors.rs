@@ -203,6 +203,25 @@ pub(crate) fn refused(
     }
 }
 
+/// 422 `Invalid` for one `field` of object `name` of `kind` in `group`: `value` refused, `why`.
+pub(crate) fn invalid_field(
+    kind: &str,
+    group: &str,
+    name: &str,
+    field: &str,
+    value: Value,
+    why: &str,
+) -> Status {
+    let error = FieldError {
+        kind: validation::ErrorKind::Invalid,
+        field: field.to_owned(),
+        value,
+        printed: None,
+        detail: why.to_owned(),
+    };
+    invalid(group, kind, name, &[error])
+}
+
 /// 422 `Invalid` for object `name` of `kind` in `group`, in apimachinery's `NewInvalid` shape:
 /// `Kind "name" is invalid: <each error, once>`, a cause per error.
 fn invalid(group: &str, kind: &str, name: &str, errors: &[FieldError]) -> Status {

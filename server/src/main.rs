@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
+use watchcache_server::services::{IpRange, ServiceRanges, parse_port_range};
 
 use clap::{Parser, Subcommand};
 use watchcache_server::auth::AuthorizationMode;
@@ -234,6 +235,14 @@ struct ServeArgs {
     /// are written on a store lease that expires then.
     #[arg(long, default_value = "3600", value_parser = whole_seconds(1))]
     event_ttl: Duration,
+    /// The CIDR Services' cluster IPs are allocated from (kube-apiserver's flag and default);
+    /// its first address is the `kubernetes` Service's.
+    #[arg(long, default_value = "10.0.0.0/24", value_parser = IpRange::parse)]
+    service_cluster_ip_range: IpRange,
+    /// The ports NodePort and LoadBalancer Services' node ports are allocated from, inclusive
+    /// (`first-last`, or `base+size`; kube-apiserver's flag and default).
+    #[arg(long, default_value = "30000-32767", value_parser = parse_port_range)]
+    service_node_port_range: (u16, u16),
     /// How log lines are written to standard error: `text`, or `json` (one object a line,
     /// for a log collector).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
@@ -377,6 +386,11 @@ async fn main() -> std::process::ExitCode {
         compaction_interval: args.compaction_interval,
         history_fill: args.history_fill,
         event_ttl: args.event_ttl,
+        service_ranges: ServiceRanges {
+            ips: args.service_cluster_ip_range,
+            node_ports: args.service_node_port_range,
+            ..ServiceRanges::default()
+        },
         lease_reuse: args.lease_reuse_duration_seconds,
         token_auth_file: args.token_auth_file,
         anonymous_auth: args.anonymous_auth,

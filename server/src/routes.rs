@@ -32,8 +32,9 @@ use crate::reads;
 use crate::reads::Form;
 use crate::request_log;
 use crate::response::{json_response, status_response};
+use crate::scale;
 use crate::table::TableRequest;
-use crate::target::Target;
+use crate::target::{Subresource, Target};
 use crate::transport::RequestBytesSpent;
 use crate::writes;
 
@@ -605,6 +606,35 @@ async fn resource_request(
         Ok(t) if t.subresource.is_some_and(|s| !s.serves(&method)) => Err(Status::method_not_allowed(
             format!("method {method} is not supported on a subresource"),
         )),
+        Ok(t) if t.subresource == Some(Subresource::Scale) => {
+            let name = t.name.clone().unwrap_or_default();
+            match method {
+                Method::GET => scale::get(&state, &t, &name).await,
+                _ => {
+                    let patch = match method {
+                        Method::PATCH => Some(PatchType::from_content_type(content_type.as_deref())),
+                        _ => None,
+                    };
+                    match (patch.transpose(), write_params()) {
+                        (Ok(patch), Ok(p)) => {
+                            let (s, body) = (state.clone(), body.clone());
+                            let write = move || async move {
+                                let body = match patch {
+                                    Some(_) => body,
+                                    None => bytes::Bytes::from(
+                                        media::json_body(content_type.as_deref(), &body, Some(scale::SCALE))?
+                                            .into_owned(),
+                                    ),
+                                };
+                                scale::write(&s, &t, &name, &p, &body, patch).await
+                            };
+                            state.writes.run(write).await
+                        }
+                        (Err(s), _) | (_, Err(s)) => Err(s),
+                    }
+                }
+            }
+        }
         Ok(t) => match (method, t.name.clone()) {
             (Method::GET, name) => {
                 let format = media::read_format(accept.as_deref());
@@ -711,7 +741,8 @@ async fn resource_request(
         Err(s) => Err(s),
     };
     let response = result.unwrap_or_else(|s| status_response(&s));
-    match (is_write, media::read_format(accept.as_deref()), served) {
+    let transcoded = is_write || subresource.as_deref() == Some("scale");
+    match (transcoded, media::read_format(accept.as_deref()), served) {
         (true, Ok(ReadFormat::Protobuf), Some(r)) => protobuf_write_response(response, &r.info).await,
         _ => response,
     }
@@ -764,6 +795,7 @@ async fn protobuf_write_response(response: Response, info: &ResourceInfo) -> Res
         let api_version = o.get("apiVersion")?.as_str()?;
         let definition = match kind {
             "Status" => openapi::STATUS,
+            "Scale" => scale::SCALE,
             k if k == info.kind => info.protobuf?,
             _ => return None,
         };

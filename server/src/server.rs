@@ -153,6 +153,21 @@ fn tls(config: &ServeConfig) -> Result<(Option<Tls>, Option<CertDir>), ServeErro
     Ok((Some(Tls::new(&files).map_err(ServeError::Tls)?), dir))
 }
 
+/// The CA that signed the serving certificate, as PEM, published in each namespace's
+/// `kube-root-ca.crt`: `--cert-dir`'s CA, or the last certificate of `--tls-cert-file` (the
+/// top of its chain; the certificate itself when self-signed). `None` without TLS.
+fn root_ca(config: &ServeConfig, cert_dir: Option<&CertDir>) -> Option<String> {
+    let path = match cert_dir {
+        Some(dir) => dir.ca(),
+        None => config.tls_cert_file.clone()?,
+    };
+    let pem = std::fs::read_to_string(path).ok()?;
+    const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
+    let last = pem.rfind(BEGIN)?;
+    let end = pem[last..].find("-----END CERTIFICATE-----")? + last + "-----END CERTIFICATE-----".len();
+    Some(format!("{}\n", &pem[last..end]))
+}
+
 /// The audit log `config` asks for, counting into `metrics`.
 fn open_audit(config: &AuditConfig, metrics: &Metrics) -> Result<AuditLog, ServeError> {
     let policy = match &config.policy_file {
@@ -301,6 +316,7 @@ impl Server {
         namespaces::ensure_system(&store).await;
         rbac_objects::bootstrap::ensure(&store).await;
         let resources = resources::build(&store, &config, &registry)?;
+        let root_ca = root_ca(&config, cert_dir.as_ref());
         let shutdown = Switch::new();
         let openapi = OpenApi::build(resources.values().map(|r| &**r));
         let rbac: Arc<dyn PolicySource> = match config.policy.clone() {
@@ -332,10 +348,13 @@ impl Server {
             authz,
             rbac,
             audit,
+            root_ca,
         });
         tokio::spawn(workload::churn(store.clone(), work, shutdown.token()));
         tokio::spawn(namespace_controller::run(state.clone()));
         tokio::spawn(pod_gc::run(state.clone()));
+        tokio::spawn(crate::services::repair(state.clone()));
+        tokio::spawn(crate::system_objects::run(state.clone()));
         tokio::spawn(rbac_objects::aggregation::run(state.clone()));
         if let Some(memory) = store.memory() {
             // The embedded store expires its leases (Events' TTL) only when asked: it is asked

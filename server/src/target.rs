@@ -15,7 +15,7 @@ pub(crate) struct Target {
     pub(crate) resource: Arc<Resource>,
     pub(crate) namespace: Option<String>,
     pub(crate) name: Option<String>,
-    /// `status` for `…/<name>/status`; `None` for the object itself.
+    /// `status` for `…/<name>/status` (and `scale`, `finalize`); `None` for the object itself.
     pub(crate) subresource: Option<Subresource>,
 }
 
@@ -26,6 +26,8 @@ pub(crate) enum Subresource {
     Status,
     /// `/finalize`: a namespace's update that may change its `spec.finalizers` (PUT only).
     Finalize,
+    /// `/scale`: an `autoscaling/v1` Scale over the object's replica count.
+    Scale,
 }
 
 impl Subresource {
@@ -33,7 +35,9 @@ impl Subresource {
     pub(crate) fn serves(self, method: &axum::http::Method) -> bool {
         use axum::http::Method;
         match self {
-            Subresource::Status => matches!(*method, Method::GET | Method::PUT | Method::PATCH),
+            Subresource::Status | Subresource::Scale => {
+                matches!(*method, Method::GET | Method::PUT | Method::PATCH)
+            }
             Subresource::Finalize => *method == Method::PUT,
         }
     }
@@ -43,6 +47,7 @@ impl Subresource {
         match self {
             Subresource::Status => "status",
             Subresource::Finalize => "finalize",
+            Subresource::Scale => "scale",
         }
     }
 }
@@ -92,6 +97,10 @@ impl Target {
         match subresource {
             "status" if self.resource.spec.subresources.status && self.name.is_some() => {
                 self.subresource = Some(Subresource::Status);
+                Ok(self)
+            }
+            "scale" if self.resource.spec.subresources.scale.is_some() && self.name.is_some() => {
+                self.subresource = Some(Subresource::Scale);
                 Ok(self)
             }
             "finalize" if self.resource.spec.subresources.finalize && self.name.is_some() => {

@@ -30,6 +30,7 @@ use crate::params::{DeleteParams, FieldValidation, Params, WriteParams};
 use crate::patch::{Patch, PatchType};
 use crate::resources::NameRule;
 use crate::response::json_response;
+use crate::services;
 use crate::stored;
 use crate::target::{Subresource, Target};
 use watchcache_api::validation;
@@ -66,8 +67,25 @@ pub(crate) async fn create(
     prepare_create(t, &mut object, &managers)?;
     validate(t, &object, None, false)?;
     confirm_no_escalation(state, t, p, &object, None)?;
+    let claims = services::allocate(state, t, &mut object, None).await?;
+    let stored = store_new(state, t, p, object, generated, &warnings).await;
+    if p.dry_run || stored.is_err() {
+        claims.release(state).await;
+    }
+    stored
+}
+
+/// Stores a new `object`: drawing its name again while a generated one is taken, as the
+/// apiserver does.
+async fn store_new(
+    state: &AppState,
+    t: &Target,
+    p: &WriteParams,
+    mut object: Map<String, Value>,
+    generated: Option<String>,
+    warnings: &[String],
+) -> Result<Response, Status> {
     let resource = &t.resource.info.resource;
-    // A generated name that is taken is drawn again, as the apiserver does.
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -76,7 +94,7 @@ pub(crate) async fn create(
         let admitted = namespaces::check_creatable(state, t, name).await?;
         if p.dry_run {
             // Validated and answered as it would be stored; nothing is stored.
-            return Ok(warn(json_response(StatusCode::CREATED, raw), &warnings));
+            return Ok(warn(json_response(StatusCode::CREATED, raw), warnings));
         }
         match (
             state
@@ -87,7 +105,7 @@ pub(crate) async fn create(
         ) {
             (Ok(revision), _) => {
                 namespaces::confirm_created(state, t, name, &admitted, revision).await?;
-                return written(t, StatusCode::CREATED, &version, revision).map(|r| warn(r, &warnings));
+                return written(t, StatusCode::CREATED, &version, revision).map(|r| warn(r, warnings));
             }
             (Err(SourceError::AlreadyExists(_)), Some(prefix)) if attempt < generate_name::ATTEMPTS => {
                 let name = generate_name::generate(prefix);
@@ -184,8 +202,17 @@ pub(crate) async fn update(
         }
         let current = parse_stored(t, name, &current)?;
         let ownership = Ownership::Update(&p.manager);
-        let prepared = prepare_update(state, p, t, object.clone(), &current, ownership, false)?;
+        let mut object = object.clone();
+        let claims = services::allocate(state, t, &mut object, Some(&current)).await?;
+        let prepared = match prepare_update(state, p, t, object, &current, ownership, false) {
+            Ok(prepared) => prepared,
+            Err(e) => {
+                claims.release(state).await;
+                return Err(e);
+            }
+        };
         if p.dry_run {
+            claims.release(state).await;
             // As it would be stored, at the stored object's resourceVersion.
             return written(t, StatusCode::OK, &prepared.version, read_at).map(|r| warn(r, &warnings));
         }
@@ -193,8 +220,14 @@ pub(crate) async fn update(
             Ok((revision, version)) => {
                 return written(t, StatusCode::OK, &version, revision).map(|r| warn(r, &warnings));
             }
-            Err(SourceError::Conflict { .. }) => continue,
-            Err(e) => return Err(errors::source(&e, resource, name)),
+            Err(SourceError::Conflict { .. }) => {
+                claims.release(state).await;
+                continue;
+            }
+            Err(e) => {
+                claims.release(state).await;
+                return Err(errors::source(&e, resource, name));
+            }
         }
     }
     Err(Status::conflict(resource, name))
@@ -285,11 +318,7 @@ fn authorize_create_by_apply(
     a.api_group = api_group.to_owned();
     a.api_version = api_version.to_owned();
     a.resource = info.resource.clone();
-    a.subresource = match t.subresource {
-        Some(Subresource::Status) => "status".to_owned(),
-        Some(Subresource::Finalize) => "finalize".to_owned(),
-        None => String::new(),
-    };
+    a.subresource = t.subresource.map_or("", Subresource::name).to_owned();
     a.namespace = t.namespace.clone().unwrap_or_default();
     a.name = name.to_owned();
     match state.authz.authorize(&a) {
@@ -338,18 +367,31 @@ async fn apply(
             prepare_create(t, &mut object, &managers)?;
             validate(t, &object, None, false)?;
             confirm_no_escalation(state, t, p, &object, None)?;
-            let (raw, version) = encode(t, &object)?;
-            let admitted = namespaces::check_creatable(state, t, name).await?;
-            if p.dry_run {
-                return Ok(warn(json_response(StatusCode::CREATED, raw), &warnings));
-            }
-            match state.leases.create(&key, raw, t.resource.ttl).await {
-                Ok(revision) => {
-                    namespaces::confirm_created(state, t, name, &admitted, revision).await?;
-                    return written(t, StatusCode::CREATED, &version, revision).map(|r| warn(r, &warnings));
+            let claims = services::allocate(state, t, &mut object, None).await?;
+            let created = async {
+                let (raw, version) = encode(t, &object)?;
+                let admitted = namespaces::check_creatable(state, t, name).await?;
+                if p.dry_run {
+                    return Ok(Some(warn(json_response(StatusCode::CREATED, raw), &warnings)));
                 }
-                Err(SourceError::AlreadyExists(_)) => continue,
-                Err(e) => return Err(errors::source(&e, resource, name)),
+                match state.leases.create(&key, raw, t.resource.ttl).await {
+                    Ok(revision) => {
+                        namespaces::confirm_created(state, t, name, &admitted, revision).await?;
+                        written(t, StatusCode::CREATED, &version, revision).map(|r| Some(warn(r, &warnings)))
+                    }
+                    Err(SourceError::AlreadyExists(_)) => Ok(None),
+                    Err(e) => Err(errors::source(&e, resource, name)),
+                }
+            }
+            .await;
+            if p.dry_run || !matches!(created, Ok(Some(_))) {
+                claims.release(state).await;
+            }
+            match created {
+                Ok(Some(response)) => return Ok(response),
+                // Created meanwhile: applied to as it is now.
+                Ok(None) => continue,
+                Err(e) => return Err(e),
             }
         };
         let current = parse_stored(t, name, &stored)?;
@@ -409,8 +451,16 @@ impl Attempt<'_> {
         if precondition.is_some_and(|r| r != self.read_at) {
             return Err(Status::conflict(&t.resource.info.resource, self.name));
         }
-        let prepared = prepare_update(state, p, t, object, current, ownership, self.patched)?;
+        let claims = services::allocate(state, t, &mut object, Some(current)).await?;
+        let prepared = match prepare_update(state, p, t, object, current, ownership, self.patched) {
+            Ok(prepared) => prepared,
+            Err(e) => {
+                claims.release(state).await;
+                return Err(e);
+            }
+        };
         if p.dry_run {
+            claims.release(state).await;
             return written(t, StatusCode::OK, &prepared.version, self.read_at)
                 .map(|r| Some(warn(r, self.warnings)));
         }
@@ -418,8 +468,14 @@ impl Attempt<'_> {
             Ok((revision, version)) => {
                 written(t, StatusCode::OK, &version, revision).map(|r| Some(warn(r, self.warnings)))
             }
-            Err(SourceError::Conflict { .. }) => Ok(None),
-            Err(e) => Err(errors::source(&e, &t.resource.info.resource, self.name)),
+            Err(SourceError::Conflict { .. }) => {
+                claims.release(state).await;
+                Ok(None)
+            }
+            Err(e) => {
+                claims.release(state).await;
+                Err(errors::source(&e, &t.resource.info.resource, self.name))
+            }
         }
     }
 }
@@ -555,8 +611,9 @@ fn prepare_update(
             keep(&mut object, current, "status");
             object
         }
-        // The object itself: its status, and the fields its kind resets, are left as they are.
-        (None, status) => {
+        // The object itself (a Scale's write is one, made by `scale.rs`): its status, and the
+        // fields its kind resets, are left as they are.
+        (None | Some(Subresource::Scale), status) => {
             if status {
                 keep(&mut object, current, "status");
             }
@@ -701,7 +758,10 @@ pub(crate) async fn delete(
             Deletion::AsIs => return answer_with(t, &current, revision),
             Deletion::Now if p.write.dry_run => return answer_with(t, &current, revision),
             Deletion::Now => match state.store.delete(&key, Some(revision)).await {
-                Ok((_, prev)) => return answer_with(t, &prev, revision),
+                Ok((_, prev)) => {
+                    services::release_deleted(state, t, &prev).await;
+                    return answer_with(t, &prev, revision);
+                }
                 Err(SourceError::Conflict { .. }) => continue,
                 Err(e) => return Err(errors::source(&e, resource, name)),
             },

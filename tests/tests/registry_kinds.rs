@@ -37,18 +37,30 @@ fn sample(kind: &str) -> Option<Value> {
             "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "hostPath": {"path": "/tmp/pv"}}}),
         "PersistentVolumeClaim" => json!({"spec": {
             "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
-        "ReplicationController" => json!({"spec": {"replicas": 1, "selector": {"app": "web"}, "template": template()}}),
+        "ReplicationController" => {
+            json!({"spec": {"replicas": 1, "selector": {"app": "web"}, "template": template()}})
+        }
         "PodTemplate" => json!({"template": template()}),
         "LimitRange" => json!({"spec": {"limits": [{"type": "Container", "default": {"cpu": "500m"}}]}}),
         "ResourceQuota" => json!({"spec": {"hard": {"pods": "10"}}}),
         "Lease" => json!({"spec": {"holderIdentity": "a"}}),
-        "Deployment" | "ReplicaSet" | "DaemonSet" => json!({"spec": {"selector": selector, "template": template()}}),
-        "StatefulSet" => json!({"spec": {"selector": selector, "serviceName": "web", "template": template()}}),
+        "Deployment" | "ReplicaSet" | "DaemonSet" => {
+            json!({"spec": {"selector": selector, "template": template()}})
+        }
+        "StatefulSet" => {
+            json!({"spec": {"selector": selector, "serviceName": "web", "template": template()}})
+        }
         "ControllerRevision" => json!({"revision": 1, "data": {"a": 1}}),
-        "Job" => json!({"spec": {"template": {"spec": {"containers": containers(), "restartPolicy": "Never"}}}}),
-        "CronJob" => json!({"spec": {"schedule": "*/5 * * * *", "jobTemplate": {"spec": {"template": {"spec": {
-            "containers": containers(), "restartPolicy": "OnFailure"}}}}}}),
-        "EndpointSlice" => json!({"addressType": "IPv4", "endpoints": [{"addresses": ["10.0.0.1"]}], "ports": [{"port": 80}]}),
+        "Job" => {
+            json!({"spec": {"template": {"spec": {"containers": containers(), "restartPolicy": "Never"}}}})
+        }
+        "CronJob" => {
+            json!({"spec": {"schedule": "*/5 * * * *", "jobTemplate": {"spec": {"template": {"spec": {
+            "containers": containers(), "restartPolicy": "OnFailure"}}}}}})
+        }
+        "EndpointSlice" => {
+            json!({"addressType": "IPv4", "endpoints": [{"addresses": ["10.0.0.1"]}], "ports": [{"port": 80}]})
+        }
         "Ingress" => json!({"spec": {"rules": [{"host": "a.example.com"}]}}),
         "IngressClass" => json!({"spec": {"controller": "example.com/ingress"}}),
         "NetworkPolicy" => json!({"spec": {"podSelector": {}}}),
@@ -57,7 +69,9 @@ fn sample(kind: &str) -> Option<Value> {
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}, "maxReplicas": 3}}),
         "StorageClass" => json!({"provisioner": "example.com/disk"}),
         "PriorityClass" => json!({"value": 1000}),
-        "Role" | "ClusterRole" => json!({"rules": [{"verbs": ["get"], "apiGroups": [""], "resources": ["pods"]}]}),
+        "Role" | "ClusterRole" => {
+            json!({"rules": [{"verbs": ["get"], "apiGroups": [""], "resources": ["pods"]}]})
+        }
         "RoleBinding" | "ClusterRoleBinding" => json!({
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
             "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "someone"}],
@@ -104,7 +118,13 @@ async fn next_event(frames: &mut Frames) -> (String, String) {
         let f = frames.next().await.expect("the watch goes on");
         let kind = f["type"].as_str().unwrap_or_default().to_owned();
         if kind != "BOOKMARK" {
-            return (kind, f["object"]["metadata"]["name"].as_str().unwrap_or_default().to_owned());
+            return (
+                kind,
+                f["object"]["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            );
         }
     }
 }
@@ -117,7 +137,10 @@ async fn every_declared_kind_is_served_whole() {
         .filter(|s| sample(&s.kind).is_none())
         .map(|s| s.kind.as_str())
         .collect();
-    assert!(missing.is_empty(), "kinds without a sample object here: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "kinds without a sample object here: {missing:?}"
+    );
 
     let server = start(config(0)).await;
     create_namespaces(&server, &[NS]).await;
@@ -139,12 +162,20 @@ async fn every_declared_kind_is_served_whole() {
         assert_eq!(entry["kind"], spec.kind.as_str(), "{what}");
         assert_eq!(entry["namespaced"], spec.namespaced, "{what}");
         assert_eq!(entry["shortNames"], json!(spec.short_names), "{what}");
-        let aggregated = if spec.group.is_empty() { &aggregated_core } else { &aggregated_groups };
+        let aggregated = if spec.group.is_empty() {
+            &aggregated_core
+        } else {
+            &aggregated_groups
+        };
         let listed = aggregated["items"].as_array().unwrap().iter().any(|g| {
             g["metadata"]["name"].as_str().unwrap_or_default() == spec.group
                 && g["versions"].as_array().unwrap().iter().any(|v| {
                     v["version"] == spec.version.as_str()
-                        && v["resources"].as_array().unwrap().iter().any(|r| r["resource"] == spec.plural.as_str())
+                        && v["resources"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .any(|r| r["resource"] == spec.plural.as_str())
                 })
         });
         assert!(listed, "{what}: not in aggregated discovery");
@@ -157,7 +188,11 @@ async fn every_declared_kind_is_served_whole() {
         let doc = json_get(&server, url, "application/json").await;
         let (definition, _) = spec.openapi.as_ref().expect("a built-in kind has a schema");
         let gvk = &doc["components"]["schemas"][definition]["x-kubernetes-group-version-kind"];
-        assert_eq!(gvk[0]["kind"], spec.kind.as_str(), "{what}: {definition} in {gv_path}");
+        assert_eq!(
+            gvk[0]["kind"],
+            spec.kind.as_str(),
+            "{what}: {definition} in {gv_path}"
+        );
 
         // LIST, then a WATCH from its revision, of this object only.
         let path = collection(spec);
@@ -192,15 +227,24 @@ async fn every_declared_kind_is_served_whole() {
         assert_eq!(table["kind"], "Table", "{what}");
         let columns = table["columnDefinitions"].as_array().unwrap();
         assert_eq!(columns.len(), spec.printer.columns.len(), "{what}: {table}");
-        assert_eq!(table["rows"][0]["cells"].as_array().unwrap().len(), columns.len(), "{what}: {table}");
+        assert_eq!(
+            table["rows"][0]["cells"].as_array().unwrap().len(),
+            columns.len(),
+            "{what}: {table}"
+        );
         let (code, ct, bytes) = get_raw(&server, &item, PROTOBUF).await;
         assert_eq!(code, 200, "{what}");
         assert_eq!(ct.as_deref(), Some(PROTOBUF), "{what}: served in protobuf");
         let envelope = watchcache_encoders::protobuf::open_envelope(&bytes).expect("a protobuf envelope");
         assert_eq!(envelope.kind, spec.kind, "{what}");
-        let decoded = watchcache_encoders::protobuf::decode_json(definition, envelope.raw).expect("the message decodes");
+        let decoded = watchcache_encoders::protobuf::decode_json(definition, envelope.raw)
+            .expect("the message decodes");
         assert_eq!(decoded["metadata"]["uid"], got["metadata"]["uid"], "{what}");
-        assert_eq!(decoded.get("spec"), got.get("spec"), "{what}: protobuf and JSON agree");
+        assert_eq!(
+            decoded.get("spec"),
+            got.get("spec"),
+            "{what}: protobuf and JSON agree"
+        );
 
         // PUT (a label more), then a merge PATCH (an annotation).
         let mut updated = got.clone();
@@ -220,16 +264,61 @@ async fn every_declared_kind_is_served_whole() {
         assert_eq!(patched["metadata"]["labels"]["tier"], "front", "{what}");
         assert_eq!(patched["metadata"]["annotations"]["patched"], "yes", "{what}");
 
+        // /scale, where the kind has it: read, then scaled by a merge patch as kubectl does.
+        if let Some(paths) = &spec.subresources.scale {
+            let scale = json_get(&server, &format!("{item}/scale"), "application/json").await;
+            assert_eq!(scale["kind"], "Scale", "{what}: {scale}");
+            assert_eq!(scale["status"]["selector"], "app=web", "{what}: {scale}");
+            let (code, scaled) = request_typed(
+                &client,
+                &server,
+                "PATCH",
+                &format!("{item}/scale"),
+                "application/merge-patch+json",
+                json!({"spec": {"replicas": 3}}).to_string(),
+            )
+            .await;
+            assert_eq!(
+                (code, &scaled["spec"]["replicas"]),
+                (200, &json!(3)),
+                "{what}: {scaled}"
+            );
+            let object = json_get(&server, &item, "application/json").await;
+            let path: Vec<&str> = paths.spec_replicas.split('.').collect();
+            assert_eq!(object[path[0]][path[1]], 3, "{what}: the object is scaled");
+            // Scaling back, so that the watch below sees as many changes for every kind.
+            let (code, _) = request_typed(
+                &client,
+                &server,
+                "PUT",
+                &format!("{item}/scale"),
+                "application/json",
+                json!({"kind": "Scale", "apiVersion": "autoscaling/v1", "metadata": {"name": name},
+                       "spec": {"replicas": 1}})
+                .to_string(),
+            )
+            .await;
+            assert_eq!(code, 200, "{what}: PUT /scale");
+        }
+
         // LIST sees it.
         let (_, listed) = request_typed(&client, &server, "GET", &path, "application/json", "").await;
         assert!(
-            listed["items"].as_array().unwrap().iter().any(|i| i["metadata"]["name"] == name),
+            listed["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|i| i["metadata"]["name"] == name),
             "{what}: LIST after POST"
         );
 
         // DELETE.
         let (code, deleted) = request(&client, &server, "DELETE", &item, None).await;
-        assert!(code == 200 || code == 202, "{what}: DELETE {code} {}", String::from_utf8_lossy(&deleted));
+        assert!(
+            code == 200 || code == 202,
+            "{what}: DELETE {code} {}",
+            String::from_utf8_lossy(&deleted)
+        );
 
         // The watch saw each write, then the deletion (a namespace ends once its controller
         // has emptied and finalized it).
@@ -240,6 +329,11 @@ async fn every_declared_kind_is_served_whole() {
         ];
         let kinds: Vec<&str> = events.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(kinds, ["ADDED", "MODIFIED", "MODIFIED"], "{what}");
+        if spec.subresources.scale.is_some() {
+            for _ in 0..2 {
+                assert_eq!(next_event(&mut watch).await.0, "MODIFIED", "{what}: scaled");
+            }
+        }
         assert!(events.iter().all(|(_, n)| n == name), "{what}: {events:?}");
         let ended = tokio::time::timeout(Duration::from_secs(20), async {
             loop {

@@ -1,0 +1,625 @@
+//! Service addresses: ClusterIPs from `--service-cluster-ip-range` and NodePorts from
+//! `--service-node-port-range`, allocated as the apiserver allocates them, each claimed by a
+//! key of its own in the store, created only if absent, so that replicas sharing a store never
+//! hand out one address twice.
+//!
+//! - A new Service of a type with a cluster IP gets a free one at random (or the one it asks
+//!   for, if free and in range); a NodePort or LoadBalancer Service gets a node port per port.
+//!   A headless Service (`clusterIP: None`) and an ExternalName one get none.
+//! - An update keeps what was allocated: an unset `clusterIP` or `nodePort` is the stored one,
+//!   a changed cluster IP is refused (immutable), and a port that newly needs a node port gets
+//!   one.
+//! - A deleted Service's addresses are released at once. What a write failed before using, or
+//!   a Service deleted another way (a namespace's cleanup, another replica that stopped) left
+//!   claimed, the repair loop releases: a claim no Service holds, seen twice a repair period
+//!   apart unchanged, goes (as the apiserver's repair controllers do).
+
+use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::{Map, Value, json};
+use watchcache_core::{Revision, Source, SourceError};
+use watchcache_encoders::Status;
+
+use crate::app::AppState;
+use crate::errors;
+use crate::target::Target;
+
+/// Where each allocated cluster IP is claimed (an `networking.k8s.io/v1` IPAddress, as the
+/// apiserver's allocator keeps them).
+const IP_PREFIX: &str = "/registry/ipaddresses/";
+/// Where each allocated node port is claimed.
+const PORT_PREFIX: &str = "/registry/servicenodeports/";
+
+/// A range of addresses: a CIDR.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IpRange {
+    base: u128,
+    /// How many addresses, at most 2^64 (a wider IPv6 range is used as its first 2^64).
+    size: u128,
+    v6: bool,
+    text: String,
+}
+
+impl IpRange {
+    /// Parses `10.0.0.0/24` or `fd00::/108`.
+    pub fn parse(cidr: &str) -> Result<IpRange, String> {
+        let (ip, bits) = cidr
+            .split_once('/')
+            .ok_or_else(|| format!("{cidr:?} is not a CIDR (address/prefix)"))?;
+        let ip: IpAddr = ip.parse().map_err(|e| format!("{cidr:?}: {e}"))?;
+        let bits: u32 = bits
+            .parse()
+            .map_err(|_| format!("{cidr:?}: the prefix is not a number"))?;
+        let (value, width, v6) = match ip {
+            IpAddr::V4(a) => (u128::from(u32::from(a)), 32, false),
+            IpAddr::V6(a) => (u128::from(a), 128, true),
+        };
+        if bits > width {
+            return Err(format!("{cidr:?}: a prefix longer than the address"));
+        }
+        let host_bits = (width - bits).min(64);
+        // At least 8 addresses: the network's own, the broadcast, the `kubernetes` Service's
+        // and some to hand out.
+        if host_bits < 3 {
+            return Err(format!(
+                "{cidr:?}: too small for Services (at most /{} )",
+                width - 3
+            ));
+        }
+        let mask = if width - bits >= 128 {
+            0
+        } else {
+            !((1u128 << (width - bits)) - 1)
+        };
+        Ok(IpRange {
+            base: value & mask,
+            size: 1u128 << host_bits,
+            v6,
+            text: cidr.to_owned(),
+        })
+    }
+
+    fn nth(&self, offset: u128) -> IpAddr {
+        let v = self.base + offset;
+        if self.v6 {
+            IpAddr::V6(v.into())
+        } else {
+            IpAddr::V4((v as u32).into())
+        }
+    }
+
+    /// The offset of `ip` in the range, if it is one the range hands out (not the network's
+    /// own address, nor an IPv4 broadcast).
+    fn offset(&self, ip: &str) -> Option<u128> {
+        let ip: IpAddr = ip.parse().ok()?;
+        let v = match (ip, self.v6) {
+            (IpAddr::V4(a), false) => u128::from(u32::from(a)),
+            (IpAddr::V6(a), true) => u128::from(a),
+            _ => return None,
+        };
+        let offset = v.checked_sub(self.base)?;
+        (offset >= 1 && offset < self.last()).then_some(offset)
+    }
+
+    /// One past the last offset handed out (an IPv4 range's broadcast address is not).
+    fn last(&self) -> u128 {
+        if self.v6 { self.size } else { self.size - 1 }
+    }
+
+    /// The address of the `kubernetes` Service: the first after the network's.
+    pub fn first(&self) -> IpAddr {
+        self.nth(1)
+    }
+
+    fn family(&self) -> &'static str {
+        if self.v6 { "IPv6" } else { "IPv4" }
+    }
+}
+
+/// The ranges Services are given addresses from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceRanges {
+    /// `--service-cluster-ip-range`.
+    pub ips: IpRange,
+    /// `--service-node-port-range`, inclusive.
+    pub node_ports: (u16, u16),
+    /// How often the repair loop looks for claims no Service holds (30 s).
+    pub repair_every: Duration,
+}
+
+impl Default for ServiceRanges {
+    /// kube-apiserver's defaults: `10.0.0.0/24` and `30000-32767`.
+    fn default() -> Self {
+        ServiceRanges {
+            ips: IpRange::parse("10.0.0.0/24").expect("a valid CIDR"),
+            node_ports: (30000, 32767),
+            repair_every: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Parses `--service-node-port-range` (`30000-32767`, or `30000+767`).
+pub fn parse_port_range(text: &str) -> Result<(u16, u16), String> {
+    let bad = || format!("{text:?} is not a port range (first-last, or base+size)");
+    let (a, b, plus) = match text.split_once('-') {
+        Some((a, b)) => (a, b, false),
+        None => {
+            let (a, b) = text.split_once('+').ok_or_else(bad)?;
+            (a, b, true)
+        }
+    };
+    let a: u16 = a.trim().parse().map_err(|_| bad())?;
+    let b: u16 = b.trim().parse().map_err(|_| bad())?;
+    let last = if plus {
+        a.checked_add(b).ok_or_else(bad)?
+    } else {
+        b
+    };
+    if a == 0 || last < a {
+        return Err(bad());
+    }
+    Ok((a, last))
+}
+
+/// Whether `t` addresses core/v1 Services.
+pub(crate) fn is_services(t: &Target) -> bool {
+    t.resource.spec.group.is_empty() && t.resource.spec.kind == "Service"
+}
+
+/// The claims one write made: released if the write does not happen.
+#[derive(Default)]
+pub(crate) struct Claims {
+    keys: Vec<String>,
+}
+
+impl Claims {
+    /// Releases every claim (the write they were made for failed, or was a dry run).
+    pub(crate) async fn release(self, state: &AppState) {
+        for key in self.keys {
+            if let Err(e) = state.store.delete(&key, None).await
+                && !matches!(e, SourceError::NotFound(_))
+            {
+                tracing::warn!(key, error = %e, "releasing a Service address; the repair loop will");
+            }
+        }
+    }
+}
+
+fn spec_str<'a>(object: &'a Map<String, Value>, field: &str) -> Option<&'a str> {
+    object.get("spec")?.get(field)?.as_str()
+}
+
+fn needs_cluster_ip(service_type: &str) -> bool {
+    service_type != "ExternalName"
+}
+
+fn needs_node_ports(service_type: &str) -> bool {
+    matches!(service_type, "NodePort" | "LoadBalancer")
+}
+
+/// What a claim's value says: the Service holding it.
+fn claim_value(kind: &str, name: &str, object: &Map<String, Value>) -> Bytes {
+    let meta = object.get("metadata").cloned().unwrap_or_default();
+    Bytes::from(
+        json!({
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": kind,
+            "metadata": {"name": name},
+            "spec": {"parentRef": {
+                "group": "", "resource": "services",
+                "namespace": meta.get("namespace"), "name": meta.get("name"), "uid": meta.get("uid"),
+            }},
+        })
+        .to_string(),
+    )
+}
+
+fn ip_key(ip: &str) -> String {
+    format!("{IP_PREFIX}{ip}")
+}
+
+fn port_key(port: i64) -> String {
+    format!("{PORT_PREFIX}{port}")
+}
+
+/// Claims `key`: `Ok(false)` if it is claimed already.
+async fn claim(state: &AppState, key: &str, value: Bytes) -> Result<bool, Status> {
+    match state.store.create(key, value).await {
+        Ok(_) => Ok(true),
+        Err(SourceError::AlreadyExists(_)) => Ok(false),
+        Err(e) => Err(errors::source(&e, "services", "")),
+    }
+}
+
+fn invalid(name: &str, field: &str, value: Value, why: &str) -> Status {
+    errors::invalid_field("Service", "", name, field, value, why)
+}
+
+fn name_of(object: &Map<String, Value>) -> String {
+    object
+        .get("metadata")
+        .and_then(|m| m.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// A cluster IP for `object`: the one it asks for, or a free one at random.
+async fn allocate_ip(
+    state: &AppState,
+    object: &Map<String, Value>,
+    wanted: Option<&str>,
+    claims: &mut Claims,
+) -> Result<String, Status> {
+    let range = &state.config.service_ranges.ips;
+    let name = name_of(object);
+    if let Some(ip) = wanted {
+        if range.offset(ip).is_none() {
+            return Err(invalid(
+                &name,
+                "spec.clusterIPs",
+                json!([ip]),
+                &format!(
+                    "failed to allocate IP {ip}: the provided IP ({ip}) is not in the valid range. The range of valid IPs is {}",
+                    range.text
+                ),
+            ));
+        }
+        let ip = ip
+            .parse::<IpAddr>()
+            .map_or_else(|_| ip.to_owned(), |a| a.to_string());
+        if !claim(state, &ip_key(&ip), claim_value("IPAddress", &ip, object)).await? {
+            return Err(invalid(
+                &name,
+                "spec.clusterIPs",
+                json!([ip]),
+                &format!("failed to allocate IP {ip}: provided IP is already allocated"),
+            ));
+        }
+        claims.keys.push(ip_key(&ip));
+        return Ok(ip);
+    }
+    // Offsets 2..last: the network's address, the `kubernetes` Service's and an IPv4
+    // broadcast are never handed out.
+    let span = range.last() - 2;
+    let start = u128::from(fastrand::u64(..)) % span;
+    for i in 0..span.min(1 << 16) {
+        let ip = range.nth(2 + (start + i) % span).to_string();
+        if claim(state, &ip_key(&ip), claim_value("IPAddress", &ip, object)).await? {
+            claims.keys.push(ip_key(&ip));
+            return Ok(ip);
+        }
+    }
+    Err(Status::internal(format!(
+        "failed to allocate a serviceIP: range is full ({})",
+        range.text
+    )))
+}
+
+/// A node port for port `index` of `object`: the one it asks for, or a free one at random.
+async fn allocate_port(
+    state: &AppState,
+    object: &Map<String, Value>,
+    index: usize,
+    wanted: Option<i64>,
+    claims: &mut Claims,
+) -> Result<i64, Status> {
+    let (first, last) = state.config.service_ranges.node_ports;
+    let name = name_of(object);
+    let field = format!("spec.ports[{index}].nodePort");
+    if let Some(port) = wanted {
+        if port < i64::from(first) || port > i64::from(last) {
+            return Err(invalid(
+                &name,
+                &field,
+                json!(port),
+                &format!(
+                    "provided port is not in the valid range. The range of valid ports is {first}-{last}"
+                ),
+            ));
+        }
+        if !claim(
+            state,
+            &port_key(port),
+            claim_value("NodePort", &port.to_string(), object),
+        )
+        .await?
+        {
+            return Err(invalid(
+                &name,
+                &field,
+                json!(port),
+                "provided port is already allocated",
+            ));
+        }
+        claims.keys.push(port_key(port));
+        return Ok(port);
+    }
+    let span = i64::from(last) - i64::from(first) + 1;
+    let start = fastrand::i64(0..span);
+    for i in 0..span {
+        let port = i64::from(first) + (start + i) % span;
+        if claim(
+            state,
+            &port_key(port),
+            claim_value("NodePort", &port.to_string(), object),
+        )
+        .await?
+        {
+            claims.keys.push(port_key(port));
+            return Ok(port);
+        }
+    }
+    Err(Status::internal(format!(
+        "failed to allocate a nodePort: range is full ({first}-{last})"
+    )))
+}
+
+fn spec_mut(object: &mut Map<String, Value>) -> &mut Map<String, Value> {
+    let spec = object.entry("spec").or_insert_with(|| json!({}));
+    if !spec.is_object() {
+        *spec = json!({});
+    }
+    spec.as_object_mut().expect("made an object")
+}
+
+/// Sets the cluster IP fields of a Service given `ip` (or `None` for a headless one).
+fn set_cluster_ip(state: &AppState, spec: &mut Map<String, Value>, ip: &str) {
+    spec.insert("clusterIP".into(), json!(ip));
+    spec.insert("clusterIPs".into(), json!([ip]));
+    let family = state.config.service_ranges.ips.family();
+    spec.entry("ipFamilies").or_insert_with(|| json!([family]));
+    spec.entry("ipFamilyPolicy")
+        .or_insert_with(|| json!("SingleStack"));
+}
+
+/// Allocates a new Service's addresses (`current`: the stored Service an update replaces,
+/// whose addresses it keeps). Only for Services; anything else gets no claims.
+pub(crate) async fn allocate(
+    state: &AppState,
+    t: &Target,
+    object: &mut Map<String, Value>,
+    current: Option<&Map<String, Value>>,
+) -> Result<Claims, Status> {
+    let mut claims = Claims::default();
+    if !is_services(t) {
+        return Ok(claims);
+    }
+    match allocate_into(state, object, current, &mut claims).await {
+        Ok(()) => Ok(claims),
+        Err(e) => {
+            claims.release(state).await;
+            Err(e)
+        }
+    }
+}
+
+async fn allocate_into(
+    state: &AppState,
+    object: &mut Map<String, Value>,
+    current: Option<&Map<String, Value>>,
+    claims: &mut Claims,
+) -> Result<(), Status> {
+    let service_type = spec_str(object, "type").unwrap_or("ClusterIP").to_owned();
+    let name = name_of(object);
+    let old_ip = current
+        .and_then(|c| spec_str(c, "clusterIP"))
+        .filter(|ip| !ip.is_empty());
+    let new_ip = spec_str(object, "clusterIP")
+        .filter(|ip| !ip.is_empty())
+        .map(str::to_owned);
+    if needs_cluster_ip(&service_type) {
+        match (old_ip, new_ip.as_deref()) {
+            // Kept: unset in the update, or the same.
+            (Some(old), None) => {
+                let old = old.to_owned();
+                let kept = current.and_then(|c| c.get("spec")).cloned().unwrap_or_default();
+                let spec = spec_mut(object);
+                spec.insert("clusterIP".into(), json!(old));
+                for f in ["clusterIPs", "ipFamilies", "ipFamilyPolicy"] {
+                    if let Some(v) = kept.get(f) {
+                        spec.entry(f).or_insert_with(|| v.clone());
+                    }
+                }
+            }
+            (Some(old), Some(new)) if old == new => {}
+            (Some(_), Some(new)) => {
+                return Err(invalid(
+                    &name,
+                    "spec.clusterIPs[0]",
+                    json!(new),
+                    "may not change once set",
+                ));
+            }
+            (None, Some("None")) => {
+                let spec = spec_mut(object);
+                spec.insert("clusterIPs".into(), json!(["None"]));
+                let family = state.config.service_ranges.ips.family();
+                spec.entry("ipFamilies").or_insert_with(|| json!([family]));
+                spec.entry("ipFamilyPolicy")
+                    .or_insert_with(|| json!("SingleStack"));
+            }
+            (None, wanted) => {
+                let ip = allocate_ip(state, object, wanted, claims).await?;
+                set_cluster_ip(state, spec_mut(object), &ip);
+            }
+        }
+    }
+    if needs_node_ports(&service_type) {
+        let old_ports: Vec<Value> = current
+            .and_then(|c| c.get("spec")?.get("ports")?.as_array().cloned())
+            .unwrap_or_default();
+        let count = object
+            .get("spec")
+            .and_then(|s| s.get("ports"))
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len);
+        for i in 0..count {
+            let port = &object["spec"]["ports"][i];
+            let same = |o: &&Value| {
+                o.get("port") == port.get("port")
+                    && o.get("protocol").and_then(Value::as_str).unwrap_or("TCP")
+                        == port.get("protocol").and_then(Value::as_str).unwrap_or("TCP")
+            };
+            let held = old_ports
+                .iter()
+                .find(same)
+                .and_then(|o| o.get("nodePort"))
+                .and_then(Value::as_i64)
+                .filter(|p| *p > 0);
+            let wanted = port.get("nodePort").and_then(Value::as_i64).filter(|p| *p > 0);
+            let node_port = match (held, wanted) {
+                (Some(h), None) => h,
+                (Some(h), Some(w)) if h == w => h,
+                (_, w) => allocate_port(state, object, i, w, claims).await?,
+            };
+            if let Some(p) = object
+                .get_mut("spec")
+                .and_then(|s| s.get_mut("ports"))
+                .and_then(|p| p.get_mut(i))
+                .and_then(Value::as_object_mut)
+            {
+                p.insert("nodePort".into(), json!(node_port));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The claims a stored Service holds: its cluster IPs and node ports.
+fn held(object: &Value) -> Vec<String> {
+    let spec = &object["spec"];
+    let mut keys: Vec<String> = spec["clusterIPs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .chain(std::iter::once(&spec["clusterIP"]))
+        .filter_map(Value::as_str)
+        .filter(|ip| !ip.is_empty() && *ip != "None")
+        .map(ip_key)
+        .collect();
+    keys.extend(
+        spec["ports"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p["nodePort"].as_i64())
+            .filter(|p| *p > 0)
+            .map(port_key),
+    );
+    keys.sort();
+    keys.dedup();
+    keys
+}
+
+/// Releases the claims of a deleted Service (`raw`: its last stored value), each only if it is
+/// still this Service's.
+pub(crate) async fn release_deleted(state: &AppState, t: &Target, raw: &[u8]) {
+    if !is_services(t) {
+        return;
+    }
+    let Ok(object) = serde_json::from_slice::<Value>(raw) else {
+        return;
+    };
+    let uid = &object["metadata"]["uid"];
+    for key in held(&object) {
+        let Ok(Some((value, revision))) = state.store.get(&key).await else {
+            continue;
+        };
+        let owner: Value = serde_json::from_slice(&value).unwrap_or(Value::Null);
+        if owner["spec"]["parentRef"]["uid"] == *uid {
+            let _ = state.store.delete(&key, Some(revision)).await;
+        }
+    }
+}
+
+/// Releases the claims no Service holds, every [`ServiceRanges::repair_every`], until the
+/// server stops.
+pub(crate) async fn repair(state: Arc<AppState>) {
+    let stop = state.shutdown.token();
+    // A claim seen orphaned, at its mod revision: released if still so next time.
+    let mut suspects: HashMap<String, Revision> = HashMap::new();
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(state.config.service_ranges.repair_every) => {}
+        }
+        match repair_once(&state, &suspects).await {
+            Ok(orphans) => suspects = orphans,
+            Err(e) => tracing::warn!(error = %e, "repairing Service address claims"),
+        }
+    }
+}
+
+/// One pass: releases the `suspects` still orphaned and unchanged, and returns the claims
+/// orphaned now.
+async fn repair_once(
+    state: &AppState,
+    suspects: &HashMap<String, Revision>,
+) -> Result<HashMap<String, Revision>, SourceError> {
+    // The claims first, then the Services: a claim made for a Service that is stored in
+    // between is seen held.
+    let mut claims = state.store.list(IP_PREFIX, None).await?.items;
+    claims.extend(state.store.list(PORT_PREFIX, None).await?.items);
+    let services = state.store.list("/registry/services/specs/", None).await?;
+    let held: HashSet<String> = services
+        .items
+        .iter()
+        .filter_map(|i| serde_json::from_slice::<Value>(&i.value).ok())
+        .flat_map(|s| held(&s))
+        .collect();
+    let mut orphans = HashMap::new();
+    for claim in claims.into_iter().filter(|c| !held.contains(&c.key)) {
+        if suspects.get(&claim.key) == Some(&claim.mod_revision) {
+            let _ = state.store.delete(&claim.key, Some(claim.mod_revision)).await;
+        } else {
+            orphans.insert(claim.key, claim.mod_revision);
+        }
+    }
+    Ok(orphans)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_parse_as_the_apiservers_flags() {
+        let r = IpRange::parse("10.96.0.0/12").unwrap();
+        assert_eq!(r.first().to_string(), "10.96.0.1");
+        assert_eq!(r.offset("10.96.0.10"), Some(10));
+        assert_eq!(r.offset("10.96.0.0"), None, "the network's own address");
+        assert_eq!(r.offset("10.111.255.255"), None, "the broadcast address");
+        assert_eq!(r.offset("10.112.0.1"), None);
+        assert_eq!(r.offset("fd00::1"), None);
+        assert!(IpRange::parse("10.0.0.0/30").is_err());
+        assert!(IpRange::parse("10.0.0.0").is_err());
+        assert!(IpRange::parse("10.0.0.0/33").is_err());
+        let v6 = IpRange::parse("fd00::/108").unwrap();
+        assert_eq!(v6.first().to_string(), "fd00::1");
+        assert_eq!(parse_port_range("30000-32767"), Ok((30000, 32767)));
+        assert_eq!(parse_port_range("30000+767"), Ok((30000, 30767)));
+        assert!(parse_port_range("32767-30000").is_err());
+        assert!(parse_port_range("0-10").is_err());
+        assert!(parse_port_range("a-b").is_err());
+    }
+
+    #[test]
+    fn a_service_holds_its_ips_and_node_ports() {
+        let s = json!({"spec": {"clusterIP": "10.0.0.5", "clusterIPs": ["10.0.0.5"],
+            "ports": [{"port": 80, "nodePort": 30080}, {"port": 81}]}});
+        assert_eq!(
+            held(&s),
+            [
+                "/registry/ipaddresses/10.0.0.5",
+                "/registry/servicenodeports/30080"
+            ]
+        );
+        let headless = json!({"spec": {"clusterIP": "None", "clusterIPs": ["None"]}});
+        assert!(held(&headless).is_empty());
+    }
+}
