@@ -38,7 +38,63 @@
 //! for the slowest watcher you want to keep. A watcher parked with nothing to read is never
 //! expired by events its filter would have dropped anyway.
 //!
-//! # Example
+//! # Example: a cache over a store
+//!
+//! A [`Cache`] follows a [`Source`] (here the embedded [`MemorySource`]) through a [`Codec`]
+//! that decodes each stored value once, and serves GET, LIST and WATCH from memory.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use bytes::Bytes;
+//! use watchcache_core::*;
+//!
+//! /// Values here are `namespace/name app=<label>`; a real codec decodes JSON or protobuf.
+//! struct Plain;
+//!
+//! impl Codec for Plain {
+//!     fn decode(&self, raw: &[u8], revision: Revision) -> Result<ObjectVersion, CodecError> {
+//!         let text = std::str::from_utf8(raw).map_err(|e| CodecError::Decode(e.to_string()))?;
+//!         let (id, app) = text.split_once(" app=").ok_or(CodecError::MissingName)?;
+//!         let (namespace, name) = id.split_once('/').ok_or(CodecError::MissingName)?;
+//!         Ok(ObjectVersion::builder(ObjectKey::new(namespace, name), revision)
+//!             .labels([("app", app)])
+//!             .encoding(WireFormat::Json, Encoding::new(Bytes::copy_from_slice(raw)))
+//!             .build())
+//!     }
+//!
+//!     fn encode(&self, _: &ObjectVersion, format: WireFormat) -> Result<Encoding, CodecError> {
+//!         Err(CodecError::UnsupportedFormat(format)) // the one encoding is made at decode
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = MemorySource::new();
+//! store.create("/registry/pods/default/web-0", Bytes::from("default/web-0 app=web"))?;
+//! let cache = Cache::new(store.clone(), Arc::new(Plain), CacheConfig::new("pods", "/registry/pods/"))?;
+//!
+//! // A watch of app=web from the current state: web-0 first, then what is written after.
+//! let filter = Filter::parse(None, "app=web", "")?;
+//! let mut watch = cache.watch(WatchOptions { filter, ..Default::default() }).await?;
+//! store.create("/registry/pods/default/db-0", Bytes::from("default/db-0 app=db"))?;
+//! store.create("/registry/pods/default/web-1", Bytes::from("default/web-1 app=web"))?;
+//! let mut seen = Vec::new();
+//! while seen.len() < 2 {
+//!     let event = watch.next().await.ok_or("the watch ended")??;
+//!     seen.push(event.object.map(|o| o.key().name().to_owned()));
+//! }
+//! assert_eq!(seen, [Some("web-0".to_owned()), Some("web-1".to_owned())]);
+//!
+//! // A consistent LIST: the cache waits until it has seen the store's current revision.
+//! let list = cache.list(&ListOptions::default()).await?;
+//! assert_eq!(list.items.len(), 3);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Example: the fan-out alone
+//!
+//! Under every cache, a [`WatchHub`]: a publisher and any number of watchers of one ring.
 //!
 //! ```
 //! use std::sync::Arc;

@@ -1,5 +1,6 @@
 //! [`Backend`]: the store the server's caches follow and its writes go to: the embedded
-//! [`MemorySource`], or etcd (`--etcd`, with the `etcd` feature).
+//! [`MemorySource`], etcd (`--etcd`, with the `etcd` feature), or a store of your own
+//! ([`Backend::custom`]: a [`Source`] that also takes [`Writes`]).
 //!
 //! Keys are laid out as kube-apiserver lays them out in etcd, `/registry/<resource>/…`, on
 //! both, so the same data reads the same whichever store holds it. Both have etcd's leases:
@@ -8,12 +9,16 @@
 //! lease a write takes).
 
 use std::fmt;
+use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures_core::Stream;
+use futures_util::future::BoxFuture;
+use futures_util::stream::BoxStream;
 use watchcache_core::source::memory::{LeaseId, MemoryWatch};
 use watchcache_core::{MemorySource, Revision, Source, SourceError, SourceEvent, SourceItem, SourceList};
 
@@ -25,6 +30,138 @@ pub enum Backend {
     /// An etcd cluster.
     #[cfg(feature = "etcd")]
     Etcd(watchcache_etcd::EtcdSource),
+    /// A store of your own ([`Backend::custom`]).
+    Custom(CustomStore),
+}
+
+/// The writes a store of your own takes, beside the [`Source`] the caches follow: what
+/// [`Backend::custom`] needs to serve it. Keys are laid out as the apiserver lays out etcd
+/// (`/registry/<resource>/<namespace>/<name>`); values are the objects' JSON. A write
+/// conditional on `expected` fails with [`SourceError::Conflict`] when the key's mod revision
+/// is another, as etcd's transactions do; every write's change reaches the store's watches.
+pub trait Writes: Source + Clone {
+    /// The value and mod revision of `key`, read at the store's current revision.
+    fn get(&self, key: &str) -> impl Future<Output = Result<Option<(Bytes, Revision)>, SourceError>> + Send;
+
+    /// Creates `key`: [`SourceError::AlreadyExists`] if it is there. The write's revision.
+    fn create(&self, key: &str, value: Bytes) -> impl Future<Output = Result<Revision, SourceError>> + Send;
+
+    /// Replaces `key`'s value (at mod revision `expected`, when given): [`SourceError::NotFound`]
+    /// if it is not there. The write's revision.
+    fn update(
+        &self,
+        key: &str,
+        value: Bytes,
+        expected: Option<Revision>,
+    ) -> impl Future<Output = Result<Revision, SourceError>> + Send;
+
+    /// Deletes `key` (at mod revision `expected`, when given): the write's revision and the
+    /// last value.
+    fn delete(
+        &self,
+        key: &str,
+        expected: Option<Revision>,
+    ) -> impl Future<Output = Result<(Revision, Bytes), SourceError>> + Send;
+}
+
+/// A store of your own, behind [`Backend::Custom`].
+#[derive(Clone)]
+pub struct CustomStore(Arc<dyn DynStore>);
+
+impl fmt::Debug for CustomStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("CustomStore")
+    }
+}
+
+type Watch = BoxStream<'static, Result<SourceEvent, SourceError>>;
+
+/// [`Source`] and [`Writes`] with their futures boxed, so that any store fits one variant.
+trait DynStore: Send + Sync {
+    fn list<'a>(
+        &'a self,
+        prefix: &'a str,
+        at: Option<Revision>,
+    ) -> BoxFuture<'a, Result<SourceList, SourceError>>;
+    fn watch<'a>(&'a self, prefix: &'a str, from: Revision) -> BoxFuture<'a, Result<Watch, SourceError>>;
+    fn current_revision(&self) -> BoxFuture<'_, Result<Revision, SourceError>>;
+    fn request_progress<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<(), SourceError>>;
+    fn progress_requests_are_ordered(&self) -> bool;
+    fn compacted_revision(&self) -> Revision;
+    fn read<'a>(&'a self, key: &'a str)
+    -> BoxFuture<'a, Result<(Option<SourceItem>, Revision), SourceError>>;
+    fn signing_key(&self) -> BoxFuture<'_, Result<[u8; 16], SourceError>>;
+    fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<(Bytes, Revision)>, SourceError>>;
+    fn create<'a>(&'a self, key: &'a str, value: Bytes) -> BoxFuture<'a, Result<Revision, SourceError>>;
+    fn update<'a>(
+        &'a self,
+        key: &'a str,
+        value: Bytes,
+        expected: Option<Revision>,
+    ) -> BoxFuture<'a, Result<Revision, SourceError>>;
+    fn delete<'a>(
+        &'a self,
+        key: &'a str,
+        expected: Option<Revision>,
+    ) -> BoxFuture<'a, Result<(Revision, Bytes), SourceError>>;
+}
+
+impl<S: Writes> DynStore for S {
+    fn list<'a>(
+        &'a self,
+        prefix: &'a str,
+        at: Option<Revision>,
+    ) -> BoxFuture<'a, Result<SourceList, SourceError>> {
+        Box::pin(Source::list(self, prefix, at))
+    }
+    fn watch<'a>(&'a self, prefix: &'a str, from: Revision) -> BoxFuture<'a, Result<Watch, SourceError>> {
+        Box::pin(async move {
+            let watch = Source::watch(self, prefix, from).await?;
+            Ok(Box::pin(watch) as Watch)
+        })
+    }
+    fn current_revision(&self) -> BoxFuture<'_, Result<Revision, SourceError>> {
+        Box::pin(Source::current_revision(self))
+    }
+    fn request_progress<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<(), SourceError>> {
+        Box::pin(Source::request_progress(self, prefix))
+    }
+    fn progress_requests_are_ordered(&self) -> bool {
+        Source::progress_requests_are_ordered(self)
+    }
+    fn compacted_revision(&self) -> Revision {
+        Source::compacted_revision(self)
+    }
+    fn read<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<(Option<SourceItem>, Revision), SourceError>> {
+        Box::pin(Source::read(self, key))
+    }
+    fn signing_key(&self) -> BoxFuture<'_, Result<[u8; 16], SourceError>> {
+        Box::pin(Source::signing_key(self))
+    }
+    fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<(Bytes, Revision)>, SourceError>> {
+        Box::pin(Writes::get(self, key))
+    }
+    fn create<'a>(&'a self, key: &'a str, value: Bytes) -> BoxFuture<'a, Result<Revision, SourceError>> {
+        Box::pin(Writes::create(self, key, value))
+    }
+    fn update<'a>(
+        &'a self,
+        key: &'a str,
+        value: Bytes,
+        expected: Option<Revision>,
+    ) -> BoxFuture<'a, Result<Revision, SourceError>> {
+        Box::pin(Writes::update(self, key, value, expected))
+    }
+    fn delete<'a>(
+        &'a self,
+        key: &'a str,
+        expected: Option<Revision>,
+    ) -> BoxFuture<'a, Result<(Revision, Bytes), SourceError>> {
+        Box::pin(Writes::delete(self, key, expected))
+    }
 }
 
 /// A lease of one store, granted by [`Backend::grant_lease`].
@@ -35,6 +172,8 @@ pub enum Lease {
     /// On etcd: etcd's lease id.
     #[cfg(feature = "etcd")]
     Etcd(i64),
+    /// On a store of your own, which has no leases: its keys are kept until deleted.
+    None,
 }
 
 /// `lease <id>`: how either store names a lease that is gone in [`SourceError::NotFound`].
@@ -44,6 +183,7 @@ impl fmt::Display for Lease {
             Lease::Memory(id) => write!(f, "lease {}", id.0),
             #[cfg(feature = "etcd")]
             Lease::Etcd(id) => f.write_str(&watchcache_etcd::lease_name(*id)),
+            Lease::None => f.write_str("no lease"),
         }
     }
 }
@@ -62,17 +202,24 @@ macro_rules! each {
             Backend::Memory($s) => $e,
             #[cfg(feature = "etcd")]
             Backend::Etcd($s) => $e,
+            Backend::Custom(CustomStore($s)) => $e,
         }
     };
 }
 
 impl Backend {
+    /// A store of your own under the server: the caches follow it as a [`Source`], and
+    /// writes go to it through [`Writes`]. It has no leases: objects with a TTL (Events) are
+    /// kept until deleted.
+    pub fn custom<S: Writes>(store: S) -> Backend {
+        Backend::Custom(CustomStore(Arc::new(store)))
+    }
+
     /// The embedded store, if this is it.
     pub fn memory(&self) -> Option<&MemorySource> {
         match self {
             Backend::Memory(m) => Some(m),
-            #[cfg(feature = "etcd")]
-            Backend::Etcd(_) => None,
+            _ => None,
         }
     }
 
@@ -82,6 +229,7 @@ impl Backend {
             Backend::Memory(m) => Ok(m.get(key)),
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => e.get(key).await,
+            Backend::Custom(CustomStore(c)) => c.get(key).await,
         }
     }
 
@@ -91,6 +239,7 @@ impl Backend {
             Backend::Memory(m) => m.create(key, value),
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => e.create(key, value).await,
+            Backend::Custom(CustomStore(c)) => c.create(key, value).await,
         }
     }
 
@@ -105,6 +254,7 @@ impl Backend {
             Backend::Memory(m) => m.update(key, value, expected),
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => e.update(key, value, expected).await,
+            Backend::Custom(CustomStore(c)) => c.update(key, value, expected).await,
         }
     }
 
@@ -115,6 +265,7 @@ impl Backend {
             Backend::Memory(m) => m.grant_lease(ttl).map(Lease::Memory),
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => e.grant_lease(ttl).await.map(Lease::Etcd),
+            Backend::Custom(_) => Ok(Lease::None),
         }
     }
 
@@ -128,13 +279,14 @@ impl Backend {
         lease: Option<Lease>,
     ) -> Result<Revision, SourceError> {
         match (self, lease) {
+            (Backend::Custom(CustomStore(c)), None | Some(Lease::None)) => c.create(key, value).await,
             (Backend::Memory(m), None) => m.create(key, value),
             (Backend::Memory(m), Some(Lease::Memory(l))) => m.create_with_lease(key, value, Some(l)),
             #[cfg(feature = "etcd")]
             (Backend::Etcd(e), None) => e.create(key, value).await,
             #[cfg(feature = "etcd")]
             (Backend::Etcd(e), Some(Lease::Etcd(l))) => e.create_with_lease(key, value, Some(l)).await,
-            #[cfg(feature = "etcd")]
+            // A lease of another store: gone, as far as this one knows.
             (_, Some(other)) => Err(SourceError::NotFound(other.to_string())),
         }
     }
@@ -150,6 +302,9 @@ impl Backend {
         lease: Option<Lease>,
     ) -> Result<Revision, SourceError> {
         match (self, lease) {
+            (Backend::Custom(CustomStore(c)), None | Some(Lease::None)) => {
+                c.update(key, value, expected).await
+            }
             (Backend::Memory(m), None) => m.update(key, value, expected),
             (Backend::Memory(m), Some(Lease::Memory(l))) => {
                 m.update_with_lease(key, value, expected, Some(l))
@@ -160,7 +315,7 @@ impl Backend {
             (Backend::Etcd(e), Some(Lease::Etcd(l))) => {
                 e.update_with_lease(key, value, expected, Some(l)).await
             }
-            #[cfg(feature = "etcd")]
+            // A lease of another store: gone, as far as this one knows.
             (_, Some(other)) => Err(SourceError::NotFound(other.to_string())),
         }
     }
@@ -175,6 +330,7 @@ impl Backend {
             Backend::Memory(m) => m.delete(key, expected),
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => e.delete(key, expected).await,
+            Backend::Custom(CustomStore(c)) => c.delete(key, expected).await,
         }
     }
 
@@ -188,6 +344,12 @@ impl Backend {
             }
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => e.has_leader(timeout).await,
+            Backend::Custom(CustomStore(c)) => {
+                matches!(
+                    tokio::time::timeout(timeout, c.current_revision()).await,
+                    Ok(Ok(_))
+                )
+            }
         }
     }
 }
@@ -199,6 +361,8 @@ pub enum BackendWatch {
     /// On etcd (boxed: one per resource, and far larger than the embedded store's).
     #[cfg(feature = "etcd")]
     Etcd(Box<watchcache_etcd::EtcdWatch>),
+    /// On a store of your own.
+    Custom(Watch),
 }
 
 impl Stream for BackendWatch {
@@ -209,6 +373,7 @@ impl Stream for BackendWatch {
             BackendWatch::Memory(w) => w.as_mut().poll_next(cx),
             #[cfg(feature = "etcd")]
             BackendWatch::Etcd(w) => Pin::new(&mut **w).poll_next(cx),
+            BackendWatch::Custom(w) => w.as_mut().poll_next(cx),
         }
     }
 }
@@ -225,6 +390,7 @@ impl Source for Backend {
             Backend::Memory(m) => BackendWatch::Memory(m.watch(prefix, from).await?),
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => BackendWatch::Etcd(Box::new(e.watch(prefix, from).await?)),
+            Backend::Custom(CustomStore(c)) => BackendWatch::Custom(c.watch(prefix, from).await?),
         })
     }
 
@@ -233,7 +399,12 @@ impl Source for Backend {
     }
 
     async fn request_progress(&self, prefix: &str) -> Result<(), SourceError> {
-        each!(self, s => Source::request_progress(s, prefix).await)
+        match self {
+            Backend::Memory(m) => Source::request_progress(m, prefix).await,
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => Source::request_progress(e, prefix).await,
+            Backend::Custom(CustomStore(c)) => c.request_progress(prefix).await,
+        }
     }
 
     async fn signing_key(&self) -> Result<[u8; 16], SourceError> {
@@ -245,7 +416,12 @@ impl Source for Backend {
     }
 
     fn compacted_revision(&self) -> Revision {
-        each!(self, s => Source::compacted_revision(s))
+        match self {
+            Backend::Memory(m) => Source::compacted_revision(m),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => Source::compacted_revision(e),
+            Backend::Custom(CustomStore(c)) => c.compacted_revision(),
+        }
     }
 
     async fn read(&self, key: &str) -> Result<(Option<SourceItem>, Revision), SourceError> {

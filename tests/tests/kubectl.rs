@@ -986,3 +986,88 @@ async fn kubectl_creates_describes_and_deletes_rbac_objects_on_every_build() {
     }
     server.shutdown().await.unwrap();
 }
+
+/// The workload verbs: `create deployment`, `scale` (through `/scale`), `expose` (a Service
+/// with an allocated cluster IP), `get all` and `api-resources`, on every build.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_creates_scales_and_exposes_deployments_on_every_build() {
+    let builds = kubectl_every_build();
+    if builds.is_empty() {
+        return;
+    }
+    let server = start(config(0)).await;
+    for (i, bin) in builds.iter().enumerate() {
+        let k = Kubectl::new(bin, &server);
+        let who = bin.display();
+        let ns = format!("workloads-{i}");
+        k.run(&["create", "namespace", &ns]).await;
+        let created = k
+            .run(&["create", "deployment", "web", "--image=nginx:1.27", "-n", &ns])
+            .await;
+        assert!(
+            created.contains("deployment.apps/web created"),
+            "{who}: {created}"
+        );
+        let scaled = k
+            .run(&["scale", "deployment", "web", "--replicas=3", "-n", &ns])
+            .await;
+        assert!(scaled.contains("deployment.apps/web scaled"), "{who}: {scaled}");
+        let replicas = k
+            .run(&[
+                "get",
+                "deployment",
+                "web",
+                "-n",
+                &ns,
+                "-o",
+                "jsonpath={.spec.replicas}",
+            ])
+            .await;
+        assert_eq!(replicas, "3", "{who}");
+        let exposed = k
+            .run(&["expose", "deployment", "web", "--port=80", "-n", &ns])
+            .await;
+        assert!(exposed.contains("service/web exposed"), "{who}: {exposed}");
+        let service: Value =
+            serde_json::from_str(&k.run(&["get", "service", "web", "-n", &ns, "-o", "json"]).await).unwrap();
+        assert!(
+            service["spec"]["clusterIP"]
+                .as_str()
+                .is_some_and(|ip| ip.starts_with("10.0.0.")),
+            "{who}: {service}"
+        );
+        assert_eq!(service["spec"]["selector"]["app"], "web", "{who}: {service}");
+        // Tables: the apiserver's columns.
+        let table = k.run(&["get", "deployment", "web", "-n", &ns]).await;
+        let header: Vec<&str> = table
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .collect();
+        assert_eq!(
+            header,
+            ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"],
+            "{who}: {table}"
+        );
+        assert!(table.contains("0/3"), "{who}: {table}");
+        let all = k.run(&["get", "all", "-n", &ns]).await;
+        for wanted in ["deployment.apps/web", "service/web"] {
+            assert!(all.contains(wanted), "{who}: get all lacks {wanted}: {all}");
+        }
+        let everywhere = k.run(&["get", "all", "-A"]).await;
+        assert!(everywhere.contains("service/kubernetes"), "{who}: {everywhere}");
+        let resources = k.run(&["api-resources"]).await;
+        for wanted in [
+            "deployments",
+            "statefulsets",
+            "cronjobs",
+            "endpointslices",
+            "horizontalpodautoscalers",
+            "ingresses",
+        ] {
+            assert!(resources.contains(wanted), "{who}: api-resources lacks {wanted}");
+        }
+    }
+    server.shutdown().await.unwrap();
+}
