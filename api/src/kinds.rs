@@ -29,6 +29,7 @@ fn core_kinds() -> Vec<KindSpec> {
             .short_names(&["po"])
             .categories(&["all"])
             .status()
+            .pod_subresources()
             .generation()
             .fields(&[
                 "spec.nodeName",

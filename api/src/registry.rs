@@ -66,6 +66,11 @@ pub struct Subresources {
     pub finalize: bool,
     /// `/scale`: an `autoscaling/v1` Scale over the object's replica count.
     pub scale: Option<ScalePaths>,
+    /// A pod's `/eviction`: a `policy/v1` Eviction deletes it unless a PodDisruptionBudget
+    /// forbids it.
+    pub eviction: bool,
+    /// A pod's `/ephemeralcontainers`: writes change only `spec.ephemeralContainers`.
+    pub ephemeral_containers: bool,
 }
 
 /// A field a field selector may name.
@@ -275,6 +280,13 @@ impl KindSpec {
     /// Serves `/finalize`.
     pub fn finalize(mut self) -> Self {
         self.subresources.finalize = true;
+        self
+    }
+
+    /// Serves a pod's `/eviction` and `/ephemeralcontainers`.
+    pub fn pod_subresources(mut self) -> Self {
+        self.subresources.eviction = true;
+        self.subresources.ephemeral_containers = true;
         self
     }
 

@@ -182,6 +182,19 @@ pub fn on_update(
     errors.into_result()
 }
 
+/// Checks a pod's update through `/ephemeralcontainers` (`object`, the update of `old`, whose
+/// spec differs in `spec.ephemeralContainers` alone): ephemeral containers are only added,
+/// never changed or removed, and each new one is named, unique among the pod's containers, and
+/// has an image.
+pub fn on_ephemeral_containers_update(
+    object: &Map<String, Value>,
+    old: &Map<String, Value>,
+) -> Result<(), Refusal> {
+    let mut errors = Errors::default();
+    pod::ephemeral_containers_update(object, old, &mut errors);
+    errors.into_result()
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

@@ -139,21 +139,38 @@ impl Status {
         s
     }
 
-    /// The body: `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",…}`.
+    /// The body, byte for byte as the apiserver writes it: its fields in the order of Go's
+    /// `metav1.Status` (`kind, apiVersion, metadata, status, message, reason, details, code`;
+    /// within `details`, `name, group, kind, uid, causes, retryAfterSeconds`; within a cause,
+    /// `reason, message, field`), strings escaped as Go's encoder escapes them (`<`, `>` and
+    /// `&` as `\u003c`, `\u003e`, `\u0026`). Without the newline a response body ends with
+    /// ([`to_body`](Self::to_body)), so that a watch frame can embed it.
     pub fn to_json(&self) -> Bytes {
-        let mut v = json!({
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-            "code": self.code,
-        });
-        if let Some(d) = &self.details {
-            v["details"] = d.clone();
+        let mut out = Vec::with_capacity(160 + self.message.len());
+        out.extend_from_slice(
+            br#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"#,
+        );
+        go_string(&mut out, &self.message);
+        if !self.reason.is_empty() {
+            out.extend_from_slice(br#","reason":"#);
+            go_string(&mut out, self.reason);
         }
-        Bytes::from(v.to_string())
+        if let Some(d) = &self.details {
+            out.extend_from_slice(br#","details":"#);
+            go_value(&mut out, d, DETAILS);
+        }
+        out.extend_from_slice(br#","code":"#);
+        crate::write::put_u64(&mut out, u64::from(self.code));
+        out.push(b'}');
+        Bytes::from(out)
+    }
+
+    /// The body of a response: [`to_json`](Self::to_json) and a newline, as every apiserver
+    /// JSON body ends.
+    pub fn to_body(&self) -> Bytes {
+        let mut out = Vec::from(self.to_json());
+        out.push(b'\n');
+        Bytes::from(out)
     }
 
     /// The `meta.k8s.io/v1` Status message, without an envelope (protobuf watch ERROR frames).
@@ -167,12 +184,103 @@ impl Status {
     }
 }
 
+/// The order of `metav1.StatusDetails`' fields.
+const DETAILS: &[&str] = &["name", "group", "kind", "uid", "causes", "retryAfterSeconds"];
+/// The order of `metav1.StatusCause`'s fields.
+const CAUSE: &[&str] = &["reason", "message", "field"];
+
+/// Appends `s` as Go's `encoding/json` writes a string: HTML characters and the line and
+/// paragraph separators escaped.
+fn go_string(out: &mut Vec<u8>, s: &str) {
+    out.push(b'"');
+    for c in s.chars() {
+        match c {
+            '"' => out.extend_from_slice(b"\\\""),
+            '\\' => out.extend_from_slice(b"\\\\"),
+            '\n' => out.extend_from_slice(b"\\n"),
+            '\r' => out.extend_from_slice(b"\\r"),
+            '\t' => out.extend_from_slice(b"\\t"),
+            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
+                out.extend_from_slice(format!("\\u{:04x}", u32::from(c)).as_bytes());
+            }
+            c if (c as u32) < 0x20 => out.extend_from_slice(format!("\\u{:04x}", c as u32).as_bytes()),
+            c => {
+                let mut buf = [0; 4];
+                out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+            }
+        }
+    }
+    out.push(b'"');
+}
+
+/// Appends `v`: an object's fields in `order` first (the rest after, in key order), a
+/// `causes` list's objects in a cause's order.
+fn go_value(out: &mut Vec<u8>, v: &Value, order: &[&str]) {
+    match v {
+        Value::String(s) => go_string(out, s),
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                go_value(out, item, order);
+            }
+            out.push(b']');
+        }
+        Value::Object(map) => {
+            out.push(b'{');
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort_by_key(|k| {
+                (
+                    order.iter().position(|o| o == k).unwrap_or(order.len()),
+                    k.as_str(),
+                )
+            });
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                go_string(out, k);
+                out.push(b':');
+                let inner = if k == "causes" { CAUSE } else { &[] };
+                go_value(out, &map[k], inner);
+            }
+            out.push(b'}');
+        }
+        other => out.extend_from_slice(other.to_string().as_bytes()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn body(s: &Status) -> Value {
         serde_json::from_slice(&s.to_json()).unwrap()
+    }
+
+    #[test]
+    fn a_status_body_is_written_byte_for_byte_as_the_apiserver_writes_it() {
+        let mut s = Status::new(
+            409,
+            "Conflict",
+            "Operation cannot be fulfilled on configmaps \"a<b>&\": the object has been modified",
+        );
+        s.details = Some(
+            json!({"causes": [{"field": "f", "message": "m", "reason": "R"}], "kind": "configmaps", "name": "a"}),
+        );
+        assert_eq!(
+            &s.to_body()[..],
+            &br#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Operation cannot be fulfilled on configmaps \"a\u003cb\u003e\u0026\": the object has been modified","reason":"Conflict","details":{"name":"a","kind":"configmaps","causes":[{"reason":"R","message":"m","field":"f"}]},"code":409}
+"#[..],
+            "{}",
+            String::from_utf8_lossy(&s.to_body())
+        );
+        // The same JSON, parsed: nothing lost in the writing.
+        let parsed: Value = serde_json::from_slice(&s.to_json()).unwrap();
+        assert_eq!(parsed["message"], s.message);
+        assert_eq!(parsed["details"]["causes"][0]["field"], "f");
     }
 
     #[test]

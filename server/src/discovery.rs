@@ -145,6 +145,26 @@ pub(crate) fn resource_list<'a>(
                 "verbs": STATUS_VERBS,
             }));
         }
+        if r.spec.subresources.eviction {
+            list.push(json!({
+                "name": format!("{}/eviction", r.info.resource),
+                "singularName": "",
+                "namespaced": r.spec.namespaced,
+                "group": "policy",
+                "version": "v1",
+                "kind": "Eviction",
+                "verbs": ["create"],
+            }));
+        }
+        if r.spec.subresources.ephemeral_containers {
+            list.push(json!({
+                "name": format!("{}/ephemeralcontainers", r.info.resource),
+                "singularName": "",
+                "namespaced": r.spec.namespaced,
+                "kind": r.info.kind,
+                "verbs": STATUS_VERBS,
+            }));
+        }
         if r.spec.subresources.scale.is_some() {
             list.push(json!({
                 "name": format!("{}/scale", r.info.resource),
@@ -220,6 +240,18 @@ pub(crate) fn aggregated<'a>(
         let mut subresources = Vec::new();
         if r.spec.subresources.status {
             subresources.push(json!({"subresource": "status", "responseKind": kind, "verbs": STATUS_VERBS}));
+        }
+        if r.spec.subresources.eviction {
+            subresources.push(json!({
+                "subresource": "eviction",
+                "responseKind": {"group": "policy", "version": "v1", "kind": "Eviction"},
+                "verbs": ["create"],
+            }));
+        }
+        if r.spec.subresources.ephemeral_containers {
+            subresources.push(
+                json!({"subresource": "ephemeralcontainers", "responseKind": kind, "verbs": STATUS_VERBS}),
+            );
         }
         if r.spec.subresources.scale.is_some() {
             subresources.push(json!({

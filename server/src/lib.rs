@@ -27,6 +27,7 @@ mod conversion;
 mod deletion;
 mod discovery;
 mod errors;
+mod eviction;
 mod fields;
 #[cfg(fuzzing)]
 #[doc(hidden)]

@@ -184,7 +184,7 @@ pub(crate) enum FieldValidation {
 }
 
 /// What every write verb accepts: `dryRun`, `fieldManager`, `fieldValidation`.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct WriteParams {
     /// `dryRun=All`: validate and answer, store nothing.
     pub(crate) dry_run: bool,

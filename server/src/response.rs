@@ -9,7 +9,7 @@ use watchcache_encoders::Status;
 /// A Status as an HTTP response.
 pub(crate) fn status_response(s: &Status) -> Response {
     let code = StatusCode::from_u16(s.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut r = json_response(code, s.to_json());
+    let mut r = json_response(code, s.to_body());
     if let Some(secs) = s.retry_after {
         r.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from(secs));

@@ -23,6 +23,7 @@ use crate::auth::{self, ClientCert, Decision, UserInfo};
 use crate::connection::{Connection, RequestDeadline};
 use crate::discovery;
 use crate::errors;
+use crate::eviction;
 use crate::media::{self, ReadFormat};
 use crate::metrics;
 use crate::openapi;
@@ -606,6 +607,21 @@ async fn resource_request(
         Ok(t) if t.subresource.is_some_and(|s| !s.serves(&method)) => Err(Status::method_not_allowed(
             format!("method {method} is not supported on a subresource"),
         )),
+        Ok(t) if t.subresource == Some(Subresource::Eviction) => {
+            let name = t.name.clone().unwrap_or_default();
+            match write_params() {
+                Ok(p) => {
+                    let (s, body) = (state.clone(), body.clone());
+                    let write = move || async move {
+                        let body =
+                            media::json_body(content_type.as_deref(), &body, Some(eviction::EVICTION))?;
+                        eviction::evict(&s, &t, &name, &p, &body).await
+                    };
+                    state.writes.run(write).await
+                }
+                Err(s) => Err(s),
+            }
+        }
         Ok(t) if t.subresource == Some(Subresource::Scale) => {
             let name = t.name.clone().unwrap_or_default();
             match method {

@@ -34,7 +34,7 @@ fn at<'a>(object: &'a Map<String, Value>, path: &str) -> Option<&'a Value> {
 
 /// A label selector as a string (`app=web,tier in (a,b)`): a map (a ReplicationController's
 /// `spec.selector`), a `LabelSelector`, or a string as it is.
-fn selector_string(v: &Value) -> String {
+pub(crate) fn selector_string(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
         Value::Object(m) if m.contains_key("matchLabels") || m.contains_key("matchExpressions") => {

@@ -28,6 +28,10 @@ pub(crate) enum Subresource {
     Finalize,
     /// `/scale`: an `autoscaling/v1` Scale over the object's replica count.
     Scale,
+    /// A pod's `/eviction` (POST only).
+    Eviction,
+    /// A pod's `/ephemeralcontainers`: writes change only `spec.ephemeralContainers`.
+    EphemeralContainers,
 }
 
 impl Subresource {
@@ -35,7 +39,8 @@ impl Subresource {
     pub(crate) fn serves(self, method: &axum::http::Method) -> bool {
         use axum::http::Method;
         match self {
-            Subresource::Status | Subresource::Scale => {
+            Subresource::Eviction => *method == Method::POST,
+            Subresource::Status | Subresource::Scale | Subresource::EphemeralContainers => {
                 matches!(*method, Method::GET | Method::PUT | Method::PATCH)
             }
             Subresource::Finalize => *method == Method::PUT,
@@ -48,6 +53,8 @@ impl Subresource {
             Subresource::Status => "status",
             Subresource::Finalize => "finalize",
             Subresource::Scale => "scale",
+            Subresource::Eviction => "eviction",
+            Subresource::EphemeralContainers => "ephemeralcontainers",
         }
     }
 }
@@ -97,6 +104,16 @@ impl Target {
         match subresource {
             "status" if self.resource.spec.subresources.status && self.name.is_some() => {
                 self.subresource = Some(Subresource::Status);
+                Ok(self)
+            }
+            "eviction" if self.resource.spec.subresources.eviction && self.name.is_some() => {
+                self.subresource = Some(Subresource::Eviction);
+                Ok(self)
+            }
+            "ephemeralcontainers"
+                if self.resource.spec.subresources.ephemeral_containers && self.name.is_some() =>
+            {
+                self.subresource = Some(Subresource::EphemeralContainers);
                 Ok(self)
             }
             "scale" if self.resource.spec.subresources.scale.is_some() && self.name.is_some() => {

@@ -606,6 +606,21 @@ fn prepare_update(
             }
             out
         }
+        // Through /ephemeralcontainers, a pod's ephemeral containers alone.
+        (Some(Subresource::EphemeralContainers), _) => {
+            let mut out = current.clone();
+            let wanted = object
+                .get("spec")
+                .and_then(|s| s.get("ephemeralContainers"))
+                .cloned();
+            if let Some(Value::Object(spec)) = out.get_mut("spec") {
+                match wanted {
+                    Some(list) => spec.insert("ephemeralContainers".into(), list),
+                    None => spec.remove("ephemeralContainers"),
+                };
+            }
+            out
+        }
         // Through /finalize, a namespace's object but its status, spec.finalizers included.
         (Some(Subresource::Finalize), _) => {
             keep(&mut object, current, "status");
@@ -613,7 +628,7 @@ fn prepare_update(
         }
         // The object itself (a Scale's write is one, made by `scale.rs`): its status, and the
         // fields its kind resets, are left as they are.
-        (None | Some(Subresource::Scale), status) => {
+        (None | Some(Subresource::Scale | Subresource::Eviction), status) => {
             if status {
                 keep(&mut object, current, "status");
             }
@@ -927,9 +942,12 @@ fn validate(
     patched: bool,
 ) -> Result<(), Status> {
     let checks = t.resource.spec.strategy.checks;
-    let checked = match current {
-        None => validation::on_create(checks, object),
-        Some(current) => validation::on_update(checks, object, current),
+    let checked = match (current, t.subresource) {
+        (None, _) => validation::on_create(checks, object),
+        (Some(current), Some(Subresource::EphemeralContainers)) => {
+            validation::on_ephemeral_containers_update(object, current)
+        }
+        (Some(current), _) => validation::on_update(checks, object, current),
     };
     checked.map_err(|refusal| {
         let name = object

@@ -642,6 +642,7 @@ async fn multi(server: &Server, rng: &mut Rng, model: &mut Model) {
                         .await
                         .expect("a transaction");
                 }
+                Backend::Custom(_) => unreachable!("the model runs on the embedded store and on etcd"),
             }
             let rev = watchcache_tests::current_revision(server).await;
             model.apply(rev, &writes, lease.is_some(), "a transaction");
@@ -672,6 +673,7 @@ async fn multi(server: &Server, rng: &mut Rng, model: &mut Model) {
                         .await
                         .expect("a prefix delete");
                 }
+                Backend::Custom(_) => unreachable!("the model runs on the embedded store and on etcd"),
             }
             let rev = watchcache_tests::current_revision(server).await;
             model.apply(rev, &writes, false, &format!("a delete of {prefix}"));
@@ -751,6 +753,7 @@ async fn multi(server: &Server, rng: &mut Rng, model: &mut Model) {
                         let rev = watchcache_tests::current_revision(server).await;
                         model.apply(rev, &writes, true, "a transaction on a lease");
                     }
+                    Backend::Custom(_) => unreachable!("the model runs on the embedded store and on etcd"),
                 }
             }
         },

@@ -332,6 +332,60 @@ pub(super) fn validate_update(object: &Map<String, Value>, old: &Map<String, Val
     }
 }
 
+pub(super) fn ephemeral_containers_update(
+    object: &Map<String, Value>,
+    old: &Map<String, Value>,
+    errors: &mut Errors,
+) {
+    let (new, old) = (spec(object), spec(old));
+    let path = Path::new("spec").child("ephemeralContainers");
+    let (now, before) = (
+        list(&new, "ephemeralContainers"),
+        list(&old, "ephemeralContainers"),
+    );
+    let name = |c: &Value| {
+        c.get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    for b in before {
+        match now.iter().position(|c| name(c) == name(b)) {
+            None => errors.forbidden(
+                &path,
+                format!("existing ephemeral containers {:?} may not be removed", name(b)),
+            ),
+            Some(i) if now[i] != *b => errors.forbidden(
+                &path.index(i),
+                format!("existing ephemeral containers {:?} may not be changed", name(b)),
+            ),
+            Some(_) => {}
+        }
+    }
+    let mut names: Vec<String> = CONTAINER_LISTS
+        .iter()
+        .flat_map(|f| list(&new, f).iter().map(name))
+        .collect();
+    for (i, c) in now.iter().enumerate() {
+        if before.iter().any(|b| name(b) == name(c)) {
+            names.push(name(c));
+            continue;
+        }
+        let at = path.index(i);
+        let n = name(c);
+        if n.is_empty() {
+            errors.required(&at.child("name"));
+        } else if names.contains(&n) {
+            errors.duplicate(&at.child("name"), n.as_str());
+        }
+        names.push(n);
+        match c.get("image").and_then(Value::as_str) {
+            None | Some("") => errors.required(&at.child("image")),
+            _ => {}
+        }
+    }
+}
+
 fn list_of<'a>(spec: &'a Map<String, Value>, field: &str) -> impl Iterator<Item = &'a Value> {
     list(spec, field).iter()
 }
