@@ -479,8 +479,13 @@ fn cron_job_defaults(o: &mut Map<String, Value>) {
 }
 
 fn network_policy_defaults(o: &mut Map<String, Value>) {
-    let egress = get(o, "spec.egress").is_some_and(|e| !e.is_null());
-    if get(o, "spec.policyTypes").is_none_or(Value::is_null) {
+    // Egress only when there are egress rules, as the apiserver defaults it (`egress: []` is
+    // none); an empty list of types is unset.
+    let egress = get(o, "spec.egress")
+        .and_then(Value::as_array)
+        .is_some_and(|e| !e.is_empty());
+    let unset = |t: &Value| t.is_null() || t.as_array().is_some_and(Vec::is_empty);
+    if get(o, "spec.policyTypes").is_none_or(unset) {
         let mut types = vec![json!("Ingress")];
         if egress {
             types.push(json!("Egress"));
@@ -531,6 +536,20 @@ mod tests {
             "Always"
         );
         assert_eq!(d["spec"]["template"]["spec"]["restartPolicy"], "Always");
+    }
+
+    #[test]
+    fn a_network_policy_has_egress_only_with_egress_rules() {
+        for (spec, want) in [
+            (json!({"egress": []}), json!(["Ingress"])),
+            (json!({"egress": [{}]}), json!(["Ingress", "Egress"])),
+            (json!({"policyTypes": []}), json!(["Ingress"])),
+            (json!({"policyTypes": ["Egress"]}), json!(["Egress"])),
+        ] {
+            let mut p = json!({"spec": spec});
+            network_policy_defaults(p.as_object_mut().unwrap());
+            assert_eq!(p["spec"]["policyTypes"], want, "{p}");
+        }
     }
 
     #[test]

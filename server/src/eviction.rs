@@ -68,7 +68,10 @@ pub(crate) async fn evict(
         o => o.to_string().into_bytes(),
     };
     let mut delete = DeleteParams::parse(None, &options)?;
-    delete.write = p.clone();
+    // A dry run asked for in the Eviction's delete options (kubectl drain --dry-run=server)
+    // or in the URL.
+    let dry_run = delete.write.dry_run || p.dry_run;
+    delete.write = WriteParams { dry_run, ..p.clone() };
     let pod_key = t.storage_key(name);
     let (raw, _) = state
         .store
@@ -82,8 +85,8 @@ pub(crate) async fn evict(
     let phase = pod["status"]["phase"].as_str().unwrap_or_default();
     let exempt = matches!(phase, "Succeeded" | "Failed" | "Pending")
         || !pod["metadata"]["deletionTimestamp"].is_null();
-    if !exempt && !p.dry_run {
-        take_disruption(state, t, name, &pod).await?;
+    if !exempt {
+        take_disruption(state, t, name, &pod, dry_run).await?;
     }
     let object = Target {
         resource: t.resource.clone(),
@@ -147,8 +150,14 @@ async fn budgets(state: &AppState, namespace: &str, pod: &Value) -> Result<Vec<V
 }
 
 /// Takes one disruption from the budget covering `pod`, if any: refused (429) when it allows
-/// none or has not been processed.
-async fn take_disruption(state: &AppState, t: &Target, name: &str, pod: &Value) -> Result<(), Status> {
+/// none or has not been processed. A dry run checks the budget and writes nothing.
+async fn take_disruption(
+    state: &AppState,
+    t: &Target,
+    name: &str,
+    pod: &Value,
+    dry_run: bool,
+) -> Result<(), Status> {
     let namespace = t.namespace.as_deref().unwrap_or_default();
     let covering = budgets(state, namespace, pod).await?;
     let pdb = match covering.as_slice() {
@@ -186,6 +195,9 @@ async fn take_disruption(state: &AppState, t: &Target, name: &str, pod: &Value) 
                 int(&pdb, &["status", "desiredHealthy"]),
                 int(&pdb, &["status", "currentHealthy"])
             )));
+        }
+        if dry_run {
+            return Ok(());
         }
         let allowed = int(&pdb, &["status", "disruptionsAllowed"]) - 1;
         pdb["status"]["disruptionsAllowed"] = json!(allowed);

@@ -165,6 +165,13 @@ pub(crate) async fn write(
     let wanted = match patch {
         None => serde_json::from_slice::<Value>(body)
             .map_err(|e| Status::bad_request(format!("the body is not a Scale: {e}")))?,
+        Some(PatchType::Apply) => {
+            return Err(Status::new(
+                415,
+                "UnsupportedMediaType",
+                "server-side apply is not served on /scale: use a JSON, merge or strategic merge patch",
+            ));
+        }
         Some(ty) => Value::Object(Patch::parse(ty, body)?.apply_to("Scale", current_map)?),
     };
     let replicas = match wanted.pointer("/spec/replicas") {
@@ -183,11 +190,16 @@ pub(crate) async fn write(
                 )
             })?,
     };
-    // The Scale's resourceVersion is the object's: a precondition when the client names one.
+    // The Scale's resourceVersion is the object's: a precondition when the client names one
+    // (a PUT's, or one a patch sets; not the one the patch was shown).
     let mut object_patch = Map::new();
-    let wanted_version = wanted
+    let shown = current
         .pointer("/metadata/resourceVersion")
         .and_then(Value::as_str);
+    let wanted_version = wanted
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .filter(|v| patch.is_none() || Some(*v) != shown);
     if let Some(v) = wanted_version.filter(|v| !v.is_empty() && *v != "0") {
         object_patch.insert("metadata".into(), json!({"resourceVersion": v}));
     }

@@ -170,14 +170,21 @@ pub(crate) fn is_services(t: &Target) -> bool {
     t.resource.spec.group.is_empty() && t.resource.spec.kind == "Service"
 }
 
-/// The claims one write made: released if the write does not happen.
+/// The claims one write made, and those of the Service it replaces that it no longer holds.
 #[derive(Default)]
 pub(crate) struct Claims {
+    /// Made for this write: released if it does not happen.
     keys: Vec<String>,
+    /// Held by the stored Service and not by the new one: released once the write is stored.
+    dropped: Vec<String>,
+    /// The Service's uid, which a claim to release must name.
+    uid: Value,
 }
 
 impl Claims {
-    /// Releases every claim (the write they were made for failed, or was a dry run).
+    /// Releases the claims made for a write that did not happen (or was a dry run). Only for
+    /// a failure that proves nothing was stored: a write whose outcome is unknown keeps them,
+    /// for the repair loop to release if no Service holds them.
     pub(crate) async fn release(self, state: &AppState) {
         for key in self.keys {
             if let Err(e) = state.store.delete(&key, None).await
@@ -186,6 +193,35 @@ impl Claims {
                 tracing::warn!(key, error = %e, "releasing a Service address; the repair loop will");
             }
         }
+    }
+
+    /// The write was stored: the addresses the Service no longer holds go.
+    pub(crate) async fn settle(self, state: &AppState) {
+        for key in &self.dropped {
+            release_owned(state, key, &self.uid).await;
+        }
+    }
+
+    /// Releases these claims if the write failed for certain (`failed`, the code of its
+    /// error, is the client's: nothing was stored), or was a dry run; settles them if it was
+    /// stored.
+    pub(crate) async fn after(self, state: &AppState, failed: Option<u16>, dry_run: bool) {
+        match failed {
+            None if !dry_run => self.settle(state).await,
+            Some(code) if code >= 500 => {}
+            _ => self.release(state).await,
+        }
+    }
+}
+
+/// Releases `key` if its claim names the Service `uid`.
+async fn release_owned(state: &AppState, key: &str, uid: &Value) {
+    let Ok(Some((value, revision))) = state.store.get(key).await else {
+        return;
+    };
+    let owner: Value = serde_json::from_slice(&value).unwrap_or(Value::Null);
+    if owner["spec"]["parentRef"]["uid"] == *uid {
+        let _ = state.store.delete(key, Some(revision)).await;
     }
 }
 
@@ -201,9 +237,10 @@ fn needs_node_ports(service_type: &str) -> bool {
     matches!(service_type, "NodePort" | "LoadBalancer")
 }
 
-/// What a claim's value says: the Service holding it.
-fn claim_value(kind: &str, name: &str, object: &Map<String, Value>) -> Bytes {
-    let meta = object.get("metadata").cloned().unwrap_or_default();
+/// What a claim's value says: the Service holding it (`owner`: its stored metadata, whose uid
+/// the server set).
+fn claim_value(kind: &str, name: &str, owner: &Map<String, Value>) -> Bytes {
+    let meta = owner.get("metadata").cloned().unwrap_or_default();
     Bytes::from(
         json!({
             "apiVersion": "networking.k8s.io/v1",
@@ -235,6 +272,29 @@ async fn claim(state: &AppState, key: &str, value: Bytes) -> Result<bool, Status
     }
 }
 
+/// Whether `key` is the Service `owner`'s: claimed for it now if nobody has it (a Service
+/// stored before its claims were, or restored from a backup).
+async fn held_by(
+    state: &AppState,
+    key: &str,
+    value: Bytes,
+    owner: &Map<String, Value>,
+) -> Result<bool, Status> {
+    if claim(state, key, value).await? {
+        return Ok(true);
+    }
+    let uid = owner.get("metadata").and_then(|m| m.get("uid"));
+    let stored = state
+        .store
+        .get(key)
+        .await
+        .map_err(|e| errors::source(&e, "services", ""))?;
+    Ok(stored.is_some_and(|(v, _)| {
+        let claim: Value = serde_json::from_slice(&v).unwrap_or(Value::Null);
+        uid.is_some_and(|u| claim["spec"]["parentRef"]["uid"] == *u)
+    }))
+}
+
 fn invalid(name: &str, field: &str, value: Value, why: &str) -> Status {
     errors::invalid_field("Service", "", name, field, value, why)
 }
@@ -248,15 +308,16 @@ fn name_of(object: &Map<String, Value>) -> String {
         .to_owned()
 }
 
-/// A cluster IP for `object`: the one it asks for, or a free one at random.
+/// A cluster IP for `object`: the one it asks for (kept if `owner` holds it), or a free one
+/// at random.
 async fn allocate_ip(
     state: &AppState,
-    object: &Map<String, Value>,
+    owner: &Map<String, Value>,
     wanted: Option<&str>,
     claims: &mut Claims,
 ) -> Result<String, Status> {
     let range = &state.config.service_ranges.ips;
-    let name = name_of(object);
+    let name = name_of(owner);
     if let Some(ip) = wanted {
         if range.offset(ip).is_none() {
             return Err(invalid(
@@ -272,7 +333,10 @@ async fn allocate_ip(
         let ip = ip
             .parse::<IpAddr>()
             .map_or_else(|_| ip.to_owned(), |a| a.to_string());
-        if !claim(state, &ip_key(&ip), claim_value("IPAddress", &ip, object)).await? {
+        let key = ip_key(&ip);
+        if claim(state, &key, claim_value("IPAddress", &ip, owner)).await? {
+            claims.keys.push(key);
+        } else if !held_by(state, &key, claim_value("IPAddress", &ip, owner), owner).await? {
             return Err(invalid(
                 &name,
                 "spec.clusterIPs",
@@ -280,7 +344,6 @@ async fn allocate_ip(
                 &format!("failed to allocate IP {ip}: provided IP is already allocated"),
             ));
         }
-        claims.keys.push(ip_key(&ip));
         return Ok(ip);
     }
     // Offsets 2..last: the network's address, the `kubernetes` Service's and an IPv4
@@ -289,7 +352,7 @@ async fn allocate_ip(
     let start = u128::from(fastrand::u64(..)) % span;
     for i in 0..span.min(1 << 16) {
         let ip = range.nth(2 + (start + i) % span).to_string();
-        if claim(state, &ip_key(&ip), claim_value("IPAddress", &ip, object)).await? {
+        if claim(state, &ip_key(&ip), claim_value("IPAddress", &ip, owner)).await? {
             claims.keys.push(ip_key(&ip));
             return Ok(ip);
         }
@@ -300,16 +363,17 @@ async fn allocate_ip(
     )))
 }
 
-/// A node port for port `index` of `object`: the one it asks for, or a free one at random.
+/// A node port for port `index`: the one it asks for (kept if `owner` holds it), or a free
+/// one at random.
 async fn allocate_port(
     state: &AppState,
-    object: &Map<String, Value>,
+    owner: &Map<String, Value>,
     index: usize,
     wanted: Option<i64>,
     claims: &mut Claims,
 ) -> Result<i64, Status> {
     let (first, last) = state.config.service_ranges.node_ports;
-    let name = name_of(object);
+    let name = name_of(owner);
     let field = format!("spec.ports[{index}].nodePort");
     if let Some(port) = wanted {
         if port < i64::from(first) || port > i64::from(last) {
@@ -322,13 +386,10 @@ async fn allocate_port(
                 ),
             ));
         }
-        if !claim(
-            state,
-            &port_key(port),
-            claim_value("NodePort", &port.to_string(), object),
-        )
-        .await?
-        {
+        let value = claim_value("NodePort", &port.to_string(), owner);
+        if claim(state, &port_key(port), value.clone()).await? {
+            claims.keys.push(port_key(port));
+        } else if !held_by(state, &port_key(port), value, owner).await? {
             return Err(invalid(
                 &name,
                 &field,
@@ -336,7 +397,6 @@ async fn allocate_port(
                 "provided port is already allocated",
             ));
         }
-        claims.keys.push(port_key(port));
         return Ok(port);
     }
     let span = i64::from(last) - i64::from(first) + 1;
@@ -346,7 +406,7 @@ async fn allocate_port(
         if claim(
             state,
             &port_key(port),
-            claim_value("NodePort", &port.to_string(), object),
+            claim_value("NodePort", &port.to_string(), owner),
         )
         .await?
         {
@@ -377,8 +437,8 @@ fn set_cluster_ip(state: &AppState, spec: &mut Map<String, Value>, ip: &str) {
         .or_insert_with(|| json!("SingleStack"));
 }
 
-/// Allocates a new Service's addresses (`current`: the stored Service an update replaces,
-/// whose addresses it keeps). Only for Services; anything else gets no claims.
+/// Allocates a Service's addresses (`current`: the stored Service an update replaces, whose
+/// addresses it keeps). Only for Services; anything else gets no claims.
 pub(crate) async fn allocate(
     state: &AppState,
     t: &Target,
@@ -389,8 +449,24 @@ pub(crate) async fn allocate(
     if !is_services(t) {
         return Ok(claims);
     }
-    match allocate_into(state, object, current, &mut claims).await {
-        Ok(()) => Ok(claims),
+    // Claims name the stored Service (its server-set uid), or the new one.
+    let owner = current.cloned().unwrap_or_else(|| object.clone());
+    claims.uid = owner
+        .get("metadata")
+        .and_then(|m| m.get("uid"))
+        .cloned()
+        .unwrap_or(Value::Null);
+    match allocate_into(state, object, current, &owner, &mut claims).await {
+        Ok(()) => {
+            if let Some(current) = current {
+                let now = held(&Value::Object(object.clone()));
+                claims.dropped = held(&Value::Object(current.clone()))
+                    .into_iter()
+                    .filter(|k| !now.contains(k))
+                    .collect();
+            }
+            Ok(claims)
+        }
         Err(e) => {
             claims.release(state).await;
             Err(e)
@@ -402,19 +478,30 @@ async fn allocate_into(
     state: &AppState,
     object: &mut Map<String, Value>,
     current: Option<&Map<String, Value>>,
+    owner: &Map<String, Value>,
     claims: &mut Claims,
 ) -> Result<(), Status> {
     let service_type = spec_str(object, "type").unwrap_or("ClusterIP").to_owned();
     let name = name_of(object);
     let old_ip = current
+        .filter(|c| needs_cluster_ip(spec_str(c, "type").unwrap_or("ClusterIP")))
         .and_then(|c| spec_str(c, "clusterIP"))
         .filter(|ip| !ip.is_empty());
     let new_ip = spec_str(object, "clusterIP")
         .filter(|ip| !ip.is_empty())
         .map(str::to_owned);
-    if needs_cluster_ip(&service_type) {
+    if !needs_cluster_ip(&service_type) {
+        if let Some(ip) = new_ip.filter(|ip| ip != "None") {
+            return Err(invalid(
+                &name,
+                "spec.clusterIP",
+                json!(ip),
+                "may not be set for ExternalName services",
+            ));
+        }
+    } else {
         match (old_ip, new_ip.as_deref()) {
-            // Kept: unset in the update, or the same.
+            // Kept: unset in the update, or the same (claimed again if its claim is gone).
             (Some(old), None) => {
                 let old = old.to_owned();
                 let kept = current.and_then(|c| c.get("spec")).cloned().unwrap_or_default();
@@ -425,8 +512,15 @@ async fn allocate_into(
                         spec.entry(f).or_insert_with(|| v.clone());
                     }
                 }
+                if old != "None" {
+                    allocate_ip(state, owner, Some(&old), claims).await?;
+                }
             }
-            (Some(old), Some(new)) if old == new => {}
+            (Some(old), Some(new)) if old == new => {
+                if old != "None" {
+                    allocate_ip(state, owner, Some(old), claims).await?;
+                }
+            }
             (Some(_), Some(new)) => {
                 return Err(invalid(
                     &name,
@@ -444,47 +538,73 @@ async fn allocate_into(
                     .or_insert_with(|| json!("SingleStack"));
             }
             (None, wanted) => {
-                let ip = allocate_ip(state, object, wanted, claims).await?;
+                let ip = allocate_ip(state, owner, wanted, claims).await?;
                 set_cluster_ip(state, spec_mut(object), &ip);
             }
         }
     }
-    if needs_node_ports(&service_type) {
-        let old_ports: Vec<Value> = current
-            .and_then(|c| c.get("spec")?.get("ports")?.as_array().cloned())
-            .unwrap_or_default();
-        let count = object
-            .get("spec")
-            .and_then(|s| s.get("ports"))
-            .and_then(Value::as_array)
-            .map_or(0, Vec::len);
+    let count = object
+        .get("spec")
+        .and_then(|s| s.get("ports"))
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
+    if !needs_node_ports(&service_type) {
         for i in 0..count {
-            let port = &object["spec"]["ports"][i];
-            let same = |o: &&Value| {
-                o.get("port") == port.get("port")
-                    && o.get("protocol").and_then(Value::as_str).unwrap_or("TCP")
-                        == port.get("protocol").and_then(Value::as_str).unwrap_or("TCP")
-            };
-            let held = old_ports
-                .iter()
-                .find(same)
-                .and_then(|o| o.get("nodePort"))
-                .and_then(Value::as_i64)
-                .filter(|p| *p > 0);
-            let wanted = port.get("nodePort").and_then(Value::as_i64).filter(|p| *p > 0);
-            let node_port = match (held, wanted) {
-                (Some(h), None) => h,
-                (Some(h), Some(w)) if h == w => h,
-                (_, w) => allocate_port(state, object, i, w, claims).await?,
-            };
-            if let Some(p) = object
-                .get_mut("spec")
-                .and_then(|s| s.get_mut("ports"))
-                .and_then(|p| p.get_mut(i))
-                .and_then(Value::as_object_mut)
+            if object["spec"]["ports"][i]["nodePort"]
+                .as_i64()
+                .is_some_and(|p| p != 0)
             {
-                p.insert("nodePort".into(), json!(node_port));
+                return Err(errors::invalid_field(
+                    "Service",
+                    "",
+                    &name,
+                    &format!("spec.ports[{i}].nodePort"),
+                    object["spec"]["ports"][i]["nodePort"].clone(),
+                    &format!("may not be used when `type` is '{service_type}'"),
+                ));
             }
+        }
+        return Ok(());
+    }
+    // The node ports the stored Service holds: any of them may be kept, on any port.
+    let old_ports: Vec<Value> = current
+        .filter(|c| needs_node_ports(spec_str(c, "type").unwrap_or("ClusterIP")))
+        .and_then(|c| c.get("spec")?.get("ports")?.as_array().cloned())
+        .unwrap_or_default();
+    let mut taken: Vec<i64> = (0..count)
+        .filter_map(|i| object["spec"]["ports"][i]["nodePort"].as_i64())
+        .filter(|p| *p > 0)
+        .collect();
+    for i in 0..count {
+        let port = &object["spec"]["ports"][i];
+        let wanted = port.get("nodePort").and_then(Value::as_i64).filter(|p| *p > 0);
+        let same = |o: &&Value| {
+            o.get("port") == port.get("port")
+                && o.get("protocol").and_then(Value::as_str).unwrap_or("TCP")
+                    == port.get("protocol").and_then(Value::as_str).unwrap_or("TCP")
+        };
+        // Unset: the stored port's, if this port had one no other port takes.
+        let kept = old_ports
+            .iter()
+            .find(same)
+            .and_then(|o| o.get("nodePort"))
+            .and_then(Value::as_i64)
+            .filter(|p| *p > 0 && !taken.contains(p));
+        let node_port = match (wanted, kept) {
+            (Some(w), _) => allocate_port(state, owner, i, Some(w), claims).await?,
+            (None, Some(k)) => {
+                taken.push(k);
+                allocate_port(state, owner, i, Some(k), claims).await?
+            }
+            (None, None) => allocate_port(state, owner, i, None, claims).await?,
+        };
+        if let Some(p) = object
+            .get_mut("spec")
+            .and_then(|s| s.get_mut("ports"))
+            .and_then(|p| p.get_mut(i))
+            .and_then(Value::as_object_mut)
+        {
+            p.insert("nodePort".into(), json!(node_port));
         }
     }
     Ok(())
@@ -527,13 +647,7 @@ pub(crate) async fn release_deleted(state: &AppState, t: &Target, raw: &[u8]) {
     };
     let uid = &object["metadata"]["uid"];
     for key in held(&object) {
-        let Ok(Some((value, revision))) = state.store.get(&key).await else {
-            continue;
-        };
-        let owner: Value = serde_json::from_slice(&value).unwrap_or(Value::Null);
-        if owner["spec"]["parentRef"]["uid"] == *uid {
-            let _ = state.store.delete(&key, Some(revision)).await;
-        }
+        release_owned(state, &key, uid).await;
     }
 }
 
@@ -566,14 +680,32 @@ async fn repair_once(
     let mut claims = state.store.list(IP_PREFIX, None).await?.items;
     claims.extend(state.store.list(PORT_PREFIX, None).await?.items);
     let services = state.store.list("/registry/services/specs/", None).await?;
-    let held: HashSet<String> = services
+    let services: Vec<Value> = services
         .items
         .iter()
         .filter_map(|i| serde_json::from_slice::<Value>(&i.value).ok())
-        .flat_map(|s| held(&s))
         .collect();
+    let holding: HashSet<String> = services.iter().flat_map(held).collect();
+    // An address a Service holds without a claim (stored before its claims were, restored
+    // from a backup) is claimed for it.
+    let claimed: HashSet<&str> = claims.iter().map(|c| c.key.as_str()).collect();
+    for service in &services {
+        let Some(owner) = service.as_object() else {
+            continue;
+        };
+        for key in held(service)
+            .into_iter()
+            .filter(|k| !claimed.contains(k.as_str()))
+        {
+            let (kind, name) = match key.strip_prefix(IP_PREFIX) {
+                Some(ip) => ("IPAddress", ip.to_owned()),
+                None => ("NodePort", key.trim_start_matches(PORT_PREFIX).to_owned()),
+            };
+            let _ = state.store.create(&key, claim_value(kind, &name, owner)).await;
+        }
+    }
     let mut orphans = HashMap::new();
-    for claim in claims.into_iter().filter(|c| !held.contains(&c.key)) {
+    for claim in claims.into_iter().filter(|c| !holding.contains(&c.key)) {
         if suspects.get(&claim.key) == Some(&claim.mod_revision) {
             let _ = state.store.delete(&claim.key, Some(claim.mod_revision)).await;
         } else {

@@ -13,9 +13,9 @@
 //! allocation), as any client would: a create that finds the object made by another replica
 //! is fine.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use watchcache_core::{Revision, WireFormat};
@@ -27,15 +27,32 @@ use crate::writes;
 
 /// How often what should exist is compared with what does.
 const RECHECK: Duration = Duration::from_millis(500);
+/// How long an object whose create was refused is left alone before it is tried again.
+const BACKOFF: Duration = Duration::from_secs(30);
 
 /// The field manager the server's own writes are recorded under.
 const MANAGER: &str = "watchcache-controllers";
 
+/// The creates refused lately, by `plural/namespace/name`: not tried again before the time
+/// kept, so that an object the store refuses (a name taken by a client, a namespace going) is
+/// not written for every recheck.
+#[derive(Default)]
+struct Backoff(HashMap<String, Instant>);
+
+impl Backoff {
+    fn waiting(&mut self, what: &str) -> bool {
+        let now = Instant::now();
+        self.0.retain(|_, until| *until > now);
+        self.0.contains_key(what)
+    }
+}
+
 /// Runs until the server stops.
 pub(crate) async fn run(state: Arc<AppState>) {
     let stop = state.shutdown.token();
+    let mut backoff = Backoff::default();
     loop {
-        ensure(&state).await;
+        ensure(&state, &mut backoff).await;
         tokio::select! {
             () = stop.cancelled() => return,
             () = tokio::time::sleep(RECHECK) => {}
@@ -73,25 +90,46 @@ fn names_by_namespace(objects: &[Value]) -> HashSet<String> {
         .collect()
 }
 
-async fn create(state: &AppState, plural: &str, namespace: &str, object: Value) {
-    let Ok(t) = Target::resolve(state, "v1", plural, Some(namespace.to_owned()), None) else {
+async fn create(
+    state: &AppState,
+    backoff: &mut Backoff,
+    api_version: &str,
+    plural: &str,
+    namespace: &str,
+    object: Value,
+) {
+    let what = format!(
+        "{plural}/{namespace}/{}",
+        object["metadata"]["name"].as_str().unwrap_or_default()
+    );
+    if backoff.waiting(&what) {
+        return;
+    }
+    let Ok(t) = Target::resolve(state, api_version, plural, Some(namespace.to_owned()), None) else {
         return;
     };
     let p = WriteParams {
         manager: MANAGER.to_owned(),
         ..WriteParams::default()
     };
-    if let Err(e) = writes::create(state, &t, &p, object.to_string().as_bytes()).await
-        && e.code != 409
+    match writes::create(state, &t, &p, object.to_string().as_bytes())
+        .await
+        .map(drop)
     {
-        // 404/403: the namespace went (or is going) meanwhile.
-        if e.code >= 500 {
-            tracing::warn!(plural, namespace, error = %e.message, "creating a system object");
+        // Made, or made meanwhile by another replica.
+        Ok(_) => {}
+        Err(e) if e.code == 409 => {}
+        Err(e) => {
+            // A namespace going meanwhile is expected; anything else is worth a line.
+            if e.code != 403 && e.code != 404 {
+                tracing::warn!(what, error = %e.message, "creating a system object; trying again in 30 s");
+            }
+            backoff.0.insert(what, Instant::now() + BACKOFF);
         }
     }
 }
 
-async fn ensure(state: &AppState) {
+async fn ensure(state: &AppState, backoff: &mut Backoff) {
     let active: Vec<String> = cached(state, "namespaces", None)
         .await
         .into_iter()
@@ -102,7 +140,7 @@ async fn ensure(state: &AppState) {
         names_by_namespace(&cached(state, "serviceaccounts", Some("metadata.name%3Ddefault")).await);
     for ns in active.iter().filter(|ns| !accounts.contains(*ns)) {
         let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}});
-        create(state, "serviceaccounts", ns, sa).await;
+        create(state, backoff, "v1", "serviceaccounts", ns, sa).await;
     }
     if let Some(ca) = &state.root_ca {
         let maps = cached(state, "configmaps", Some("metadata.name%3Dkube-root-ca.crt")).await;
@@ -114,16 +152,16 @@ async fn ensure(state: &AppState) {
                              "annotations": {"kubernetes.io/description": "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters."}},
                 "data": {"ca.crt": ca},
             });
-            create(state, "configmaps", ns, cm).await;
+            create(state, backoff, "v1", "configmaps", ns, cm).await;
         }
     }
     if active.iter().any(|ns| ns == "default") {
-        kubernetes_service(state).await;
+        kubernetes_service(state, backoff).await;
     }
 }
 
 /// The `kubernetes` Service, Endpoints and EndpointSlice in `default`, created when missing.
-async fn kubernetes_service(state: &AppState) {
+async fn kubernetes_service(state: &AppState, backoff: &mut Backoff) {
     let port = state.addr.port();
     let ip = if state.addr.ip().is_unspecified() {
         std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)
@@ -144,7 +182,7 @@ async fn kubernetes_service(state: &AppState) {
                 "type": "ClusterIP",
             },
         });
-        create(state, "services", "default", service).await;
+        create(state, backoff, "v1", "services", "default", service).await;
     }
     let endpoints = cached(state, "endpoints", Some("metadata.name%3Dkubernetes")).await;
     if !endpoints.iter().any(|s| s["metadata"]["namespace"] == "default") {
@@ -153,7 +191,7 @@ async fn kubernetes_service(state: &AppState) {
             "metadata": {"name": "kubernetes", "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
             "subsets": [{"addresses": [{"ip": ip.to_string()}], "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}],
         });
-        create(state, "endpoints", "default", ep).await;
+        create(state, backoff, "v1", "endpoints", "default", ep).await;
     }
     let Ok(t) = Target::resolve(
         state,
@@ -177,10 +215,14 @@ async fn kubernetes_service(state: &AppState) {
             "endpoints": [{"addresses": [ip.to_string()], "conditions": {"ready": true}}],
             "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
         });
-        let p = WriteParams {
-            manager: MANAGER.to_owned(),
-            ..WriteParams::default()
-        };
-        let _ = writes::create(state, &t, &p, slice.to_string().as_bytes()).await;
+        create(
+            state,
+            backoff,
+            "discovery.k8s.io/v1",
+            "endpointslices",
+            "default",
+            slice,
+        )
+        .await;
     }
 }

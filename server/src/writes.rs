@@ -69,9 +69,8 @@ pub(crate) async fn create(
     confirm_no_escalation(state, t, p, &object, None)?;
     let claims = services::allocate(state, t, &mut object, None).await?;
     let stored = store_new(state, t, p, object, generated, &warnings).await;
-    if p.dry_run || stored.is_err() {
-        claims.release(state).await;
-    }
+    let failed = stored.as_ref().err().map(|e| e.code);
+    claims.after(state, failed, p.dry_run).await;
     stored
 }
 
@@ -218,16 +217,15 @@ pub(crate) async fn update(
         }
         match prepared.commit(state, &key, read_at).await {
             Ok((revision, version)) => {
+                claims.settle(state).await;
                 return written(t, StatusCode::OK, &version, revision).map(|r| warn(r, &warnings));
             }
             Err(SourceError::Conflict { .. }) => {
                 claims.release(state).await;
                 continue;
             }
-            Err(e) => {
-                claims.release(state).await;
-                return Err(errors::source(&e, resource, name));
-            }
+            // Whether it was stored is not known: its claims stay, for the repair loop.
+            Err(e) => return Err(errors::source(&e, resource, name)),
         }
     }
     Err(Status::conflict(resource, name))
@@ -384,9 +382,13 @@ async fn apply(
                 }
             }
             .await;
-            if p.dry_run || !matches!(created, Ok(Some(_))) {
-                claims.release(state).await;
-            }
+            let failed = match &created {
+                Ok(Some(_)) => None,
+                // Created meanwhile by another write: nothing stored here.
+                Ok(None) => Some(409),
+                Err(e) => Some(e.code),
+            };
+            claims.after(state, failed, p.dry_run).await;
             match created {
                 Ok(Some(response)) => return Ok(response),
                 // Created meanwhile: applied to as it is now.
@@ -466,16 +468,15 @@ impl Attempt<'_> {
         }
         match prepared.commit(state, self.key, self.read_at).await {
             Ok((revision, version)) => {
+                claims.settle(state).await;
                 written(t, StatusCode::OK, &version, revision).map(|r| Some(warn(r, self.warnings)))
             }
             Err(SourceError::Conflict { .. }) => {
                 claims.release(state).await;
                 Ok(None)
             }
-            Err(e) => {
-                claims.release(state).await;
-                Err(errors::source(&e, &t.resource.info.resource, self.name))
-            }
+            // Whether it was stored is not known: its claims stay, for the repair loop.
+            Err(e) => Err(errors::source(&e, &t.resource.info.resource, self.name)),
         }
     }
 }

@@ -87,6 +87,24 @@ pub async fn current_revision(server: &Server) -> u64 {
         .get()
 }
 
+/// Waits (at most 30 s) until the store's revision has stood still for a second: the server's
+/// own controllers, which write when it starts and when a namespace is made (each namespace's
+/// default ServiceAccount, the `kubernetes` Service), are done. For tests that must be the
+/// store's only writer.
+pub async fn settle(server: &Server) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut last = current_revision(server).await;
+    while std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = current_revision(server).await;
+        if now == last {
+            return;
+        }
+        last = now;
+    }
+    panic!("the store's revision never stood still (last {last})");
+}
+
 /// The embedded store under `server` (tests that write to it directly).
 pub fn memory(server: &Server) -> &watchcache_core::MemorySource {
     server.store().memory().expect("a server on the embedded store")

@@ -1405,6 +1405,9 @@ async fn schedule(seed: u64, backing: &Backing) -> Tally {
     cfg.bookmark_interval = Duration::from_secs(3600);
     let server = watchcache_tests::start(cfg).await;
     watchcache_tests::create_namespaces(&server, &NAMESPACES).await;
+    // The model is the store's only writer from here: the server's own controllers (each
+    // namespace's default ServiceAccount) are done first.
+    watchcache_tests::settle(&server).await;
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let mut model = Model::default();
     model

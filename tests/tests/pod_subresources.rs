@@ -90,8 +90,16 @@ async fn an_eviction_takes_a_disruption_from_the_budget_or_is_refused_with_429()
         refused["details"]["causes"][0],
         json!({"reason": "DisruptionBudget", "message": "The disruption budget web needs 1 healthy pods and has 2 currently"})
     );
-    // Allowing one: the first eviction takes it, the second is refused.
+    // Allowing one: a dry run (asked for in the Eviction, as kubectl drain --dry-run=server
+    // asks) spends nothing and deletes nothing; then the first eviction takes it, the second
+    // is refused.
     set_status(1).await;
+    let mut dry = eviction("a");
+    dry["deleteOptions"] = json!({"dryRun": ["All"]});
+    let (code, out) = post(&server, &format!("{pods}/a/eviction"), dry).await;
+    assert_eq!(code, 201, "{out}");
+    let (code, _) = request(&client, &server, "GET", &format!("{pods}/a"), None).await;
+    assert_eq!(code, 200, "a dry run evicts nothing");
     let (code, done) = post(&server, &format!("{pods}/a/eviction"), eviction("a")).await;
     assert_eq!(code, 201, "{done}");
     assert_eq!(done["status"], "Success");
@@ -185,6 +193,24 @@ async fn ephemeral_containers_are_only_added_through_their_subresource() {
     )
     .await;
     assert_eq!(code, 422, "{out}");
+    // What only the pod's own containers may have is refused.
+    let (code, out) = request_typed(
+        &client,
+        &server,
+        "PATCH",
+        &format!("{path}/ephemeralcontainers"),
+        "application/strategic-merge-patch+json",
+        json!({"spec": {"ephemeralContainers": [debugger, {"name": "junk", "image": "busybox", "ports": [{"containerPort": 80}]}]}}).to_string(),
+    )
+    .await;
+    assert_eq!(code, 422, "{out}");
+    assert!(
+        out["message"]
+            .as_str()
+            .unwrap()
+            .contains("cannot be set for an Ephemeral Container"),
+        "{out}"
+    );
     // The pod itself cannot add one.
     let mut via_pod = got.clone();
     via_pod["spec"]["ephemeralContainers"]

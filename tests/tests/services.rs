@@ -217,6 +217,76 @@ async fn cluster_ips_and_node_ports_are_allocated_kept_and_released() {
         "a held claim stays"
     );
 
+    // A node port on a type that has none is refused; a node port is kept when its port
+    // changes, and released once the Service no longer uses one.
+    let (code, out) = create(
+        &server,
+        service("c", json!({"ports": [{"port": 80, "nodePort": 30007}]})),
+    )
+    .await;
+    assert_eq!(code, 422, "{out}");
+    let (code, np) = create(
+        &server,
+        service("np", json!({"type": "NodePort", "ports": [{"port": 80}]})),
+    )
+    .await;
+    assert_eq!(code, 201, "{np}");
+    let held_port = np["spec"]["ports"][0]["nodePort"].as_i64().unwrap();
+    let path = format!("/api/v1/namespaces/{NS}/services/np");
+    let moved = service(
+        "np",
+        json!({"type": "NodePort", "ports": [{"port": 81, "nodePort": held_port}]}),
+    );
+    let (code, out) = request(&http(), &server, "PUT", &path, Some(moved)).await;
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&out));
+    let back = service("np", json!({"type": "ClusterIP", "ports": [{"port": 81}]}));
+    let (code, out) = request(&http(), &server, "PUT", &path, Some(back)).await;
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&out));
+    let (code, out) = create(
+        &server,
+        service(
+            "np2",
+            json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": held_port}]}),
+        ),
+    )
+    .await;
+    assert_eq!(code, 201, "the node port is free once no longer used: {out}");
+    // A Service stored without its claims (restored from a backup) has them claimed for it
+    // by the repair loop: its address is not handed out again.
+    let (_, listed) = request(&http(), &server, "GET", "/api/v1/services", None).await;
+    let listed: Value = serde_json::from_slice(&listed).unwrap();
+    let used: Vec<&str> = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["spec"]["clusterIP"].as_str())
+        .collect();
+    let free = (2..15)
+        .map(|i| format!("10.96.0.{i}"))
+        .find(|ip| !used.contains(&ip.as_str()))
+        .unwrap();
+    let restored = json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "restored", "namespace": NS, "uid": "restored-uid"},
+        "spec": {"type": "ClusterIP", "clusterIP": free, "clusterIPs": [free], "ports": [{"port": 80}]}});
+    store
+        .create(
+            &format!("/registry/services/specs/{NS}/restored"),
+            bytes::Bytes::from(restored.to_string()),
+        )
+        .unwrap();
+    for _ in 0..100 {
+        if store.get(&format!("/registry/ipaddresses/{free}")).is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (code, out) = create(
+        &server,
+        service("thief", json!({"clusterIP": free, "ports": [{"port": 80}]})),
+    )
+    .await;
+    assert_eq!(code, 422, "a restored Service's address is its own: {out}");
+
     // A headless Service gets none.
     let (code, h) = create(
         &server,

@@ -511,7 +511,9 @@ pub(crate) fn endpoints() -> Printer {
     Printer::of(vec![
         name(),
         col("Endpoints", "The endpoints' addresses and ports.", |o, _| {
-            let mut all = Vec::new();
+            // Three shown, the rest counted: addresses × ports is never made whole (one
+            // object of a million addresses and ports would be a trillion strings).
+            let (mut shown, mut total) = (Vec::new(), 0usize);
             for subset in list(o, &["subsets"]) {
                 let addresses: Vec<&str> = list(subset, &["addresses"])
                     .iter()
@@ -519,12 +521,19 @@ pub(crate) fn endpoints() -> Printer {
                     .collect();
                 let ports = list(subset, &["ports"]);
                 if ports.is_empty() {
-                    all.extend(addresses.iter().map(|a| (*a).to_owned()));
+                    total = total.saturating_add(addresses.len());
+                    let room = 3usize.saturating_sub(shown.len());
+                    shown.extend(addresses.iter().take(room).map(|a| (*a).to_owned()));
+                    continue;
                 }
-                for port in ports {
+                total = total.saturating_add(addresses.len().saturating_mul(ports.len()));
+                'ports: for port in ports {
                     let p = int(port, &["port"]);
                     for a in &addresses {
-                        all.push(if a.contains(':') {
+                        if shown.len() == 3 {
+                            break 'ports;
+                        }
+                        shown.push(if a.contains(':') {
                             format!("[{a}]:{p}")
                         } else {
                             format!("{a}:{p}")
@@ -532,7 +541,14 @@ pub(crate) fn endpoints() -> Printer {
                     }
                 }
             }
-            json!(first_three(all, "<none>"))
+            if shown.is_empty() {
+                return json!("<none>");
+            }
+            let mut out = shown.join(",");
+            if total > shown.len() {
+                out.push_str(&format!(" + {} more...", total - shown.len()));
+            }
+            json!(out)
         }),
         age(),
     ])

@@ -460,3 +460,19 @@ mod tests {
         assert_eq!(cells[7], "<unknown>");
     }
 }
+
+#[cfg(test)]
+mod bounded {
+    use super::*;
+
+    #[test]
+    fn an_endpoints_cell_is_made_from_three_addresses_whatever_the_object_holds() {
+        let addresses: Vec<Value> = (0..20_000)
+            .map(|i| json!({"ip": format!("10.0.{}.{}", i / 256, i % 256)}))
+            .collect();
+        let ports: Vec<Value> = (0..20_000).map(|p| json!({"port": p})).collect();
+        let o = json!({"metadata": {"name": "e"}, "subsets": [{"addresses": addresses, "ports": ports}]});
+        let cells = super::core::endpoints().cells(&o, SystemTime::now());
+        assert_eq!(cells[1], "10.0.0.0:0,10.0.0.1:0,10.0.0.2:0 + 399999997 more...");
+    }
+}

@@ -383,6 +383,20 @@ pub(super) fn ephemeral_containers_update(
             None | Some("") => errors.required(&at.child("image")),
             _ => {}
         }
+        // What only a container the pod was made with may have.
+        for field in [
+            "lifecycle",
+            "livenessProbe",
+            "readinessProbe",
+            "startupProbe",
+            "ports",
+            "resources",
+            "resizePolicy",
+        ] {
+            if c.get(field).is_some_and(|v| !v.is_null()) {
+                errors.forbidden(&at.child(field), "cannot be set for an Ephemeral Container");
+            }
+        }
     }
 }
 
