@@ -10,6 +10,7 @@ use k8s_openapi::api::{
     core::v1 as core, discovery::v1 as discovery, networking::v1 as networking, policy::v1 as policy,
     rbac::v1 as rbac, scheduling::v1 as scheduling, storage::v1 as storage,
 };
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
 use serde_json::{Map, Value, json};
 
 use crate::printers;
@@ -223,6 +224,7 @@ fn group_kinds() -> Vec<KindSpec> {
             .short_names(&["pc"])
             .default_value("preemptionPolicy", json!("PreemptLowerPriority"))
             .printer(printers::priority_class()),
+        crd_kind(),
         KindSpec::of::<rbac::Role>()
             .names(NameRule::PathSegment)
             .checks(&validation::ROLE)
@@ -240,6 +242,36 @@ fn group_kinds() -> Vec<KindSpec> {
             .checks(&validation::CLUSTER_ROLE_BINDING)
             .printer(printers::binding()),
     ]
+}
+
+/// CustomResourceDefinitions: served in JSON only (their schemas' `JSON` values have no
+/// protobuf form here), stored where the apiserver stores them; deleting one deletes its
+/// objects first, under the cleanup finalizer.
+fn crd_kind() -> KindSpec {
+    let mut spec = KindSpec::of::<apiextensions::CustomResourceDefinition>()
+        .short_names(&["crd", "crds"])
+        .categories(&["api-extensions"])
+        .storage("apiextensions.k8s.io/customresourcedefinitions")
+        .status()
+        .generation()
+        .initial_status(|o| {
+            let stored: Vec<Value> = get(o, "spec.versions")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter(|v| v["storage"].as_bool() == Some(true))
+                .filter_map(|v| v.get("name").cloned())
+                .collect();
+            o.insert(
+                "status".into(),
+                json!({"conditions": [], "acceptedNames": {"plural": "", "kind": ""}, "storedVersions": stored}),
+            );
+        })
+        .checks(&validation::CUSTOM_RESOURCE_DEFINITION)
+        .printer(printers::crd());
+    spec.protobuf = None;
+    spec.strategy.deletion_finalizer = Some(crate::crd::CLEANUP_FINALIZER.to_owned());
+    spec
 }
 
 /// The object at dotted `path`, made (as maps) where missing; `None` where a non-map is in

@@ -29,6 +29,7 @@
 
 #![warn(missing_docs)]
 
+pub mod crd;
 mod kinds;
 pub mod printers;
 pub mod registry;

@@ -126,6 +126,9 @@ pub struct Strategy {
     pub expires: bool,
     /// The kind's own validation, beyond the metadata's.
     pub checks: Option<&'static Checks>,
+    /// A finalizer a DELETE adds before it marks the object deleted, whose controller then
+    /// finishes the deletion (a CRD's objects are deleted first).
+    pub deletion_finalizer: Option<String>,
 }
 
 /// One kind: everything the server derives about it.
@@ -168,6 +171,9 @@ pub struct KindSpec {
     pub openapi: Option<(String, OpenApiSchema)>,
     /// How writes are treated.
     pub strategy: Strategy,
+    /// The `apiVersion` objects are stored with, when it is not this version's (a custom
+    /// resource served in a version other than its storage version).
+    pub stored_as: Option<String>,
 }
 
 impl KindSpec {
@@ -197,6 +203,7 @@ impl KindSpec {
             protobuf: None,
             openapi: None,
             strategy: Strategy::default(),
+            stored_as: None,
         }
     }
 

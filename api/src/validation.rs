@@ -14,6 +14,7 @@
 //!
 //! [`Undecodable`]: Refusal::Undecodable
 
+mod crd;
 mod data;
 mod field;
 mod meta;
@@ -117,6 +118,15 @@ pub static CLUSTER_ROLE: Checks = Checks {
     decode: decodes,
     create: rbac::cluster_role,
     update: unrestricted,
+};
+
+/// A CustomResourceDefinition's: its name, names, scope, versions (one stored, each with a
+/// schema) and `None` conversion.
+pub static CUSTOM_RESOURCE_DEFINITION: Checks = Checks {
+    quantities: &[],
+    decode: decodes,
+    create: crd::validate,
+    update: crd::validate_update,
 };
 
 /// A RoleBinding's role reference (which may not change) and subjects.

@@ -39,6 +39,9 @@ pub struct JsonCodec {
     fields: Vec<(String, Option<String>)>,
     /// The OpenAPI definition whose protobuf message the objects are, if they have one.
     protobuf: Option<&'static str>,
+    /// The `apiVersion` objects are served as, when it is not the one they are stored with
+    /// (a custom resource's version other than its storage version).
+    api_version: Option<String>,
 }
 
 impl JsonCodec {
@@ -49,6 +52,7 @@ impl JsonCodec {
             namespaced,
             fields: fields.iter().map(|f| ((*f).to_owned(), None)).collect(),
             protobuf: None,
+            api_version: None,
         }
     }
 
@@ -57,6 +61,13 @@ impl JsonCodec {
     /// protobuf encoding from the JSON one, once per version, when it is first asked for.
     pub fn with_protobuf(mut self, definition: &'static str) -> Self {
         self.protobuf = Some(definition);
+        self
+    }
+
+    /// Objects are served as `api_version` whatever they are stored as: a custom resource's
+    /// versions, converted by `None` conversion (only the `apiVersion` changes).
+    pub fn with_api_version(mut self, api_version: &str) -> Self {
+        self.api_version = Some(api_version.to_owned());
         self
     }
 
@@ -187,6 +198,9 @@ impl Codec for JsonCodec {
             && raw.windows(4).any(|w| w == b"null")
         {
             protobuf::zero_nulls(definition, object);
+        }
+        if let Some(v) = &self.api_version {
+            object.insert("apiVersion".into(), Value::String(v.clone()));
         }
         let Some(Value::Object(meta)) = object.get_mut("metadata") else {
             return Err(CodecError::MissingName);

@@ -12,7 +12,7 @@ use crate::leases::Leases;
 use crate::metrics::Metrics;
 use crate::offload::{InFlight, Offload};
 use crate::openapi::OpenApi;
-use crate::resources::Served;
+use crate::resources::Resources;
 use crate::switch::Switch;
 
 /// Shared by every request.
@@ -20,7 +20,7 @@ pub(crate) struct AppState {
     pub(crate) store: Backend,
     /// Writes of objects with a TTL (Events) go through it, to their shared lease.
     pub(crate) leases: Leases,
-    pub(crate) resources: Served,
+    pub(crate) resources: Resources,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) config: ServeConfig,
     /// Thrown when the server shuts down: watches end, connections close after their response.
@@ -28,7 +28,7 @@ pub(crate) struct AppState {
     pub(crate) open_watchers: Arc<AtomicUsize>,
     pub(crate) addr: SocketAddr,
     /// The OpenAPI documents of the served resources, and their schemas for field validation.
-    pub(crate) openapi: OpenApi,
+    pub(crate) openapi: arc_swap::ArcSwap<OpenApi>,
     /// Where writes run: off the runtime's workers, a bounded number at once.
     pub(crate) writes: Offload,
     /// The places of mutating requests in flight (`--max-mutating-requests-inflight`).

@@ -83,7 +83,7 @@ pub struct ServeConfig {
     pub event_ttl: Duration,
     /// The ranges Services get their cluster IPs and node ports from
     /// (`--service-cluster-ip-range`, `--service-node-port-range`).
-    pub service_ranges: crate::services::ServiceRanges,
+    pub service_ranges: crate::service_ranges::ServiceRanges,
     /// The longest a lease is shared by the writes of objects with a TTL
     /// (`--lease-reuse-duration-seconds`, the apiserver's flag); a lease is granted for the TTL
     /// plus this window, so an Event lives up to that much longer than its TTL. Zero: a lease
@@ -210,7 +210,7 @@ impl Default for ServeConfig {
             history_fill: true,
             create_delay: Duration::ZERO,
             event_ttl: Duration::from_secs(3600),
-            service_ranges: crate::services::ServiceRanges::default(),
+            service_ranges: crate::service_ranges::ServiceRanges::default(),
             lease_reuse: Duration::from_secs(60),
             lease_reuse_share: 0.05,
             token_auth_file: None,

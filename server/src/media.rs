@@ -73,9 +73,16 @@ pub(crate) enum ReadFormat {
 /// The format of a GET, LIST or WATCH: the first range that JSON, protobuf, a `meta.k8s.io`
 /// Table or PartialObjectMetadata(List) (those two in JSON) meets; 406 when none does.
 pub(crate) fn read_format(accept: Option<&str>) -> Result<ReadFormat, Status> {
+    read_format_of(accept, true)
+}
+
+/// [`read_format`] for a resource that has a protobuf form (`has_protobuf`) or is served in
+/// JSON only (custom resources, CRDs): then protobuf is not offered, and a client that
+/// accepts nothing else gets 406, as the apiserver answers.
+pub(crate) fn read_format_of(accept: Option<&str>, has_protobuf: bool) -> Result<ReadFormat, Status> {
     for range in ranges(accept) {
         let protobuf = range.media.eq_ignore_ascii_case(protobuf::PROTOBUF);
-        if !(protobuf || range.is_json()) {
+        if !(protobuf || range.is_json()) || (protobuf && !has_protobuf) {
             continue;
         }
         match (range.param("as"), range.param("g"), range.param("v")) {

@@ -154,7 +154,7 @@ async fn being_deleted(state: &AppState, namespace: &str) -> bool {
 /// there (objects held by finalizers stay, marked, and are counted until they go).
 async fn delete_contents(state: &Arc<AppState>, namespace: &str) -> Result<usize, Status> {
     let mut found = 0;
-    for resource in state.resources.values().filter(|r| r.spec.namespaced) {
+    for resource in state.resources.now().values().filter(|r| r.spec.namespaced) {
         let opts = Params::default().list_options(Some(namespace))?;
         let list = resource
             .cache

@@ -19,8 +19,7 @@ use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 
 use bytes::Bytes;
-use k8s_openapi::schemars::Schema;
-use k8s_openapi::schemars::generate::{SchemaGenerator, SchemaSettings};
+use k8s_openapi::schemars::generate::SchemaSettings;
 use serde_json::{Map, Value, json};
 
 use watchcache_api::registry::OpenApiSchema;
@@ -36,22 +35,20 @@ struct Kind<'a> {
     kind: &'a str,
     /// The definition's name (`io.k8s.api.core.v1.Pod`).
     definition: &'a str,
-    schema: fn(&mut SchemaGenerator) -> Schema,
+    schema: &'a OpenApiSchema,
 }
 
 impl<'a> Kind<'a> {
     fn of(r: &'a Resource) -> Option<Kind<'a>> {
         let spec = &r.spec;
-        match &spec.openapi {
-            Some((definition, OpenApiSchema::Generated(schema))) => Some(Kind {
-                group: &spec.group,
-                version: &spec.version,
-                kind: &spec.kind,
-                definition,
-                schema: *schema,
-            }),
-            _ => None,
-        }
+        let (definition, schema) = spec.openapi.as_ref()?;
+        Some(Kind {
+            group: &spec.group,
+            version: &spec.version,
+            kind: &spec.kind,
+            definition,
+            schema,
+        })
     }
 }
 
@@ -112,8 +109,12 @@ impl OpenApi {
             );
             v3.insert(path.clone(), bytes);
         }
+        // Field validation and pruning by the built-in kinds' schemas; a custom resource's
+        // (which may keep unknown fields, `x-kubernetes-preserve-unknown-fields`) is not
+        // walked here.
         let by_kind = served
             .iter()
+            .filter(|(k, _)| matches!(k.schema, OpenApiSchema::Generated(_)))
             .map(|(k, _)| ((api_version(k), k.kind.to_owned()), k.definition.to_owned()))
             .collect();
         let definitions = match v2.get("definitions") {
@@ -220,10 +221,34 @@ fn definitions(served: &[(Kind<'_>, &Resource)], ref_prefix: &str) -> Map<String
         .into_generator();
     g.subschema_for::<k8s_openapi::apimachinery::pkg::apis::meta::v1::Status>();
     g.subschema_for::<k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions>();
+    g.subschema_for::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>();
+    g.subschema_for::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta>();
     for (k, _) in served {
-        (k.schema)(&mut g);
+        if let OpenApiSchema::Generated(schema) = k.schema {
+            schema(&mut g);
+        }
     }
     let mut defs = g.take_definitions(true);
+    // A custom resource's schema is its CRD's, with the object's type fields and metadata as
+    // the apiserver publishes them.
+    for (k, _) in served {
+        if let OpenApiSchema::Json(schema) = k.schema {
+            let mut def = Value::clone(schema);
+            if let Value::Object(d) = &mut def {
+                let properties = d.entry("properties").or_insert_with(|| json!({}));
+                if let Value::Object(p) = properties {
+                    p.insert("apiVersion".into(), json!({"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object."}));
+                    p.insert("kind".into(), json!({"type": "string", "description": "Kind is a string value representing the REST resource this object represents."}));
+                    p.insert(
+                        "metadata".into(),
+                        json!({"$ref": format!("{ref_prefix}{OBJECT_META}")}),
+                    );
+                }
+                d.entry("type").or_insert_with(|| json!("object"));
+            }
+            defs.insert(k.definition.to_owned(), def);
+        }
+    }
     for (k, r) in served {
         if let Some(Value::Object(def)) = defs.get_mut(k.definition) {
             def.insert("x-kubernetes-group-version-kind".into(), json!([gvk(k)]));

@@ -7,6 +7,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
+
 use watchcache_api::{KindSpec, Registry};
 use watchcache_core::{BuildError, Cache, CacheConfig};
 use watchcache_encoders::{FrameEncoder, JsonCodec, ResourceInfo};
@@ -46,7 +48,7 @@ impl Resource {
 }
 
 /// The resources served, found by API version and plural.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct Served {
     /// By plural: the resources of that name, one per group-version (`events` is in `v1` and
     /// `events.k8s.io/v1`).
@@ -74,12 +76,69 @@ impl Served {
         self.all.iter()
     }
 
+    /// Takes the resource `plural` of `api_version` out.
+    fn remove(&mut self, api_version: &str, plural: &str) -> Option<Arc<Resource>> {
+        let list = self.by_plural.get_mut(plural)?;
+        let at = list.iter().position(|r| r.info.api_version == api_version)?;
+        let gone = list.remove(at);
+        if list.is_empty() {
+            self.by_plural.remove(plural);
+        }
+        self.all.retain(|r| !Arc::ptr_eq(r, &gone));
+        Some(gone)
+    }
+
     fn insert(&mut self, r: Arc<Resource>) {
         self.by_plural
             .entry(r.spec.plural.clone())
             .or_default()
             .push(Arc::clone(&r));
         self.all.push(r);
+    }
+}
+
+/// The resources served now: a [`Served`] read without a lock, and swapped whole when kinds
+/// come or go (a CustomResourceDefinition established or deleted).
+pub struct Resources(ArcSwap<Served>);
+
+impl Resources {
+    /// Serves `served`.
+    pub fn new(served: Served) -> Resources {
+        Resources(ArcSwap::from_pointee(served))
+    }
+
+    /// The resource `plural` of `api_version` (`v1`, `apps/v1`).
+    pub fn get(&self, api_version: &str, plural: &str) -> Option<Arc<Resource>> {
+        self.0.load().get(api_version, plural).cloned()
+    }
+
+    /// The core group's resource `plural`.
+    pub fn core(&self, plural: &str) -> Option<Arc<Resource>> {
+        self.get("v1", plural)
+    }
+
+    /// Every resource served now.
+    pub fn now(&self) -> Arc<Served> {
+        self.0.load_full()
+    }
+
+    /// Serves `r` too, in place of any resource of its API version and plural.
+    pub(crate) fn add(&self, r: Arc<Resource>) {
+        self.0.rcu(|served| {
+            let mut next = Served::clone(served);
+            next.remove(&r.info.api_version, &r.info.resource);
+            next.insert(Arc::clone(&r));
+            next
+        });
+    }
+
+    /// Stops serving the resource `plural` of `api_version`.
+    pub(crate) fn remove(&self, api_version: &str, plural: &str) {
+        self.0.rcu(|served| {
+            let mut next = Served::clone(served);
+            next.remove(api_version, plural);
+            next
+        });
     }
 }
 
@@ -93,13 +152,16 @@ pub fn prefix(resource: &str) -> Option<String> {
 /// and protobuf message.
 fn codec(spec: &KindSpec) -> JsonCodec {
     let fields: Vec<&str> = spec.fields.iter().map(|f| f.path.as_str()).collect();
+    let mut codec = JsonCodec::new(spec.namespaced, &fields);
+    // Stored in another version: served as this one.
+    if spec.stored_as.is_some() {
+        codec = codec.with_api_version(&spec.api_version());
+    }
     let codec = spec
         .fields
         .iter()
         .filter_map(|f| Some((f.path.as_str(), f.unset.as_deref()?)))
-        .fold(JsonCodec::new(spec.namespaced, &fields), |c, (f, v)| {
-            c.with_default(f, v)
-        });
+        .fold(codec, |c, (f, v)| c.with_default(f, v));
     match protobuf_message(spec) {
         Some(message) => codec.with_protobuf(message),
         None => codec,

@@ -75,7 +75,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route(
             "/openapi/v3",
             get(|State(state): AppStateRef| async move {
-                json_response(StatusCode::OK, state.openapi.v3_index())
+                json_response(StatusCode::OK, state.openapi.load().v3_index())
             }),
         )
         .route("/openapi/v3/{*path}", get(openapi_v3))
@@ -140,7 +140,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
 fn aggregated(state: &AppState, headers: &HeaderMap, core: bool) -> Option<Response> {
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
     let version = discovery::aggregated_version(accept)?;
-    let body = discovery::aggregated(state.resources.values().map(|r| &**r), core, version);
+    let body = discovery::aggregated(state.resources.now().values().map(|r| &**r), core, version);
     let mut response = json_response(StatusCode::OK, body.to_string());
     response.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -162,20 +162,20 @@ async fn apis(State(state): AppStateRef, headers: HeaderMap) -> Response {
     aggregated(&state, &headers, false).unwrap_or_else(|| {
         json_response(
             StatusCode::OK,
-            discovery::apis(state.resources.values().map(|r| &**r)).to_string(),
+            discovery::apis(state.resources.now().values().map(|r| &**r)).to_string(),
         )
     })
 }
 
 async fn api_v1(State(state): AppStateRef) -> Response {
-    match discovery::resource_list(state.resources.values().map(|r| &**r), "v1") {
+    match discovery::resource_list(state.resources.now().values().map(|r| &**r), "v1") {
         Some(list) => json_response(StatusCode::OK, list.to_string()),
         None => status_response(&Status::not_found("", "")),
     }
 }
 
 async fn api_group(State(state): AppStateRef, Path(group): Path<String>) -> Response {
-    match discovery::api_group(state.resources.values().map(|r| &**r), &group) {
+    match discovery::api_group(state.resources.now().values().map(|r| &**r), &group) {
         Some(g) => json_response(StatusCode::OK, g.to_string()),
         None => status_response(&Status::not_found("", "")),
     }
@@ -186,7 +186,7 @@ async fn api_group_version(
     Path((group, version)): Path<(String, String)>,
 ) -> Response {
     let api_version = format!("{group}/{version}");
-    match discovery::resource_list(state.resources.values().map(|r| &**r), &api_version) {
+    match discovery::resource_list(state.resources.now().values().map(|r| &**r), &api_version) {
         Some(list) => json_response(StatusCode::OK, list.to_string()),
         None => status_response(&Status::not_found("", "")),
     }
@@ -203,13 +203,13 @@ async fn openapi_v2(State(state): AppStateRef, headers: HeaderMap) -> Response {
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
     for range in media::ranges(accept) {
         if range.is_json() {
-            return json_response(StatusCode::OK, state.openapi.v2());
+            return json_response(StatusCode::OK, state.openapi.load().v2());
         }
         if range
             .media
             .starts_with("application/com.github.proto-openapi.spec.v2")
         {
-            let mut r = (StatusCode::OK, state.openapi.v2_protobuf()).into_response();
+            let mut r = (StatusCode::OK, state.openapi.load().v2_protobuf()).into_response();
             r.headers_mut().insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static(OPENAPI_V2_PROTOBUF),
@@ -225,7 +225,7 @@ async fn openapi_v2(State(state): AppStateRef, headers: HeaderMap) -> Response {
 }
 
 async fn openapi_v3(State(state): AppStateRef, Path(path): Path<String>) -> Response {
-    match state.openapi.v3(&path) {
+    match state.openapi.load().v3(&path) {
         Some(doc) => json_response(StatusCode::OK, doc),
         None => status_response(&Status::not_found("", "")),
     }
@@ -235,8 +235,8 @@ async fn openapi_v3(State(state): AppStateRef, Path(path): Path<String>) -> Resp
 const READYZ_STORE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 
 async fn readyz(State(state): AppStateRef) -> Response {
-    let not_ready: Vec<&str> = state
-        .resources
+    let served = state.resources.now();
+    let not_ready: Vec<&str> = served
         .values()
         .filter(|r| !r.cache.is_ready())
         .map(|r| &*r.label)
@@ -261,7 +261,7 @@ async fn readyz(State(state): AppStateRef) -> Response {
 }
 
 async fn metrics_text(State(state): AppStateRef) -> Response {
-    for r in state.resources.values() {
+    for r in state.resources.now().values() {
         let labels = metrics::resource(&r.label);
         state
             .metrics
@@ -653,7 +653,7 @@ async fn resource_request(
         }
         Ok(t) => match (method, t.name.clone()) {
             (Method::GET, name) => {
-                let format = media::read_format(accept.as_deref());
+                let format = media::read_format_of(accept.as_deref(), t.resource.info.protobuf.is_some());
                 match format.and_then(|f| Params::parse(query.as_deref()).map(|p| (f, p))) {
                     Ok((format, p)) => {
                         let form = match format {

@@ -335,8 +335,8 @@ impl Server {
         let state = Arc::new(AppState {
             store: store.clone(),
             leases: Leases::new(store.clone(), config.lease_reuse, config.lease_reuse_share),
-            openapi,
-            resources,
+            openapi: arc_swap::ArcSwap::from_pointee(openapi),
+            resources: crate::resources::Resources::new(resources),
             metrics,
             config: config.clone(),
             shutdown: shutdown.clone(),
@@ -355,6 +355,7 @@ impl Server {
         tokio::spawn(pod_gc::run(state.clone()));
         tokio::spawn(crate::services::repair(state.clone()));
         tokio::spawn(crate::system_objects::run(state.clone()));
+        tokio::spawn(crate::crds::run(state.clone()));
         tokio::spawn(rbac_objects::aggregation::run(state.clone()));
         if let Some(memory) = store.memory() {
             // The embedded store expires its leases (Events' TTL) only when asked: it is asked

@@ -74,7 +74,6 @@ async fn cached(state: &AppState, plural: &str, field_selector: Option<&str>) ->
         return Vec::new();
     };
     list.items
-        .into_iter()
         .filter_map(|o| {
             let json = o.encoding(WireFormat::Json, &*r.codec).ok()?;
             serde_json::from_slice(json.bytes()).ok()

@@ -92,7 +92,7 @@ impl Target {
             return Err(Status::not_found(resource, ""));
         }
         Ok(Target {
-            resource: Arc::clone(r),
+            resource: r,
             namespace,
             name,
             subresource: None,

@@ -491,9 +491,9 @@ fn check_fields(
     object: &mut Map<String, Value>,
 ) -> Result<Vec<String>, Status> {
     let info = &t.resource.info;
-    let unknown = state.openapi.prune_unknown(&info.api_version, &info.kind, object);
-    state
-        .openapi
+    let openapi = state.openapi.load();
+    let unknown = openapi.prune_unknown(&info.api_version, &info.kind, object);
+    openapi
         .check_values(&info.api_version, &info.kind, object)
         .map_err(|e| errors::ill_typed(&e, &info.kind, &info.api_version))?;
     match p.field_validation {
@@ -765,6 +765,11 @@ pub(crate) async fn delete(
         }
         let mut object = parsed?;
         check_preconditions(t, name, p, &object, revision)?;
+        // A kind whose deletion its controller finishes (a CRD, whose objects go first) is
+        // marked under its finalizer.
+        if let Some(finalizer) = &t.resource.spec.strategy.deletion_finalizer {
+            add_deletion_finalizer(&mut object, finalizer);
+        }
         let mark = match deletion::plan(
             &t.resource.info.kind,
             &object,
@@ -1025,7 +1030,18 @@ fn only_gc_fields_differ(object: &Map<String, Value>, current: &Map<String, Valu
 /// Serialises `object` as it will be stored, and decodes it once with the resource's codec:
 /// the check that the cache will accept it, and the version the response is written from.
 fn encode(t: &Target, object: &Map<String, Value>) -> Result<(Bytes, ObjectVersion), Status> {
-    let raw = Bytes::from(serde_json::to_vec(object).map_err(|e| Status::internal(e.to_string()))?);
+    // A custom resource written in a version other than its storage version is stored in
+    // that one (`None` conversion: only `apiVersion` differs); its codec serves it back as
+    // the version it was written in.
+    let raw = match &t.resource.spec.stored_as {
+        Some(stored_as) => {
+            let mut stored = object.clone();
+            stored.insert("apiVersion".into(), Value::String(stored_as.clone()));
+            serde_json::to_vec(&stored)
+        }
+        None => serde_json::to_vec(object),
+    };
+    let raw = Bytes::from(raw.map_err(|e| Status::internal(e.to_string()))?);
     let info = &t.resource.info;
     stored::admit(info.protobuf, &raw).map_err(|e| errors::not_stored(&e, &info.kind, &info.api_version))?;
     // Revision 0 until the store assigns one; `written` stamps the real one.
@@ -1050,6 +1066,24 @@ fn written(
         .write_object(version, revision, &mut body)
         .map_err(|e| errors::codec(&e))?;
     Ok(json_response(code, body.freeze()))
+}
+
+/// Adds `finalizer` to an object not yet being deleted.
+fn add_deletion_finalizer(object: &mut Map<String, Value>, finalizer: &str) {
+    let Some(Value::Object(meta)) = object.get_mut("metadata") else {
+        return;
+    };
+    if meta.get("deletionTimestamp").is_some_and(|d| !d.is_null()) {
+        return;
+    }
+    let list = meta
+        .entry("finalizers")
+        .or_insert_with(|| Value::Array(Vec::new()));
+    if let Value::Array(list) = list
+        && !list.iter().any(|f| f == finalizer)
+    {
+        list.push(Value::String(finalizer.to_owned()));
+    }
 }
 
 /// Gives `object` the field at dotted `path` as `current` has it (or, where `current` has none,

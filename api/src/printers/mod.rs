@@ -46,6 +46,9 @@ pub enum Cell {
     Path(String),
     /// A function of the object and the time now.
     Fn(fn(&Value, SystemTime) -> Value),
+    /// The first value a JSONPath (Kubernetes' form, `.status.conditions[?(@.type=="Ready")].status`)
+    /// finds, or null: a CRD's `additionalPrinterColumns`.
+    JsonPath(String),
     /// Made by the printer's row function.
     Row,
 }
@@ -110,6 +113,7 @@ impl Printer {
                     at(object, &path).cloned().unwrap_or_else(|| json!(""))
                 }
                 Cell::Fn(f) => f(object, now),
+                Cell::JsonPath(path) => json_path(object, path),
                 Cell::Row => Value::Null,
             })
             .collect()
@@ -181,6 +185,22 @@ pub fn path_col(name: &str, kind: &str, format: &str, priority: u8, description:
         description,
         Cell::Path(path.to_owned()),
     )
+}
+
+/// The first value `path` (Kubernetes' JSONPath form, without `$` or braces) finds in
+/// `object`, or null.
+fn json_path(object: &Value, path: &str) -> Value {
+    use jsonpath_rust::JsonPath;
+    let path = path.trim().trim_start_matches('{').trim_end_matches('}');
+    let path = if path.starts_with('$') {
+        path.to_owned()
+    } else {
+        format!("${path}")
+    };
+    match object.query(&path) {
+        Ok(found) => found.first().map_or(Value::Null, |v| (*v).clone()),
+        Err(_) => Value::Null,
+    }
 }
 
 pub(crate) fn s<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {

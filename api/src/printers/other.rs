@@ -265,6 +265,17 @@ pub(crate) fn storage_class() -> Printer {
     Printer::of(columns)
 }
 
+pub(crate) fn crd() -> Printer {
+    let mut columns = vec![
+        name(),
+        col("Created At", "When the object was created.", |o, _| {
+            json!(date(s(o, &["metadata", "creationTimestamp"])))
+        }),
+    ];
+    columns[1].kind = "date".into();
+    Printer::of(columns)
+}
+
 pub(crate) fn priority_class() -> Printer {
     let mut columns = vec![
         name(),

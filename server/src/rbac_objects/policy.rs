@@ -329,7 +329,7 @@ mod tests {
     async fn a_change_to_any_rbac_object_moves_the_version_and_shows_in_the_policy() {
         let server = server().await;
         let state = server.state();
-        let source = CachedPolicy::new(&state.resources).expect("the RBAC kinds are served");
+        let source = CachedPolicy::new(&state.resources.now()).expect("the RBAC kinds are served");
         let (v0, p0) = policy_when(&source, |p| p.cluster_role_bindings.len() == 4).await;
         // The bootstrap policy, aggregation resolved.
         assert!(names(&p0.cluster_roles).contains(&"cluster-admin".to_owned()));
@@ -416,7 +416,7 @@ mod tests {
     async fn objects_that_do_not_decode_are_left_out() {
         let server = server().await;
         let state = server.state();
-        let source = CachedPolicy::new(&state.resources).unwrap();
+        let source = CachedPolicy::new(&state.resources.now()).unwrap();
         // Rules of the wrong shape: valid JSON, no ClusterRole.
         let bad = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
             "metadata": {"name": "bad"}, "rules": "all of them"});

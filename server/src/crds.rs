@@ -1,0 +1,355 @@
+//! The CustomResourceDefinition controller: serves what each CRD defines, within a
+//! recheck of its creation, and takes it away once the CRD is gone.
+//!
+//! Every `RECHECK` it reads the CRDs from their cache:
+//! - a CRD whose names no other kind of its group uses is served: one resource per served
+//!   version (its own cache over `/registry/<group>/<plural>/`), in discovery and the OpenAPI
+//!   documents at once; its status says `NamesAccepted` and `Established`, with the accepted
+//!   names and stored versions. A CRD whose names are taken gets `NamesAccepted=False`
+//!   (`NameConflict`) and is not served. A changed CRD is served anew.
+//! - a CRD being deleted (a DELETE marks it under the cleanup finalizer) gets
+//!   `Terminating=True`; its objects are deleted; once none is left the finalizer goes, and the
+//!   CRD with it; a CRD gone from the cache is no longer served.
+//!
+//! Every replica runs it: its status writes are conditional and idempotent, and each replica
+//! serves what the CRDs in its cache say.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use serde_json::{Value, json};
+use watchcache_api::crd::{self, CLEANUP_FINALIZER, Names};
+use watchcache_core::{Revision, WireFormat};
+
+use crate::app::AppState;
+use crate::openapi::OpenApi;
+use crate::params::{DeleteParams, Params};
+use crate::resources;
+use crate::target::Target;
+use crate::writes;
+
+/// How often the CRDs are compared with what is served.
+const RECHECK: Duration = Duration::from_millis(200);
+
+/// What one CRD is served as: its resources (API version, plural) and the spec they were made
+/// from.
+struct Serving {
+    fingerprint: u64,
+    resources: Vec<(String, String)>,
+}
+
+/// Runs until the server stops.
+pub(crate) async fn run(state: Arc<AppState>) {
+    let stop = state.shutdown.token();
+    let mut serving: BTreeMap<String, Serving> = BTreeMap::new();
+    loop {
+        reconcile(&state, &mut serving).await;
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(RECHECK) => {}
+        }
+    }
+}
+
+/// The CRDs as their cache has them, oldest first (the first to claim a name keeps it).
+async fn crds(state: &AppState) -> Vec<Value> {
+    let Some(r) = state
+        .resources
+        .get("apiextensions.k8s.io/v1", "customresourcedefinitions")
+    else {
+        return Vec::new();
+    };
+    let Ok(mut opts) = Params::default().list_options(None) else {
+        return Vec::new();
+    };
+    opts.resource_version = Some(Revision::ZERO);
+    let Ok(list) = r.cache.list(&opts).await else {
+        return Vec::new();
+    };
+    let mut out: Vec<Value> = list
+        .items
+        .filter_map(|o| {
+            let json = o.encoding(WireFormat::Json, &*r.codec).ok()?;
+            serde_json::from_slice(json.bytes()).ok()
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        let key = |v: &Value| {
+            (
+                v["metadata"]["creationTimestamp"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                v["metadata"]["name"].as_str().unwrap_or_default().to_owned(),
+            )
+        };
+        key(a).cmp(&key(b))
+    });
+    out
+}
+
+fn fingerprint(crd: &Value) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    crd["metadata"]["uid"].to_string().hash(&mut h);
+    crd["spec"].to_string().hash(&mut h);
+    h.finish()
+}
+
+fn now() -> String {
+    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+}
+
+async fn reconcile(state: &AppState, serving: &mut BTreeMap<String, Serving>) {
+    let crds = crds(state).await;
+    let mut changed = false;
+    // Written once discovery and the OpenAPI documents show the change, so that a client that
+    // sees a CRD established finds it everywhere.
+    let mut statuses: Vec<(&Value, Names, Option<String>)> = Vec::new();
+    let names: BTreeSet<String> = crds
+        .iter()
+        .filter_map(|c| c["metadata"]["name"].as_str().map(str::to_owned))
+        .collect();
+    // Gone: no longer served.
+    for gone in serving
+        .keys()
+        .filter(|n| !names.contains(*n))
+        .cloned()
+        .collect::<Vec<_>>()
+    {
+        if let Some(s) = serving.remove(&gone) {
+            for (api_version, plural) in s.resources {
+                state.resources.remove(&api_version, &plural);
+            }
+            changed = true;
+        }
+    }
+    for crd in &crds {
+        let name = crd["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+        if !crd["metadata"]["deletionTimestamp"].is_null() {
+            finalize(state, crd, &name).await;
+            continue;
+        }
+        let print = fingerprint(crd);
+        if serving.get(&name).is_some_and(|s| s.fingerprint == print) {
+            continue;
+        }
+        let Ok(names_asked) = Names::of(crd) else { continue };
+        // Another kind of the group (built in, or an older CRD's) uses one of its names.
+        let own: Vec<(String, String)> = serving
+            .get(&name)
+            .map(|s| s.resources.clone())
+            .unwrap_or_default();
+        let served = state.resources.now();
+        let conflict = served
+            .values()
+            .filter(|r| !own.contains(&(r.info.api_version.clone(), r.info.resource.clone())))
+            .find_map(|r| names_asked.conflict_with(&r.spec));
+        if let Some(why) = conflict {
+            statuses.push((crd, names_asked, Some(why)));
+            continue;
+        }
+        let Ok(kinds) = crd::kinds_of(crd) else { continue };
+        let mut made = Vec::new();
+        for kind in kinds {
+            let kind = Arc::new(kind);
+            match resources::start(&state.store, &state.config, &kind) {
+                Ok(r) => made.push(Arc::new(r)),
+                Err(e) => tracing::warn!(crd = name, error = %e, "cannot serve a CRD's version"),
+            }
+        }
+        for (api_version, plural) in &own {
+            if !made
+                .iter()
+                .any(|r| &r.info.api_version == api_version && &r.info.resource == plural)
+            {
+                state.resources.remove(api_version, plural);
+            }
+        }
+        let resources = made
+            .iter()
+            .map(|r| (r.info.api_version.clone(), r.info.resource.clone()))
+            .collect();
+        for r in made {
+            state.resources.add(r);
+        }
+        serving.insert(
+            name.clone(),
+            Serving {
+                fingerprint: print,
+                resources,
+            },
+        );
+        changed = true;
+        statuses.push((crd, names_asked, None));
+    }
+    if changed {
+        let served = state.resources.now();
+        state
+            .openapi
+            .store(Arc::new(OpenApi::build(served.values().map(|r| &**r))));
+    }
+    for (crd, names, conflict) in statuses {
+        write_status(state, crd, &names, conflict.as_deref()).await;
+    }
+}
+
+/// Sets a CRD's conditions: accepted and established, or (`conflict`) not accepted.
+async fn write_status(state: &AppState, crd: &Value, names: &Names, conflict: Option<&str>) {
+    let name = crd["metadata"]["name"].as_str().unwrap_or_default();
+    let key = format!("/registry/apiextensions.k8s.io/customresourcedefinitions/{name}");
+    for _ in 0..5 {
+        let Ok(Some((raw, revision))) = state.store.get(&key).await else {
+            return;
+        };
+        let Ok(mut stored) = serde_json::from_slice::<Value>(&raw) else {
+            return;
+        };
+        if stored["metadata"]["uid"] != crd["metadata"]["uid"] {
+            return;
+        }
+        let before = stored["status"].clone();
+        let mut conditions: Vec<Value> = before["conditions"].as_array().cloned().unwrap_or_default();
+        let mut set = |kind: &str, status: &str, reason: &str, message: &str| {
+            match conditions.iter_mut().find(|c| c["type"] == kind) {
+                Some(c) if c["status"] == status && c["reason"] == reason => {}
+                Some(c) => {
+                    *c = json!({"type": kind, "status": status, "lastTransitionTime": now(), "reason": reason, "message": message});
+                }
+                None => conditions.push(
+                    json!({"type": kind, "status": status, "lastTransitionTime": now(), "reason": reason, "message": message}),
+                ),
+            }
+        };
+        match conflict {
+            Some(why) => {
+                set("NamesAccepted", "False", "NameConflict", why);
+                set(
+                    "Established",
+                    "False",
+                    "NotAccepted",
+                    "not all names are accepted",
+                );
+            }
+            None => {
+                set("NamesAccepted", "True", "NoConflicts", "no conflicts found");
+                set(
+                    "Established",
+                    "True",
+                    "InitialNamesAccepted",
+                    "the initial names have been accepted",
+                );
+            }
+        }
+        let mut status = before.as_object().cloned().unwrap_or_default();
+        status.insert("conditions".into(), Value::Array(conditions));
+        if conflict.is_none() {
+            status.insert("acceptedNames".into(), names.accepted());
+        }
+        let mut stored_versions: Vec<Value> =
+            before["storedVersions"].as_array().cloned().unwrap_or_default();
+        if let Some(v) = crd["spec"]["versions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|v| v["storage"].as_bool() == Some(true))
+            .map(|v| v["name"].clone())
+            && !stored_versions.contains(&v)
+        {
+            stored_versions.push(v);
+        }
+        status.insert("storedVersions".into(), Value::Array(stored_versions));
+        let status = Value::Object(status);
+        if status == before {
+            return;
+        }
+        stored["status"] = status;
+        match state
+            .store
+            .update(&key, stored.to_string().into(), Some(revision))
+            .await
+        {
+            Ok(_) => return,
+            Err(watchcache_core::SourceError::Conflict { .. }) => continue,
+            Err(e) => {
+                tracing::warn!(crd = name, error = %e, "writing a CRD's status");
+                return;
+            }
+        }
+    }
+}
+
+/// A CRD being deleted: its objects go, then its cleanup finalizer (and the CRD with it).
+async fn finalize(state: &AppState, crd: &Value, name: &str) {
+    let holds = crd["metadata"]["finalizers"]
+        .as_array()
+        .is_some_and(|f| f.iter().any(|f| f == CLEANUP_FINALIZER));
+    if !holds {
+        return;
+    }
+    let Ok(names) = Names::of(crd) else { return };
+    let Some(version) = crd["spec"]["versions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|v| v["served"].as_bool() == Some(true))
+        .and_then(|v| v["name"].as_str())
+    else {
+        return;
+    };
+    let api_version = format!("{}/{version}", names.group);
+    let prefix = format!("/registry/{}/{}/", names.group, names.plural);
+    let left = match state.resources.get(&api_version, &names.plural) {
+        Some(_) => {
+            // Every object, in every namespace, deleted through the write path (its own
+            // finalizers are honoured; the CRD waits for them).
+            let Ok(list) = watchcache_core::Source::list(&state.store, &prefix, None).await else {
+                return;
+            };
+            for item in &list.items {
+                let Some(rest) = item.key.strip_prefix(&prefix) else {
+                    continue;
+                };
+                let (ns, obj) = match rest.split_once('/') {
+                    Some((ns, obj)) => (Some(ns.to_owned()), obj.to_owned()),
+                    None => (None, rest.to_owned()),
+                };
+                let Ok(t) = Target::resolve(state, &api_version, &names.plural, ns, Some(obj.clone())) else {
+                    continue;
+                };
+                let _ = writes::delete(state, &t, &obj, &DeleteParams::default()).await;
+            }
+            list.items.len()
+        }
+        None => watchcache_core::Source::list(&state.store, &prefix, None)
+            .await
+            .map_or(1, |l| l.items.len()),
+    };
+    if left > 0 {
+        return;
+    }
+    // Empty: the finalizer goes; with no other, the CRD is deleted.
+    let key = format!("/registry/apiextensions.k8s.io/customresourcedefinitions/{name}");
+    let Ok(Some((raw, revision))) = state.store.get(&key).await else {
+        return;
+    };
+    let Ok(mut stored) = serde_json::from_slice::<Value>(&raw) else {
+        return;
+    };
+    if let Some(list) = stored["metadata"]["finalizers"].as_array_mut() {
+        list.retain(|f| f != CLEANUP_FINALIZER);
+    }
+    let done = stored["metadata"]["finalizers"]
+        .as_array()
+        .is_none_or(Vec::is_empty);
+    let _ = if done {
+        state.store.delete(&key, Some(revision)).await.map(drop)
+    } else {
+        state
+            .store
+            .update(&key, stored.to_string().into(), Some(revision))
+            .await
+            .map(drop)
+    };
+}
