@@ -172,7 +172,9 @@ pub fn kinds_of(crd: &Value) -> Result<Vec<KindSpec>, String> {
         kind.short_names = names.short_names.clone();
         kind.categories = names.categories.clone();
         kind.namespaced = namespaced;
-        kind.stored_as = (name != storage).then(|| stored_as.clone());
+        // Stored in the storage version, served in this one (also after the storage version
+        // changes, when objects of the old one remain).
+        kind.stored_as = Some(stored_as.clone());
         let subresources = &version["subresources"];
         if subresources["status"].is_object() {
             // The status is the controller's, written through /status: not taken on create.
@@ -240,7 +242,7 @@ mod tests {
             (v1.api_version(), v1.prefix()),
             ("example.com/v1".into(), "/registry/example.com/widgets/".into())
         );
-        assert_eq!(v1.stored_as, None);
+        assert_eq!(v1.stored_as.as_deref(), Some("example.com/v1"));
         assert_eq!(kinds[1].stored_as.as_deref(), Some("example.com/v1"));
         assert_eq!(v1.subresources.scale.as_ref().unwrap().spec_replicas, "spec.size");
         assert_eq!(v1.fields[0].path, "spec.color");

@@ -17,7 +17,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{Value, json};
 use watchcache_api::crd::{self, CLEANUP_FINALIZER, Names};
@@ -32,6 +32,8 @@ use crate::writes;
 
 /// How often the CRDs are compared with what is served.
 const RECHECK: Duration = Duration::from_millis(200);
+/// How long a deleted CRD whose objects are not all gone waits before they are looked at again.
+const FINALIZE_BACKOFF: Duration = Duration::from_secs(1);
 
 /// What one CRD is served as: its resources (API version, plural) and the spec they were made
 /// from.
@@ -44,8 +46,9 @@ struct Serving {
 pub(crate) async fn run(state: Arc<AppState>) {
     let stop = state.shutdown.token();
     let mut serving: BTreeMap<String, Serving> = BTreeMap::new();
+    let mut backoff: BTreeMap<String, Instant> = BTreeMap::new();
     loop {
-        reconcile(&state, &mut serving).await;
+        reconcile(&state, &mut serving, &mut backoff).await;
         tokio::select! {
             () = stop.cancelled() => return,
             () = tokio::time::sleep(RECHECK) => {}
@@ -101,8 +104,29 @@ fn now() -> String {
     humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
 }
 
-async fn reconcile(state: &AppState, serving: &mut BTreeMap<String, Serving>) {
-    let crds = crds(state).await;
+/// Whether `crd` has had its names accepted as they are now: it keeps them before any CRD
+/// that has not.
+fn accepted_as_asked(crd: &Value, names: &Names) -> bool {
+    crd["status"]["acceptedNames"] == names.accepted()
+        && crd["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "NamesAccepted" && c["status"] == "True")
+}
+
+async fn reconcile(
+    state: &AppState,
+    serving: &mut BTreeMap<String, Serving>,
+    backoff: &mut BTreeMap<String, Instant>,
+) {
+    let mut crds = crds(state).await;
+    // Who gets a name is decided from the CRDs alone, the same way on every replica: those
+    // whose names were accepted first (status.acceptedNames), then the oldest.
+    crds.sort_by_key(|c| match Names::of(c) {
+        Ok(n) => !accepted_as_asked(c, &n),
+        Err(_) => true,
+    });
     let mut changed = false;
     // Written once discovery and the OpenAPI documents show the change, so that a client that
     // sees a CRD established finds it everywhere.
@@ -111,10 +135,91 @@ async fn reconcile(state: &AppState, serving: &mut BTreeMap<String, Serving>) {
         .iter()
         .filter_map(|c| c["metadata"]["name"].as_str().map(str::to_owned))
         .collect();
-    // Gone: no longer served.
+    let crd_resources: BTreeSet<(String, String)> = serving
+        .values()
+        .flat_map(|s| s.resources.iter().cloned())
+        .collect();
+    // The built-in kinds: every name a CRD might take from them.
+    let served = state.resources.now();
+    let mut taken: Vec<Arc<watchcache_api::KindSpec>> = served
+        .values()
+        .filter(|r| !crd_resources.contains(&(r.info.api_version.clone(), r.info.resource.clone())))
+        .map(|r| Arc::clone(&r.spec))
+        .collect();
+    let mut wanted: BTreeSet<String> = BTreeSet::new();
+    for crd in &crds {
+        let name = crd["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+        let Ok(names_asked) = Names::of(crd) else { continue };
+        let conflict = taken.iter().find_map(|k| names_asked.conflict_with(k));
+        let Ok(kinds) = crd::kinds_of(crd) else { continue };
+        if let Some(why) = conflict {
+            statuses.push((crd, names_asked, Some(why)));
+            continue;
+        }
+        taken.extend(kinds.iter().cloned().map(Arc::new));
+        wanted.insert(name.clone());
+        let terminating = !crd["metadata"]["deletionTimestamp"].is_null();
+        let print = fingerprint(crd);
+        if serving.get(&name).is_none_or(|s| s.fingerprint != print) {
+            // New or changed: served anew (each version its own cache).
+            let own: Vec<(String, String)> = serving
+                .get(&name)
+                .map(|s| s.resources.clone())
+                .unwrap_or_default();
+            let mut made = Vec::new();
+            for kind in kinds {
+                match resources::start(&state.store, &state.config, &Arc::new(kind)) {
+                    Ok(r) => made.push(Arc::new(r)),
+                    Err(e) => tracing::warn!(crd = name, error = %e, "cannot serve a CRD's version"),
+                }
+            }
+            for (api_version, plural) in &own {
+                if !made
+                    .iter()
+                    .any(|r| &r.info.api_version == api_version && &r.info.resource == plural)
+                {
+                    state.resources.remove(api_version, plural);
+                }
+            }
+            let resources = made
+                .iter()
+                .map(|r| (r.info.api_version.clone(), r.info.resource.clone()))
+                .collect();
+            for r in made {
+                state.resources.add(r);
+            }
+            serving.insert(
+                name.clone(),
+                Serving {
+                    fingerprint: print,
+                    resources,
+                },
+            );
+            changed = true;
+        }
+        // A CRD being deleted is still served (its objects read, updated, deleted; none made)
+        // while its objects go.
+        if let Some(s) = serving.get(&name) {
+            for (api_version, plural) in &s.resources {
+                if let Some(r) = state.resources.get(api_version, plural) {
+                    r.terminating
+                        .store(terminating, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        }
+        if terminating {
+            let due = backoff.get(&name).is_none_or(|at| *at <= Instant::now());
+            if due && !finalize(state, crd, &name).await {
+                // Objects left (held by finalizers of their own): looked at again in a second.
+                backoff.insert(name.clone(), Instant::now() + FINALIZE_BACKOFF);
+            }
+        }
+        statuses.push((crd, names_asked, None));
+    }
+    // Gone, or no longer accepted: no longer served.
     for gone in serving
         .keys()
-        .filter(|n| !names.contains(*n))
+        .filter(|n| !names.contains(*n) || !wanted.contains(*n))
         .cloned()
         .collect::<Vec<_>>()
     {
@@ -125,71 +230,17 @@ async fn reconcile(state: &AppState, serving: &mut BTreeMap<String, Serving>) {
             changed = true;
         }
     }
-    for crd in &crds {
-        let name = crd["metadata"]["name"].as_str().unwrap_or_default().to_owned();
-        if !crd["metadata"]["deletionTimestamp"].is_null() {
-            finalize(state, crd, &name).await;
-            continue;
-        }
-        let print = fingerprint(crd);
-        if serving.get(&name).is_some_and(|s| s.fingerprint == print) {
-            continue;
-        }
-        let Ok(names_asked) = Names::of(crd) else { continue };
-        // Another kind of the group (built in, or an older CRD's) uses one of its names.
-        let own: Vec<(String, String)> = serving
-            .get(&name)
-            .map(|s| s.resources.clone())
-            .unwrap_or_default();
-        let served = state.resources.now();
-        let conflict = served
-            .values()
-            .filter(|r| !own.contains(&(r.info.api_version.clone(), r.info.resource.clone())))
-            .find_map(|r| names_asked.conflict_with(&r.spec));
-        if let Some(why) = conflict {
-            statuses.push((crd, names_asked, Some(why)));
-            continue;
-        }
-        let Ok(kinds) = crd::kinds_of(crd) else { continue };
-        let mut made = Vec::new();
-        for kind in kinds {
-            let kind = Arc::new(kind);
-            match resources::start(&state.store, &state.config, &kind) {
-                Ok(r) => made.push(Arc::new(r)),
-                Err(e) => tracing::warn!(crd = name, error = %e, "cannot serve a CRD's version"),
-            }
-        }
-        for (api_version, plural) in &own {
-            if !made
-                .iter()
-                .any(|r| &r.info.api_version == api_version && &r.info.resource == plural)
-            {
-                state.resources.remove(api_version, plural);
-            }
-        }
-        let resources = made
-            .iter()
-            .map(|r| (r.info.api_version.clone(), r.info.resource.clone()))
-            .collect();
-        for r in made {
-            state.resources.add(r);
-        }
-        serving.insert(
-            name.clone(),
-            Serving {
-                fingerprint: print,
-                resources,
-            },
-        );
-        changed = true;
-        statuses.push((crd, names_asked, None));
-    }
+    backoff.retain(|n, _| names.contains(n));
     if changed {
+        // Off the runtime's workers: every kind's documents are made again.
         let served = state.resources.now();
-        state
-            .openapi
-            .store(Arc::new(OpenApi::build(served.values().map(|r| &**r))));
+        let built = tokio::task::spawn_blocking(move || OpenApi::build(served.values().map(|r| &**r))).await;
+        if let Ok(openapi) = built {
+            state.openapi.store(Arc::new(openapi));
+        }
     }
+    // Idempotent: a status already so is not written (an Established a client overwrote is
+    // written again).
     for (crd, names, conflict) in statuses {
         write_status(state, crd, &names, conflict.as_deref()).await;
     }
@@ -222,6 +273,14 @@ async fn write_status(state: &AppState, crd: &Value, names: &Names, conflict: Op
                 ),
             }
         };
+        if !crd["metadata"]["deletionTimestamp"].is_null() {
+            set(
+                "Terminating",
+                "True",
+                "InstanceDeletionInProgress",
+                "CustomResource deletion is in progress",
+            );
+        }
         match conflict {
             Some(why) => {
                 set("NamesAccepted", "False", "NameConflict", why);
@@ -281,14 +340,15 @@ async fn write_status(state: &AppState, crd: &Value, names: &Names, conflict: Op
 }
 
 /// A CRD being deleted: its objects go, then its cleanup finalizer (and the CRD with it).
-async fn finalize(state: &AppState, crd: &Value, name: &str) {
+/// Whether it is done (or has nothing to do): `false` while objects are left.
+async fn finalize(state: &AppState, crd: &Value, name: &str) -> bool {
     let holds = crd["metadata"]["finalizers"]
         .as_array()
         .is_some_and(|f| f.iter().any(|f| f == CLEANUP_FINALIZER));
     if !holds {
-        return;
+        return true;
     }
-    let Ok(names) = Names::of(crd) else { return };
+    let Ok(names) = Names::of(crd) else { return true };
     let Some(version) = crd["spec"]["versions"]
         .as_array()
         .into_iter()
@@ -296,7 +356,7 @@ async fn finalize(state: &AppState, crd: &Value, name: &str) {
         .find(|v| v["served"].as_bool() == Some(true))
         .and_then(|v| v["name"].as_str())
     else {
-        return;
+        return true;
     };
     let api_version = format!("{}/{version}", names.group);
     let prefix = format!("/registry/{}/{}/", names.group, names.plural);
@@ -305,7 +365,7 @@ async fn finalize(state: &AppState, crd: &Value, name: &str) {
             // Every object, in every namespace, deleted through the write path (its own
             // finalizers are honoured; the CRD waits for them).
             let Ok(list) = watchcache_core::Source::list(&state.store, &prefix, None).await else {
-                return;
+                return false;
             };
             for item in &list.items {
                 let Some(rest) = item.key.strip_prefix(&prefix) else {
@@ -327,15 +387,15 @@ async fn finalize(state: &AppState, crd: &Value, name: &str) {
             .map_or(1, |l| l.items.len()),
     };
     if left > 0 {
-        return;
+        return false;
     }
     // Empty: the finalizer goes; with no other, the CRD is deleted.
     let key = format!("/registry/apiextensions.k8s.io/customresourcedefinitions/{name}");
     let Ok(Some((raw, revision))) = state.store.get(&key).await else {
-        return;
+        return true;
     };
     let Ok(mut stored) = serde_json::from_slice::<Value>(&raw) else {
-        return;
+        return true;
     };
     if let Some(list) = stored["metadata"]["finalizers"].as_array_mut() {
         list.retain(|f| f != CLEANUP_FINALIZER);
@@ -352,4 +412,5 @@ async fn finalize(state: &AppState, crd: &Value, name: &str) {
             .await
             .map(drop)
     };
+    true
 }

@@ -246,7 +246,9 @@ fn definitions(served: &[(Kind<'_>, &Resource)], ref_prefix: &str) -> Map<String
                 }
                 d.entry("type").or_insert_with(|| json!("object"));
             }
-            defs.insert(k.definition.to_owned(), def);
+            // Never in place of a definition of the server's own (a CRD whose group and
+            // kind reversed spell a built-in one's name).
+            defs.entry(k.definition.to_owned()).or_insert(def);
         }
     }
     for (k, r) in served {

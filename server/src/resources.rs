@@ -38,6 +38,8 @@ pub struct Resource {
     pub frames: FrameEncoder,
     /// The watch cache.
     pub cache: Cache<Backend>,
+    /// Whether its CRD is being deleted: objects are read, updated and deleted, none made.
+    pub terminating: std::sync::atomic::AtomicBool,
 }
 
 impl Resource {
@@ -216,5 +218,6 @@ pub fn start(store: &Backend, config: &ServeConfig, spec: &Arc<KindSpec>) -> Res
         codec,
         frames,
         cache,
+        terminating: std::sync::atomic::AtomicBool::new(false),
     })
 }

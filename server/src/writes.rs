@@ -41,6 +41,13 @@ pub(crate) async fn create(
     p: &WriteParams,
     body: &[u8],
 ) -> Result<Response, Status> {
+    if t.resource.terminating.load(std::sync::atomic::Ordering::Relaxed) {
+        return Err(Status::new(
+            405,
+            "MethodNotAllowed",
+            "create not allowed while custom resource definition is terminating",
+        ));
+    }
     let body = parse_body(body)?;
     let generated = generate_name::prefix_of(&body).map(str::to_owned);
     let mut object = object_from_value(&addressed(t), body, None)?;

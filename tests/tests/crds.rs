@@ -191,8 +191,53 @@ async fn a_crd_is_served_in_its_versions_until_it_is_deleted() {
         "{out}"
     );
 
-    // Deleted: its objects go first, then it, then its endpoints.
+    // A group of the Kubernetes project's needs its approval.
+    let mut protected = crd("things", "Thing", false);
+    protected["metadata"]["name"] = json!("things.core.k8s.io");
+    protected["spec"]["group"] = json!("core.k8s.io");
+    let (code, out) = json(&server, "POST", CRDS, Some(protected)).await;
+    assert_eq!(code, 422, "{out}");
+    assert!(
+        out["message"]
+            .as_str()
+            .unwrap()
+            .contains("api-approved.kubernetes.io"),
+        "{out}"
+    );
+
+    // Deleted: it is Terminating while an object's own finalizer holds it (still served, no
+    // object made), then its objects go, then it, then its endpoints.
+    let (code, out) = request_typed(
+        &http(),
+        &server,
+        "PATCH",
+        &format!("{widgets}/b"),
+        "application/merge-patch+json",
+        json!({"metadata": {"finalizers": ["example.com/hold"]}}).to_string(),
+    )
+    .await;
+    assert_eq!(code, 200, "{out}");
     let (code, out) = json(&server, "DELETE", &format!("{CRDS}/widgets.example.com"), None).await;
+    assert_eq!(code, 200, "{out}");
+    crd_until(&server, "widgets.example.com", "terminating", |c| {
+        condition(c, "Terminating") == "True"
+    })
+    .await;
+    let late = json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "late"}});
+    let (code, out) = json(&server, "POST", &widgets, Some(late)).await;
+    assert_eq!(code, 405, "no object is made while its CRD goes: {out}");
+    let (code, held) = json(&server, "GET", &format!("{widgets}/b"), None).await;
+    assert_eq!(code, 200, "{held}");
+    assert!(!held["metadata"]["deletionTimestamp"].is_null(), "{held}");
+    let (code, out) = request_typed(
+        &http(),
+        &server,
+        "PATCH",
+        &format!("{widgets}/b"),
+        "application/merge-patch+json",
+        json!({"metadata": {"finalizers": null}}).to_string(),
+    )
+    .await;
     assert_eq!(code, 200, "{out}");
     let mut gone = false;
     for _ in 0..250 {

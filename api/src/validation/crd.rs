@@ -37,6 +37,17 @@ pub(crate) fn validate(object: &Map<String, Value>, errors: &mut Errors) {
             "should be a domain with at least one dot",
         );
     }
+    // The Kubernetes project's own groups, as the apiserver guards them.
+    let protected = ["k8s.io", "kubernetes.io"]
+        .iter()
+        .any(|d| group == *d || group.ends_with(&format!(".{d}")));
+    let approved = text(&crd, &["metadata", "annotations", "api-approved.kubernetes.io"]);
+    if protected && approved.is_empty() {
+        errors.required_because(
+            &Path::new("metadata").child("annotations").key("api-approved.kubernetes.io"),
+            "protected groups must have approval annotation \"api-approved.kubernetes.io\", see https://github.com/kubernetes/enhancements/pull/1111",
+        );
+    }
     for field in ["plural", "singular", "kind", "listKind"] {
         let value = text(&crd, &["spec", "names", field]);
         let at = spec.child("names").child(field);
@@ -77,6 +88,12 @@ pub(crate) fn validate(object: &Map<String, Value>, errors: &mut Errors) {
         let name = v["name"].as_str().unwrap_or_default();
         if name.is_empty() {
             errors.required(&at.child("name"));
+        } else if !is_dns1035(name) {
+            errors.invalid(
+                &at.child("name"),
+                name,
+                "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')",
+            );
         } else if seen.contains(&name) {
             errors.duplicate(&at.child("name"), name);
         }
@@ -109,6 +126,10 @@ pub(crate) fn validate_update(object: &Map<String, Value>, old: &Map<String, Val
             errors.invalid(&Path::new("spec").child(field), now, "field is immutable");
         }
     }
+}
+
+fn is_dns1035(s: &str) -> bool {
+    is_label(s) && s.starts_with(|c: char| c.is_ascii_lowercase())
 }
 
 fn is_label(s: &str) -> bool {
