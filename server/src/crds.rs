@@ -47,8 +47,9 @@ pub(crate) async fn run(state: Arc<AppState>) {
     let stop = state.shutdown.token();
     let mut serving: BTreeMap<String, Serving> = BTreeMap::new();
     let mut backoff: BTreeMap<String, Instant> = BTreeMap::new();
+    let mut parsed = Parsed::new();
     loop {
-        reconcile(&state, &mut serving, &mut backoff).await;
+        reconcile(&state, &mut serving, &mut backoff, &mut parsed).await;
         tokio::select! {
             () = stop.cancelled() => return,
             () = tokio::time::sleep(RECHECK) => {}
@@ -56,8 +57,12 @@ pub(crate) async fn run(state: Arc<AppState>) {
     }
 }
 
+/// The CRDs parsed, by name: each parsed once per version (a CRD's schema may be large, and
+/// the controller looks every tick).
+type Parsed = BTreeMap<String, (Revision, Arc<Value>)>;
+
 /// The CRDs as their cache has them, oldest first (the first to claim a name keeps it).
-async fn crds(state: &AppState) -> Vec<Value> {
+async fn crds(state: &AppState, parsed: &mut Parsed) -> Vec<Arc<Value>> {
     let Some(r) = state
         .resources
         .get("apiextensions.k8s.io/v1", "customresourcedefinitions")
@@ -71,15 +76,26 @@ async fn crds(state: &AppState) -> Vec<Value> {
     let Ok(list) = r.cache.list(&opts).await else {
         return Vec::new();
     };
-    let mut out: Vec<Value> = list
+    let mut seen = BTreeSet::new();
+    let mut out: Vec<Arc<Value>> = list
         .items
         .filter_map(|o| {
+            let name = o.key().name().to_owned();
+            seen.insert(name.clone());
+            if let Some((revision, value)) = parsed.get(&name)
+                && *revision == o.revision()
+            {
+                return Some(Arc::clone(value));
+            }
             let json = o.encoding(WireFormat::Json, &*r.codec).ok()?;
-            serde_json::from_slice(json.bytes()).ok()
+            let value: Arc<Value> = Arc::new(serde_json::from_slice(json.bytes()).ok()?);
+            parsed.insert(name, (o.revision(), Arc::clone(&value)));
+            Some(value)
         })
         .collect();
+    parsed.retain(|name, _| seen.contains(name));
     out.sort_by(|a, b| {
-        let key = |v: &Value| {
+        let key = |v: &Arc<Value>| {
             (
                 v["metadata"]["creationTimestamp"]
                     .as_str()
@@ -93,10 +109,12 @@ async fn crds(state: &AppState) -> Vec<Value> {
     out
 }
 
+/// What a CRD is served from: its identity and its spec's generation (which every change of
+/// its spec moves).
 fn fingerprint(crd: &Value) -> u64 {
     let mut h = std::hash::DefaultHasher::new();
-    crd["metadata"]["uid"].to_string().hash(&mut h);
-    crd["spec"].to_string().hash(&mut h);
+    crd["metadata"]["uid"].as_str().hash(&mut h);
+    crd["metadata"]["generation"].as_i64().hash(&mut h);
     h.finish()
 }
 
@@ -119,8 +137,9 @@ async fn reconcile(
     state: &AppState,
     serving: &mut BTreeMap<String, Serving>,
     backoff: &mut BTreeMap<String, Instant>,
+    parsed: &mut Parsed,
 ) {
-    let mut crds = crds(state).await;
+    let mut crds = crds(state, parsed).await;
     // Who gets a name is decided from the CRDs alone, the same way on every replica: those
     // whose names were accepted first (status.acceptedNames), then the oldest.
     crds.sort_by_key(|c| match Names::of(c) {
