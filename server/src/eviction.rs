@@ -18,7 +18,6 @@ use crate::app::AppState;
 use crate::errors;
 use crate::params::{DeleteParams, WriteParams};
 use crate::response::json_response;
-use crate::scale::selector_string;
 use crate::target::Target;
 use crate::writes;
 
@@ -127,7 +126,7 @@ async fn budgets(state: &AppState, namespace: &str, pod: &Value) -> Result<Vec<V
             continue;
         };
         // A budget with an empty (or no) selector selects no pod, as in policy/v1.
-        let selector = selector_string(&pdb["spec"]["selector"]);
+        let selector = watchcache_api::printers::selector_text(&pdb["spec"]["selector"]);
         if selector.is_empty() {
             continue;
         }

@@ -42,13 +42,6 @@ pub struct Resource {
     pub terminating: std::sync::atomic::AtomicBool,
 }
 
-impl Resource {
-    /// Whether objects live in namespaces.
-    pub fn namespaced(&self) -> bool {
-        self.spec.namespaced
-    }
-}
-
 /// The resources served, found by API version and plural.
 #[derive(Clone, Default)]
 pub struct Served {

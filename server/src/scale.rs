@@ -32,57 +32,6 @@ fn at<'a>(object: &'a Map<String, Value>, path: &str) -> Option<&'a Value> {
         .try_fold(object.get(first)?, |v, p| v.get(p))
 }
 
-/// A label selector as a string (`app=web,tier in (a,b)`): a map (a ReplicationController's
-/// `spec.selector`), a `LabelSelector`, or a string as it is.
-pub(crate) fn selector_string(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Object(m) if m.contains_key("matchLabels") || m.contains_key("matchExpressions") => {
-            let mut parts: Vec<String> = m
-                .get("matchLabels")
-                .and_then(Value::as_object)
-                .into_iter()
-                .flatten()
-                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
-                .collect();
-            parts.sort();
-            for e in m
-                .get("matchExpressions")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                let key = e.get("key").and_then(Value::as_str).unwrap_or_default();
-                let values: Vec<&str> = e
-                    .get("values")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                    .filter_map(Value::as_str)
-                    .collect();
-                parts.push(
-                    match e.get("operator").and_then(Value::as_str).unwrap_or_default() {
-                        "In" => format!("{key} in ({})", values.join(",")),
-                        "NotIn" => format!("{key} notin ({})", values.join(",")),
-                        "Exists" => key.to_owned(),
-                        _ => format!("!{key}"),
-                    },
-                );
-            }
-            parts.join(",")
-        }
-        Value::Object(m) => {
-            let mut parts: Vec<String> = m
-                .iter()
-                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
-                .collect();
-            parts.sort();
-            parts.join(",")
-        }
-        _ => String::new(),
-    }
-}
-
 /// The Scale of `object` (its metadata's identity and version, its replicas and selector).
 pub(crate) fn scale_of(object: &Map<String, Value>, paths: &ScalePaths) -> Value {
     let meta = object.get("metadata").cloned().unwrap_or_else(|| json!({}));
@@ -95,7 +44,7 @@ pub(crate) fn scale_of(object: &Map<String, Value>, paths: &ScalePaths) -> Value
     let replicas = |path: &str| at(object, path).and_then(Value::as_i64).unwrap_or(0);
     let mut status = json!({"replicas": replicas(&paths.status_replicas)});
     if let Some(selector) = paths.label_selector.as_deref().and_then(|p| at(object, p)) {
-        let selector = selector_string(selector);
+        let selector = watchcache_api::printers::selector_text(selector);
         if !selector.is_empty() {
             status["selector"] = json!(selector);
         }

@@ -38,17 +38,37 @@ fn replicas(o: &Value) -> i64 {
     at(o, &["spec", "replicas"]).and_then(Value::as_i64).unwrap_or(1)
 }
 
+/// Ready replicas out of those asked for (`1/3`): a Deployment's and a StatefulSet's.
+fn ready_of_desired() -> Column {
+    col("Ready", "Ready replicas out of those asked for.", |o, _| {
+        json!(format!(
+            "{}/{}",
+            int(o, &["status", "readyReplicas"]),
+            replicas(o)
+        ))
+    })
+}
+
+/// The replicas asked for, running and ready: a ReplicaSet's and a ReplicationController's.
+pub(crate) fn replica_counts() -> [Column; 3] {
+    [
+        int_col("Desired", "The number of replicas asked for.", |o, _| {
+            json!(replicas(o))
+        }),
+        int_col("Current", "The number of replicas running.", |o, _| {
+            json!(int(o, &["status", "replicas"]))
+        }),
+        int_col("Ready", "The number of replicas ready.", |o, _| {
+            json!(int(o, &["status", "readyReplicas"]))
+        }),
+    ]
+}
+
 pub(crate) fn deployment() -> Printer {
     let [c, i] = containers(&["spec", "template"]);
     Printer::of(vec![
         name(),
-        col("Ready", "Ready replicas out of those asked for.", |o, _| {
-            json!(format!(
-                "{}/{}",
-                int(o, &["status", "readyReplicas"]),
-                replicas(o)
-            ))
-        }),
+        ready_of_desired(),
         int_col("Up-to-date", "Replicas of the current template.", |o, _| {
             json!(int(o, &["status", "updatedReplicas"]))
         }),
@@ -64,39 +84,13 @@ pub(crate) fn deployment() -> Printer {
 
 pub(crate) fn replica_set() -> Printer {
     let [c, i] = containers(&["spec", "template"]);
-    Printer::of(vec![
-        name(),
-        int_col("Desired", "The number of replicas asked for.", |o, _| {
-            json!(replicas(o))
-        }),
-        int_col("Current", "The number of replicas running.", |o, _| {
-            json!(int(o, &["status", "replicas"]))
-        }),
-        int_col("Ready", "The number of replicas ready.", |o, _| {
-            json!(int(o, &["status", "readyReplicas"]))
-        }),
-        age(),
-        c,
-        i,
-        selector_col(),
-    ])
+    let [desired, current, ready] = replica_counts();
+    Printer::of(vec![name(), desired, current, ready, age(), c, i, selector_col()])
 }
 
 pub(crate) fn stateful_set() -> Printer {
     let [c, i] = containers(&["spec", "template"]);
-    Printer::of(vec![
-        name(),
-        col("Ready", "Ready replicas out of those asked for.", |o, _| {
-            json!(format!(
-                "{}/{}",
-                int(o, &["status", "readyReplicas"]),
-                replicas(o)
-            ))
-        }),
-        age(),
-        c,
-        i,
-    ])
+    Printer::of(vec![name(), ready_of_desired(), age(), c, i])
 }
 
 pub(crate) fn daemon_set() -> Printer {

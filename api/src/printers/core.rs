@@ -663,17 +663,12 @@ pub(crate) fn persistent_volume_claim() -> Printer {
 }
 
 pub(crate) fn replication_controller() -> Printer {
+    let [desired, current, ready] = super::apps::replica_counts();
     Printer::of(vec![
         name(),
-        int_col("Desired", "The number of replicas asked for.", |o, _| {
-            json!(int(o, &["spec", "replicas"]))
-        }),
-        int_col("Current", "The number of replicas running.", |o, _| {
-            json!(int(o, &["status", "replicas"]))
-        }),
-        int_col("Ready", "The number of replicas ready.", |o, _| {
-            json!(int(o, &["status", "readyReplicas"]))
-        }),
+        desired,
+        current,
+        ready,
         age(),
         wide("Containers", "The template's containers.", |o, _| {
             json!(containers_and_images(o, &["spec", "template"]).0)

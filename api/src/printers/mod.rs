@@ -243,33 +243,40 @@ pub(crate) fn age_of(o: &Value, now: SystemTime) -> String {
 /// A label map as `a=b,c=d` (keys in order), or `<none>`.
 pub(crate) fn labels(v: Option<&Value>) -> String {
     match v.and_then(Value::as_object) {
-        Some(m) if !m.is_empty() => {
-            let mut pairs: Vec<String> = m
-                .iter()
-                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
-                .collect();
-            pairs.sort();
-            pairs.join(",")
-        }
+        Some(m) if !m.is_empty() => label_pairs(m).join(","),
         _ => "<none>".into(),
     }
 }
 
-/// A label selector (`matchLabels` and `matchExpressions`) as the apiserver prints it.
-pub(crate) fn selector(v: Option<&Value>) -> String {
-    let Some(v) = v.filter(|v| v.is_object()) else {
-        return "<none>".into();
+/// A label map's `key=value` pairs, in order.
+fn label_pairs(m: &Map<String, Value>) -> Vec<String> {
+    let mut pairs: Vec<String> = m
+        .iter()
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+        .collect();
+    pairs.sort();
+    pairs
+}
+
+/// A label selector as the apiserver writes one as text (a Scale's `status.selector`, a
+/// Table's Selector column): a `LabelSelector` (`matchLabels` and `matchExpressions`), a label
+/// map (a ReplicationController's `spec.selector`), or a string as it is; empty when it selects
+/// by nothing.
+pub fn selector_text(v: &Value) -> String {
+    let m = match v {
+        Value::String(s) => return s.clone(),
+        Value::Object(m) => m,
+        _ => return String::new(),
     };
-    let mut parts: Vec<String> = Vec::new();
-    if let Some(m) = v.get("matchLabels").and_then(Value::as_object) {
-        let mut pairs: Vec<String> = m
-            .iter()
-            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
-            .collect();
-        pairs.sort();
-        parts.extend(pairs);
+    if !m.contains_key("matchLabels") && !m.contains_key("matchExpressions") {
+        return label_pairs(m).join(",");
     }
-    for e in v
+    let mut parts = m
+        .get("matchLabels")
+        .and_then(Value::as_object)
+        .map(label_pairs)
+        .unwrap_or_default();
+    for e in m
         .get("matchExpressions")
         .and_then(Value::as_array)
         .into_iter()
@@ -285,10 +292,14 @@ pub(crate) fn selector(v: Option<&Value>) -> String {
             other => format!("{key} {other}"),
         });
     }
-    if parts.is_empty() {
-        "<none>".into()
-    } else {
-        parts.join(",")
+    parts.join(",")
+}
+
+/// A label selector as a Table cell: [`selector_text`], or `<none>`.
+pub(crate) fn selector(v: Option<&Value>) -> String {
+    match v.map(selector_text) {
+        Some(text) if !text.is_empty() => text,
+        _ => "<none>".into(),
     }
 }
 
