@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 
 use crate::printers::{self, Cell, Column, Printer};
 use crate::registry::{KindSpec, NameRule, OpenApiSchema, ScalePaths, SelectableField};
+use crate::schema::Schema;
 
 /// The finalizer under which a deleted CRD's objects are deleted before it goes.
 pub const CLEANUP_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
@@ -162,7 +163,11 @@ pub fn kinds_of(crd: &Value) -> Result<Vec<KindSpec>, String> {
         .ok_or("no storage version")?;
     let stored_as = format!("{}/{storage}", names.group);
     let mut out = Vec::new();
-    for version in versions.iter().filter(|v| v["served"].as_bool() == Some(true)) {
+    for (index, version) in versions
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| v["served"].as_bool() == Some(true))
+    {
         let name = version["name"].as_str().unwrap_or_default();
         let mut kind = KindSpec::new(&names.group, name, &names.kind, &names.plural)
             .singular(&names.singular)
@@ -204,6 +209,15 @@ pub fn kinds_of(crd: &Value) -> Result<Vec<KindSpec>, String> {
             .pointer("/schema/openAPIV3Schema")
             .filter(|s| s.is_object())
         {
+            let at = format!("spec.versions[{index}].schema.openAPIV3Schema");
+            let compiled = Schema::compile(schema, &at).map_err(|errors| {
+                errors
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })?;
+            kind.strategy.schema = Some(Arc::new(compiled));
             let definition = definition_name(&names.group, name, &names.kind);
             kind.openapi = Some((definition, OpenApiSchema::Json(Arc::new(schema.clone()))));
         }

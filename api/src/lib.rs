@@ -33,6 +33,7 @@ pub mod crd;
 mod kinds;
 pub mod printers;
 pub mod registry;
+pub mod schema;
 pub mod validation;
 
 pub use registry::{KindSpec, NameRule, Registry, ScalePaths, SelectableField, Strategy, Subresources};

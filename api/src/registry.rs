@@ -126,6 +126,9 @@ pub struct Strategy {
     pub expires: bool,
     /// The kind's own validation, beyond the metadata's.
     pub checks: Option<&'static Checks>,
+    /// A custom resource's structural schema: what writes are pruned to, defaulted by and
+    /// validated against.
+    pub schema: Option<Arc<crate::schema::Schema>>,
     /// A finalizer a DELETE adds before it marks the object deleted, whose controller then
     /// finishes the deletion (a CRD's objects are deleted first).
     pub deletion_finalizer: Option<String>,

@@ -16,7 +16,7 @@
 
 mod crd;
 mod data;
-mod field;
+pub(crate) mod field;
 mod meta;
 mod names;
 mod pod;

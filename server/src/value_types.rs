@@ -28,6 +28,12 @@ const INT_OR_STRING: &str = "io.k8s.apimachinery.pkg.util.intstr.IntOrString";
 const RAW_JSON: &[&str] = &[
     "io.k8s.apimachinery.pkg.apis.meta.v1.FieldsV1",
     "io.k8s.apimachinery.pkg.runtime.RawExtension",
+    // A CRD schema's `default`, `enum` and `example` values, and the fields that are a schema
+    // or something else (`items`, `additionalProperties`, `dependencies`): any JSON.
+    "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSON",
+    "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaPropsOrArray",
+    "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaPropsOrBool",
+    "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaPropsOrStringArray",
 ];
 
 /// Checks `object` against definition `root` of `definitions` (OpenAPI v2 definitions, whose

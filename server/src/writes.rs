@@ -130,6 +130,9 @@ async fn store_new(
 /// its defaulting function.
 fn set_defaults(t: &Target, object: &mut Map<String, Value>) {
     let strategy = &t.resource.spec.strategy;
+    if let Some(schema) = &strategy.schema {
+        schema.apply_defaults(object);
+    }
     for (path, value) in &strategy.defaults {
         set_if_unset(object, path, value);
     }
@@ -499,7 +502,10 @@ fn check_fields(
 ) -> Result<Vec<String>, Status> {
     let info = &t.resource.info;
     let openapi = state.openapi.load();
-    let unknown = openapi.prune_unknown(&info.api_version, &info.kind, object);
+    let mut unknown = openapi.prune_unknown(&info.api_version, &info.kind, object);
+    if let Some(schema) = &t.resource.spec.strategy.schema {
+        unknown.extend(schema.prune(object));
+    }
     openapi
         .check_values(&info.api_version, &info.kind, object)
         .map_err(|e| errors::ill_typed(&e, &info.kind, &info.api_version))?;
@@ -592,6 +598,9 @@ fn prepare_update(
 ) -> Result<Prepared, Status> {
     let kind = &t.resource.info.kind;
     conversion::on_write(kind, &mut object);
+    if let Some(schema) = &t.resource.spec.strategy.schema {
+        schema.apply_defaults(&mut object);
+    }
     if let Some(default) = t.resource.spec.strategy.default {
         default(&mut object);
     }
@@ -961,6 +970,11 @@ fn validate(
             validation::on_ephemeral_containers_update(object, current)
         }
         (Some(current), _) => validation::on_update(checks, object, current),
+    };
+    // A custom resource's schema and rules, after the metadata's checks.
+    let checked = match &t.resource.spec.strategy.schema {
+        Some(schema) => schema.refuse(checked, object, current),
+        None => checked,
     };
     checked.map_err(|refusal| {
         let name = object

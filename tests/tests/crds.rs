@@ -6,7 +6,9 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use watchcache_tests::{Server, config, create_namespaces, get_raw, http, request, request_typed, start};
+use watchcache_tests::{
+    Server, config, create_namespaces, get_raw, http, request, request_full, request_typed, start,
+};
 
 const NS: &str = "crd";
 
@@ -259,4 +261,214 @@ async fn a_crd_is_served_in_its_versions_until_it_is_deleted() {
         "its objects were deleted"
     );
     server.shutdown().await.unwrap();
+}
+
+/// A CRD whose schema has every kind of constraint, a default and CEL rules.
+fn strict_crd() -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "gadgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"plural": "gadgets", "kind": "Gadget"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "required": ["size"], "properties": {
+                        "size": {"type": "integer", "minimum": 1, "maximum": 10},
+                        "color": {"type": "string", "enum": ["red", "blue"], "default": "red"},
+                        "owner": {"type": "string", "format": "email"},
+                    }, "x-kubernetes-validations": [
+                        {"rule": "self.size <= 5 || self.color == 'blue'", "message": "big gadgets are blue"},
+                        {"rule": "self.size >= oldSelf.size", "message": "size may not shrink"},
+                    ]},
+                    "status": {"type": "object", "properties": {"ready": {"type": "boolean"}}},
+                }}}}]},
+    })
+}
+
+async fn merge_patch(server: &Server, path: &str, patch: Value) -> (u16, Value) {
+    request_typed(
+        &http(),
+        server,
+        "PATCH",
+        path,
+        "application/merge-patch+json",
+        patch.to_string(),
+    )
+    .await
+}
+
+fn causes(status: &Value) -> Vec<(String, String, String)> {
+    status["details"]["causes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            let text = |f: &str| c[f].as_str().unwrap_or_default().to_owned();
+            (text("reason"), text("field"), text("message"))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_resources_are_pruned_defaulted_and_validated_by_their_schema() {
+    let server = start(config(0)).await;
+    create_namespaces(&server, &[NS]).await;
+    let (code, out) = json(&server, "POST", CRDS, Some(strict_crd())).await;
+    assert_eq!(code, 201, "{out}");
+    crd_until(&server, "gadgets.example.com", "established", |c| {
+        condition(c, "Established") == "True"
+    })
+    .await;
+    let gadgets = format!("/apis/example.com/v1/namespaces/{NS}/gadgets");
+
+    // Unknown fields are pruned (and named in a warning), the default is set.
+    let (code, headers, made) = request_full(
+        &http(),
+        &server,
+        "POST",
+        &format!("{gadgets}?fieldValidation=Warn"),
+        Some(
+            json!({"apiVersion": "example.com/v1", "kind": "Gadget", "metadata": {"name": "g"},
+            "spec": {"size": 3, "bogus": 1}, "extra": true}),
+        ),
+    )
+    .await;
+    let made: Value = serde_json::from_slice(&made).unwrap();
+    assert_eq!(code, 201, "{made}");
+    assert_eq!(made["spec"], json!({"size": 3, "color": "red"}));
+    assert!(made.get("extra").is_none());
+    let warnings: Vec<&str> = headers
+        .get_all("warning")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    assert_eq!(
+        warnings,
+        [
+            "299 - \"unknown field \\\"extra\\\"\"",
+            "299 - \"unknown field \\\"spec.bogus\\\"\""
+        ]
+    );
+
+    // Strict decoding refuses the unknown fields instead.
+    let (code, out) = json(
+        &server,
+        "POST",
+        &format!("{gadgets}?fieldValidation=Strict"),
+        Some(json!({"apiVersion": "example.com/v1", "kind": "Gadget", "metadata": {"name": "s"}, "spec": {"size": 1, "bogus": 1}})),
+    )
+    .await;
+    assert_eq!(code, 400, "{out}");
+    assert_eq!(
+        out["message"],
+        "strict decoding error: unknown field \"spec.bogus\""
+    );
+
+    // Schema violations are 422 with the apiserver's causes.
+    let (code, out) = json(
+        &server,
+        "POST",
+        &gadgets,
+        Some(
+            json!({"apiVersion": "example.com/v1", "kind": "Gadget", "metadata": {"name": "bad"},
+            "spec": {"size": 0, "color": "pink", "owner": "nobody"}}),
+        ),
+    )
+    .await;
+    assert_eq!(code, 422, "{out}");
+    assert_eq!(out["reason"], "Invalid");
+    let mut found = causes(&out);
+    found.sort();
+    assert_eq!(
+        found,
+        [
+            ("FieldValueInvalid".into(), "spec.size".into(), "Invalid value: 0: spec.size in body should be greater than or equal to 1".into()),
+            ("FieldValueNotSupported".into(), "spec.color".into(), "Unsupported value: \"pink\": supported values: \"red\", \"blue\"".into()),
+            ("FieldValueTypeInvalid".into(), "spec.owner".into(), "Invalid value: \"nobody\": spec.owner in body must be of type email: \"nobody\"".into()),
+            ("FieldValueInvalid".into(), "<nil>".into(), "Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation".into()),
+        ]
+        .into_iter()
+        .collect::<std::collections::BTreeSet<(String, String, String)>>()
+        .into_iter()
+        .collect::<Vec<_>>(),
+        "{out}"
+    );
+    let (code, out) = json(
+        &server,
+        "POST",
+        &gadgets,
+        Some(json!({"apiVersion": "example.com/v1", "kind": "Gadget", "metadata": {"name": "bad"}, "spec": {"size": "big"}})),
+    )
+    .await;
+    assert_eq!(code, 422, "{out}");
+    assert!(
+        out["message"].as_str().unwrap().contains(
+            "spec.size: Invalid value: \"string\": spec.size in body must be of type integer: \"string\""
+        ),
+        "{out}"
+    );
+
+    // CEL: a rule on the object, and a transition rule on updates.
+    let (code, out) = json(
+        &server,
+        "POST",
+        &gadgets,
+        Some(json!({"apiVersion": "example.com/v1", "kind": "Gadget", "metadata": {"name": "big"}, "spec": {"size": 7}})),
+    )
+    .await;
+    assert_eq!(code, 422, "{out}");
+    assert_eq!(
+        out["message"],
+        "Gadget.example.com \"big\" is invalid: spec: Invalid value: \"object\": big gadgets are blue"
+    );
+    let (code, out) = merge_patch(&server, &format!("{gadgets}/g"), json!({"spec": {"size": 2}})).await;
+    assert_eq!(code, 422, "{out}");
+    assert!(
+        out["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("spec: Invalid value: \"object\": size may not shrink"),
+        "{out}"
+    );
+    let (code, out) = merge_patch(&server, &format!("{gadgets}/g"), json!({"spec": {"size": 4}})).await;
+    assert_eq!((code, &out["spec"]["size"]), (200, &json!(4)), "{out}");
+
+    // The status is validated through /status too.
+    let (code, out) = merge_patch(
+        &server,
+        &format!("{gadgets}/g/status"),
+        json!({"status": {"ready": "yes"}}),
+    )
+    .await;
+    assert_eq!(code, 422, "{out}");
+
+    // A CRD whose rule cannot be evaluated here, or that asks for webhook conversion, is refused.
+    let mut unknown_function = strict_crd();
+    unknown_function["metadata"]["name"] = json!("gizmos.example.com");
+    unknown_function["spec"]["names"] = json!({"plural": "gizmos", "kind": "Gizmo"});
+    unknown_function["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["x-kubernetes-validations"] =
+        json!([{"rule": "isURL(self.spec.owner)"}]);
+    let (code, out) = json(&server, "POST", CRDS, Some(unknown_function.clone())).await;
+    assert_eq!(code, 422, "{out}");
+    let message = out["message"].as_str().unwrap();
+    assert!(
+        message.contains("spec.versions[0].schema.openAPIV3Schema.x-kubernetes-validations[0].rule: Invalid value: \"isURL(self.spec.owner)\": compilation failed")
+            && message.contains("undeclared reference to 'isURL'"),
+        "{message}"
+    );
+    let mut webhook = unknown_function;
+    webhook["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+        .as_object_mut()
+        .unwrap()
+        .remove("x-kubernetes-validations");
+    webhook["spec"]["conversion"] = json!({"strategy": "Webhook"});
+    let (code, out) = json(&server, "POST", CRDS, Some(webhook)).await;
+    assert_eq!(code, 422, "{out}");
+    assert!(
+        out["message"].as_str().unwrap().contains(
+            "spec.conversion.strategy: Invalid value: \"Webhook\": webhook conversion is not supported"
+        ),
+        "{out}"
+    );
 }

@@ -98,11 +98,26 @@ pub(crate) fn validate(object: &Map<String, Value>, errors: &mut Errors) {
             errors.duplicate(&at.child("name"), name);
         }
         seen.push(name);
-        if !v.pointer("/schema/openAPIV3Schema").is_some_and(Value::is_object) {
-            errors.required_because(
+        match v.pointer("/schema/openAPIV3Schema").filter(|s| s.is_object()) {
+            None => errors.required_because(
                 &at.child("schema").child("openAPIV3Schema"),
                 "schemas are required",
-            );
+            ),
+            Some(schema) => {
+                let path = at.child("schema").child("openAPIV3Schema");
+                if let Err(found) = crate::schema::Schema::compile(schema, &path.0) {
+                    for e in found {
+                        errors.push_error(e);
+                    }
+                }
+            }
+        }
+        if v.pointer("/subresources/scale").is_some_and(Value::is_object)
+            && v.pointer("/subresources/scale/specReplicasPath")
+                .and_then(Value::as_str)
+                .is_none()
+        {
+            errors.required(&at.child("subresources").child("scale").child("specReplicasPath"));
         }
     }
     if versions.iter().all(|v| v["served"].as_bool() != Some(true)) && !versions.is_empty() {
@@ -114,6 +129,11 @@ pub(crate) fn validate(object: &Map<String, Value>, errors: &mut Errors) {
     }
     match text(&crd, &["spec", "conversion", "strategy"]) {
         "" | "None" => {}
+        "Webhook" => errors.invalid(
+            &spec.child("conversion").child("strategy"),
+            "Webhook",
+            "webhook conversion is not supported: this server calls no webhooks (use None)",
+        ),
         other => errors.not_supported(&spec.child("conversion").child("strategy"), other, &["None"]),
     }
 }

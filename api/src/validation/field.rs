@@ -21,6 +21,10 @@ pub enum ErrorKind {
     Forbidden,
     /// A value is too long (the value itself is not repeated).
     TooLong,
+    /// A value is not of its field's type.
+    TypeInvalid,
+    /// A list or map has too many entries.
+    TooMany,
 }
 
 impl ErrorKind {
@@ -33,6 +37,8 @@ impl ErrorKind {
             ErrorKind::Duplicate => "FieldValueDuplicate",
             ErrorKind::Forbidden => "FieldValueForbidden",
             ErrorKind::TooLong => "FieldValueTooLong",
+            ErrorKind::TypeInvalid => "FieldValueTypeInvalid",
+            ErrorKind::TooMany => "FieldValueTooMany",
         }
     }
 
@@ -44,6 +50,8 @@ impl ErrorKind {
             ErrorKind::Duplicate => "Duplicate value",
             ErrorKind::Forbidden => "Forbidden",
             ErrorKind::TooLong => "Too long",
+            ErrorKind::TypeInvalid => "Invalid value",
+            ErrorKind::TooMany => "Too many",
         }
     }
 
@@ -51,7 +59,11 @@ impl ErrorKind {
     fn shows_value(self) -> bool {
         matches!(
             self,
-            ErrorKind::Invalid | ErrorKind::NotSupported | ErrorKind::Duplicate
+            ErrorKind::Invalid
+                | ErrorKind::NotSupported
+                | ErrorKind::Duplicate
+                | ErrorKind::TypeInvalid
+                | ErrorKind::TooMany
         )
     }
 }
@@ -131,7 +143,7 @@ pub(crate) fn go_quote(s: &str) -> String {
 pub(crate) struct Errors(Vec<FieldError>);
 
 impl Errors {
-    fn push(&mut self, kind: ErrorKind, field: &Path, value: Value, detail: impl Into<String>) {
+    pub(crate) fn push(&mut self, kind: ErrorKind, field: &Path, value: Value, detail: impl Into<String>) {
         self.0.push(FieldError {
             kind,
             field: field.0.clone(),
@@ -201,6 +213,26 @@ impl Errors {
         }
     }
 
+    /// Adds an error found elsewhere.
+    pub(crate) fn push_error(&mut self, e: FieldError) {
+        self.0.push(e);
+    }
+
+    /// The last error collected, to amend.
+    pub(crate) fn last_mut(&mut self) -> Option<&mut FieldError> {
+        self.0.last_mut()
+    }
+
+    /// The errors collected so far.
+    pub(crate) fn list(&self) -> &[FieldError] {
+        &self.0
+    }
+
+    /// The errors collected, in order.
+    pub(crate) fn into_vec(self) -> Vec<FieldError> {
+        self.0
+    }
+
     pub(crate) fn into_result(self) -> Result<(), super::Refusal> {
         if self.0.is_empty() {
             Ok(())
@@ -212,7 +244,7 @@ impl Errors {
 
 /// A field path as the apiserver writes it: `spec.containers[0].resources.limits[cpu]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Path(String);
+pub(crate) struct Path(pub(crate) String);
 
 impl Path {
     pub(crate) fn new(root: &str) -> Path {

@@ -1,0 +1,499 @@
+//! `x-kubernetes-validations`: CEL rules on a schema node, evaluated with the `cel` crate over
+//! the node's value (`self`) and, on an update, its old value (`oldSelf`).
+//!
+//! A rule is compiled when its CRD is written, and refused there when it does not parse, names
+//! a variable other than `self` and `oldSelf` or a function this server does not have (the
+//! CEL standard library, and the strings and lists extensions), or when its estimated cost is
+//! over the apiserver's budget. The estimate bounds the work a write can cause: every
+//! comprehension costs its range's most entries (its schema's `maxItems`, `maxProperties` or
+//! `maxLength`, or what a 3 MiB body can hold) times its body, and a rule under a list is
+//! evaluated once per entry.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock};
+
+use cel::common::ast::{EntryExpr, Expr, IdedExpr};
+use cel::objects::{Key, Map as CelMap};
+use cel::{Context, Env, ExecutionError, Program};
+use serde_json::Value;
+
+use super::{ListType, Schema};
+use crate::validation::field::{ErrorKind, Errors, Path};
+
+/// The most a rule's one evaluation may cost (the apiserver's per-expression limit).
+const PER_CALL_LIMIT: f64 = 10_000_000.0;
+/// The most a rule may cost over all the values it is evaluated on in one object.
+const PER_OBJECT_LIMIT: f64 = 100_000_000.0;
+
+/// The environment every rule compiles and runs in.
+static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| {
+    let mut env = Env::stdlib();
+    // Both extensions declare only their own names: adding them to the standard library
+    // cannot conflict.
+    let _ = env.add_extension(cel::extensions::strings);
+    let _ = env.add_extension(cel::extensions::lists);
+    Arc::new(env)
+});
+
+/// The functions rules may call. Operators (`_+_`, `@in`, `!_`) are the language's own.
+const FUNCTIONS: &[&str] = &[
+    "size",
+    "int",
+    "uint",
+    "double",
+    "string",
+    "bytes",
+    "bool",
+    "type",
+    "dyn",
+    "matches",
+    "contains",
+    "startsWith",
+    "endsWith",
+    "charAt",
+    "indexOf",
+    "lastIndexOf",
+    "join",
+    "lowerAscii",
+    "upperAscii",
+    "trim",
+    "replace",
+    "split",
+    "substring",
+    "distinct",
+    "flatten",
+    "reverse",
+    "sort",
+];
+
+/// The names a rule may read: its values and the type names.
+const NAMES: &[&str] = &[
+    "self",
+    "oldSelf",
+    "int",
+    "uint",
+    "double",
+    "string",
+    "bytes",
+    "bool",
+    "list",
+    "map",
+    "null_type",
+    "type",
+];
+
+/// One compiled rule.
+#[derive(Clone)]
+pub struct Rule {
+    text: String,
+    program: Arc<Program>,
+    message: String,
+    message_expression: Option<Arc<Program>>,
+    reason: ErrorKind,
+    field_path: Vec<String>,
+    /// It reads `oldSelf`: evaluated on updates only, where the old value exists.
+    transition: bool,
+}
+
+impl std::fmt::Debug for Rule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rule")
+            .field("rule", &self.text)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Rule {
+    /// Compiles the rule `r` of the schema node `node`, which `instances` values of one
+    /// object can hold; a refusal is reported at `at`.
+    pub(super) fn compile(
+        r: &Value,
+        at: &Path,
+        node: &Schema,
+        instances: f64,
+        errors: &mut Errors,
+    ) -> Option<Rule> {
+        let text = r
+            .get("rule")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .trim()
+            .to_owned();
+        if text.is_empty() {
+            errors.required(&at.child("rule"));
+            return None;
+        }
+        let program = match checked(&text) {
+            Ok(p) => p,
+            Err(why) => {
+                errors.invalid(
+                    &at.child("rule"),
+                    text.as_str(),
+                    format!("compilation failed: {why}"),
+                );
+                return None;
+            }
+        };
+        let message_expression = match r.get("messageExpression").and_then(Value::as_str) {
+            None | Some("") => None,
+            Some(m) => match checked(m) {
+                Ok(p) => Some(Arc::new(p)),
+                Err(why) => {
+                    errors.invalid(
+                        &at.child("messageExpression"),
+                        m,
+                        format!("compilation failed: {why}"),
+                    );
+                    return None;
+                }
+            },
+        };
+        let reason = match r.get("reason").and_then(Value::as_str) {
+            None | Some("FieldValueInvalid") => ErrorKind::Invalid,
+            Some("FieldValueForbidden") => ErrorKind::Forbidden,
+            Some("FieldValueRequired") => ErrorKind::Required,
+            Some("FieldValueDuplicate") => ErrorKind::Duplicate,
+            Some(other) => {
+                errors.not_supported(
+                    &at.child("reason"),
+                    other,
+                    &[
+                        "FieldValueRequired",
+                        "FieldValueDuplicate",
+                        "FieldValueInvalid",
+                        "FieldValueForbidden",
+                    ],
+                );
+                return None;
+            }
+        };
+        let field_path: Vec<String> = r
+            .get("fieldPath")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .split('.')
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect();
+        let transition = mentions(program.expression(), "oldSelf");
+        let per_call = estimate(
+            program.expression(),
+            &[("self", Some(node)), ("oldSelf", Some(node))],
+        );
+        let total = per_call * instances;
+        let over = (per_call / PER_CALL_LIMIT).max(total / PER_OBJECT_LIMIT);
+        if over > 1.0 {
+            errors.forbidden(
+                &at.child("rule"),
+                format!(
+                    "estimated rule cost exceeds budget by factor of {over:.1}x (try simplifying the rule, or adding maxItems, maxProperties, and maxLength where arrays, maps, and strings are declared)"
+                ),
+            );
+            return None;
+        }
+        Some(Rule {
+            message: r
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            text,
+            program: Arc::new(program),
+            message_expression,
+            reason,
+            field_path,
+            transition,
+        })
+    }
+}
+
+/// `text` compiled, and checked for names the environment does not have.
+fn checked(text: &str) -> Result<Program, String> {
+    let program = ENV.compile(text).map_err(|e| e.to_string())?;
+    let mut unknown = None;
+    walk(program.expression(), &mut Vec::new(), &mut |e, bound| {
+        if unknown.is_some() {
+            return;
+        }
+        match &e.expr {
+            Expr::Ident(name) if !bound.iter().any(|b| b == name) && !NAMES.contains(&name.as_str()) => {
+                unknown = Some(format!("undeclared reference to '{name}' (in container '')"));
+            }
+            Expr::Call(call) => {
+                let name = call.func_name.as_str();
+                let operator = name.starts_with('_') || name.starts_with('@') || name.starts_with('!');
+                if !operator && !FUNCTIONS.contains(&name) {
+                    unknown = Some(format!("undeclared reference to '{name}' (in container '')"));
+                }
+            }
+            _ => {}
+        }
+    });
+    match unknown {
+        Some(why) => Err(format!("ERROR: <input>: {why}\n | {text}")),
+        None => Ok(program),
+    }
+}
+
+/// Calls `visit` on every expression of `e`, with the comprehension variables bound there.
+fn walk(e: &IdedExpr, bound: &mut Vec<String>, visit: &mut impl FnMut(&IdedExpr, &[String])) {
+    visit(e, bound);
+    match &e.expr {
+        Expr::Call(call) => {
+            if let Some(t) = &call.target {
+                walk(t, bound, visit);
+            }
+            for a in &call.args {
+                walk(a, bound, visit);
+            }
+        }
+        Expr::Comprehension(c) => {
+            walk(&c.iter_range, bound, visit);
+            walk(&c.accu_init, bound, visit);
+            let before = bound.len();
+            bound.push(c.iter_var.clone());
+            bound.extend(c.iter_var2.clone());
+            bound.push(c.accu_var.clone());
+            walk(&c.loop_cond, bound, visit);
+            walk(&c.loop_step, bound, visit);
+            walk(&c.result, bound, visit);
+            bound.truncate(before);
+        }
+        Expr::List(l) => {
+            for x in &l.elements {
+                walk(x, bound, visit);
+            }
+        }
+        Expr::Map(m) => {
+            for entry in &m.entries {
+                if let EntryExpr::MapEntry(me) = &entry.expr {
+                    walk(&me.key, bound, visit);
+                    walk(&me.value, bound, visit);
+                }
+            }
+        }
+        Expr::Struct(s) => {
+            for entry in &s.entries {
+                if let EntryExpr::StructField(f) = &entry.expr {
+                    walk(&f.value, bound, visit);
+                }
+            }
+        }
+        Expr::Select(s) => walk(&s.operand, bound, visit),
+        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
+    }
+}
+
+fn mentions(e: &IdedExpr, name: &str) -> bool {
+    let mut found = false;
+    walk(e, &mut Vec::new(), &mut |e, _| {
+        if matches!(&e.expr, Expr::Ident(n) if n == name) {
+            found = true;
+        }
+    });
+    found
+}
+
+/// The schema node an expression reads, when it can be told (`self.spec.items`).
+fn node_of<'s>(e: &IdedExpr, scope: &[(&str, Option<&'s Schema>)]) -> Option<&'s Schema> {
+    match &e.expr {
+        Expr::Ident(name) => scope.iter().rev().find(|(n, _)| n == name).and_then(|(_, s)| *s),
+        Expr::Select(s) if !s.test => {
+            let parent = node_of(&s.operand, scope)?;
+            parent.properties.get(&s.field).or(parent.additional.as_deref())
+        }
+        Expr::Call(c) if c.func_name == "_[_]" => {
+            let parent = node_of(c.args.first()?, scope)?;
+            parent.items.as_deref().or(parent.additional.as_deref())
+        }
+        _ => None,
+    }
+}
+
+/// The estimated cost of one evaluation of `e`, where `scope` names the schema nodes of the
+/// variables.
+fn estimate(e: &IdedExpr, scope: &[(&str, Option<&Schema>)]) -> f64 {
+    match &e.expr {
+        Expr::Comprehension(c) => {
+            let range = node_of(&c.iter_range, scope);
+            let entries = match (&c.iter_range.expr, range) {
+                (Expr::List(l), _) => l.elements.len() as f64,
+                (_, Some(r)) => r.cardinality(),
+                (_, None) => super::UNBOUNDED,
+            };
+            let element = range.and_then(|r| r.items.as_deref().or(r.additional.as_deref()));
+            let base =
+                estimate(&c.iter_range, scope) + estimate(&c.accu_init, scope) + estimate(&c.result, scope);
+            let mut inner = scope.to_vec();
+            inner.push((c.iter_var.as_str(), element));
+            if let Some(second) = &c.iter_var2 {
+                inner.push((second.as_str(), element));
+            }
+            let body = estimate(&c.loop_cond, &inner) + estimate(&c.loop_step, &inner);
+            base + entries * body.max(1.0)
+        }
+        Expr::Call(call) => {
+            let mut cost = 1.0;
+            if let Some(t) = &call.target {
+                cost += estimate(t, scope);
+            }
+            for a in &call.args {
+                cost += estimate(a, scope);
+            }
+            cost
+        }
+        Expr::List(l) => 1.0 + l.elements.iter().map(|x| estimate(x, scope)).sum::<f64>(),
+        Expr::Map(m) => {
+            1.0 + m
+                .entries
+                .iter()
+                .map(|entry| match &entry.expr {
+                    EntryExpr::MapEntry(me) => estimate(&me.key, scope) + estimate(&me.value, scope),
+                    EntryExpr::StructField(f) => estimate(&f.value, scope),
+                })
+                .sum::<f64>()
+        }
+        Expr::Select(s) => 1.0 + estimate(&s.operand, scope),
+        // Reading a variable or a literal costs nothing more than the expression around it.
+        _ => 0.0,
+    }
+}
+
+/// A JSON value as a CEL value: integers as `int`, objects as maps.
+fn to_cel(v: &Value) -> cel::Value {
+    match v {
+        Value::Null => cel::Value::Null,
+        Value::Bool(b) => cel::Value::Bool(*b),
+        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => cel::Value::Int(i),
+            (None, Some(u)) => cel::Value::UInt(u),
+            _ => cel::Value::Float(n.as_f64().unwrap_or_default()),
+        },
+        Value::String(s) => cel::Value::String(Arc::new(s.clone())),
+        Value::Array(list) => cel::Value::List(Arc::new(list.iter().map(to_cel).collect())),
+        Value::Object(map) => {
+            let entries: HashMap<Key, cel::Value> = map
+                .iter()
+                .map(|(k, v)| (Key::String(Arc::new(k.clone())), to_cel(v)))
+                .collect();
+            cel::Value::Map(CelMap {
+                map: Arc::new(entries),
+            })
+        }
+    }
+}
+
+/// An evaluation error as the apiserver words it.
+fn error_text(e: &ExecutionError) -> String {
+    match e {
+        ExecutionError::NoSuchKey(k) => format!("no such key: {k}"),
+        other => other.to_string(),
+    }
+}
+
+/// Evaluates the rules of `schema` and of the nodes under it over `v` (the update of `old`),
+/// at `at`.
+pub(super) fn run(schema: &Schema, v: &Value, old: Option<&Value>, at: &Path, errors: &mut Errors) {
+    if v.is_null() {
+        return;
+    }
+    if !schema.rules.is_empty() {
+        let mut context = Context::with_env(ENV.clone());
+        context.add_variable_from_value("self", to_cel(v));
+        if let Some(old) = old {
+            context.add_variable_from_value("oldSelf", to_cel(old));
+        }
+        for rule in &schema.rules {
+            if rule.transition && old.is_none() {
+                continue;
+            }
+            check(schema, rule, &context, v, at, errors);
+        }
+    }
+    match v {
+        Value::Object(map) => {
+            let old_map = old.and_then(Value::as_object);
+            for (name, value) in map {
+                let child = schema.properties.get(name).or(schema.additional.as_deref());
+                if let Some(s) = child
+                    && !(at.0.is_empty() && matches!(name.as_str(), "apiVersion" | "kind" | "metadata"))
+                {
+                    run(
+                        s,
+                        value,
+                        old_map.and_then(|m| m.get(name)),
+                        &at.child(name),
+                        errors,
+                    );
+                }
+            }
+        }
+        Value::Array(list) => {
+            let Some(items) = &schema.items else { return };
+            let old_list = old.and_then(Value::as_array);
+            for (i, value) in list.iter().enumerate() {
+                // Old items are matched by key in a map list, by value in a set; an atomic
+                // list's items have no old value.
+                let before = old_list.and_then(|l| match &schema.list {
+                    ListType::Map(keys) => l.iter().find(|o| keys.iter().all(|k| o.get(k) == value.get(k))),
+                    ListType::Set => l.iter().find(|o| *o == value),
+                    ListType::Atomic => None,
+                });
+                run(items, value, before, &at.index(i), errors);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn check(schema: &Schema, rule: &Rule, context: &Context, v: &Value, at: &Path, errors: &mut Errors) {
+    let shown_type = match (schema.ty.name(), v) {
+        ("", Value::Object(_)) => "object",
+        ("", Value::Array(_)) => "array",
+        ("", Value::String(_)) => "string",
+        ("", Value::Number(_)) => "number",
+        ("", _) => "object",
+        (name, _) => name,
+    };
+    let mut path = at.clone();
+    for p in &rule.field_path {
+        path = path.child(p);
+    }
+    let failed = match rule.program.execute(context) {
+        Ok(cel::Value::Bool(true)) => return,
+        Ok(cel::Value::Bool(false)) => None,
+        Ok(other) => Some(format!(
+            "rule did not evaluate to a bool: {other:?}: {}",
+            rule.text
+        )),
+        Err(ExecutionError::NoSuchOverload(e)) => Some(format!(
+            "'{e}': call arguments did not match a supported operator, function or macro signature for rule: {}",
+            rule.text
+        )),
+        Err(e) => Some(format!("{} evaluating rule: {}", error_text(&e), rule.text)),
+    };
+    if let Some(why) = failed {
+        errors.invalid(&path, shown_type, why);
+        return;
+    }
+    let mut message = match &rule.message_expression {
+        Some(p) => match p.execute(context) {
+            Ok(cel::Value::String(s)) if !s.trim().is_empty() && !s.contains('\n') => s.to_string(),
+            _ => String::new(),
+        },
+        None => String::new(),
+    };
+    if message.is_empty() {
+        message = if rule.message.is_empty() {
+            format!("failed rule: {}", rule.text)
+        } else {
+            rule.message.clone()
+        };
+    }
+    match rule.reason {
+        ErrorKind::Forbidden => errors.forbidden(&path, message),
+        ErrorKind::Required => errors.required_because(&path, message),
+        ErrorKind::Duplicate => errors.duplicate(&path, shown_type),
+        _ => errors.invalid(&path, shown_type, message),
+    }
+}

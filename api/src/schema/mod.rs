@@ -1,0 +1,539 @@
+//! A CustomResourceDefinition's structural schema, compiled once per CRD version and applied
+//! to every write of its custom resources as the apiserver applies it: unknown fields are
+//! pruned, schema defaults set, and the value validated — types, `required`, `enum`,
+//! `pattern`, `format`, bounds, lengths, sizes, `nullable`, the `x-kubernetes-*` extensions
+//! and the CEL rules of `x-kubernetes-validations` — with the apiserver's field paths,
+//! reasons and messages.
+//!
+//! [`Schema::compile`] refuses what the apiserver refuses in a CRD's schema (an untyped
+//! field, a pattern that is no regular expression, a rule that does not compile or names a
+//! function this server does not have, a rule whose estimated cost is over budget), each as a
+//! field error under the version's `schema.openAPIV3Schema`.
+//!
+//! Plain values in, field errors out: no HTTP here.
+
+mod cel;
+mod format;
+mod validate;
+
+use std::collections::BTreeMap;
+
+use regex::Regex;
+use serde_json::{Map, Value};
+
+use crate::validation::field::{ErrorKind, Errors, Path};
+use crate::validation::{FieldError, Refusal};
+
+pub use self::cel::Rule;
+
+/// The type a schema node declares.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Type {
+    Object,
+    Array,
+    String,
+    Integer,
+    Number,
+    Boolean,
+    /// None: any value (under `x-kubernetes-preserve-unknown-fields` or
+    /// `x-kubernetes-int-or-string`, or the root).
+    Any,
+}
+
+impl Type {
+    fn name(self) -> &'static str {
+        match self {
+            Type::Object => "object",
+            Type::Array => "array",
+            Type::String => "string",
+            Type::Integer => "integer",
+            Type::Number => "number",
+            Type::Boolean => "boolean",
+            Type::Any => "",
+        }
+    }
+}
+
+/// How a list's items are told apart (`x-kubernetes-list-type`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum ListType {
+    /// A whole (the default).
+    Atomic,
+    /// Items are unique scalars.
+    Set,
+    /// Items are objects unique by these keys.
+    Map(Vec<String>),
+}
+
+/// One node of a compiled structural schema.
+#[derive(Clone, Debug)]
+pub struct Schema {
+    ty: Type,
+    nullable: bool,
+    int_or_string: bool,
+    preserve_unknown: bool,
+    embedded: bool,
+    properties: BTreeMap<String, Schema>,
+    additional: Option<Box<Schema>>,
+    items: Option<Box<Schema>>,
+    required: Vec<String>,
+    enumeration: Vec<Value>,
+    pattern: Option<(String, Regex)>,
+    format: Option<String>,
+    minimum: Option<(f64, bool)>,
+    maximum: Option<(f64, bool)>,
+    multiple_of: Option<f64>,
+    min_length: Option<u64>,
+    max_length: Option<u64>,
+    min_items: Option<u64>,
+    max_items: Option<u64>,
+    min_properties: Option<u64>,
+    max_properties: Option<u64>,
+    default: Option<Value>,
+    list: ListType,
+    all_of: Vec<Schema>,
+    any_of: Vec<Schema>,
+    one_of: Vec<Schema>,
+    not: Option<Box<Schema>>,
+    rules: Vec<Rule>,
+}
+
+/// The most entries a list, map or string can have when its schema sets no bound: a request
+/// body is at most 3 MiB, and an entry takes at least two bytes (`1,`).
+const UNBOUNDED: f64 = (3 << 20) as f64 / 2.0;
+
+impl Schema {
+    /// Compiles a version's `schema.openAPIV3Schema`; `at` is its path in the CRD
+    /// (`spec.versions[0].schema.openAPIV3Schema`), which the errors name.
+    pub fn compile(schema: &Value, at: &str) -> Result<Schema, Vec<FieldError>> {
+        let mut errors = Errors::default();
+        let compiled = compile(schema, &Path::new(at), Place::Root, 1.0, &mut errors);
+        if errors.list().is_empty() {
+            Ok(compiled)
+        } else {
+            Err(errors.into_vec())
+        }
+    }
+
+    /// Removes from `object` every field its schema does not know (but under
+    /// `x-kubernetes-preserve-unknown-fields`), as the apiserver prunes a custom resource
+    /// before it stores it; answers the paths removed (`spec.bogus`), which the apiserver
+    /// reports as unknown fields. `apiVersion`, `kind` and `metadata` are the object's own.
+    pub fn prune(&self, object: &mut Map<String, Value>) -> Vec<String> {
+        let mut pruned = Vec::new();
+        self.prune_fields(object, "", true, &mut pruned);
+        pruned.sort();
+        pruned
+    }
+
+    fn prune_fields(&self, map: &mut Map<String, Value>, at: &str, root: bool, pruned: &mut Vec<String>) {
+        let own = |k: &str| (root || self.embedded) && matches!(k, "apiVersion" | "kind" | "metadata");
+        if let Some(additional) = &self.additional {
+            for (key, v) in map.iter_mut() {
+                additional.prune_value(v, &join(at, key), pruned);
+            }
+            return;
+        }
+        for (key, v) in map.iter_mut() {
+            if let Some(s) = self.properties.get(key)
+                && !own(key)
+            {
+                s.prune_value(v, &join(at, key), pruned);
+            }
+        }
+        if !self.preserve_unknown {
+            map.retain(|k, _| {
+                let keep = own(k) || self.properties.contains_key(k);
+                if !keep {
+                    pruned.push(join(at, k));
+                }
+                keep
+            });
+        }
+    }
+
+    fn prune_value(&self, value: &mut Value, at: &str, pruned: &mut Vec<String>) {
+        match value {
+            Value::Object(map) => self.prune_fields(map, at, false, pruned),
+            Value::Array(list) => {
+                if let Some(items) = &self.items {
+                    for (i, v) in list.iter_mut().enumerate() {
+                        items.prune_value(v, &format!("{at}[{i}]"), pruned);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Sets the schema's defaults in `object` where it leaves a field unset (or null where the
+    /// field is not nullable), as the apiserver defaults a custom resource after pruning.
+    pub fn apply_defaults(&self, object: &mut Map<String, Value>) {
+        self.default_fields(object);
+    }
+
+    fn default_fields(&self, map: &mut Map<String, Value>) {
+        for (key, s) in &self.properties {
+            match (map.get(key), &s.default) {
+                (None, Some(d)) => {
+                    map.insert(key.clone(), d.clone());
+                }
+                (Some(Value::Null), Some(d)) if !s.nullable => {
+                    map.insert(key.clone(), d.clone());
+                }
+                _ => {}
+            }
+        }
+        for (key, v) in map.iter_mut() {
+            if matches!(key.as_str(), "apiVersion" | "kind") {
+                continue;
+            }
+            if let Some(s) = self.properties.get(key) {
+                s.default_value(v);
+            } else if let Some(s) = &self.additional {
+                s.default_value(v);
+            }
+        }
+    }
+
+    fn default_value(&self, value: &mut Value) {
+        match value {
+            Value::Object(map) => self.default_fields(map),
+            Value::Array(list) => {
+                if let Some(items) = &self.items {
+                    for v in list {
+                        items.default_value(v);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The field errors of `object` (the update of `old`, if any), as the apiserver validates
+    /// a custom resource against its schema and then its CEL rules (`x-kubernetes-validations`;
+    /// a rule on `oldSelf` only on an update where the old value exists).
+    pub fn validate(&self, object: &Map<String, Value>, old: Option<&Map<String, Value>>) -> Vec<FieldError> {
+        let mut errors = Errors::default();
+        let value = Value::Object(object.clone());
+        validate::object_root(self, object, &mut errors);
+        // Rules are not run over a value that is not of its schema's type, misses a required
+        // field or is over a bound (the cost estimate counts on bounds): the apiserver says so
+        // instead.
+        let blocking = errors.list().iter().any(|e| {
+            matches!(
+                e.kind,
+                ErrorKind::TypeInvalid
+                    | ErrorKind::NotSupported
+                    | ErrorKind::Required
+                    | ErrorKind::TooLong
+                    | ErrorKind::TooMany
+            )
+        });
+        if blocking {
+            if self.has_rules() {
+                errors.push(
+                    ErrorKind::Invalid,
+                    &Path::new("<nil>"),
+                    Value::Null,
+                    "some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
+                );
+            }
+        } else {
+            let old = old.map(|o| Value::Object(o.clone()));
+            cel::run(self, &value, old.as_ref(), &Path::new(""), &mut errors);
+        }
+        errors.into_vec()
+    }
+
+    /// [`validate`](Self::validate) as a [`Refusal`], added to what the kind's other checks
+    /// refused (`checked`).
+    pub fn refuse(
+        &self,
+        checked: Result<(), Refusal>,
+        object: &Map<String, Value>,
+        old: Option<&Map<String, Value>>,
+    ) -> Result<(), Refusal> {
+        let mut found = match checked {
+            Ok(()) => Vec::new(),
+            Err(Refusal::Invalid(list)) => list,
+            Err(other) => return Err(other),
+        };
+        found.extend(self.validate(object, old));
+        if found.is_empty() {
+            Ok(())
+        } else {
+            Err(Refusal::Invalid(found))
+        }
+    }
+
+    fn has_rules(&self) -> bool {
+        !self.rules.is_empty()
+            || self.properties.values().any(Schema::has_rules)
+            || self.items.as_ref().is_some_and(|s| s.has_rules())
+            || self.additional.as_ref().is_some_and(|s| s.has_rules())
+    }
+
+    /// The most entries this node can hold (items, properties or characters).
+    fn cardinality(&self) -> f64 {
+        let bound = match self.ty {
+            Type::Array => self.max_items,
+            Type::Object => self.max_properties,
+            Type::String => self.max_length,
+            _ => Some(1),
+        };
+        bound.map_or(UNBOUNDED, |b| (b as f64).min(UNBOUNDED))
+    }
+}
+
+/// `at.key`, or `key` at the root.
+fn join(at: &str, key: &str) -> String {
+    if at.is_empty() {
+        key.to_owned()
+    } else {
+        format!("{at}.{key}")
+    }
+}
+
+/// Where a schema node sits, for the messages of an untyped one.
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum Place {
+    Root,
+    Property,
+    Items,
+    Nested,
+}
+
+fn compile(v: &Value, at: &Path, place: Place, instances: f64, errors: &mut Errors) -> Schema {
+    let empty = Map::new();
+    let o = v.as_object().unwrap_or(&empty);
+    let flag = |k: &str| o.get(k).and_then(Value::as_bool).unwrap_or(false);
+    let count = |k: &str| o.get(k).and_then(Value::as_u64);
+    let int_or_string = flag("x-kubernetes-int-or-string");
+    let preserve_unknown = flag("x-kubernetes-preserve-unknown-fields");
+    let embedded = flag("x-kubernetes-embedded-resource");
+    let ty = match o.get("type").and_then(Value::as_str).unwrap_or_default() {
+        "object" => Type::Object,
+        "array" => Type::Array,
+        "string" => Type::String,
+        "integer" => Type::Integer,
+        "number" => Type::Number,
+        "boolean" => Type::Boolean,
+        "" => {
+            if !int_or_string && !preserve_unknown && place != Place::Nested {
+                match place {
+                    Place::Root => {
+                        errors.required_because(&at.child("type"), "must not be empty at the root")
+                    }
+                    Place::Items => errors
+                        .required_because(&at.child("type"), "must not be empty for specified array items"),
+                    _ => errors
+                        .required_because(&at.child("type"), "must not be empty for specified object fields"),
+                }
+            }
+            Type::Any
+        }
+        other => {
+            errors.not_supported(
+                &at.child("type"),
+                other,
+                &["array", "boolean", "integer", "number", "object", "string"],
+            );
+            Type::Any
+        }
+    };
+    if place == Place::Root && ty != Type::Object && ty != Type::Any {
+        errors.invalid(&at.child("type"), ty.name(), "must be object at the root");
+    }
+    if o.contains_key("$ref") {
+        errors.forbidden(&at.child("$ref"), "$ref is not supported");
+    }
+    let number = |k: &str| o.get(k).and_then(Value::as_f64);
+    let mut schema = Schema {
+        ty,
+        nullable: flag("nullable"),
+        int_or_string,
+        preserve_unknown,
+        embedded,
+        properties: BTreeMap::new(),
+        additional: None,
+        items: None,
+        required: o
+            .get("required")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect(),
+        enumeration: o
+            .get("enum")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default(),
+        pattern: None,
+        format: o.get("format").and_then(Value::as_str).map(str::to_owned),
+        minimum: number("minimum").map(|m| (m, flag("exclusiveMinimum"))),
+        maximum: number("maximum").map(|m| (m, flag("exclusiveMaximum"))),
+        multiple_of: number("multipleOf"),
+        min_length: count("minLength"),
+        max_length: count("maxLength"),
+        min_items: count("minItems"),
+        max_items: count("maxItems"),
+        min_properties: count("minProperties"),
+        max_properties: count("maxProperties"),
+        default: o.get("default").cloned(),
+        list: ListType::Atomic,
+        all_of: Vec::new(),
+        any_of: Vec::new(),
+        one_of: Vec::new(),
+        not: None,
+        rules: Vec::new(),
+    };
+    if schema.multiple_of.is_some_and(|m| m <= 0.0) {
+        errors.invalid(
+            &at.child("multipleOf"),
+            o["multipleOf"].clone(),
+            "must be greater than zero",
+        );
+    }
+    if let Some(p) = o.get("pattern").and_then(Value::as_str) {
+        match regex::RegexBuilder::new(p).size_limit(1 << 20).build() {
+            Ok(re) => schema.pattern = Some((p.to_owned(), re)),
+            Err(e) => errors.invalid(
+                &at.child("pattern"),
+                p,
+                format!("must be a valid regular expression, but isn't: {e}"),
+            ),
+        }
+    }
+    if let Some(props) = o.get("properties").and_then(Value::as_object) {
+        for (name, s) in props {
+            let child = compile(
+                s,
+                &at.child("properties").key(name),
+                Place::Property,
+                instances,
+                errors,
+            );
+            schema.properties.insert(name.clone(), child);
+        }
+    }
+    match o.get("additionalProperties") {
+        Some(Value::Object(s)) => {
+            if !schema.properties.is_empty() {
+                errors.forbidden(
+                    &at.child("additionalProperties"),
+                    "additionalProperties and properties are mutual exclusive",
+                );
+            }
+            let entries = instances * schema.cardinality();
+            let s = compile(
+                &Value::Object(s.clone()),
+                &at.child("additionalProperties"),
+                Place::Property,
+                entries,
+                errors,
+            );
+            schema.additional = Some(Box::new(s));
+        }
+        Some(Value::Bool(false)) => {
+            errors.forbidden(&at.child("additionalProperties"), "must not be false");
+        }
+        _ => {}
+    }
+    if let Some(items) = o.get("items") {
+        let entries = instances * schema.cardinality();
+        let s = compile(items, &at.child("items"), Place::Items, entries, errors);
+        schema.items = Some(Box::new(s));
+    } else if ty == Type::Array {
+        errors.required_because(&at.child("items"), "must be specified");
+    }
+    for (key, list) in [
+        ("allOf", &mut schema.all_of),
+        ("anyOf", &mut schema.any_of),
+        ("oneOf", &mut schema.one_of),
+    ] {
+        for (i, s) in o
+            .get(key)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            list.push(compile(
+                s,
+                &at.child(key).index(i),
+                Place::Nested,
+                instances,
+                errors,
+            ));
+        }
+    }
+    if let Some(n) = o.get("not") {
+        schema.not = Some(Box::new(compile(
+            n,
+            &at.child("not"),
+            Place::Nested,
+            instances,
+            errors,
+        )));
+    }
+    match o.get("x-kubernetes-list-type").and_then(Value::as_str) {
+        None | Some("atomic") => {}
+        Some("set") => schema.list = ListType::Set,
+        Some("map") => {
+            let keys: Vec<String> = o
+                .get("x-kubernetes-list-map-keys")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect();
+            if keys.is_empty() {
+                errors.required_because(
+                    &at.child("x-kubernetes-list-map-keys"),
+                    "must not be empty if x-kubernetes-list-type is map",
+                );
+            }
+            schema.list = ListType::Map(keys);
+        }
+        Some(other) => errors.not_supported(
+            &at.child("x-kubernetes-list-type"),
+            other,
+            &["atomic", "set", "map"],
+        ),
+    }
+    if let Some(rules) = o.get("x-kubernetes-validations").and_then(Value::as_array) {
+        for (i, r) in rules.iter().enumerate() {
+            let path = at.child("x-kubernetes-validations").index(i);
+            if let Some(rule) = cel::Rule::compile(r, &path, &schema, instances, errors) {
+                schema.rules.push(rule);
+            }
+        }
+    }
+    if let Some(default) = &schema.default
+        && errors.list().is_empty()
+    {
+        let mut found = Errors::default();
+        let mut pruned = default.clone();
+        schema.prune_value(&mut pruned, "", &mut Vec::new());
+        validate::value(&schema, &pruned, &Path::new("default"), &mut found);
+        if pruned != *default {
+            errors.invalid(&at.child("default"), "", "must not have fields the schema prunes");
+        }
+        if let Some(e) = found.list().first() {
+            let why = if e.detail.is_empty() {
+                e.body()
+            } else {
+                e.detail.clone()
+            };
+            errors.invalid(&at.child("default"), default.clone(), why);
+        }
+    }
+    schema
+}
+
+#[cfg(test)]
+mod tests;

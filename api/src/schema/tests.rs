@@ -1,0 +1,218 @@
+use serde_json::{Value, json};
+
+use super::Schema;
+
+fn widget() -> Value {
+    json!({"type": "object", "properties": {
+        "spec": {"type": "object", "required": ["size"], "properties": {
+            "size": {"type": "integer", "minimum": 1, "maximum": 10},
+            "color": {"type": "string", "enum": ["red", "blue"], "default": "red"},
+            "name": {"type": "string", "pattern": "^[a-z]+$", "maxLength": 5, "minLength": 2},
+            "email": {"type": "string", "format": "email"},
+            "port": {"x-kubernetes-int-or-string": true},
+            "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 2, "x-kubernetes-list-type": "set"},
+            "ports": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+                "items": {"type": "object", "properties": {"name": {"type": "string"}, "port": {"type": "integer"}}}},
+            "note": {"type": "string", "nullable": true},
+            "extra": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+            "template": {"type": "object", "x-kubernetes-embedded-resource": true, "properties": {"spec": {"type": "object"}}},
+            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+        },
+        "x-kubernetes-validations": [
+            {"rule": "self.size <= 5 || self.color == 'blue'", "message": "big widgets are blue"},
+            {"rule": "self.size >= oldSelf.size", "message": "size may not shrink"},
+        ]},
+        "status": {"type": "object", "properties": {"ready": {"type": "boolean"}}},
+    }})
+}
+
+fn schema() -> Schema {
+    Schema::compile(&widget(), "spec.versions[0].schema.openAPIV3Schema").unwrap()
+}
+
+fn errors(object: Value, old: Option<Value>) -> Vec<String> {
+    let s = schema();
+    let mut o = object.as_object().unwrap().clone();
+    s.prune(&mut o);
+    s.apply_defaults(&mut o);
+    let old = old.map(|v| v.as_object().unwrap().clone());
+    s.validate(&o, old.as_ref())
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
+#[test]
+fn unknown_fields_are_pruned_and_defaults_set() {
+    let s = schema();
+    let mut o = json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w", "x": 1},
+        "spec": {"size": 1, "bogus": true, "extra": {"any": {"thing": 1}}, "ports": [{"name": "a", "junk": 1}],
+                 "template": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {}, "junk": 1},
+                 "labels": {"a": "b"}},
+        "unknown": 1}).as_object().unwrap().clone();
+    assert_eq!(
+        s.prune(&mut o),
+        [
+            "spec.bogus",
+            "spec.ports[0].junk",
+            "spec.template.junk",
+            "unknown"
+        ]
+    );
+    s.apply_defaults(&mut o);
+    assert_eq!(
+        Value::Object(o),
+        json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w", "x": 1},
+            "spec": {"size": 1, "color": "red", "extra": {"any": {"thing": 1}}, "ports": [{"name": "a"}],
+                     "template": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {}},
+                     "labels": {"a": "b"}}})
+    );
+}
+
+#[test]
+fn values_are_refused_with_the_apiservers_messages() {
+    let found = errors(
+        json!({"spec": {"size": "big", "color": "pink", "name": "ABCDEFG", "email": "nope", "port": true,
+            "tags": ["a", "a", "b"], "ports": [{"name": "x"}, {"name": "x"}], "note": null,
+            "template": {"spec": {}}, "labels": {"a": 1}}}),
+        None,
+    );
+    let expected = [
+        "spec.email: Invalid value: \"nope\": spec.email in body must be of type email: \"nope\"",
+        "spec.labels.a: Invalid value: \"integer\": spec.labels.a in body must be of type string: \"integer\"",
+        "spec.name: Too long: may not be more than 5 bytes",
+        "spec.name: Invalid value: \"ABCDEFG\": spec.name in body should match '^[a-z]+$'",
+        "spec.port: Invalid value: \"boolean\": spec.port in body must be of type integer,string: \"boolean\"",
+        "spec.ports[1]: Duplicate value: map[string]interface {}{\"name\":\"x\"}",
+        "spec.size: Invalid value: \"string\": spec.size in body must be of type integer: \"string\"",
+        "spec.tags: Too many: 3: must have at most 2 items",
+        "spec.tags[1]: Duplicate value: \"a\"",
+        "spec.template.apiVersion: Required value: must not be empty",
+        "spec.template.kind: Required value: must not be empty",
+        "spec.color: Unsupported value: \"pink\": supported values: \"red\", \"blue\"",
+        "<nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
+    ];
+    let mut sorted_found = found.clone();
+    sorted_found.sort();
+    let mut sorted_expected: Vec<String> = expected.iter().map(|s| s.to_string()).collect();
+    sorted_expected.sort();
+    assert_eq!(sorted_found, sorted_expected, "{found:#?}");
+}
+
+#[test]
+fn bounds_and_required() {
+    assert_eq!(
+        errors(json!({"spec": {"size": 0}}), None),
+        ["spec.size: Invalid value: 0: spec.size in body should be greater than or equal to 1"]
+    );
+    assert_eq!(
+        errors(json!({"spec": {"size": 11, "color": "blue"}}), None),
+        ["spec.size: Invalid value: 11: spec.size in body should be less than or equal to 10"]
+    );
+    assert_eq!(
+        errors(json!({"spec": {"size": 1, "name": "a"}}), None),
+        ["spec.name: Invalid value: \"a\": spec.name in body should be at least 2 chars long"]
+    );
+    assert_eq!(
+        errors(json!({"spec": {}}), None),
+        [
+            "spec.size: Required value",
+            "<nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
+        ]
+    );
+    assert!(errors(json!({"spec": {"size": 2, "note": null, "port": "http"}}), None).is_empty());
+}
+
+#[test]
+fn cel_rules_run_with_self_and_old_self() {
+    assert_eq!(
+        errors(json!({"spec": {"size": 7}}), None),
+        ["spec: Invalid value: \"object\": big widgets are blue"]
+    );
+    assert!(errors(json!({"spec": {"size": 7, "color": "blue"}}), None).is_empty());
+    // The transition rule runs on updates only.
+    assert_eq!(
+        errors(json!({"spec": {"size": 2}}), Some(json!({"spec": {"size": 3}}))),
+        ["spec: Invalid value: \"object\": size may not shrink"]
+    );
+    assert!(errors(json!({"spec": {"size": 3}}), Some(json!({"spec": {"size": 2}}))).is_empty());
+}
+
+fn refused(schema: Value) -> Vec<String> {
+    match Schema::compile(&schema, "s") {
+        Ok(_) => Vec::new(),
+        Err(e) => e.iter().map(ToString::to_string).collect(),
+    }
+}
+
+#[test]
+fn a_schema_the_apiserver_refuses_is_refused() {
+    assert_eq!(
+        refused(json!({"type": "object", "properties": {"a": {}}})),
+        ["s.properties[a].type: Required value: must not be empty for specified object fields"]
+    );
+    assert_eq!(
+        refused(json!({"type": "object", "properties": {"a": {"type": "array"}}})),
+        ["s.properties[a].items: Required value: must be specified"]
+    );
+    assert_eq!(
+        refused(json!({"type": "object", "properties": {"a": {"type": "string", "pattern": "("}}})).len(),
+        1
+    );
+    let bad_rule = refused(json!({"type": "object", "x-kubernetes-validations": [{"rule": "self.a =="}]}));
+    assert!(
+        bad_rule[0].starts_with(
+            "s.x-kubernetes-validations[0].rule: Invalid value: \"self.a ==\": compilation failed: "
+        ),
+        "{bad_rule:?}"
+    );
+    let unknown = refused(json!({"type": "object", "x-kubernetes-validations": [{"rule": "isURL(self.a)"}]}));
+    assert!(
+        unknown[0].contains("undeclared reference to 'isURL'"),
+        "{unknown:?}"
+    );
+    let unknown_var =
+        refused(json!({"type": "object", "x-kubernetes-validations": [{"rule": "other.a == 1"}]}));
+    assert!(
+        unknown_var[0].contains("undeclared reference to 'other'"),
+        "{unknown_var:?}"
+    );
+    // Nested loops over unbounded lists are over budget; bounded, they are not.
+    let nested = |max: Option<u64>| {
+        let mut list = json!({"type": "array", "items": {"type": "string"}});
+        if let Some(m) = max {
+            list["maxItems"] = json!(m);
+        }
+        refused(json!({"type": "object", "properties": {"l": list},
+            "x-kubernetes-validations": [{"rule": "self.l.all(x, self.l.all(y, x == y))"}]}))
+    };
+    let over = nested(None);
+    assert!(over[0].contains("estimated rule cost exceeds budget"), "{over:?}");
+    assert!(nested(Some(100)).is_empty());
+    assert_eq!(
+        refused(json!({"type": "object", "properties": {"n": {"type": "integer", "default": "x"}}})),
+        [
+            "s.properties[n].default: Invalid value: \"x\": default in body must be of type integer: \"string\""
+        ]
+    );
+}
+
+#[test]
+fn the_cel_functions_declared_are_there() {
+    for rule in [
+        "'abc'.size() == 3 && size('ab') == 2 && int('1') == 1 && uint(1) == 1u && double(1) == 1.0",
+        "string(1) == '1' && bytes('a') == b'a' && bool('true') && type(1) == int && dyn(1) == 1",
+        "'abc'.matches('^a') && 'abc'.contains('b') && 'abc'.startsWith('a') && 'abc'.endsWith('c')",
+        "'abc'.charAt(1) == 'b' && 'abca'.indexOf('a', 1) == 3 && 'abca'.lastIndexOf('a') == 3",
+        "['a', 'b'].join('-') == 'a-b' && 'AbC'.lowerAscii() == 'abc' && 'a'.upperAscii() == 'A'",
+        "' a '.trim() == 'a' && 'aa'.replace('a', 'b') == 'bb' && 'a,b'.split(',').size() == 2",
+        "'abc'.substring(1) == 'bc' && [1, 1].distinct() == [1] && [[1], [2]].flatten() == [1, 2]",
+        "[1, 2].reverse() == [2, 1] && [2, 1].sort() == [1, 2] && [1, 2].all(x, x > 0) && has(self.a)",
+    ] {
+        let schema = json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true,
+            "x-kubernetes-validations": [{"rule": rule}]});
+        let s = Schema::compile(&schema, "s").unwrap_or_else(|e| panic!("{rule}: {e:?}"));
+        let object = json!({"a": 1}).as_object().unwrap().clone();
+        assert_eq!(s.validate(&object, None), [], "{rule}");
+    }
+}
