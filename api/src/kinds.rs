@@ -126,6 +126,7 @@ fn core_kinds() -> Vec<KindSpec> {
             .workload()
             .fields(&["status.replicas"])
             .defaulting(replication_controller_defaults)
+            .initial_status(replicas_status)
             .printer(printers::replication_controller()),
         KindSpec::of::<core::PodTemplate>().printer(printers::pod_template()),
         KindSpec::of::<core::LimitRange>()
@@ -154,15 +155,21 @@ fn group_kinds() -> Vec<KindSpec> {
             .workload()
             .fields(&["status.replicas"])
             .default_value("spec.replicas", json!(1))
+            .initial_status(replicas_status)
             .printer(printers::replica_set()),
         KindSpec::of::<apps::StatefulSet>()
             .short_names(&["sts"])
             .categories(&["all"])
             .workload()
             .defaulting(stateful_set_defaults)
+            .initial_status(|o| set(o, "status", json!({"replicas": 0, "availableReplicas": 0})))
             .printer(printers::stateful_set()),
         KindSpec::of::<apps::DaemonSet>()
-            .initial_status(empty_status)
+            .initial_status(|o| {
+                let zero = json!({"currentNumberScheduled": 0, "numberMisscheduled": 0,
+                    "desiredNumberScheduled": 0, "numberReady": 0});
+                set(o, "status", zero);
+            })
             .short_names(&["ds"])
             .categories(&["all"])
             .status()
@@ -203,13 +210,17 @@ fn group_kinds() -> Vec<KindSpec> {
             .defaulting(network_policy_defaults)
             .printer(printers::network_policy()),
         KindSpec::of::<policy::PodDisruptionBudget>()
-            .initial_status(empty_status)
+            .initial_status(|o| {
+                let zero = json!({"disruptionsAllowed": 0, "currentHealthy": 0,
+                    "desiredHealthy": 0, "expectedPods": 0});
+                set(o, "status", zero);
+            })
             .short_names(&["pdb"])
             .status()
             .generation()
             .printer(printers::pod_disruption_budget()),
         KindSpec::of::<autoscaling::HorizontalPodAutoscaler>()
-            .initial_status(empty_status)
+            .initial_status(|o| set(o, "status", json!({"desiredReplicas": 0})))
             .short_names(&["hpa"])
             .categories(&["all"])
             .status()
@@ -526,7 +537,14 @@ fn network_policy_defaults(o: &mut Map<String, Value>) {
     }
 }
 
-/// A new object's status, when its controller writes it: empty.
+/// A new replica set's or replication controller's status: no replicas (a field Go writes even
+/// when zero, which clients that decode into the types require).
+fn replicas_status(object: &mut Map<String, Value>) {
+    set(object, "status", json!({"replicas": 0}));
+}
+
+/// A new object's status, when its controller writes it: empty (the status fields the
+/// apiserver writes even when zero are set by each kind's own initial status).
 pub(crate) fn empty_status(object: &mut Map<String, Value>) {
     object.insert("status".into(), json!({}));
 }

@@ -1071,3 +1071,185 @@ async fn kubectl_creates_scales_and_exposes_deployments_on_every_build() {
     }
     server.shutdown().await.unwrap();
 }
+
+/// CustomResourceDefinitions through kubectl, on every build: `apply` of a CRD and of custom
+/// resources, `get` with the CRD's printer columns, `explain`, `scale` through the CRD's
+/// `/scale`, `edit`, a custom resource the schema refuses, and `delete` of the CRD.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_applies_explains_scales_and_deletes_custom_resources_on_every_build() {
+    let builds = kubectl_every_build();
+    if builds.is_empty() {
+        return;
+    }
+    let server = start(config(0)).await;
+    let dir = std::env::temp_dir().join(format!("watchcache-kubectl-crd-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (i, bin) in builds.iter().enumerate() {
+        let k = Kubectl::new(bin, &server);
+        let who = bin.display();
+        let group = format!("b{i}.example.com");
+        let crd_name = format!("widgets.{group}");
+        let ns = format!("crs-{i}");
+        k.run(&["create", "namespace", &ns]).await;
+        let crd = dir.join(format!("crd-{i}.yaml"));
+        std::fs::write(
+            &crd,
+            format!(
+                r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: {crd_name}
+spec:
+  group: {group}
+  scope: Namespaced
+  names: {{plural: widgets, singular: widget, kind: Widget, shortNames: [wdg]}}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources:
+      status: {{}}
+      scale: {{specReplicasPath: .spec.replicas, statusReplicasPath: .status.replicas}}
+    additionalPrinterColumns:
+    - {{name: Color, type: string, jsonPath: .spec.color}}
+    - {{name: Replicas, type: integer, jsonPath: .spec.replicas}}
+    schema:
+      openAPIV3Schema:
+        type: object
+        description: A widget of the kubectl test.
+        properties:
+          spec:
+            type: object
+            description: What the widget should be.
+            required: [color]
+            properties:
+              color: {{type: string, enum: [red, blue], description: The widget's color.}}
+              replicas: {{type: integer, minimum: 0, default: 1}}
+          status:
+            type: object
+            properties:
+              replicas: {{type: integer}}
+"#
+            ),
+        )
+        .unwrap();
+        let applied = k.run(&["apply", "-f", crd.to_str().unwrap()]).await;
+        assert!(
+            applied.contains(&format!(
+                "customresourcedefinition.apiextensions.k8s.io/{crd_name} created"
+            )),
+            "{who}: {applied}"
+        );
+        k.run(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=10s",
+            &format!("crd/{crd_name}"),
+        ])
+        .await;
+        let crs = dir.join(format!("crs-{i}.yaml"));
+        std::fs::write(
+            &crs,
+            format!(
+                "apiVersion: {group}/v1\nkind: Widget\nmetadata: {{name: w1}}\nspec: {{color: red}}\n---\n\
+                 apiVersion: {group}/v1\nkind: Widget\nmetadata: {{name: w2}}\nspec: {{color: blue, replicas: 2}}\n"
+            ),
+        )
+        .unwrap();
+        let applied = k.run(&["apply", "-n", &ns, "-f", crs.to_str().unwrap()]).await;
+        assert!(
+            applied.contains(&format!("widget.{group}/w1 created")),
+            "{who}: {applied}"
+        );
+        // The printer columns, and the schema's default.
+        let table = k.run(&["get", "widgets", "-n", &ns]).await;
+        let rows: Vec<Vec<&str>> = table.lines().map(|l| l.split_whitespace().collect()).collect();
+        // The declared columns alone: Age is a default column only of a CRD that declares none.
+        assert_eq!(rows[0], ["NAME", "COLOR", "REPLICAS"], "{who}: {table}");
+        assert_eq!(rows[1][..3], ["w1", "red", "1"], "{who}: {table}");
+        assert_eq!(rows[2][..3], ["w2", "blue", "2"], "{who}: {table}");
+        let short = k
+            .run(&["get", "wdg", "w1", "-n", &ns, "-o", "jsonpath={.spec.color}"])
+            .await;
+        assert_eq!(short, "red", "{who}");
+        let explained = k.run(&["explain", &format!("widgets.{group}.spec")]).await;
+        assert!(
+            explained.contains("What the widget should be") && explained.contains("color"),
+            "{who}: {explained}"
+        );
+        let scaled = k.run(&["scale", "widget", "w1", "--replicas=4", "-n", &ns]).await;
+        assert!(
+            scaled.contains(&format!("widget.{group}/w1 scaled")),
+            "{who}: {scaled}"
+        );
+        let replicas = k
+            .run(&[
+                "get",
+                "widget",
+                "w1",
+                "-n",
+                &ns,
+                "-o",
+                "jsonpath={.spec.replicas}",
+            ])
+            .await;
+        assert_eq!(replicas, "4", "{who}");
+        let edited = k
+            .run_with(
+                &["edit", "widget", "w1", "-n", &ns],
+                &[("EDITOR", "sed -i /color:/s/red/blue/")],
+            )
+            .await;
+        assert!(
+            edited.contains(&format!("widget.{group}/w1 edited")),
+            "{who}: {edited}"
+        );
+        let color = k
+            .run(&["get", "widget", "w1", "-n", &ns, "-o", "jsonpath={.spec.color}"])
+            .await;
+        assert_eq!(color, "blue", "{who}");
+        // A widget the schema refuses, with the apiserver's message.
+        let bad = dir.join(format!("bad-{i}.yaml"));
+        std::fs::write(
+            &bad,
+            format!("apiVersion: {group}/v1\nkind: Widget\nmetadata: {{name: w3}}\nspec: {{color: pink, replicas: -1}}\n"),
+        )
+        .unwrap();
+        let refused = k.fails(&["apply", "-n", &ns, "-f", bad.to_str().unwrap()]).await;
+        for wanted in [
+            "spec.color: Unsupported value: \"pink\": supported values: \"red\", \"blue\"",
+            "spec.replicas: Invalid value: -1: spec.replicas in body should be greater than or equal to 0",
+        ] {
+            assert!(refused.contains(wanted), "{who}: {refused}");
+        }
+        // Deleting the CRD deletes its widgets, then stops serving them.
+        let deleted = k.run(&["delete", "crd", &crd_name]).await;
+        assert!(deleted.contains("deleted"), "{who}: {deleted}");
+        // Its widgets went first; it stops being served within the controller's next round.
+        let mut gone = String::new();
+        for _ in 0..20 {
+            let out = k
+                .command(&["get", &format!("widgets.{group}"), "-n", &ns])
+                .output()
+                .await
+                .unwrap();
+            if !out.status.success() {
+                gone = String::from_utf8_lossy(&out.stderr).into_owned();
+                break;
+            }
+            let listed = String::from_utf8_lossy(&out.stdout).into_owned();
+            assert!(
+                !listed.contains("w1"),
+                "{who}: a widget outlived its CRD: {listed}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(
+            gone.contains("the server doesn't have a resource type")
+                || gone.contains("the server could not find the requested resource"),
+            "{who}: {gone}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    server.shutdown().await.unwrap();
+}
