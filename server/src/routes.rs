@@ -760,8 +760,47 @@ async fn resource_request(
     let transcoded = is_write || subresource.as_deref() == Some("scale");
     match (transcoded, media::read_format(accept.as_deref()), served) {
         (true, Ok(ReadFormat::Protobuf), Some(r)) => protobuf_write_response(response, &r.info).await,
+        (true, Ok(ReadFormat::Metadata(m)), Some(r)) => metadata_write_response(response, m, &r.info).await,
         _ => response,
     }
+}
+
+/// A write's answer as a PartialObjectMetadata, for a client that asked for the metadata
+/// alone (client-go's and kube-rs's metadata clients patch so): the object the write answered
+/// with, reduced to its metadata. Errors and Statuses, and answers of other shapes, stay as
+/// they are.
+async fn metadata_write_response(
+    response: Response,
+    m: crate::partial::MetadataRequest,
+    info: &ResourceInfo,
+) -> Response {
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes() == b"application/json");
+    if !response.status().is_success() || !is_json || m.list {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return status_response(&Status::internal("a write's answer could not be read"));
+    };
+    #[derive(serde::Deserialize)]
+    struct Kind<'a> {
+        #[serde(borrow, default)]
+        kind: Option<&'a str>,
+    }
+    let of_kind =
+        serde_json::from_slice::<Kind<'_>>(&bytes).is_ok_and(|k| k.kind == Some(info.kind.as_str()));
+    let mut out = bytes::BytesMut::new();
+    if !of_kind || m.write_object(&bytes, &mut out).is_err() {
+        return Response::from_parts(parts, Body::from(bytes));
+    }
+    parts
+        .headers
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(m.content_type()));
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, Body::from(out.freeze()))
 }
 
 /// A LIST's or GET's body, holding its request deadline for as long as it lives.

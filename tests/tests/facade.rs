@@ -652,6 +652,34 @@ async fn metadata_only_reads_carry_each_objects_metadata_and_nothing_else() {
     assert_eq!(next["type"], "MODIFIED");
     assert_eq!(next["object"]["metadata"]["labels"]["a"], "b");
     assert!(next["object"].get("data").is_none());
+
+    // A metadata client's PATCH is answered with the metadata alone.
+    let req = ::http::Request::builder()
+        .method("PATCH")
+        .uri(format!("http://{}{cms}/cm-001", server.addr()))
+        .header("accept", METADATA)
+        .header("content-type", MERGE)
+        .body(http_body_util::Full::new(bytes::Bytes::from(
+            json!({"metadata": {"labels": {"owned": "yes"}}}).to_string(),
+        )))
+        .unwrap();
+    let resp = c.request(req).await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    assert_eq!(
+        resp.headers().get("content-type").and_then(|v| v.to_str().ok()),
+        Some(METADATA)
+    );
+    let body = http_body_util::BodyExt::collect(resp.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    let patched: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        (patched["kind"].as_str(), patched["apiVersion"].as_str()),
+        (Some("PartialObjectMetadata"), Some("meta.k8s.io/v1"))
+    );
+    assert_eq!(patched["metadata"]["labels"]["owned"], "yes");
+    assert!(patched.get("data").is_none(), "{patched}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
