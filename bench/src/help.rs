@@ -229,6 +229,30 @@ Columns:
 Ratios: follow rate against etcd's, recovery off against on, relists on and off.";
 
 /// `patch`.
+pub(crate) const OPERATOR: &str = "\
+N custom resources of about --cr-bytes (one per tenant), each reconciled by an operator into
+a StatefulSet, a headless Service and a ConfigMap it owns, through `watchcache serve` in this
+process over loopback. The operator has informers (LIST, then WATCH) on the custom resources
+and, by label, on each kind of child; a work queue; --concurrency workers that server-side
+apply the children and write the resource's status. A changer patches one resource's spec at
+--change-rate per second for --seconds, each change a new version the operator copies into
+its StatefulSet.
+
+Designs: one, the server as built; a row per N, on a fresh server each.
+
+Columns:
+  CR JSON          a custom resource's JSON, as a LIST serves it
+  heap/CR          the process's heap after creating the resources, less before, per
+                   resource: the store, the cache and the watch history together
+  heap/JSON        the two against each other
+  creates/s        custom resources created per second, 32 at a time
+  reconcile all    the operator's start to every resource reconciled once
+  changes, seen    spec changes sent; StatefulSet updates of them the operator saw
+  watch p50, p99   a change sent to the operator's informer seeing it
+  to child         a change sent to the operator's StatefulSet informer seeing its update
+  LIST             a full LIST of the custom resources (median of three)
+  errors           failed writes (none expected)";
+
 pub(crate) const PATCH: &str = "\
 A label PATCH (kubectl label: a merge patch of metadata.labels) of a ConfigMap whose
 metadata.finalizers holds N entries, N doubling up to near the object size limit, through

@@ -26,6 +26,7 @@ pub mod idle;
 pub mod kubelets;
 pub mod list;
 pub mod objects;
+pub mod operator;
 pub mod patch;
 pub mod report;
 pub mod snapshots;

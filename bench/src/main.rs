@@ -77,6 +77,10 @@ enum Scenario {
     /// The cost of a label PATCH of an object with N finalizers, N doubling: linear or not.
     #[command(after_help = help::PATCH)]
     Patch(PatchArgs),
+    /// An operator over N custom resources with three children each: memory per resource,
+    /// watch latency, change-to-child latency, a full LIST, from 1,000 to 10,000.
+    #[command(after_help = help::OPERATOR)]
+    Operator(OperatorArgs),
     /// `watchcache serve` under a burst of writes with a paginated LIST running through it:
     /// RSS growth against the data and the history, and whether the LIST read one snapshot;
     /// the default snapshot retention against none.
@@ -368,6 +372,28 @@ struct PatchArgs {
 }
 
 #[derive(Args)]
+struct OperatorArgs {
+    /// Custom resource counts, comma-separated: a row each, on a fresh server.
+    #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
+    crs: Vec<usize>,
+    /// The approximate size of each custom resource's spec, in bytes.
+    #[arg(long, default_value_t = 2048)]
+    cr_bytes: usize,
+    /// Reconciling workers.
+    #[arg(long, default_value_t = 8)]
+    concurrency: usize,
+    /// Spec changes per second.
+    #[arg(long, default_value_t = 50.0)]
+    change_rate: f64,
+    /// Seconds of spec changes.
+    #[arg(long, default_value_t = 10.0)]
+    seconds: f64,
+    /// Print one JSON object on stdout (the table goes to stderr).
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
 struct TransportMemoryArgs {
     /// Connections (and streams) opened for each idle figure, on a fresh server each.
     #[arg(long, default_value_t = 1000)]
@@ -396,6 +422,7 @@ fn main() {
         Scenario::Soak(a) => run_soak(a),
         Scenario::Etcd(a) => run_etcd(a),
         Scenario::Patch(a) => run_patch(a),
+        Scenario::Operator(a) => run_operator(a),
         Scenario::Snapshots(a) => run_snapshots(a),
         Scenario::Proof(a) => run_proof(a),
         Scenario::Authz(a) => run_authz(a),
@@ -1225,6 +1252,81 @@ fn run_patch(a: PatchArgs) -> Result<(), String> {
         a.json,
     );
     Ok(())
+}
+
+/// The `operator` scenario: see `watchcache_bench::operator`.
+fn run_operator(a: OperatorArgs) -> Result<(), String> {
+    use watchcache_bench::operator;
+    if a.crs.is_empty() || a.crs.iter().any(|&n| n == 0 || n > 100_000) {
+        return Err("--crs: counts from 1 to 100000".into());
+    }
+    if a.cr_bytes > 512 * 1024 || a.concurrency == 0 || a.concurrency > 256 {
+        return Err("--cr-bytes up to 524288, --concurrency from 1 to 256".into());
+    }
+    if !(a.change_rate > 0.0 && a.change_rate <= 10_000.0 && a.seconds > 0.0 && a.seconds <= 600.0) {
+        return Err("--change-rate from 0 to 10000, --seconds from 0 to 600".into());
+    }
+    let p = operator::Params {
+        crs: a.crs.clone(),
+        cr_bytes: a.cr_bytes,
+        concurrency: a.concurrency,
+        change_rate: a.change_rate,
+        seconds: a.seconds,
+    };
+    let bar = ProgressBar::new(a.crs.iter().sum::<usize>() as u64);
+    bar.set_prefix("operator");
+    let b = bar.clone();
+    let rows = operator::run(&p, &move |n| b.inc(n))?;
+    bar.finish_and_clear();
+    let mut ratios = Map::new();
+    if let (Some(first), Some(last)) = (rows.first(), rows.last())
+        && rows.len() > 1
+    {
+        for key in [
+            "heap_per_cr_bytes",
+            "watch_p99_ms",
+            "change_to_child_p99_ms",
+            "list_ms",
+            "initial_reconcile_s",
+        ] {
+            if let (Some(a), Some(b)) = (first[key].as_f64(), last[key].as_f64())
+                && a > 0.0
+            {
+                let name = format!("{key}_{}_to_{}", first["crs"], last["crs"]);
+                ratios.insert(name, json!(round3(b / a)));
+            }
+        }
+    }
+    finish(
+        "operator",
+        json!({"crs": a.crs, "cr_bytes": a.cr_bytes, "concurrency": a.concurrency,
+               "change_rate": a.change_rate, "seconds": a.seconds}),
+        rows,
+        ratios,
+        &[
+            ("CRs", "crs", human),
+            ("CR JSON", "cr_json_bytes", human_bytes),
+            ("heap/CR", "heap_per_cr_bytes", human_bytes),
+            ("heap/JSON", "heap_to_json", factor),
+            ("creates/s", "creates_per_sec", human),
+            ("reconcile all", "initial_reconcile_s", seconds),
+            ("changes", "changes", human),
+            ("seen", "children_seen", human),
+            ("watch p50", "watch_p50_ms", ms),
+            ("watch p99", "watch_p99_ms", ms),
+            ("to child p50", "change_to_child_p50_ms", ms),
+            ("to child p99", "change_to_child_p99_ms", ms),
+            ("LIST", "list_ms", ms),
+            ("LIST bytes", "list_bytes", human_bytes),
+            ("errors", "errors", human),
+        ],
+        a.json,
+    );
+    Ok(())
+}
+
+fn seconds(x: f64) -> String {
+    format!("{x:.2} s")
 }
 
 fn run_http(a: HttpArgs) -> Result<(), String> {

@@ -72,6 +72,7 @@ fn each_scenarios_help_names_its_designs_and_columns() {
         ("proof", names(vec!["old_proof", "fence"])),
         ("etcd", names(vec!["sync", "follow", "restart"])),
         ("patch", names(vec!["finalizers", "per doubling"])),
+        ("operator", names(vec!["heap/CR", "to child"])),
         ("soak", names(vec!["open fds", "open watches"])),
         (
             "transport-memory",
