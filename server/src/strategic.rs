@@ -86,16 +86,50 @@ pub(crate) const MERGE_LISTS: &[(&str, &str, ListStrategy)] = {
         ("Node", "spec.podCIDRs", MergeSet),
         ("Node", "status.conditions", MergeByKey("type")),
         ("Node", "status.addresses", MergeByKey("type")),
+        ("Node", "status.conditions", MergeByKey("type")),
         ("Namespace", "status.conditions", MergeByKey("type")),
+        ("Service", "spec.ports", MergeByKey("port")),
+        ("ServiceAccount", "secrets", MergeByKey("name")),
+        ("PersistentVolumeClaim", "status.conditions", MergeByKey("type")),
+        ("Deployment", "status.conditions", MergeByKey("type")),
+        ("ReplicaSet", "status.conditions", MergeByKey("type")),
+        ("StatefulSet", "status.conditions", MergeByKey("type")),
+        ("DaemonSet", "status.conditions", MergeByKey("type")),
+        ("ReplicationController", "status.conditions", MergeByKey("type")),
+        ("Job", "status.conditions", MergeByKey("type")),
+        ("PodDisruptionBudget", "status.conditions", MergeByKey("type")),
     ]
 };
 
+/// Where each kind that carries a pod template keeps it: the template's lists merge as a
+/// pod's do (a Deployment's `spec.template.spec.containers` by name), as the apiserver's
+/// shared PodSpec type makes them.
+const POD_TEMPLATES: &[(&str, &str)] = &[
+    ("Deployment", "spec.template."),
+    ("ReplicaSet", "spec.template."),
+    ("StatefulSet", "spec.template."),
+    ("DaemonSet", "spec.template."),
+    ("ReplicationController", "spec.template."),
+    ("Job", "spec.template."),
+    ("CronJob", "spec.jobTemplate.spec.template."),
+    ("PodTemplate", "template."),
+];
+
 /// The strategy of the list at dotted `path` in an object of `kind`.
 pub(crate) fn list_strategy(kind: &str, path: &str) -> ListStrategy {
-    MERGE_LISTS
-        .iter()
-        .find(|(k, p, _)| (*k == "*" || *k == kind) && *p == path)
-        .map_or(ListStrategy::Replace, |(_, _, s)| *s)
+    let declared = |kind: &str, path: &str| {
+        MERGE_LISTS
+            .iter()
+            .find(|(k, p, _)| (*k == "*" || *k == kind) && *p == path)
+            .map(|(_, _, s)| *s)
+    };
+    declared(kind, path)
+        .or_else(|| {
+            let (_, prefix) = POD_TEMPLATES.iter().find(|(k, _)| *k == kind)?;
+            let in_pod = path.strip_prefix(prefix).filter(|p| p.starts_with("spec."))?;
+            declared("Pod", in_pod)
+        })
+        .unwrap_or(ListStrategy::Replace)
 }
 
 /// Why a strategic patch could not be applied: the apiserver answers 422.
@@ -449,6 +483,53 @@ mod tests {
         assert_eq!(
             after["spec"]["containers"],
             json!([{"name": "a", "image": "a:1"}, {"name": "b", "image": "b:2"}])
+        );
+    }
+
+    #[test]
+    fn a_pod_templates_lists_merge_as_a_pods_in_every_kind_that_carries_one() {
+        let containers = json!([{"name": "a", "image": "a:1", "env": [{"name": "X", "value": "1"}]},
+            {"name": "b", "image": "b:1"}]);
+        let patch_at = |prefix: &[&str]| {
+            let mut patch = json!({"spec": {"containers": [{"name": "b", "image": "b:2"},
+                {"name": "a", "env": [{"name": "Y", "value": "2"}]}]}});
+            let mut object = json!({"spec": {"containers": containers.clone()}});
+            for key in prefix.iter().rev() {
+                patch = json!({*key: patch});
+                object = json!({*key: object});
+            }
+            (object, patch)
+        };
+        for (kind, prefix) in [
+            ("Deployment", vec!["spec", "template"]),
+            ("StatefulSet", vec!["spec", "template"]),
+            ("CronJob", vec!["spec", "jobTemplate", "spec", "template"]),
+            ("PodTemplate", vec!["template"]),
+        ] {
+            let (object, patch) = patch_at(&prefix);
+            let mut after = patched(kind, object, patch).unwrap();
+            for key in &prefix {
+                after = after[*key].clone();
+            }
+            assert_eq!(
+                after["spec"]["containers"],
+                json!([{"name": "a", "image": "a:1", "env": [{"name": "X", "value": "1"}, {"name": "Y", "value": "2"}]},
+                    {"name": "b", "image": "b:2"}]),
+                "{kind}"
+            );
+        }
+        // A Service's ports merge by port.
+        let service =
+            json!({"spec": {"ports": [{"port": 80, "name": "http"}, {"port": 443, "name": "https"}]}});
+        let after = patched(
+            "Service",
+            service,
+            json!({"spec": {"ports": [{"port": 443, "targetPort": 8443}]}}),
+        )
+        .unwrap();
+        assert_eq!(
+            after["spec"]["ports"],
+            json!([{"port": 80, "name": "http"}, {"port": 443, "name": "https", "targetPort": 8443}])
         );
     }
 
