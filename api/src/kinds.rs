@@ -7,14 +7,14 @@
 
 use k8s_openapi::api::{
     apps::v1 as apps, autoscaling::v2 as autoscaling, batch::v1 as batch, coordination::v1 as coordination,
-    core::v1 as core, discovery::v1 as discovery, networking::v1 as networking, policy::v1 as policy,
-    rbac::v1 as rbac, scheduling::v1 as scheduling, storage::v1 as storage,
+    core::v1 as core, discovery::v1 as discovery, events::v1 as events, networking::v1 as networking,
+    policy::v1 as policy, rbac::v1 as rbac, scheduling::v1 as scheduling, storage::v1 as storage,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
 use serde_json::{Map, Value, json};
 
 use crate::printers;
-use crate::registry::{KindSpec, NameRule};
+use crate::registry::{Conversion, KindSpec, NameRule};
 use crate::validation;
 
 /// Every built-in kind, in the order discovery lists them.
@@ -193,6 +193,31 @@ fn group_kinds() -> Vec<KindSpec> {
             .generation()
             .defaulting(cron_job_defaults)
             .printer(printers::cron_job()),
+        // The same objects as core Events, in the events.k8s.io form.
+        KindSpec::of::<events::Event>()
+            .short_names(&["ev"])
+            .storage("events")
+            .converted(
+                "v1",
+                Conversion {
+                    to_storage: event_to_core,
+                    from_storage: event_from_core,
+                },
+            )
+            .fields(&[
+                "regarding.kind",
+                "regarding.namespace",
+                "regarding.name",
+                "regarding.uid",
+                "regarding.apiVersion",
+                "regarding.resourceVersion",
+                "regarding.fieldPath",
+                "reason",
+                "reportingController",
+                "type",
+            ])
+            .expires()
+            .printer(printers::event_v1()),
         KindSpec::of::<discovery::EndpointSlice>().printer(printers::endpoint_slice()),
         KindSpec::of::<networking::Ingress>()
             .initial_status(empty_status)
@@ -537,6 +562,44 @@ fn network_policy_defaults(o: &mut Map<String, Value>) {
     }
 }
 
+/// The fields an events.k8s.io/v1 Event names otherwise than a core Event (events.k8s.io
+/// name, core name), as the apiserver converts between them.
+const EVENT_RENAMES: &[(&str, &str)] = &[
+    ("regarding", "involvedObject"),
+    ("note", "message"),
+    ("deprecatedSource", "source"),
+    ("deprecatedFirstTimestamp", "firstTimestamp"),
+    ("deprecatedLastTimestamp", "lastTimestamp"),
+    ("deprecatedCount", "count"),
+    ("reportingController", "reportingComponent"),
+];
+
+fn rename_fields(object: &mut Map<String, Value>, from_core: bool, api_version: &str) {
+    for (ours, core) in EVENT_RENAMES {
+        let (from, to) = if from_core { (core, ours) } else { (ours, core) };
+        match object.remove(*from) {
+            Some(v) => {
+                object.insert((*to).to_owned(), v);
+            }
+            None => {
+                object.remove(*to);
+            }
+        }
+    }
+    object.insert("apiVersion".into(), Value::from(api_version));
+    object.insert("kind".into(), Value::from("Event"));
+}
+
+/// An events.k8s.io/v1 Event as the core Event it is stored as.
+fn event_to_core(object: &mut Map<String, Value>) {
+    rename_fields(object, false, "v1");
+}
+
+/// A stored core Event as an events.k8s.io/v1 Event.
+fn event_from_core(object: &mut Map<String, Value>) {
+    rename_fields(object, true, "events.k8s.io/v1");
+}
+
 /// A new replica set's or replication controller's status: no replicas (a field Go writes even
 /// when zero, which clients that decode into the types require).
 fn replicas_status(object: &mut Map<String, Value>) {
@@ -572,6 +635,29 @@ mod tests {
         );
         assert!(!r.get("v1", "namespaces").unwrap().namespaced);
         assert!(r.get("networking.k8s.io/v1", "ingresses").unwrap().namespaced);
+    }
+
+    #[test]
+    fn an_events_v1_event_is_a_core_event_renamed_both_ways() {
+        let v1 = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "e"},
+            "regarding": {"kind": "Pod", "name": "p"}, "note": "pulled", "reason": "Pulled",
+            "reportingController": "kubelet", "deprecatedCount": 2, "type": "Normal"});
+        let mut core = v1.as_object().unwrap().clone();
+        event_to_core(&mut core);
+        assert_eq!(
+            Value::Object(core.clone()),
+            json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e"},
+                "involvedObject": {"kind": "Pod", "name": "p"}, "message": "pulled", "reason": "Pulled",
+                "reportingComponent": "kubelet", "count": 2, "type": "Normal"})
+        );
+        event_from_core(&mut core);
+        assert_eq!(Value::Object(core), v1);
+        let r = Registry::builtin();
+        let both = [
+            r.get("v1", "events").unwrap(),
+            r.get("events.k8s.io/v1", "events").unwrap(),
+        ];
+        assert_eq!(both[0].prefix(), both[1].prefix());
     }
 
     #[test]

@@ -177,6 +177,19 @@ pub struct KindSpec {
     /// The `apiVersion` objects are stored with, when it is not this version's (a custom
     /// resource served in a version other than its storage version).
     pub stored_as: Option<String>,
+    /// How objects are converted to and from the kind they are stored as, when it is another
+    /// kind's storage (an `events.k8s.io/v1` Event is a core Event in the store).
+    pub conversion: Option<Conversion>,
+}
+
+/// The conversion of a kind stored as another kind of another group (its
+/// [`KindSpec::stored_as`]): both kinds are served over the same objects.
+#[derive(Copy, Clone, Debug)]
+pub struct Conversion {
+    /// Into the stored kind's form, before a write is stored.
+    pub to_storage: Mutation,
+    /// From the stored kind's form, as every read serves it.
+    pub from_storage: Mutation,
 }
 
 impl KindSpec {
@@ -207,6 +220,7 @@ impl KindSpec {
             openapi: None,
             strategy: Strategy::default(),
             stored_as: None,
+            conversion: None,
         }
     }
 
@@ -354,6 +368,13 @@ impl KindSpec {
         self
     }
 
+    /// Stored as `stored_as` (`v1`), another kind's storage, by `conversion` both ways.
+    pub fn converted(mut self, stored_as: &str, conversion: Conversion) -> Self {
+        self.stored_as = Some(stored_as.to_owned());
+        self.conversion = Some(conversion);
+        self
+    }
+
     /// Keeps `metadata.generation`.
     pub fn generation(mut self) -> Self {
         self.strategy.generation = true;
@@ -441,6 +462,13 @@ impl Registry {
                 }
             }
             let (a, b) = (k.prefix(), spec.prefix());
+            // A kind converted to and from another's storage shares it.
+            let converts = |x: &KindSpec, y: &KindSpec| {
+                x.conversion.is_some() && x.stored_as.as_deref() == Some(y.api_version().as_str())
+            };
+            if a == b && (converts(&spec, k) || converts(k, &spec)) {
+                continue;
+            }
             if a.starts_with(&b) || b.starts_with(&a) {
                 return Err(Conflict(format!(
                     "storage {b} overlaps {a}, where {} are stored",

@@ -42,6 +42,9 @@ pub struct JsonCodec {
     /// The `apiVersion` objects are served as, when it is not the one they are stored with
     /// (a custom resource's version other than its storage version).
     api_version: Option<String>,
+    /// How a stored object is converted into the form served (an events.k8s.io/v1 Event
+    /// from the core Event it is stored as).
+    convert: Option<fn(&mut Map<String, Value>)>,
 }
 
 impl JsonCodec {
@@ -53,7 +56,15 @@ impl JsonCodec {
             fields: fields.iter().map(|f| ((*f).to_owned(), None)).collect(),
             protobuf: None,
             api_version: None,
+            convert: None,
         }
+    }
+
+    /// Stored objects are converted by `convert` into the form served, before anything else
+    /// reads them (a kind served over another kind's storage).
+    pub fn with_conversion(mut self, convert: fn(&mut Map<String, Value>)) -> Self {
+        self.convert = Some(convert);
+        self
     }
 
     /// The objects are protobuf message `definition` (`io.k8s.api.core.v1.Pod`), one of the
@@ -157,9 +168,15 @@ impl JsonCodec {
     /// it, refused as decode refuses it (a value that is no object, or does not fit the
     /// kind's schema): the store's object is then corrupt.
     pub fn stored_object(&self, raw: &[u8]) -> Result<Map<String, Value>, CodecError> {
-        let Value::Object(object) = self.parse(raw)? else {
+        let Value::Object(mut object) = self.parse(raw)? else {
             return Err(CodecError::Decode("not a JSON object".into()));
         };
+        if let Some(convert) = self.convert {
+            convert(&mut object);
+        }
+        if let Some(v) = &self.api_version {
+            object.insert("apiVersion".into(), Value::String(v.clone()));
+        }
         let text = serde_json::to_vec(&object).map_err(|e| CodecError::Decode(e.to_string()))?;
         self.check_schema(&text)?;
         Ok(object)
@@ -198,6 +215,9 @@ impl Codec for JsonCodec {
             && raw.windows(4).any(|w| w == b"null")
         {
             protobuf::zero_nulls(definition, object);
+        }
+        if let Some(convert) = self.convert {
+            convert(object);
         }
         if let Some(v) = &self.api_version {
             object.insert("apiVersion".into(), Value::String(v.clone()));

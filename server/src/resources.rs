@@ -152,6 +152,9 @@ fn codec(spec: &KindSpec) -> JsonCodec {
     if spec.stored_as.is_some() {
         codec = codec.with_api_version(&spec.api_version());
     }
+    if let Some(conversion) = spec.conversion {
+        codec = codec.with_conversion(conversion.from_storage);
+    }
     let codec = spec
         .fields
         .iter()

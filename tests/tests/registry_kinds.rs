@@ -19,6 +19,15 @@ fn template() -> Value {
     json!({"metadata": {"labels": {"app": "web"}}, "spec": {"containers": containers()}})
 }
 
+/// The name a kind's sample goes by: its kind, or its API version and kind where the kind's
+/// name is served by two groups (`events.k8s.io/v1 Event`).
+fn sample_name(spec: &KindSpec) -> String {
+    match spec.group.as_str() {
+        "events.k8s.io" => format!("{} {}", spec.api_version(), spec.kind),
+        _ => spec.kind.clone(),
+    }
+}
+
 /// A valid object of `kind`, beyond its metadata.
 fn sample(kind: &str) -> Option<Value> {
     let selector = json!({"matchLabels": {"app": "web"}});
@@ -27,6 +36,12 @@ fn sample(kind: &str) -> Option<Value> {
         "ConfigMap" => json!({"data": {"a": "b"}}),
         "Secret" => json!({"data": {"a": "Yg=="}}),
         "Namespace" | "Node" | "ServiceAccount" => json!({}),
+        "events.k8s.io/v1 Event" => json!({
+            "regarding": {"kind": "Pod", "name": "web", "namespace": NS},
+            "reason": "Started", "note": "started", "type": "Normal", "action": "Start",
+            "reportingController": "kubelet", "reportingInstance": "node-1",
+            "eventTime": "2026-12-02T10:00:00.000000Z",
+        }),
         "Event" => json!({
             "involvedObject": {"kind": "Pod", "name": "web", "namespace": NS},
             "reason": "Started", "message": "started", "type": "Normal",
@@ -140,7 +155,7 @@ async fn every_declared_kind_is_served_whole() {
     let registry = Registry::builtin();
     let missing: Vec<&str> = registry
         .iter()
-        .filter(|s| sample(&s.kind).is_none())
+        .filter(|s| sample(&sample_name(s)).is_none())
         .map(|s| s.kind.as_str())
         .collect();
     assert!(
@@ -219,7 +234,7 @@ async fn every_declared_kind_is_served_whole() {
         .await;
 
         // POST.
-        let mut body = sample(&spec.kind).unwrap();
+        let mut body = sample(&sample_name(spec)).unwrap();
         body["apiVersion"] = json!(spec.api_version());
         body["kind"] = json!(spec.kind);
         body["metadata"] = json!({"name": name, "labels": {"app": "web"}});
@@ -367,5 +382,82 @@ async fn every_declared_kind_is_served_whole() {
         .await;
         assert!(ended.is_ok(), "{what}: no DELETED event");
     }
+    server.shutdown().await.unwrap();
+}
+
+/// events.k8s.io/v1 Events are the core Events, converted: one written in either form is read
+/// in both, and watched in both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_are_served_in_both_groups_over_one_storage() {
+    let server = start(config(0)).await;
+    create_namespaces(&server, &[NS]).await;
+    let c = http();
+    let core = format!("/api/v1/namespaces/{NS}/events");
+    let v1 = format!("/apis/events.k8s.io/v1/namespaces/{NS}/events");
+    let (code, list) = request(&c, &server, "GET", &v1, None).await;
+    assert_eq!(code, 200);
+    let list: Value = serde_json::from_slice(&list).unwrap();
+    let rv = list["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
+    let mut watch = Frames::open(&server, &format!("{v1}?watch=true&resourceVersion={rv}")).await;
+
+    let old = json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "core"},
+        "involvedObject": {"kind": "Pod", "name": "web", "namespace": NS},
+        "reason": "Pulled", "message": "pulled the image", "type": "Normal", "count": 3,
+        "source": {"component": "kubelet"}});
+    let (code, _) = request(&c, &server, "POST", &core, Some(old)).await;
+    assert_eq!(code, 201);
+    let (code, read) = request(&c, &server, "GET", &format!("{v1}/core"), None).await;
+    assert_eq!(code, 200);
+    let read: Value = serde_json::from_slice(&read).unwrap();
+    assert_eq!(read["apiVersion"], "events.k8s.io/v1");
+    assert_eq!(read["regarding"]["name"], "web");
+    assert_eq!(read["note"], "pulled the image");
+    assert_eq!(read["deprecatedCount"], 3);
+    assert_eq!(read["deprecatedSource"]["component"], "kubelet");
+    assert!(
+        read.get("message").is_none() && read.get("involvedObject").is_none(),
+        "{read}"
+    );
+    let event = watch
+        .next()
+        .await
+        .expect("the core write, watched as events.k8s.io");
+    assert_eq!(
+        (event["type"].as_str(), event["object"]["note"].as_str()),
+        (Some("ADDED"), Some("pulled the image"))
+    );
+
+    let new = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "new"},
+        "regarding": {"kind": "Pod", "name": "db", "namespace": NS}, "reason": "Scheduled",
+        "note": "assigned to node-1", "type": "Normal", "action": "Binding",
+        "reportingController": "default-scheduler", "reportingInstance": "scheduler-1",
+        "eventTime": "2026-12-02T10:00:00.000000Z"});
+    let (code, made) = request(&c, &server, "POST", &v1, Some(new)).await;
+    assert_eq!(code, 201, "{}", String::from_utf8_lossy(&made));
+    let (code, read) = request(&c, &server, "GET", &format!("{core}/new"), None).await;
+    assert_eq!(code, 200);
+    let read: Value = serde_json::from_slice(&read).unwrap();
+    assert_eq!(read["apiVersion"], "v1");
+    assert_eq!(read["involvedObject"]["name"], "db");
+    assert_eq!(read["message"], "assigned to node-1");
+    assert_eq!(read["reportingComponent"], "default-scheduler");
+    // Selected by the events.k8s.io field names.
+    let (code, selected) = request(
+        &c,
+        &server,
+        "GET",
+        &format!("{v1}?fieldSelector=regarding.name%3Ddb"),
+        None,
+    )
+    .await;
+    assert_eq!(code, 200);
+    let selected: Value = serde_json::from_slice(&selected).unwrap();
+    let names: Vec<&str> = selected["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(names, ["new"]);
     server.shutdown().await.unwrap();
 }

@@ -149,6 +149,36 @@ pub(crate) fn event() -> Printer {
     ])
 }
 
+/// An events.k8s.io/v1 Event's: the core Event's columns, read from its own fields.
+pub(crate) fn event_v1() -> Printer {
+    Printer::of(vec![
+        col("Last Seen", "When the event was last seen.", |o, now| {
+            let last = s(o, &["deprecatedLastTimestamp"])
+                .or_else(|| s(o, &["series", "lastObservedTime"]))
+                .or_else(|| s(o, &["eventTime"]))
+                .or_else(|| s(o, &["metadata", "creationTimestamp"]));
+            json!(age_since(last, now))
+        }),
+        col("Type", "Normal or Warning.", |o, _| {
+            json!(s(o, &["type"]).unwrap_or_default())
+        }),
+        col("Reason", "Why the event happened, in one word.", |o, _| {
+            json!(s(o, &["reason"]).unwrap_or_default())
+        }),
+        col("Object", "The object the event is about.", |o, _| {
+            let kind = s(o, &["regarding", "kind"]).unwrap_or_default();
+            json!(format!(
+                "{}/{}",
+                kind.to_ascii_lowercase(),
+                s(o, &["regarding", "name"]).unwrap_or_default()
+            ))
+        }),
+        col("Message", "What happened.", |o, _| {
+            json!(s(o, &["note"]).unwrap_or_default().trim())
+        }),
+    ])
+}
+
 pub(crate) fn lease() -> Printer {
     Printer::of(vec![
         name(),
