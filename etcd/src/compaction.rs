@@ -1,0 +1,140 @@
+//! Compaction as the apiserver compacts: one replica elected per interval by a compare-and-swap
+//! on `compact_rev_key`, and every replica learning the compacted revision from that key.
+
+use super::*;
+use crate::writes::write_failed;
+
+impl EtcdSource {
+    /// The newest compacted revision this replica knows of (0 when none).
+    pub fn compacted(&self) -> Revision {
+        Revision::new(self.inner.compacted.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn learn_compacted(&self, revision: u64) {
+        let before = self.inner.compacted.fetch_max(revision, Ordering::Relaxed);
+        if revision > before {
+            debug!(revision, "learned of a compaction");
+        }
+    }
+
+    /// Reads the compaction key: the revision the last compactor compacted at.
+    pub async fn refresh_compacted(&self) -> Result<Revision, SourceError> {
+        let resp = self
+            .reading(|mut kv| async move { kv.get(COMPACT_KEY, None).await })
+            .await
+            .map_err(unavailable)?;
+        if let Some(r) = resp.kvs().first().and_then(parse_revision) {
+            self.learn_compacted(r);
+        }
+        Ok(self.compacted())
+    }
+
+    /// One round of the apiserver's compaction protocol. `round` is the compaction key's
+    /// version this replica last saw and `seen` the store's revision it saw then. If the key's
+    /// version is still `round`, this replica wins the round: it records `seen` in the key and
+    /// compacts at it. Either way it returns the version and revision to use next round.
+    pub async fn compact_round(&self, round: i64, seen: Revision) -> Result<(i64, Revision), SourceError> {
+        let resp = self
+            .txn(|| {
+                Txn::new()
+                    .when([Compare::version(COMPACT_KEY, CompareOp::Equal, round)])
+                    .and_then([TxnOp::put(COMPACT_KEY, seen.get().to_string(), None)])
+                    .or_else([TxnOp::get(COMPACT_KEY, None)])
+            })
+            .await?;
+        let now = revision_of(resp.header())?;
+        if !resp.succeeded() {
+            // Another replica won this round; its target is what is (being) compacted.
+            let kv = resp.op_responses().into_iter().find_map(|r| match r {
+                TxnOpResponse::Get(g) => g.kvs().first().cloned(),
+                _ => None,
+            });
+            let Some(kv) = kv else {
+                return Ok((0, now));
+            };
+            if let Some(r) = parse_revision(&kv) {
+                self.learn_compacted(r);
+            }
+            return Ok((kv.version(), now));
+        }
+        if seen.get() > 0 {
+            let started = std::time::Instant::now();
+            let compacted = self
+                .inner
+                .members
+                .call(Kind::Write, |_, c| async move {
+                    kv(c).compact(seen.get() as i64, None).await
+                })
+                .await;
+            match compacted {
+                Ok(_) => {}
+                Err(e) if is_compacted(&e) => {}
+                Err(e) => return Err(write_failed(e)),
+            }
+            self.learn_compacted(seen.get());
+            info!(revision = %seen, took = ?started.elapsed(), "compacted etcd");
+        }
+        Ok((round + 1, now))
+    }
+
+    /// Runs the compactor until the future is dropped: a round every `interval`, so etcd
+    /// keeps between one and two intervals of history.
+    pub async fn compact_every(self, interval: Duration) {
+        let mut round = 0;
+        let mut seen = Revision::ZERO;
+        let mut ticker = tokio::time::interval(interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            match self.compact_round(round, seen).await {
+                Ok((r, s)) => (round, seen) = (r, s),
+                Err(e) => warn!(error = %e, "compaction round failed"),
+            }
+        }
+    }
+
+    /// Follows the compaction key until the future is dropped, so that this replica learns of
+    /// every compaction any replica (or apiserver) makes, whether or not it compacts itself.
+    pub async fn follow_compactions(self) {
+        loop {
+            if let Err(e) = self.follow_compactions_once().await {
+                debug!(error = %e, "following the compaction key; again shortly");
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    pub(crate) async fn follow_compactions_once(&self) -> Result<(), SourceError> {
+        let resp = self
+            .reading(|mut kv| async move { kv.get(COMPACT_KEY, None).await })
+            .await
+            .map_err(unavailable)?;
+        let from = revision_of(resp.header())?.get() as i64 + 1;
+        if let Some(r) = resp.kvs().first().and_then(parse_revision) {
+            self.learn_compacted(r);
+        }
+        let options = WatchOptions::new().with_start_revision(from);
+        let (stream, member) = self.open_watch(COMPACT_KEY, options).await.map_err(unavailable)?;
+        let (_sender, mut responses) = stream.split();
+        while let Some(resp) = responses.next().await {
+            let resp = resp.map_err(|e| self.watch_broke(member, e))?;
+            if resp.canceled() {
+                return Err(SourceError::Unavailable(format!(
+                    "watch canceled: {}",
+                    resp.cancel_reason()
+                )));
+            }
+            for e in resp.events() {
+                if let Some(r) = e.kv().and_then(parse_revision) {
+                    self.learn_compacted(r);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The revision a compaction key's value records.
+pub(crate) fn parse_revision(kv: &KeyValue) -> Option<u64> {
+    std::str::from_utf8(kv.value()).ok()?.parse().ok()
+}
