@@ -7,6 +7,8 @@
 //! - [`validation`]: the apiserver's validation of what users meet daily, plain values in and a
 //!   typed refusal out.
 //! - [`printers`]: the columns and cells of `kubectl get`'s Tables.
+//! - [`mutation`]: patches, server-side apply and managed fields.
+//! - [`schema`]: a CRD's structural schema: pruning, defaulting and validation with CEL.
 //!
 //! ```
 //! use watchcache_api::{KindSpec, Registry};
@@ -31,6 +33,7 @@
 
 pub mod crd;
 mod kinds;
+pub mod mutation;
 pub mod printers;
 pub mod registry;
 pub mod schema;

@@ -7,10 +7,9 @@ use watchcache_core::{CacheError, CodecError, Corrupt, Expired, SourceError};
 use watchcache_encoders::{ResourceInfo, Status};
 
 use crate::auth::Attributes;
-use crate::patch::PatchLimit;
 use crate::stored::Refused;
 use crate::value_types::ValueError;
-use crate::yaml::YamlError;
+use watchcache_api::mutation::yaml::YamlError;
 use watchcache_api::validation::{self, FieldError, Refusal};
 
 /// The Status for a cache error met reading `info`'s resource.
@@ -283,18 +282,6 @@ pub(crate) fn not_stored(e: &Refused, kind: &str, api_version: &str) -> Status {
     match e {
         Refused::TooLarge { .. } => too_large(),
         Refused::NoProtobuf(_) => cannot_handle(kind, api_version, e),
-    }
-}
-
-/// A JSON patch past the apiserver's bounds: too many operations is 413, copies that add up
-/// past their bound 422 (as any patch that cannot apply). A conversion, so that the patch
-/// module (which this one reads) returns it with `?`.
-impl From<PatchLimit> for Status {
-    fn from(e: PatchLimit) -> Status {
-        match e {
-            PatchLimit::Operations(_) => Status::new(413, "RequestEntityTooLarge", e.to_string()),
-            PatchLimit::Copies => Status::invalid(format!("the patch cannot be applied: {e}")),
-        }
     }
 }
 
@@ -610,8 +597,6 @@ mod tests {
             ill.message,
             "Lease in version \"v1\" cannot be handled as a Lease: json: cannot unmarshal number"
         );
-        assert_eq!(Status::from(PatchLimit::Operations(10_001)).code, 413);
-        assert_eq!(Status::from(PatchLimit::Copies).code, 422);
     }
 
     #[test]

@@ -6,15 +6,15 @@ use watchcache_encoders::{JsonCodec, ResourceInfo};
 
 use serde_json::{Map, Value, json};
 
-use crate::apply;
-use crate::fields;
 use crate::params::{DeleteParams, Params, WriteParams};
-use crate::patch::{MAX_COPY_BYTES, MAX_OPERATIONS, Patch, PatchType};
+use watchcache_api::mutation::apply;
+use watchcache_api::mutation::fields;
+use watchcache_api::mutation::patch::{MAX_COPY_BYTES, MAX_OPERATIONS, Patch, PatchType};
 use watchcache_api::validation;
 
 use crate::resources::NameRule;
 use crate::writes::{Addressed, object_from_body};
-use crate::yaml;
+use watchcache_api::mutation::yaml;
 
 /// Parses `query` as every verb would: LIST and WATCH options, write and DELETE parameters.
 pub fn query(query: &str, body: &[u8]) {

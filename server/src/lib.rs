@@ -17,7 +17,6 @@
 #![warn(missing_docs)]
 
 mod app;
-mod apply;
 mod audit;
 pub mod auth;
 pub mod backend;
@@ -29,7 +28,6 @@ mod deletion;
 mod discovery;
 mod errors;
 mod eviction;
-mod fields;
 #[cfg(fuzzing)]
 #[doc(hidden)]
 pub mod fuzz;
@@ -44,7 +42,6 @@ mod openapi;
 mod openapi_pb;
 mod params;
 mod partial;
-mod patch;
 mod pod_gc;
 mod rbac_objects;
 mod reads;
@@ -58,19 +55,16 @@ mod server;
 mod service_ranges;
 pub mod services;
 mod stored;
-mod strategic;
 mod switch;
 mod system_objects;
 mod table;
 mod target;
 mod transport;
 
-mod value_key;
 mod value_types;
 mod watch_body;
 pub mod workload;
 mod writes;
-mod yaml;
 
 pub use backend::Backend;
 pub use config::{AuditConfig, PlaintextRefused, ServeConfig};

@@ -11,7 +11,7 @@ use watchcache_encoders::{Status, protobuf};
 use crate::errors;
 use crate::partial::MetadataRequest;
 use crate::table::TableVersion;
-use crate::yaml;
+use watchcache_api::mutation::yaml;
 
 /// One media range of an Accept header: `type/subtype;k=v;…`.
 #[derive(Debug, PartialEq)]

@@ -25,8 +25,8 @@ use serde_json::{Map, Value, json};
 use watchcache_api::registry::OpenApiSchema;
 
 use crate::resources::Resource;
-use crate::strategic::{ListStrategy, MERGE_LISTS};
 use crate::value_types::{self, ValueError};
+use watchcache_api::mutation::strategic::{ListStrategy, MERGE_LISTS};
 
 /// A served kind with a generated schema: its group, version and schema, from its declaration.
 struct Kind<'a> {

@@ -28,7 +28,6 @@ use crate::media::{self, ReadFormat};
 use crate::metrics;
 use crate::openapi;
 use crate::params::{DeleteParams, Params, WriteParams};
-use crate::patch::PatchType;
 use crate::reads;
 use crate::reads::Form;
 use crate::request_log;
@@ -38,6 +37,7 @@ use crate::table::TableRequest;
 use crate::target::{Subresource, Target};
 use crate::transport::RequestBytesSpent;
 use crate::writes;
+use watchcache_api::mutation::patch::PatchType;
 
 type AppStateRef = State<Arc<AppState>>;
 

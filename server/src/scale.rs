@@ -17,10 +17,10 @@ use watchcache_encoders::Status;
 use crate::app::AppState;
 use crate::errors;
 use crate::params::WriteParams;
-use crate::patch::{Patch, PatchType};
 use crate::response::json_response;
 use crate::target::Target;
 use crate::writes;
+use watchcache_api::mutation::patch::{Patch, PatchType};
 
 /// The OpenAPI definition of a Scale, whose protobuf message answers protobuf clients.
 pub(crate) const SCALE: &str = "io.k8s.api.autoscaling.v1.Scale";

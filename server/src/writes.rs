@@ -18,21 +18,21 @@ use watchcache_core::{Codec, ObjectVersion, Revision, SourceError, is_dns1123_la
 use watchcache_encoders::{ResourceInfo, Status};
 
 use crate::app::AppState;
-use crate::apply;
 use crate::auth;
 use crate::conversion;
 use crate::deletion::{self, Deletion};
 use crate::errors;
-use crate::fields::{self, Manager};
 use crate::generate_name;
 use crate::namespaces;
 use crate::params::{DeleteParams, FieldValidation, Params, WriteParams};
-use crate::patch::{Patch, PatchType};
 use crate::resources::NameRule;
 use crate::response::json_response;
 use crate::services;
 use crate::stored;
 use crate::target::{Subresource, Target};
+use watchcache_api::mutation::apply;
+use watchcache_api::mutation::fields::{self, Manager};
+use watchcache_api::mutation::patch::{Patch, PatchType};
 use watchcache_api::validation;
 
 pub(crate) async fn create(
@@ -298,7 +298,7 @@ pub(crate) async fn patch(
 }
 
 /// Server-side apply: creates the object if it does not exist (201), else merges the
-/// configuration into it with field ownership ([`apply`](crate::apply)), retried like any
+/// configuration into it with field ownership ([`apply`](watchcache_api::mutation::apply)), retried like any
 /// PATCH when another write comes between the read and the write.
 /// An apply that finds no object creates it. The request was authorized as a `patch`; as the
 /// apiserver does, the creation must be allowed too, or a user allowed only to patch could

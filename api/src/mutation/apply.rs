@@ -1,6 +1,6 @@
 //! Server-side apply (`application/apply-patch+yaml`): a manager declares the fields it wants
 //! set, and the server merges them into the live object, keeping field ownership
-//! ([`fields`](crate::fields)).
+//! ([`fields`]).
 //!
 //! - The configuration is merged as a strategic merge patch would merge it (keyed lists by
 //!   their keys, sets as sets, anything else replaced).
@@ -21,17 +21,17 @@
 use serde_json::{Map, Value, json};
 use watchcache_encoders::Status;
 
-use crate::errors;
-use crate::fields::{self, Fields, Indexed, Manager, Segment};
-use crate::strategic;
-use crate::yaml;
+use crate::mutation::fields::{self, Fields, Indexed, Manager, Segment};
+use crate::mutation::strategic;
+use crate::mutation::yaml;
 
 /// Parses an apply body, YAML or JSON (YAML's subset, which most clients send): an object
 /// with no `managedFields` of its own.
-pub(crate) fn parse(body: &[u8]) -> Result<Map<String, Value>, Status> {
+pub fn parse(body: &[u8]) -> Result<Map<String, Value>, Status> {
     let config: Value = match serde_json::from_slice(body) {
         Ok(v) => v,
-        Err(_) => yaml::parse(body).map_err(|e| errors::yaml(&e, "the apply configuration is not YAML"))?,
+        Err(_) => yaml::parse(body)
+            .map_err(|e| Status::bad_request(format!("the apply configuration is not YAML: {e}")))?,
     };
     let Value::Object(config) = config else {
         return Err(Status::bad_request("the apply configuration is not an object"));
@@ -87,7 +87,7 @@ fn declared(map: &mut Map<String, Value>, path: &str) -> Result<(), Status> {
 
 /// Applies `config` by `manager` to `live` (`None`: the object does not exist yet) and
 /// returns the object to store, `managedFields` included.
-pub(crate) fn apply(
+pub fn apply(
     kind: &str,
     api_version: &str,
     live: Option<&Map<String, Value>>,

@@ -1,6 +1,6 @@
 //! PATCH bodies: which kind of patch a request carries (its `Content-Type`), and applying one
 //! to an object. Server-side apply (`application/apply-patch+yaml`) keeps field ownership and
-//! lives in [`apply`](crate::apply); the other three are here.
+//! lives in [`apply`](crate::mutation::apply); the other three are here.
 //!
 //! As the apiserver answers: an unknown patch type is 415, a body that is not a patch of its
 //! type is 400, and a patch that cannot apply to the object (a failed JSON-patch `test`, a path
@@ -14,27 +14,29 @@
 use serde_json::{Map, Value};
 use watchcache_encoders::Status;
 
-use crate::strategic;
+use crate::mutation::strategic;
 
 /// The most operations a JSON patch may have, as the apiserver allows.
-pub(crate) const MAX_OPERATIONS: usize = 10_000;
+pub const MAX_OPERATIONS: usize = 10_000;
 
 /// The most bytes of JSON a JSON patch's copies may add up to, as the apiserver allows (its
 /// `JSONPatchMaxCopyBytes`): twice etcd's request limit.
-pub(crate) const MAX_COPY_BYTES: usize = 3 << 20;
+pub const MAX_COPY_BYTES: usize = 3 << 20;
 
 /// A JSON patch past its bounds.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub(crate) enum PatchLimit {
+pub enum PatchLimit {
+    /// More operations than the apiserver takes (it has this many).
     #[error("a JSON patch may have at most {MAX_OPERATIONS} operations; this one has {0}")]
     Operations(usize),
+    /// Copies that add more than their bound.
     #[error("its copy operations add more than {MAX_COPY_BYTES} bytes")]
     Copies,
 }
 
 /// The four patch types the apiserver accepts.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(crate) enum PatchType {
+pub enum PatchType {
     /// `application/json-patch+json`: RFC 6902 operations.
     Json,
     /// `application/merge-patch+json`: RFC 7396.
@@ -48,7 +50,7 @@ pub(crate) enum PatchType {
 impl PatchType {
     /// The patch type of a request's `Content-Type` (parameters such as `charset` ignored); an
     /// unknown or missing one is 415.
-    pub(crate) fn from_content_type(content_type: Option<&str>) -> Result<PatchType, Status> {
+    pub fn from_content_type(content_type: Option<&str>) -> Result<PatchType, Status> {
         let media = content_type
             .and_then(|ct| ct.split(';').next())
             .map(|m| m.trim().to_ascii_lowercase());
@@ -73,15 +75,18 @@ impl PatchType {
 
 /// A JSON, merge or strategic patch, parsed once and applied to as many attempts as a
 /// conflicting write makes.
-pub(crate) enum Patch {
+pub enum Patch {
+    /// RFC 6902 operations.
     Json(json_patch::Patch),
+    /// An RFC 7386 merge patch.
     Merge(Value),
+    /// A strategic merge patch ([`strategic`]).
     Strategic(Map<String, Value>),
 }
 
 impl Patch {
     /// Parses a body of `ty` (not `Apply`); a body that is not such a patch is 400.
-    pub(crate) fn parse(ty: PatchType, body: &[u8]) -> Result<Patch, Status> {
+    pub fn parse(ty: PatchType, body: &[u8]) -> Result<Patch, Status> {
         let bad = |e: serde_json::Error| Status::bad_request(format!("invalid {ty:?} patch body: {e}"));
         match ty {
             PatchType::Json => {
@@ -103,11 +108,7 @@ impl Patch {
     }
 
     /// Applies the patch to `object`, of `kind`; the result must still be an object.
-    pub(crate) fn apply_to(
-        &self,
-        kind: &str,
-        object: Map<String, Value>,
-    ) -> Result<Map<String, Value>, Status> {
+    pub fn apply_to(&self, kind: &str, object: Map<String, Value>) -> Result<Map<String, Value>, Status> {
         let cannot = |e: &dyn std::fmt::Display| Status::invalid(format!("the patch cannot be applied: {e}"));
         let result = match self {
             Patch::Json(ops) => {
@@ -174,6 +175,18 @@ fn json_len_within(v: &Value, limit: usize) -> Option<usize> {
     serde_json::to_writer(&mut c, v).ok().map(|()| c.n)
 }
 
+/// A JSON patch past the apiserver's bounds: too many operations is 413, copies that add up
+/// past their bound 422 (as any patch that cannot apply). A conversion, so that
+/// [`Patch::apply_to`] returns it with `?`.
+impl From<PatchLimit> for Status {
+    fn from(e: PatchLimit) -> Status {
+        match e {
+            PatchLimit::Operations(_) => Status::new(413, "RequestEntityTooLarge", e.to_string()),
+            PatchLimit::Copies => Status::invalid(format!("the patch cannot be applied: {e}")),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -182,6 +195,12 @@ mod tests {
 
     fn obj(v: Value) -> Map<String, Value> {
         v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn a_patch_past_its_bounds_is_413_or_422() {
+        assert_eq!(Status::from(PatchLimit::Operations(10_001)).code, 413);
+        assert_eq!(Status::from(PatchLimit::Copies).code, 422);
     }
 
     #[test]

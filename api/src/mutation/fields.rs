@@ -4,14 +4,14 @@
 //! tree whose keys are `f:<field>`, `k:<merge key as JSON>` for an element of a keyed list,
 //! `v:<value as JSON>` for an element of a set, and `.` for an element (or a map) itself.
 //! An update (POST, PUT, PATCH) gives its manager the fields it changed and takes them from
-//! every other manager. An apply ([`apply`](crate::apply)) owns exactly the fields of its
+//! every other manager. An apply ([`apply`](crate::mutation::apply)) owns exactly the fields of its
 //! configuration: it conflicts with another manager that owns one of them with a different
 //! value, unless forced, and a field it owned and no longer sets is removed unless someone
 //! else owns it too.
 //!
 //! What this does not model (structured-merge-diff does, from the OpenAPI schema): a map
 //! field and a struct field look alike here, so `.` marks list elements and the known map
-//! fields only ([`MAP_FIELDS`]); and the manager's apiVersion is always `v1`.
+//! fields only (`MAP_FIELDS`); and the manager's apiVersion is always `v1`.
 //!
 //! Each object a write compares is walked once ([`Indexed`]): its field set and the value at
 //! each of its fields, by path, in a hash map. Comparing two objects field by field, and
@@ -24,12 +24,12 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde_json::{Map, Value};
 
-use crate::strategic::{ListStrategy, list_strategy};
-use crate::value_key::ValueKey;
+use crate::mutation::strategic::{ListStrategy, list_strategy};
+use crate::mutation::value_key::ValueKey;
 
 /// A set of field paths, as a `FieldsV1` tree.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Fields(BTreeMap<String, Fields>);
+pub struct Fields(BTreeMap<String, Fields>);
 
 /// Fields of map type (`map[string]…` in the Go types) whose existence is owned with `.`,
 /// as the apiserver records them.
@@ -59,7 +59,7 @@ const UNOWNED: &[&str] = &[
 ];
 
 /// One segment of a field path.
-pub(crate) type Segment = String;
+pub type Segment = String;
 
 /// Where a walk that builds a field set records the value at each leaf: the path from the
 /// root, and the values by path. Off inside the second and later elements of a keyed list
@@ -155,7 +155,7 @@ impl Fields {
 
     /// Whether some path of the set starts with `prefix` (for the empty prefix: whether the set
     /// has any path).
-    pub(crate) fn has_prefix(&self, prefix: &[Segment]) -> bool {
+    pub fn has_prefix(&self, prefix: &[Segment]) -> bool {
         let mut at = self;
         for seg in prefix {
             match at.0.get(seg) {
@@ -167,12 +167,12 @@ impl Fields {
     }
 
     /// Whether the set is empty.
-    pub(crate) fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
     /// Every path in the set that ends in a leaf (a value, an atomic list, or `.`).
-    pub(crate) fn leaves(&self) -> Vec<Vec<Segment>> {
+    pub fn leaves(&self) -> Vec<Vec<Segment>> {
         let mut out = Vec::new();
         self.collect(&mut Vec::new(), &mut out);
         out
@@ -191,7 +191,7 @@ impl Fields {
     }
 
     /// Whether `path` is a leaf of the set.
-    pub(crate) fn contains(&self, path: &[Segment]) -> bool {
+    pub fn contains(&self, path: &[Segment]) -> bool {
         let mut at = self;
         for seg in path {
             match at.0.get(seg) {
@@ -203,7 +203,7 @@ impl Fields {
     }
 
     /// Adds `path` as a leaf.
-    pub(crate) fn insert(&mut self, path: &[Segment]) {
+    pub fn insert(&mut self, path: &[Segment]) {
         let mut at = self;
         for seg in path {
             at = at.0.entry(seg.clone()).or_default();
@@ -211,7 +211,7 @@ impl Fields {
     }
 
     /// Removes leaf `path`, and the branches it leaves empty.
-    pub(crate) fn remove(&mut self, path: &[Segment]) {
+    pub fn remove(&mut self, path: &[Segment]) {
         fn go(at: &mut Fields, path: &[Segment]) {
             let Some((first, rest)) = path.split_first() else {
                 return;
@@ -229,12 +229,12 @@ impl Fields {
     }
 
     /// The set as `FieldsV1` JSON.
-    pub(crate) fn to_json(&self) -> Value {
+    pub fn to_json(&self) -> Value {
         Value::Object(self.0.iter().map(|(k, v)| (k.clone(), v.to_json())).collect())
     }
 
     /// A `FieldsV1` JSON tree; anything else is an empty set.
-    pub(crate) fn from_json(v: &Value) -> Fields {
+    pub fn from_json(v: &Value) -> Fields {
         match v {
             Value::Object(m) => Fields(m.iter().map(|(k, v)| (k.clone(), Fields::from_json(v))).collect()),
             _ => Fields::default(),
@@ -244,14 +244,15 @@ impl Fields {
 
 /// The fields set in an object and the value at each of them, from one walk over it: what an
 /// update or an apply compares path by path.
-pub(crate) struct Indexed<'a> {
-    pub(crate) fields: Fields,
+pub struct Indexed<'a> {
+    /// The fields set.
+    pub fields: Fields,
     values: HashMap<Vec<Segment>, &'a Value>,
 }
 
 impl<'a> Indexed<'a> {
     /// `object`, an object of `kind`, walked once.
-    pub(crate) fn of(kind: &str, object: &'a Map<String, Value>) -> Indexed<'a> {
+    pub fn of(kind: &str, object: &'a Map<String, Value>) -> Indexed<'a> {
         let mut rec = Recorder {
             path: Vec::new(),
             values: HashMap::new(),
@@ -267,7 +268,7 @@ impl<'a> Indexed<'a> {
 
     /// The value at `path`, a leaf of the object's field set (`None` for a path that is not
     /// one): for a `.` leaf, the element or map itself.
-    pub(crate) fn value(&self, path: &[Segment]) -> Option<&'a Value> {
+    pub fn value(&self, path: &[Segment]) -> Option<&'a Value> {
         self.values.get(path).copied()
     }
 }
@@ -284,7 +285,7 @@ fn element_key(key: &str, id: &Value) -> String {
 /// `v:`/`k:` segment, every element it matches when the path ends there (or at its `.`), the
 /// first one it matches when the path goes on into it. One walk over `gone` and the parts of
 /// the object it names; each list met is indexed once by the segments `gone` names in it.
-pub(crate) fn remove_all(object: &mut Map<String, Value>, gone: &Fields) {
+pub fn remove_all(object: &mut Map<String, Value>, gone: &Fields) {
     remove_in_map(object, gone);
 }
 
@@ -396,12 +397,12 @@ fn remove_in_list(list: &mut Vec<Value>, gone: &Fields) {
 }
 
 /// Whether `path` is a `.` leaf: it owns that an element or map exists, not its contents.
-pub(crate) fn is_existence(path: &[Segment]) -> bool {
+pub fn is_existence(path: &[Segment]) -> bool {
     path.last().is_some_and(|s| s == ".")
 }
 
 /// `path` as the apiserver prints it in a conflict: `.spec.containers[name="a"].image`.
-pub(crate) fn display(path: &[Segment]) -> String {
+pub fn display(path: &[Segment]) -> String {
     let mut out = String::new();
     for seg in path {
         if let Some(f) = seg.strip_prefix("f:") {
@@ -420,19 +421,22 @@ pub(crate) fn display(path: &[Segment]) -> String {
 
 /// One entry of `metadata.managedFields`.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Manager {
-    pub(crate) manager: String,
+pub struct Manager {
+    /// The field manager's name (`kubectl-client-side-apply`).
+    pub manager: String,
     /// `Apply` or `Update`.
-    pub(crate) operation: &'static str,
+    pub operation: &'static str,
     /// `status` for writes through the status subresource; empty otherwise.
-    pub(crate) subresource: String,
-    pub(crate) time: String,
-    pub(crate) fields: Fields,
+    pub subresource: String,
+    /// When it last wrote, RFC 3339.
+    pub time: String,
+    /// The fields it owns.
+    pub fields: Fields,
 }
 
 /// The managers recorded in `object`'s `metadata.managedFields`. Entries that do not parse
 /// are dropped, as the apiserver resets field sets it cannot decode.
-pub(crate) fn managers(object: &Map<String, Value>) -> Vec<Manager> {
+pub fn managers(object: &Map<String, Value>) -> Vec<Manager> {
     let Some(Value::Array(entries)) = object.get("metadata").and_then(|m| m.get("managedFields")) else {
         return Vec::new();
     };
@@ -465,7 +469,7 @@ pub(crate) fn managers(object: &Map<String, Value>) -> Vec<Manager> {
 }
 
 /// Writes `managers` into `object`'s `metadata.managedFields` (removed when there are none).
-pub(crate) fn set_managers(object: &mut Map<String, Value>, managers: &[Manager], api_version: &str) {
+pub fn set_managers(object: &mut Map<String, Value>, managers: &[Manager], api_version: &str) {
     let Some(Value::Object(meta)) = object.get_mut("metadata") else {
         return;
     };
@@ -496,7 +500,7 @@ pub(crate) fn set_managers(object: &mut Map<String, Value>, managers: &[Manager]
 /// Records an update by `manager` that turned `before` (empty for a create) into `after`:
 /// the fields it added or changed become its own and no one else's; the fields it removed
 /// are no one's.
-pub(crate) fn record_update(
+pub fn record_update(
     kind: &str,
     managers: &mut Vec<Manager>,
     manager: &str,

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 /// A borrowed value, hashed and compared as JSON.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct ValueKey<'a>(pub(crate) &'a Value);
+pub struct ValueKey<'a>(pub &'a Value);
 
 impl PartialEq for ValueKey<'_> {
     fn eq(&self, other: &Self) -> bool {
@@ -28,7 +28,7 @@ impl Hash for ValueKey<'_> {
 /// An owned value, hashed and compared as JSON (for keys that must outlive the list they came
 /// from while it changes).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct OwnedKey(pub(crate) Value);
+pub struct OwnedKey(pub Value);
 
 impl Hash for OwnedKey {
     fn hash<H: Hasher>(&self, h: &mut H) {

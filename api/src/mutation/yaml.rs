@@ -23,15 +23,15 @@ const SLACK: usize = 64 << 10;
 /// A YAML body that is not YAML, or that expands past its budget.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub(crate) struct YamlError(String);
+pub struct YamlError(String);
 
 /// What a body of `len` bytes may expand to, in units of values and bytes.
-pub(crate) fn budget(len: usize) -> usize {
+pub fn budget(len: usize) -> usize {
     len.saturating_mul(2).saturating_add(SLACK)
 }
 
 /// Reads one YAML document into a JSON value, its aliases' expansion bounded by [`budget`].
-pub(crate) fn parse(body: &[u8]) -> Result<Value, YamlError> {
+pub fn parse(body: &[u8]) -> Result<Value, YamlError> {
     let left = Cell::new(budget(body.len()));
     Node { left: &left }
         .deserialize(serde_yaml_ng::Deserializer::from_slice(body))

@@ -26,11 +26,11 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 use serde_json::{Map, Value};
 
-use crate::value_key::{OwnedKey, ValueKey};
+use crate::mutation::value_key::{OwnedKey, ValueKey};
 
 /// How a list field is patched.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(crate) enum ListStrategy {
+pub enum ListStrategy {
     /// Atomic: the patch's list replaces the object's (no `patchStrategy` on the field).
     Replace,
     /// `patchStrategy: merge` with `patchMergeKey`: elements are maps, matched on the key.
@@ -43,7 +43,7 @@ pub(crate) enum ListStrategy {
 /// the object's root (list elements add no segment: `spec.containers.ports` is each
 /// container's `ports`). Fields not listed are atomic. From the built-in types' Go struct
 /// tags (`patchStrategy`, `patchMergeKey`).
-pub(crate) const MERGE_LISTS: &[(&str, &str, ListStrategy)] = {
+pub const MERGE_LISTS: &[(&str, &str, ListStrategy)] = {
     use ListStrategy::{MergeByKey, MergeSet};
     &[
         ("*", "metadata.finalizers", MergeSet),
@@ -116,7 +116,7 @@ const POD_TEMPLATES: &[(&str, &str)] = &[
 ];
 
 /// The strategy of the list at dotted `path` in an object of `kind`.
-pub(crate) fn list_strategy(kind: &str, path: &str) -> ListStrategy {
+pub fn list_strategy(kind: &str, path: &str) -> ListStrategy {
     let declared = |kind: &str, path: &str| {
         MERGE_LISTS
             .iter()
@@ -135,7 +135,7 @@ pub(crate) fn list_strategy(kind: &str, path: &str) -> ListStrategy {
 /// Why a strategic patch could not be applied: the apiserver answers 422.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("{0}")]
-pub(crate) struct PatchError(pub(crate) String);
+pub struct PatchError(pub String);
 
 fn err<T>(message: impl Into<String>) -> Result<T, PatchError> {
     Err(PatchError(message.into()))
@@ -147,7 +147,7 @@ const SET_ORDER: &str = "$setElementOrder/";
 const DELETE_FROM: &str = "$deleteFromPrimitiveList/";
 
 /// Applies the strategic merge `patch` to `object`, an object of `kind`.
-pub(crate) fn apply(
+pub fn apply(
     kind: &str,
     object: &mut Map<String, Value>,
     patch: &Map<String, Value>,
