@@ -151,7 +151,11 @@ pub fn definition_name(group: &str, version: &str, kind: &str) -> String {
 }
 
 /// The kinds `crd` serves: one [`KindSpec`] per served version, or why it serves none.
-pub fn kinds_of(crd: &Value) -> Result<Vec<KindSpec>, String> {
+///
+/// A version whose schema does not compile is served without it (nothing pruned, defaulted or
+/// validated): what is wrong with it is the second part of the answer.
+pub fn kinds_of(crd: &Value) -> Result<(Vec<KindSpec>, Vec<String>), String> {
+    let mut problems = Vec::new();
     let names = Names::of(crd)?;
     let spec = &crd["spec"];
     let namespaced = spec["scope"].as_str() != Some("Cluster");
@@ -210,20 +214,19 @@ pub fn kinds_of(crd: &Value) -> Result<Vec<KindSpec>, String> {
             .filter(|s| s.is_object())
         {
             let at = format!("spec.versions[{index}].schema.openAPIV3Schema");
-            let compiled = Schema::compile(schema, &at).map_err(|errors| {
-                errors
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            })?;
-            kind.strategy.schema = Some(Arc::new(compiled));
+            // A stored CRD whose schema this server would refuse (written by another version,
+            // or straight to the store) is still served, as the apiserver serves a
+            // non-structural one: unvalidated, and said so.
+            match Schema::compile(schema, &at) {
+                Ok(compiled) => kind.strategy.schema = Some(Arc::new(compiled)),
+                Err(errors) => problems.extend(errors.iter().map(ToString::to_string)),
+            }
             let definition = definition_name(&names.group, name, &names.kind);
             kind.openapi = Some((definition, OpenApiSchema::Json(Arc::new(schema.clone()))));
         }
         out.push(kind);
     }
-    Ok(out)
+    Ok((out, problems))
 }
 
 #[cfg(test)]
@@ -249,7 +252,8 @@ mod tests {
 
     #[test]
     fn a_crd_serves_a_kind_per_served_version() {
-        let kinds = kinds_of(&crd()).unwrap();
+        let (kinds, problems) = kinds_of(&crd()).unwrap();
+        assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(kinds.len(), 2);
         let v1 = &kinds[0];
         assert_eq!(

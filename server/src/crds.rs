@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{Value, json};
+use tracing::warn;
 use watchcache_api::crd::{self, CLEANUP_FINALIZER, Names};
 use watchcache_core::{Revision, WireFormat};
 
@@ -48,8 +49,9 @@ pub(crate) async fn run(state: Arc<AppState>) {
     let mut serving: BTreeMap<String, Serving> = BTreeMap::new();
     let mut backoff: BTreeMap<String, Instant> = BTreeMap::new();
     let mut parsed = Parsed::new();
+    let mut compiled = Compiled::new();
     loop {
-        reconcile(&state, &mut serving, &mut backoff, &mut parsed).await;
+        reconcile(&state, &mut serving, &mut backoff, &mut parsed, &mut compiled).await;
         tokio::select! {
             () = stop.cancelled() => return,
             () = tokio::time::sleep(RECHECK) => {}
@@ -60,6 +62,10 @@ pub(crate) async fn run(state: Arc<AppState>) {
 /// The CRDs parsed, by name: each parsed once per version (a CRD's schema may be large, and
 /// the controller looks every tick).
 type Parsed = BTreeMap<String, (Revision, Arc<Value>)>;
+
+/// The kinds each CRD serves, by name, compiled once per parsed version (its schemas' patterns
+/// and rules are compiled with them).
+type Compiled = BTreeMap<String, (Arc<Value>, Result<Vec<watchcache_api::KindSpec>, String>)>;
 
 /// The CRDs as their cache has them, oldest first (the first to claim a name keeps it).
 async fn crds(state: &AppState, parsed: &mut Parsed) -> Vec<Arc<Value>> {
@@ -138,8 +144,10 @@ async fn reconcile(
     serving: &mut BTreeMap<String, Serving>,
     backoff: &mut BTreeMap<String, Instant>,
     parsed: &mut Parsed,
+    compiled: &mut Compiled,
 ) {
     let mut crds = crds(state, parsed).await;
+    compiled.retain(|name, _| parsed.contains_key(name));
     // Who gets a name is decided from the CRDs alone, the same way on every replica: those
     // whose names were accepted first (status.acceptedNames), then the oldest.
     crds.sort_by_key(|c| match Names::of(c) {
@@ -170,7 +178,23 @@ async fn reconcile(
         let name = crd["metadata"]["name"].as_str().unwrap_or_default().to_owned();
         let Ok(names_asked) = Names::of(crd) else { continue };
         let conflict = taken.iter().find_map(|k| names_asked.conflict_with(k));
-        let Ok(kinds) = crd::kinds_of(crd) else { continue };
+        let kinds = match compiled.get(&name) {
+            Some((version, kinds)) if Arc::ptr_eq(version, crd) => kinds.clone(),
+            _ => {
+                let kinds = crd::kinds_of(crd).map(|(kinds, problems)| {
+                    if !problems.is_empty() {
+                        warn!(crd = %name, ?problems, "serving a CRD whose schema is not enforced");
+                    }
+                    kinds
+                });
+                if let Err(why) = &kinds {
+                    warn!(crd = %name, %why, "not serving a CRD");
+                }
+                compiled.insert(name.clone(), (Arc::clone(crd), kinds.clone()));
+                kinds
+            }
+        };
+        let Ok(kinds) = kinds else { continue };
         if let Some(why) = conflict {
             statuses.push((crd, names_asked, Some(why)));
             continue;

@@ -386,7 +386,7 @@ async fn custom_resources_are_pruned_defaulted_and_validated_by_their_schema() {
             ("FieldValueInvalid".into(), "spec.size".into(), "Invalid value: 0: spec.size in body should be greater than or equal to 1".into()),
             ("FieldValueNotSupported".into(), "spec.color".into(), "Unsupported value: \"pink\": supported values: \"red\", \"blue\"".into()),
             ("FieldValueTypeInvalid".into(), "spec.owner".into(), "Invalid value: \"nobody\": spec.owner in body must be of type email: \"nobody\"".into()),
-            ("FieldValueInvalid".into(), "<nil>".into(), "Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation".into()),
+            ("FieldValueInvalid".into(), "<nil>".into(), "Invalid value: \"null\": some validation rules were not checked because the object was invalid; correct the existing errors to complete validation".into()),
         ]
         .into_iter()
         .collect::<std::collections::BTreeSet<(String, String, String)>>()

@@ -86,7 +86,6 @@ pub const MERGE_LISTS: &[(&str, &str, ListStrategy)] = {
         ("Node", "spec.podCIDRs", MergeSet),
         ("Node", "status.conditions", MergeByKey("type")),
         ("Node", "status.addresses", MergeByKey("type")),
-        ("Node", "status.conditions", MergeByKey("type")),
         ("Namespace", "status.conditions", MergeByKey("type")),
         ("Service", "spec.ports", MergeByKey("port")),
         ("ServiceAccount", "secrets", MergeByKey("name")),

@@ -12,18 +12,25 @@
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
-use cel::common::ast::{EntryExpr, Expr, IdedExpr};
+use cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue};
 use cel::objects::{Key, Map as CelMap};
 use cel::{Context, Env, ExecutionError, Program};
 use serde_json::Value;
 
-use super::{ListType, Schema};
+use super::{ListType, Schema, validate};
+use crate::mutation::value_key::ValueKey;
 use crate::validation::field::{ErrorKind, Errors, Path};
 
 /// The most a rule's one evaluation may cost (the apiserver's per-expression limit).
 const PER_CALL_LIMIT: f64 = 10_000_000.0;
 /// The most a rule may cost over all the values it is evaluated on in one object.
 const PER_OBJECT_LIMIT: f64 = 100_000_000.0;
+
+/// The longest rule (or message expression) taken, in bytes.
+const MAX_RULE_BYTES: usize = 16 * 1024;
+/// The deepest a rule's expression may nest: the evaluator recurses once per level, on the
+/// stack of the thread that runs the write.
+const MAX_DEPTH: usize = 64;
 
 /// The environment every rule compiles and runs in.
 static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| {
@@ -176,10 +183,22 @@ impl Rule {
             .map(str::to_owned)
             .collect();
         let transition = mentions(program.expression(), "oldSelf");
-        let per_call = estimate(
-            program.expression(),
-            &[("self", Some(node)), ("oldSelf", Some(node))],
-        );
+        let scope = [
+            Binding {
+                name: "self",
+                node: Some(node),
+                size: node.cardinality(),
+            },
+            Binding {
+                name: "oldSelf",
+                node: Some(node),
+                size: node.cardinality(),
+            },
+        ];
+        let per_call = estimate(program.expression(), &scope).cost
+            + message_expression
+                .as_ref()
+                .map_or(0.0, |m| estimate(m.expression(), &scope).cost);
         let total = per_call * instances;
         let over = (per_call / PER_CALL_LIMIT).max(total / PER_OBJECT_LIMIT);
         if over > 1.0 {
@@ -209,7 +228,15 @@ impl Rule {
 
 /// `text` compiled, and checked for names the environment does not have.
 fn checked(text: &str) -> Result<Program, String> {
+    if text.len() > MAX_RULE_BYTES {
+        return Err(format!("rule is longer than {MAX_RULE_BYTES} bytes"));
+    }
     let program = ENV.compile(text).map_err(|e| e.to_string())?;
+    if depth(program.expression()) > MAX_DEPTH {
+        return Err(format!(
+            "ERROR: <input>: expression nests deeper than {MAX_DEPTH} levels"
+        ));
+    }
     let mut unknown = None;
     walk(program.expression(), &mut Vec::new(), &mut |e, bound| {
         if unknown.is_some() {
@@ -294,10 +321,27 @@ fn mentions(e: &IdedExpr, name: &str) -> bool {
     found
 }
 
+/// A variable in scope of the estimate: the schema node it holds, when known, and the most
+/// entries its value can have.
+#[derive(Clone, Copy)]
+struct Binding<'a, 's> {
+    name: &'a str,
+    node: Option<&'s Schema>,
+    size: f64,
+}
+
+/// What the estimate says of an expression: the cost of one evaluation, and the most entries
+/// (items, map entries or characters; 1 for a scalar) its value can have.
+#[derive(Clone, Copy)]
+struct Est {
+    cost: f64,
+    size: f64,
+}
+
 /// The schema node an expression reads, when it can be told (`self.spec.items`).
-fn node_of<'s>(e: &IdedExpr, scope: &[(&str, Option<&'s Schema>)]) -> Option<&'s Schema> {
+fn node_of<'s>(e: &IdedExpr, scope: &[Binding<'_, 's>]) -> Option<&'s Schema> {
     match &e.expr {
-        Expr::Ident(name) => scope.iter().rev().find(|(n, _)| n == name).and_then(|(_, s)| *s),
+        Expr::Ident(name) => scope.iter().rev().find(|b| b.name == name).and_then(|b| b.node),
         Expr::Select(s) if !s.test => {
             let parent = node_of(&s.operand, scope)?;
             parent.properties.get(&s.field).or(parent.additional.as_deref())
@@ -310,53 +354,256 @@ fn node_of<'s>(e: &IdedExpr, scope: &[(&str, Option<&'s Schema>)]) -> Option<&'s
     }
 }
 
-/// The estimated cost of one evaluation of `e`, where `scope` names the schema nodes of the
-/// variables.
-fn estimate(e: &IdedExpr, scope: &[(&str, Option<&Schema>)]) -> f64 {
+/// Reading a value copies it: free for a scalar, its size for a list, a map or a string.
+fn read(size: f64) -> f64 {
+    if size > 1.0 { size } else { 0.0 }
+}
+
+/// Functions whose work is linear in what they are given (and whose result is as large).
+const LINEAR: &[&str] = &[
+    "@in",
+    "_==_",
+    "_!=_",
+    "contains",
+    "startsWith",
+    "endsWith",
+    "indexOf",
+    "lastIndexOf",
+    "lowerAscii",
+    "upperAscii",
+    "trim",
+    "split",
+    "join",
+    "substring",
+    "charAt",
+    "flatten",
+    "reverse",
+    "sort",
+    "string",
+    "bytes",
+];
+
+/// The cost of reaching the value a path names (`self.spec.items[0]`), not of reading it: a
+/// field or an index is looked up, not copied, until the path's value is used.
+fn path_cost(e: &IdedExpr, scope: &[Binding<'_, '_>]) -> f64 {
     match &e.expr {
-        Expr::Comprehension(c) => {
-            let range = node_of(&c.iter_range, scope);
-            let entries = match (&c.iter_range.expr, range) {
-                (Expr::List(l), _) => l.elements.len() as f64,
-                (_, Some(r)) => r.cardinality(),
-                (_, None) => super::UNBOUNDED,
-            };
-            let element = range.and_then(|r| r.items.as_deref().or(r.additional.as_deref()));
-            let base =
-                estimate(&c.iter_range, scope) + estimate(&c.accu_init, scope) + estimate(&c.result, scope);
-            let mut inner = scope.to_vec();
-            inner.push((c.iter_var.as_str(), element));
-            if let Some(second) = &c.iter_var2 {
-                inner.push((second.as_str(), element));
-            }
-            let body = estimate(&c.loop_cond, &inner) + estimate(&c.loop_step, &inner);
-            base + entries * body.max(1.0)
+        Expr::Ident(_) => 0.0,
+        Expr::Select(sel) if !sel.test => path_cost(&sel.operand, scope) + 1.0,
+        Expr::Call(c) if c.func_name == "_[_]" && c.args.len() == 2 => {
+            path_cost(&c.args[0], scope) + estimate(&c.args[1], scope).cost + 1.0
         }
-        Expr::Call(call) => {
-            let mut cost = 1.0;
-            if let Some(t) = &call.target {
-                cost += estimate(t, scope);
+        _ => estimate(e, scope).cost,
+    }
+}
+
+/// The estimated cost of one evaluation of `e`, where `scope` names what each variable holds.
+/// Conservative: every read of a collection copies it, every comprehension runs over the most
+/// entries its range can have, and the linear functions cost what they are given.
+fn estimate<'s>(e: &IdedExpr, scope: &[Binding<'_, 's>]) -> Est {
+    let unbounded = super::UNBOUNDED;
+    match &e.expr {
+        Expr::Literal(LiteralValue::String(text)) => Est {
+            cost: 0.0,
+            size: text.inner().chars().count().max(1) as f64,
+        },
+        Expr::Literal(_) | Expr::Unspecified => Est { cost: 0.0, size: 1.0 },
+        Expr::Ident(name) => match scope.iter().rev().find(|b| b.name == name) {
+            Some(b) => Est {
+                cost: read(b.size),
+                size: b.size,
+            },
+            // A type name (`int`).
+            None => Est { cost: 0.0, size: 1.0 },
+        },
+        Expr::Select(sel) if sel.test => Est {
+            cost: path_cost(&sel.operand, scope) + 1.0,
+            size: 1.0,
+        },
+        Expr::Select(_) => {
+            let size = node_of(e, scope).map_or(unbounded, Schema::cardinality);
+            Est {
+                cost: path_cost(e, scope) + read(size),
+                size,
             }
-            for a in &call.args {
-                cost += estimate(a, scope);
-            }
-            cost
         }
-        Expr::List(l) => 1.0 + l.elements.iter().map(|x| estimate(x, scope)).sum::<f64>(),
+        Expr::List(l) => {
+            let cost = l.elements.iter().map(|x| estimate(x, scope).cost).sum::<f64>();
+            Est {
+                cost: cost + l.elements.len() as f64,
+                size: l.elements.len().max(1) as f64,
+            }
+        }
         Expr::Map(m) => {
-            1.0 + m
+            let cost = m
                 .entries
                 .iter()
                 .map(|entry| match &entry.expr {
-                    EntryExpr::MapEntry(me) => estimate(&me.key, scope) + estimate(&me.value, scope),
-                    EntryExpr::StructField(f) => estimate(&f.value, scope),
+                    EntryExpr::MapEntry(me) => {
+                        estimate(&me.key, scope).cost + estimate(&me.value, scope).cost
+                    }
+                    EntryExpr::StructField(f) => estimate(&f.value, scope).cost,
                 })
-                .sum::<f64>()
+                .sum::<f64>();
+            Est {
+                cost: cost + m.entries.len() as f64,
+                size: m.entries.len().max(1) as f64,
+            }
         }
-        Expr::Select(s) => 1.0 + estimate(&s.operand, scope),
-        // Reading a variable or a literal costs nothing more than the expression around it.
-        _ => 0.0,
+        Expr::Struct(st) => Est {
+            cost: st
+                .entries
+                .iter()
+                .map(|entry| match &entry.expr {
+                    EntryExpr::StructField(f) => estimate(&f.value, scope).cost,
+                    EntryExpr::MapEntry(me) => estimate(&me.value, scope).cost,
+                })
+                .sum::<f64>(),
+            size: 1.0,
+        },
+        Expr::Call(call) => {
+            let parts: Vec<Est> = call
+                .target
+                .iter()
+                .map(|t| estimate(t, scope))
+                .chain(call.args.iter().map(|a| estimate(a, scope)))
+                .collect();
+            let given = parts.iter().map(|p| p.cost).sum::<f64>() + 1.0;
+            let sizes = parts.iter().map(|p| p.size).sum::<f64>();
+            let name = call.func_name.as_str();
+            match name {
+                "_[_]" => {
+                    let size = node_of(e, scope).map_or(unbounded, Schema::cardinality);
+                    Est {
+                        cost: path_cost(e, scope) + read(size),
+                        size,
+                    }
+                }
+                "_+_" => Est {
+                    cost: given + sizes,
+                    size: sizes,
+                },
+                "replace" => {
+                    let target = parts.first().map_or(1.0, |p| p.size);
+                    let with = parts.get(2).map_or(1.0, |p| p.size);
+                    let size = target * with.max(1.0);
+                    Est {
+                        cost: given + size,
+                        size,
+                    }
+                }
+                // Each call compiles its pattern, then matches in linear time.
+                "matches" => Est {
+                    cost: given + 100.0 + sizes,
+                    size: 1.0,
+                },
+                "distinct" => {
+                    let n = parts.first().map_or(1.0, |p| p.size);
+                    Est {
+                        cost: given + n * n,
+                        size: n,
+                    }
+                }
+                _ if LINEAR.contains(&name) => {
+                    let returns_collection = !matches!(
+                        name,
+                        "@in"
+                            | "_==_"
+                            | "_!=_"
+                            | "contains"
+                            | "startsWith"
+                            | "endsWith"
+                            | "indexOf"
+                            | "lastIndexOf"
+                    );
+                    Est {
+                        cost: given + sizes,
+                        size: if returns_collection { sizes } else { 1.0 },
+                    }
+                }
+                _ => Est {
+                    cost: given,
+                    size: 1.0,
+                },
+            }
+        }
+        Expr::Comprehension(c) => {
+            let range = estimate(&c.iter_range, scope);
+            let entries = range.size;
+            let range_node = node_of(&c.iter_range, scope);
+            let element_node = range_node.and_then(|r| r.items.as_deref().or(r.additional.as_deref()));
+            let element_size = match (element_node, &c.iter_range.expr) {
+                (Some(n), _) => n.cardinality(),
+                (None, Expr::List(l)) => l
+                    .elements
+                    .iter()
+                    .map(|x| estimate(x, scope).size)
+                    .fold(1.0, f64::max),
+                (None, _) => unbounded,
+            };
+            // map and filter accumulate a list as long as the range; the other macros a scalar.
+            let accumulates_list = matches!(c.accu_init.expr, Expr::List(_));
+            let accu_size = if accumulates_list { entries } else { 1.0 };
+            let init = estimate(&c.accu_init, scope);
+            let mut inner = scope.to_vec();
+            for name in std::iter::once(&c.iter_var).chain(c.iter_var2.iter()) {
+                inner.push(Binding {
+                    name,
+                    node: element_node,
+                    size: element_size,
+                });
+            }
+            inner.push(Binding {
+                name: &c.accu_var,
+                node: None,
+                size: accu_size,
+            });
+            let body = estimate(&c.loop_cond, &inner).cost + estimate(&c.loop_step, &inner).cost;
+            let result = estimate(&c.result, &inner);
+            Est {
+                cost: range.cost + init.cost + entries * body.max(1.0) + result.cost,
+                size: result.size,
+            }
+        }
     }
+}
+
+/// The expressions directly under `e`.
+fn children(e: &IdedExpr) -> Vec<&IdedExpr> {
+    match &e.expr {
+        Expr::Call(call) => call.target.iter().map(|t| &**t).chain(call.args.iter()).collect(),
+        Expr::Comprehension(c) => vec![&c.iter_range, &c.accu_init, &c.loop_cond, &c.loop_step, &c.result],
+        Expr::List(l) => l.elements.iter().collect(),
+        Expr::Map(m) => m
+            .entries
+            .iter()
+            .flat_map(|entry| match &entry.expr {
+                EntryExpr::MapEntry(me) => vec![&me.key, &me.value],
+                EntryExpr::StructField(f) => vec![&f.value],
+            })
+            .collect(),
+        Expr::Struct(st) => st
+            .entries
+            .iter()
+            .flat_map(|entry| match &entry.expr {
+                EntryExpr::StructField(f) => vec![&f.value],
+                EntryExpr::MapEntry(me) => vec![&me.key, &me.value],
+            })
+            .collect(),
+        Expr::Select(sel) => vec![&*sel.operand],
+        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => Vec::new(),
+    }
+}
+
+/// How deep `e` nests, counted without recursion (a rule may be a long chain of operators,
+/// which the evaluator, and the walks here, recurse through).
+fn depth(e: &IdedExpr) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(e, 1usize)];
+    while let Some((e, d)) = stack.pop() {
+        deepest = deepest.max(d);
+        stack.extend(children(e).into_iter().map(|c| (c, d + 1)));
+    }
+    deepest
 }
 
 /// A JSON value as a CEL value: integers as `int`, objects as maps.
@@ -430,15 +677,20 @@ pub(super) fn run(schema: &Schema, v: &Value, old: Option<&Value>, at: &Path, er
         }
         Value::Array(list) => {
             let Some(items) = &schema.items else { return };
+            // Old items are matched by key in a map list, by value in a set (each old list
+            // indexed once); an atomic list's items have no old value.
             let old_list = old.and_then(Value::as_array);
+            let by_key: HashMap<Vec<ValueKey<'_>>, &Value> = match (&schema.list, old_list) {
+                (ListType::Map(keys), Some(l)) => l.iter().map(|o| (validate::map_key(keys, o), o)).collect(),
+                (ListType::Set, Some(l)) => l.iter().map(|o| (vec![ValueKey(o)], o)).collect(),
+                _ => HashMap::new(),
+            };
             for (i, value) in list.iter().enumerate() {
-                // Old items are matched by key in a map list, by value in a set; an atomic
-                // list's items have no old value.
-                let before = old_list.and_then(|l| match &schema.list {
-                    ListType::Map(keys) => l.iter().find(|o| keys.iter().all(|k| o.get(k) == value.get(k))),
-                    ListType::Set => l.iter().find(|o| *o == value),
+                let before = match &schema.list {
+                    ListType::Map(keys) => by_key.get(&validate::map_key(keys, value)).copied(),
+                    ListType::Set => by_key.get(&vec![ValueKey(value)]).copied(),
                     ListType::Atomic => None,
-                });
+                };
                 run(items, value, before, &at.index(i), errors);
             }
         }
@@ -458,6 +710,10 @@ fn check(schema: &Schema, rule: &Rule, context: &Context, v: &Value, at: &Path, 
     let mut path = at.clone();
     for p in &rule.field_path {
         path = path.child(p);
+    }
+    // A rule on the root object reports no field, as the apiserver's nil path prints.
+    if path.0.is_empty() {
+        path = Path::new("<nil>");
     }
     let failed = match rule.program.execute(context) {
         Ok(cel::Value::Bool(true)) => return,

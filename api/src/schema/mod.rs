@@ -169,11 +169,18 @@ impl Schema {
     /// Sets the schema's defaults in `object` where it leaves a field unset (or null where the
     /// field is not nullable), as the apiserver defaults a custom resource after pruning.
     pub fn apply_defaults(&self, object: &mut Map<String, Value>) {
-        self.default_fields(object);
+        self.default_map(object, true);
     }
 
     fn default_fields(&self, map: &mut Map<String, Value>) {
+        self.default_map(map, false);
+    }
+
+    fn default_map(&self, map: &mut Map<String, Value>, root: bool) {
         for (key, s) in &self.properties {
+            if root && key == "metadata" {
+                continue;
+            }
             match (map.get(key), &s.default) {
                 (None, Some(d)) => {
                     map.insert(key.clone(), d.clone());
@@ -181,11 +188,16 @@ impl Schema {
                 (Some(Value::Null), Some(d)) if !s.nullable => {
                     map.insert(key.clone(), d.clone());
                 }
+                // A null where none may be and no default: dropped, as the apiserver drops it
+                // before validating.
+                (Some(Value::Null), None) if !s.nullable => {
+                    map.remove(key);
+                }
                 _ => {}
             }
         }
         for (key, v) in map.iter_mut() {
-            if matches!(key.as_str(), "apiVersion" | "kind") {
+            if matches!(key.as_str(), "apiVersion" | "kind") || (root && key == "metadata") {
                 continue;
             }
             if let Some(s) = self.properties.get(key) {
@@ -280,10 +292,29 @@ impl Schema {
             Type::Array => self.max_items,
             Type::Object => self.max_properties,
             Type::String => self.max_length,
-            _ => Some(1),
+            Type::Integer | Type::Number | Type::Boolean => Some(1),
+            // Untyped (preserved unknown fields, int-or-string): anything a body can hold.
+            Type::Any => self.max_items.or(self.max_properties).or(self.max_length),
         };
         bound.map_or(UNBOUNDED, |b| (b as f64).min(UNBOUNDED))
     }
+}
+
+/// Whether a root `metadata` schema restricts only `name` and `generateName` (as strings), as
+/// the apiserver allows.
+fn metadata_schema_allowed(meta: &Value) -> bool {
+    let Some(m) = meta.as_object() else {
+        return false;
+    };
+    let fields_ok = m
+        .keys()
+        .all(|k| matches!(k.as_str(), "type" | "properties" | "description"));
+    let type_ok = m.get("type").is_none_or(|t| t == "object");
+    let props_ok = m
+        .get("properties")
+        .and_then(Value::as_object)
+        .is_none_or(|p| p.keys().all(|k| k == "name" || k == "generateName"));
+    fields_ok && type_ok && props_ok
 }
 
 /// `at.key`, or `key` at the root.
@@ -342,6 +373,30 @@ fn compile(v: &Value, at: &Path, place: Place, instances: f64, errors: &mut Erro
             Type::Any
         }
     };
+    // Inside allOf, anyOf, oneOf and not a schema only validates: what makes a schema's
+    // structure is given outside them.
+    if place == Place::Nested {
+        for key in [
+            "type",
+            "default",
+            "nullable",
+            "additionalProperties",
+            "x-kubernetes-preserve-unknown-fields",
+        ] {
+            if o.contains_key(key) {
+                errors.forbidden(&at.child(key), "must be empty to be structural");
+            }
+        }
+    }
+    if place == Place::Root
+        && let Some(meta) = o.get("properties").and_then(|p| p.get("metadata"))
+        && !metadata_schema_allowed(meta)
+    {
+        errors.forbidden(
+            &at.child("properties").key("metadata"),
+            "must not specify anything other than name and generateName, but metadata is implicitly specified",
+        );
+    }
     if place == Place::Root && ty != Type::Object && ty != Type::Any {
         errors.invalid(&at.child("type"), ty.name(), "must be object at the root");
     }
@@ -412,7 +467,11 @@ fn compile(v: &Value, at: &Path, place: Place, instances: f64, errors: &mut Erro
             let child = compile(
                 s,
                 &at.child("properties").key(name),
-                Place::Property,
+                if place == Place::Nested {
+                    Place::Nested
+                } else {
+                    Place::Property
+                },
                 instances,
                 errors,
             );
@@ -431,7 +490,11 @@ fn compile(v: &Value, at: &Path, place: Place, instances: f64, errors: &mut Erro
             let s = compile(
                 &Value::Object(s.clone()),
                 &at.child("additionalProperties"),
-                Place::Property,
+                if place == Place::Nested {
+                    Place::Nested
+                } else {
+                    Place::Property
+                },
                 entries,
                 errors,
             );
@@ -444,9 +507,14 @@ fn compile(v: &Value, at: &Path, place: Place, instances: f64, errors: &mut Erro
     }
     if let Some(items) = o.get("items") {
         let entries = instances * schema.cardinality();
-        let s = compile(items, &at.child("items"), Place::Items, entries, errors);
+        let child_place = if place == Place::Nested {
+            Place::Nested
+        } else {
+            Place::Items
+        };
+        let s = compile(items, &at.child("items"), child_place, entries, errors);
         schema.items = Some(Box::new(s));
-    } else if ty == Type::Array {
+    } else if ty == Type::Array && place != Place::Nested {
         errors.required_because(&at.child("items"), "must be specified");
     }
     for (key, list) in [

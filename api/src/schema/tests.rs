@@ -90,7 +90,7 @@ fn values_are_refused_with_the_apiservers_messages() {
         "spec.template.apiVersion: Required value: must not be empty",
         "spec.template.kind: Required value: must not be empty",
         "spec.color: Unsupported value: \"pink\": supported values: \"red\", \"blue\"",
-        "<nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
+        "<nil>: Invalid value: \"null\": some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
     ];
     let mut sorted_found = found.clone();
     sorted_found.sort();
@@ -117,7 +117,7 @@ fn bounds_and_required() {
         errors(json!({"spec": {}}), None),
         [
             "spec.size: Required value",
-            "<nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
+            "<nil>: Invalid value: \"null\": some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
         ]
     );
     assert!(errors(json!({"spec": {"size": 2, "note": null, "port": "http"}}), None).is_empty());
@@ -179,7 +179,7 @@ fn a_schema_the_apiserver_refuses_is_refused() {
     );
     // Nested loops over unbounded lists are over budget; bounded, they are not.
     let nested = |max: Option<u64>| {
-        let mut list = json!({"type": "array", "items": {"type": "string"}});
+        let mut list = json!({"type": "array", "items": {"type": "string", "maxLength": 64}});
         if let Some(m) = max {
             list["maxItems"] = json!(m);
         }
@@ -215,4 +215,134 @@ fn the_cel_functions_declared_are_there() {
         let object = json!({"a": 1}).as_object().unwrap().clone();
         assert_eq!(s.validate(&object, None), [], "{rule}");
     }
+}
+
+#[test]
+fn rules_whose_work_grows_faster_than_the_body_are_refused() {
+    let refused_rule = |properties: serde_json::Value, rule: &str, message_expression: Option<&str>| {
+        let mut r = json!({"rule": rule});
+        if let Some(m) = message_expression {
+            r["messageExpression"] = json!(m);
+        }
+        let found =
+            refused(json!({"type": "object", "properties": properties, "x-kubernetes-validations": [r]}));
+        found
+            .iter()
+            .any(|e| e.contains("estimated rule cost exceeds budget") || e.contains("nests deeper"))
+    };
+    let ints = json!({"l": {"type": "array", "items": {"type": "integer"}}});
+    let strings = json!({"s": {"type": "string"}, "l": {"type": "array", "items": {"type": "string"}}});
+    let untyped = json!({"d": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}});
+    // Linear in the body: taken.
+    assert!(!refused_rule(ints.clone(), "self.l.all(x, x > 0)", None));
+    assert!(!refused_rule(strings.clone(), "self.s.startsWith('a')", None));
+    // Quadratic or worse: refused.
+    assert!(refused_rule(ints.clone(), "self.l.all(x, x in self.l)", None));
+    assert!(refused_rule(
+        ints.clone(),
+        "self.l.map(x, self.l).size() > 0",
+        None
+    ));
+    assert!(refused_rule(
+        strings.clone(),
+        "self.s.replace('', self.s) != ''",
+        None
+    ));
+    assert!(refused_rule(
+        strings.clone(),
+        "self.l.all(x, x.matches('^a'))",
+        None
+    ));
+    assert!(refused_rule(
+        untyped,
+        "self.d.all(a, self.d.all(b, self.d.all(c, true)))",
+        None
+    ));
+    assert!(refused_rule(
+        ints.clone(),
+        "false",
+        Some("self.l.map(x, self.l).size() > 0 ? 'a' : 'b'")
+    ));
+    // A chain the evaluator would recurse through to the end of its stack.
+    let chain = format!("{}1 == 0", "1 + ".repeat(1500));
+    assert!(refused_rule(ints, &chain, None));
+}
+
+#[test]
+fn review_cases_match_the_apiserver() {
+    // Properties inside allOf need no type (and may not have one).
+    let nested = json!({"type": "object", "properties": {"spec": {"type": "object",
+        "allOf": [{"properties": {"foo": {"pattern": "^abc"}}}]}}});
+    assert!(refused(nested.clone()).is_empty(), "{:?}", refused(nested));
+    let typed = json!({"type": "object", "allOf": [{"type": "object"}]});
+    assert_eq!(
+        refused(typed),
+        ["s.allOf[0].type: Forbidden: must be empty to be structural"]
+    );
+    // The root's own combinators are checked.
+    let root = Schema::compile(
+        &json!({"type": "object", "properties": {"spec": {"type": "object"}, "status": {"type": "object"}},
+            "oneOf": [{"required": ["spec"]}, {"required": ["status"]}]}),
+        "s",
+    )
+    .unwrap();
+    let object = json!({"metadata": {"name": "a"}}).as_object().unwrap().clone();
+    assert_eq!(root.validate(&object, None).len(), 1);
+    // A null where none may be, with no default, is dropped; with a default, defaulted.
+    let s = Schema::compile(
+        &json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+            "a": {"type": "string"}, "b": {"type": "string", "default": "x"}}}}}),
+        "s",
+    )
+    .unwrap();
+    let mut o = json!({"spec": {"a": null, "b": null}})
+        .as_object()
+        .unwrap()
+        .clone();
+    s.apply_defaults(&mut o);
+    assert_eq!(Value::Object(o.clone()), json!({"spec": {"b": "x"}}));
+    assert!(s.validate(&o, None).is_empty());
+    // A root metadata schema other than name and generateName is refused.
+    let meta = json!({"type": "object", "properties": {"metadata": {"type": "object",
+        "properties": {"labels": {"type": "object", "default": {"a": "b"}}}}}});
+    assert_eq!(refused(meta).len(), 1);
+    // multipleOf within a relative epsilon.
+    let s = Schema::compile(
+        &json!({"type": "object", "properties": {"x": {"type": "number", "multipleOf": 0.1}}}),
+        "s",
+    )
+    .unwrap();
+    let o = json!({"x": 0.3}).as_object().unwrap().clone();
+    assert!(s.validate(&o, None).is_empty());
+    // A rule on the root reports the nil field.
+    let s = Schema::compile(
+        &json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true,
+            "x-kubernetes-validations": [{"rule": "has(self.spec)"}]}),
+        "s",
+    )
+    .unwrap();
+    let o = json!({"metadata": {"name": "a"}}).as_object().unwrap().clone();
+    let found: Vec<String> = s.validate(&o, None).iter().map(ToString::to_string).collect();
+    assert_eq!(
+        found,
+        ["<nil>: Invalid value: \"object\": failed rule: has(self.spec)"]
+    );
+}
+
+#[test]
+fn a_long_map_list_is_checked_for_duplicate_keys() {
+    let s = Schema::compile(
+        &json!({"type": "object", "properties": {"l": {"type": "array", "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["name"],
+            "items": {"type": "object", "properties": {"name": {"type": "string"}}}}}}),
+        "s",
+    )
+    .unwrap();
+    let items: Vec<Value> = (0..200_000).map(|i| json!({"name": format!("n{i}")})).collect();
+    let mut o = json!({"l": items}).as_object().unwrap().clone();
+    o["l"].as_array_mut().unwrap().push(json!({"name": "n7"}));
+    // 200,001 items: checked pairwise this would take minutes; hashed, milliseconds.
+    let found = s.validate(&o, None);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].field, "l[200000]");
 }

@@ -1,15 +1,51 @@
 //! A value against its schema node, with the messages of the apiserver's OpenAPI validator
 //! (`spec.size in body must be of type integer: "string"`) under its field paths.
 
+use std::collections::HashSet;
+
 use serde_json::{Map, Value};
 
 use super::{ListType, Schema, Type, format};
+use crate::mutation::value_key::ValueKey;
 use crate::validation::field::{ErrorKind, Errors, Path, go_quote};
 
 /// The root object: its own fields (`apiVersion`, `kind` and `metadata` are the object's, and
 /// checked elsewhere) and what the root requires.
 pub(super) fn object_root(schema: &Schema, object: &Map<String, Value>, errors: &mut Errors) {
     let root = Path::new("");
+    let len = object.len() as u64;
+    if let Some(max) = schema.max_properties.filter(|&m| len > m) {
+        errors.push(
+            ErrorKind::TooMany,
+            &root,
+            Value::from(len),
+            format!("must have at most {max} items"),
+        );
+    }
+    if let Some(min) = schema.min_properties.filter(|&m| len < m) {
+        errors.invalid(
+            &root,
+            len,
+            format!("in body should have at least {min} properties"),
+        );
+    }
+    if !(schema.all_of.is_empty()
+        && schema.any_of.is_empty()
+        && schema.one_of.is_empty()
+        && schema.not.is_none())
+    {
+        combinators(schema, &Value::Object(object.clone()), &root, errors);
+    }
+    // A root metadata schema restricts the name and generateName alone.
+    if let (Some(meta_schema), Some(Value::Object(meta))) =
+        (schema.properties.get("metadata"), object.get("metadata"))
+    {
+        for field in ["name", "generateName"] {
+            if let (Some(s), Some(v)) = (meta_schema.properties.get(field), meta.get(field)) {
+                value(s, v, &root.child("metadata").child(field), errors);
+            }
+        }
+    }
     for name in &schema.required {
         if !object.contains_key(name) {
             errors.required(&root.child(name));
@@ -236,8 +272,9 @@ fn number(schema: &Schema, n: &serde_json::Number, v: &Value, at: &Path, errors:
             format!("{} in body should be {how} {}", at.0, shown(min)),
         );
     }
+    // Within a relative epsilon, as the apiserver's validator divides (0.3 is a multiple of 0.1).
     if let Some(m) = schema.multiple_of
-        && (x / m).fract().abs() > 1e-9
+        && ((x / m) - (x / m).round()).abs() > 1e-9 * (x / m).abs().max(1.0)
     {
         errors.invalid(
             at,
@@ -271,26 +308,24 @@ fn array(schema: &Schema, list: &[Value], at: &Path, errors: &mut Errors) {
     }
     match &schema.list {
         ListType::Atomic => {}
+        // Each item hashed once: a list of any length is checked in linear time.
         ListType::Set => {
+            let mut seen = HashSet::with_capacity(list.len());
             for (i, v) in list.iter().enumerate() {
-                if list[..i].iter().any(|w| same(w, v)) {
+                if !seen.insert(ValueKey(v)) {
                     errors.duplicate(&at.index(i), v.clone());
                 }
             }
         }
         ListType::Map(keys) => {
-            let key_of = |v: &Value| -> Vec<Value> {
-                keys.iter()
-                    .map(|k| v.get(k).cloned().unwrap_or(Value::Null))
-                    .collect()
-            };
+            let mut seen = HashSet::with_capacity(list.len());
             for (i, v) in list.iter().enumerate() {
-                let key = key_of(v);
-                if list[..i].iter().any(|w| key_of(w) == key) {
+                let key = map_key(keys, v);
+                if !seen.insert(key.clone()) {
                     let fields: Vec<String> = keys
                         .iter()
                         .zip(&key)
-                        .map(|(k, v)| format!("{}:{}", go_quote(k), go_printed(v)))
+                        .map(|(k, v)| format!("{}:{}", go_quote(k), go_printed(v.0)))
                         .collect();
                     errors.duplicate(&at.index(i), Value::Null);
                     if let Some(last) = errors.last_mut() {
@@ -300,6 +335,14 @@ fn array(schema: &Schema, list: &[Value], at: &Path, errors: &mut Errors) {
             }
         }
     }
+}
+
+/// The key of an item of a map list: the values of its key fields (null where unset).
+pub(super) fn map_key<'a>(keys: &[String], item: &'a Value) -> Vec<ValueKey<'a>> {
+    static NULL: Value = Value::Null;
+    keys.iter()
+        .map(|k| ValueKey(item.get(k).unwrap_or(&NULL)))
+        .collect()
 }
 
 /// A scalar as Go's `%#v` prints it inside a map.

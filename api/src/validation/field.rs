@@ -114,7 +114,8 @@ impl fmt::Display for FieldError {
 fn go_value(v: &Value) -> String {
     match v {
         Value::String(s) => go_quote(s),
-        Value::Null => "null".to_owned(),
+        // apimachinery prints a nil value as the string "null".
+        Value::Null => "\"null\"".to_owned(),
         other => other.to_string(),
     }
 }
