@@ -217,7 +217,7 @@ fn group_kinds() -> Vec<KindSpec> {
                 "type",
             ])
             .expires()
-            .printer(printers::event_v1()),
+            .printer(printers::event()),
         KindSpec::of::<discovery::EndpointSlice>().printer(printers::endpoint_slice()),
         KindSpec::of::<networking::Ingress>()
             .initial_status(empty_status)

@@ -134,6 +134,16 @@ impl Operator {
         Some(name)
     }
 
+    /// Records, the first time `seen` sees change `version`, how long ago it was sent.
+    fn first_seen(&self, version: u64, seen: &Mutex<HashSet<u64>>, latencies: &Mutex<Vec<u64>>) {
+        if version > 0
+            && seen.lock().unwrap().insert(version)
+            && let Some(at) = self.sent.lock().unwrap().get(&version)
+        {
+            latencies.lock().unwrap().push(at.elapsed().as_micros() as u64);
+        }
+    }
+
     /// An event of the custom resources' informer.
     fn on_tenant(&self, event: &Value) {
         let object = &event["object"];
@@ -143,15 +153,7 @@ impl Operator {
         }
         let generation = object["metadata"]["generation"].as_u64().unwrap_or(0);
         let version = object["spec"]["version"].as_u64().unwrap_or(0);
-        if version > 0
-            && self.seen_watch.lock().unwrap().insert(version)
-            && let Some(at) = self.sent.lock().unwrap().get(&version)
-        {
-            self.watch_us
-                .lock()
-                .unwrap()
-                .push(at.elapsed().as_micros() as u64);
-        }
+        self.first_seen(version, &self.seen_watch, &self.watch_us);
         let known = Known {
             uid: object["metadata"]["uid"].as_str().unwrap_or_default().to_owned(),
             generation,
@@ -173,15 +175,7 @@ impl Operator {
             .as_str()
             .and_then(|v| v.parse::<u64>().ok())
             .unwrap_or(0);
-        if version > 0
-            && self.seen_child.lock().unwrap().insert(version)
-            && let Some(at) = self.sent.lock().unwrap().get(&version)
-        {
-            self.child_us
-                .lock()
-                .unwrap()
-                .push(at.elapsed().as_micros() as u64);
-        }
+        self.first_seen(version, &self.seen_child, &self.child_us);
     }
 }
 

@@ -120,40 +120,13 @@ pub(crate) fn secret() -> Printer {
     ])
 }
 
+/// An Event's columns, core or events.k8s.io/v1 (whose fields are named otherwise: `regarding`,
+/// `note`, `deprecatedLastTimestamp`).
 pub(crate) fn event() -> Printer {
     Printer::of(vec![
         col("Last Seen", "When the event was last seen.", |o, now| {
             let last = s(o, &["lastTimestamp"])
-                .or_else(|| s(o, &["eventTime"]))
-                .or_else(|| s(o, &["metadata", "creationTimestamp"]));
-            json!(age_since(last, now))
-        }),
-        col("Type", "Normal or Warning.", |o, _| {
-            json!(s(o, &["type"]).unwrap_or_default())
-        }),
-        col("Reason", "Why the event happened, in one word.", |o, _| {
-            json!(s(o, &["reason"]).unwrap_or_default())
-        }),
-        col("Object", "The object the event is about.", |o, _| {
-            json!(format!(
-                "{}/{}",
-                s(o, &["involvedObject", "kind"])
-                    .unwrap_or_default()
-                    .to_ascii_lowercase(),
-                s(o, &["involvedObject", "name"]).unwrap_or_default()
-            ))
-        }),
-        col("Message", "What happened.", |o, _| {
-            json!(s(o, &["message"]).unwrap_or_default().trim())
-        }),
-    ])
-}
-
-/// An events.k8s.io/v1 Event's: the core Event's columns, read from its own fields.
-pub(crate) fn event_v1() -> Printer {
-    Printer::of(vec![
-        col("Last Seen", "When the event was last seen.", |o, now| {
-            let last = s(o, &["deprecatedLastTimestamp"])
+                .or_else(|| s(o, &["deprecatedLastTimestamp"]))
                 .or_else(|| s(o, &["series", "lastObservedTime"]))
                 .or_else(|| s(o, &["eventTime"]))
                 .or_else(|| s(o, &["metadata", "creationTimestamp"]));
@@ -166,15 +139,24 @@ pub(crate) fn event_v1() -> Printer {
             json!(s(o, &["reason"]).unwrap_or_default())
         }),
         col("Object", "The object the event is about.", |o, _| {
-            let kind = s(o, &["regarding", "kind"]).unwrap_or_default();
+            let about = if o.get("regarding").is_some() {
+                "regarding"
+            } else {
+                "involvedObject"
+            };
             json!(format!(
                 "{}/{}",
-                kind.to_ascii_lowercase(),
-                s(o, &["regarding", "name"]).unwrap_or_default()
+                s(o, &[about, "kind"]).unwrap_or_default().to_ascii_lowercase(),
+                s(o, &[about, "name"]).unwrap_or_default()
             ))
         }),
         col("Message", "What happened.", |o, _| {
-            json!(s(o, &["note"]).unwrap_or_default().trim())
+            json!(
+                s(o, &["message"])
+                    .or_else(|| s(o, &["note"]))
+                    .unwrap_or_default()
+                    .trim()
+            )
         }),
     ])
 }
