@@ -202,6 +202,7 @@ fn group_kinds() -> Vec<KindSpec> {
                 Conversion {
                     to_storage: event_to_core,
                     from_storage: event_from_core,
+                    stored_protobuf: Some("io.k8s.api.core.v1.Event"),
                 },
             )
             .fields(&[

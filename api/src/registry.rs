@@ -190,6 +190,9 @@ pub struct Conversion {
     pub to_storage: Mutation,
     /// From the stored kind's form, as every read serves it.
     pub from_storage: Mutation,
+    /// The protobuf message of the stored kind's OpenAPI definition
+    /// (`io.k8s.api.core.v1.Event`), which stored values in protobuf are.
+    pub stored_protobuf: Option<&'static str>,
 }
 
 impl KindSpec {

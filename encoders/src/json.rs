@@ -45,6 +45,9 @@ pub struct JsonCodec {
     /// How a stored object is converted into the form served (an events.k8s.io/v1 Event
     /// from the core Event it is stored as).
     convert: Option<fn(&mut Map<String, Value>)>,
+    /// The protobuf message stored values are, when it is not the served kind's (an
+    /// events.k8s.io/v1 Event is stored as a core Event).
+    stored_protobuf: Option<&'static str>,
 }
 
 impl JsonCodec {
@@ -57,7 +60,15 @@ impl JsonCodec {
             protobuf: None,
             api_version: None,
             convert: None,
+            stored_protobuf: None,
         }
+    }
+
+    /// Stored values in protobuf are message `definition`, another kind's (the kind this one
+    /// is converted from, [`JsonCodec::with_conversion`]).
+    pub fn with_stored_protobuf(mut self, definition: &'static str) -> Self {
+        self.stored_protobuf = Some(definition);
+        self
     }
 
     /// Stored objects are converted by `convert` into the form served, before anything else
@@ -150,7 +161,7 @@ impl JsonCodec {
     /// envelope's `apiVersion` and `kind`.
     fn parse(&self, raw: &[u8]) -> Result<Value, CodecError> {
         let decode = |e: String| CodecError::Decode(e);
-        match self.protobuf {
+        match self.stored_protobuf.or(self.protobuf) {
             Some(definition) if raw.starts_with(protobuf::MAGIC) => {
                 let envelope = protobuf::open_envelope(raw).map_err(|e| decode(e.0))?;
                 let mut object = protobuf::decode_json(definition, envelope.raw).map_err(|e| decode(e.0))?;
@@ -211,7 +222,7 @@ impl Codec for JsonCodec {
         };
         // A null map value or list element reads as Go reads it (its type's zero value), in
         // JSON as in protobuf. Most objects have no null at all: only those are walked.
-        if let Some(definition) = self.protobuf
+        if let Some(definition) = self.stored_protobuf.or(self.protobuf)
             && raw.windows(4).any(|w| w == b"null")
         {
             protobuf::zero_nulls(definition, object);

@@ -154,7 +154,13 @@ async fn being_deleted(state: &AppState, namespace: &str) -> bool {
 /// there (objects held by finalizers stay, marked, and are counted until they go).
 async fn delete_contents(state: &Arc<AppState>, namespace: &str) -> Result<usize, Status> {
     let mut found = 0;
-    for resource in state.resources.now().values().filter(|r| r.spec.namespaced) {
+    // A kind stored as another kind's (events.k8s.io Events) is that kind's objects: emptied
+    // once, through the stored kind.
+    let served = state.resources.now();
+    let owned = served
+        .values()
+        .filter(|r| r.spec.namespaced && r.spec.conversion.is_none());
+    for resource in owned {
         let opts = Params::default().list_options(Some(namespace))?;
         let list = resource
             .cache

@@ -154,6 +154,12 @@ fn codec(spec: &KindSpec) -> JsonCodec {
     }
     if let Some(conversion) = spec.conversion {
         codec = codec.with_conversion(conversion.from_storage);
+        if let Some(stored) = conversion
+            .stored_protobuf
+            .and_then(watchcache_encoders::protobuf::message_name)
+        {
+            codec = codec.with_stored_protobuf(stored);
+        }
     }
     let codec = spec
         .fields

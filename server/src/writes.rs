@@ -1070,12 +1070,13 @@ fn encode(t: &Target, object: &Map<String, Value>) -> Result<(Bytes, ObjectVersi
     };
     let raw = Bytes::from(raw.map_err(|e| Status::internal(e.to_string()))?);
     let info = &t.resource.info;
-    // The stored form of a converted kind is another kind's: the codec's decode below checks
-    // the served form against this kind's schema.
-    if spec.conversion.is_none() {
-        stored::admit(info.protobuf, &raw)
-            .map_err(|e| errors::not_stored(&e, &info.kind, &info.api_version))?;
-    }
+    // The stored form of a converted kind is another kind's, checked as that kind (the codec's
+    // decode below checks the served form against this kind's schema).
+    let stored_message = match spec.conversion {
+        Some(conversion) => conversion.stored_protobuf,
+        None => info.protobuf,
+    };
+    stored::admit(stored_message, &raw).map_err(|e| errors::not_stored(&e, &info.kind, &info.api_version))?;
     // Revision 0 until the store assigns one; `written` stamps the real one.
     let version = t
         .resource

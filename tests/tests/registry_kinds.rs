@@ -461,3 +461,90 @@ async fn events_are_served_in_both_groups_over_one_storage() {
     assert_eq!(names, ["new"]);
     server.shutdown().await.unwrap();
 }
+
+/// An Event kube-apiserver stored (protobuf, a core `v1.Event` in a `runtime.Unknown`) is read
+/// through events.k8s.io/v1 too: parsed as the core message it is, then converted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_the_apiserver_stored_in_protobuf_reads_in_both_groups() {
+    use k8s_pb::api::core::v1::{Event, EventSource, ObjectReference};
+    use k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use k8s_pb::apimachinery::pkg::runtime::{TypeMeta, Unknown};
+    use prost::Message;
+
+    let server = start(config(0)).await;
+    create_namespaces(&server, &[NS]).await;
+    let event = Event {
+        metadata: Some(ObjectMeta {
+            name: Some("stored".into()),
+            namespace: Some(NS.into()),
+            uid: Some("uid-stored".into()),
+            ..Default::default()
+        }),
+        involved_object: Some(ObjectReference {
+            kind: Some("Pod".into()),
+            name: Some("web".into()),
+            namespace: Some(NS.into()),
+            ..Default::default()
+        }),
+        reason: Some("Pulled".into()),
+        message: Some("pulled the image".into()),
+        source: Some(EventSource {
+            component: Some("kubelet".into()),
+            host: None,
+        }),
+        count: Some(4),
+        r#type: Some("Normal".into()),
+        ..Default::default()
+    };
+    let envelope = Unknown {
+        type_meta: Some(TypeMeta {
+            api_version: Some("v1".into()),
+            kind: Some("Event".into()),
+        }),
+        raw: Some(event.encode_to_vec()),
+        content_encoding: Some(String::new()),
+        content_type: Some(String::new()),
+    };
+    let mut value = b"k8s\0".to_vec();
+    value.extend(envelope.encode_to_vec());
+    let key = format!("/registry/events/{NS}/stored");
+    server.store().create(&key, value.into()).await.unwrap();
+    watchcache_tests::settle(&server).await;
+
+    let c = http();
+    let (code, core) = request(
+        &c,
+        &server,
+        "GET",
+        &format!("/api/v1/namespaces/{NS}/events/stored"),
+        None,
+    )
+    .await;
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&core));
+    let core: Value = serde_json::from_slice(&core).unwrap();
+    assert_eq!(
+        (core["message"].as_str(), core["count"].as_i64()),
+        (Some("pulled the image"), Some(4))
+    );
+    let path = format!("/apis/events.k8s.io/v1/namespaces/{NS}/events/stored");
+    let (code, v1) = request(&c, &server, "GET", &path, None).await;
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&v1));
+    let v1: Value = serde_json::from_slice(&v1).unwrap();
+    assert_eq!(v1["note"], "pulled the image");
+    assert_eq!(v1["regarding"]["name"], "web");
+    assert_eq!(v1["deprecatedCount"], 4);
+    assert_eq!(v1["deprecatedSource"]["component"], "kubelet");
+    // And written through events.k8s.io over it (the read before the write parses it too).
+    let (code, patched) = request_typed(
+        &c,
+        &server,
+        "PATCH",
+        &path,
+        "application/merge-patch+json",
+        json!({"note": "pulled again"}).to_string(),
+    )
+    .await;
+    assert_eq!(code, 200, "{patched}");
+    assert_eq!(patched["note"], "pulled again");
+    server.shutdown().await.unwrap();
+}

@@ -125,9 +125,10 @@ pub(crate) fn secret() -> Printer {
 pub(crate) fn event() -> Printer {
     Printer::of(vec![
         col("Last Seen", "When the event was last seen.", |o, now| {
-            let last = s(o, &["lastTimestamp"])
+            // A series' last observation first, as the apiserver's printer reads it.
+            let last = s(o, &["series", "lastObservedTime"])
+                .or_else(|| s(o, &["lastTimestamp"]))
                 .or_else(|| s(o, &["deprecatedLastTimestamp"]))
-                .or_else(|| s(o, &["series", "lastObservedTime"]))
                 .or_else(|| s(o, &["eventTime"]))
                 .or_else(|| s(o, &["metadata", "creationTimestamp"]));
             json!(age_since(last, now))

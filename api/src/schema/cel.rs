@@ -28,6 +28,8 @@ const PER_OBJECT_LIMIT: f64 = 100_000_000.0;
 
 /// The longest rule (or message expression) taken, in bytes.
 const MAX_RULE_BYTES: usize = 16 * 1024;
+/// The stack the parser runs on: ample for a rule of [`MAX_RULE_BYTES`] that is one chain.
+const PARSER_STACK: usize = 256 << 20;
 /// The deepest a rule's expression may nest: the evaluator recurses once per level, on the
 /// stack of the thread that runs the write.
 const MAX_DEPTH: usize = 64;
@@ -187,12 +189,12 @@ impl Rule {
             Binding {
                 name: "self",
                 node: Some(node),
-                size: node.cardinality(),
+                size: node.bytes(),
             },
             Binding {
                 name: "oldSelf",
                 node: Some(node),
-                size: node.cardinality(),
+                size: node.bytes(),
             },
         ];
         let per_call = estimate(program.expression(), &scope).cost
@@ -201,7 +203,8 @@ impl Rule {
                 .map_or(0.0, |m| estimate(m.expression(), &scope).cost);
         let total = per_call * instances;
         let over = (per_call / PER_CALL_LIMIT).max(total / PER_OBJECT_LIMIT);
-        if over > 1.0 {
+        // NaN (an unbounded body times an empty range) is over budget too.
+        if over.is_nan() || over > 1.0 {
             errors.forbidden(
                 &at.child("rule"),
                 format!(
@@ -231,12 +234,28 @@ fn checked(text: &str) -> Result<Program, String> {
     if text.len() > MAX_RULE_BYTES {
         return Err(format!("rule is longer than {MAX_RULE_BYTES} bytes"));
     }
-    let program = ENV.compile(text).map_err(|e| e.to_string())?;
-    if depth(program.expression()) > MAX_DEPTH {
-        return Err(format!(
-            "ERROR: <input>: expression nests deeper than {MAX_DEPTH} levels"
-        ));
-    }
+    // The parser recurses through a chain of operators as deep as the chain: on a thread of
+    // its own with a stack the longest rule cannot exhaust (a CRD write is rare; this thread's
+    // stack may be a runtime worker's or a blocking thread's 2 MiB).
+    let parsed = std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("cel-compile".into())
+            .stack_size(PARSER_STACK)
+            .spawn_scoped(scope, || {
+                let program = ENV.compile(text).map_err(|e| e.to_string())?;
+                // Checked (and dropped, which recurses as deep) here, on the large stack.
+                if depth(program.expression()) > MAX_DEPTH {
+                    return Err(format!(
+                        "ERROR: <input>: expression nests deeper than {MAX_DEPTH} levels"
+                    ));
+                }
+                Ok(program)
+            })
+            .map_err(|e| format!("the rule could not be compiled: {e}"))?
+            .join()
+            .unwrap_or_else(|_| Err("the rule could not be compiled".into()))
+    });
+    let program = parsed?;
     let mut unknown = None;
     walk(program.expression(), &mut Vec::new(), &mut |e, bound| {
         if unknown.is_some() {
@@ -322,7 +341,7 @@ fn mentions(e: &IdedExpr, name: &str) -> bool {
 }
 
 /// A variable in scope of the estimate: the schema node it holds, when known, and the most
-/// entries its value can have.
+/// its value can hold (bytes, or entries of scalars).
 #[derive(Clone, Copy)]
 struct Binding<'a, 's> {
     name: &'a str,
@@ -330,8 +349,9 @@ struct Binding<'a, 's> {
     size: f64,
 }
 
-/// What the estimate says of an expression: the cost of one evaluation, and the most entries
-/// (items, map entries or characters; 1 for a scalar) its value can have.
+/// What the estimate says of an expression: the cost of one evaluation, and the most its
+/// value can hold (characters of a string, the sum of a list's or a map's entries; 1 for a
+/// scalar): what reading, copying or iterating it costs.
 #[derive(Clone, Copy)]
 struct Est {
     cost: f64,
@@ -354,16 +374,21 @@ fn node_of<'s>(e: &IdedExpr, scope: &[Binding<'_, 's>]) -> Option<&'s Schema> {
     }
 }
 
-/// Reading a value copies it: free for a scalar, its size for a list, a map or a string.
+/// Reading a value copies it (the evaluator converts what it reads): free for a scalar, its
+/// size for a list, a map or a string.
 fn read(size: f64) -> f64 {
     if size > 1.0 { size } else { 0.0 }
 }
 
-/// Functions whose work is linear in what they are given (and whose result is as large).
+/// Functions whose work is linear in what they are given.
 const LINEAR: &[&str] = &[
     "@in",
     "_==_",
     "_!=_",
+    "_<_",
+    "_<=_",
+    "_>_",
+    "_>=_",
     "contains",
     "startsWith",
     "endsWith",
@@ -381,6 +406,39 @@ const LINEAR: &[&str] = &[
     "sort",
     "string",
     "bytes",
+    "size",
+];
+
+/// Functions whose value is a scalar, whatever they are given.
+const SCALAR: &[&str] = &[
+    "@in",
+    "_==_",
+    "_!=_",
+    "_<_",
+    "_<=_",
+    "_>_",
+    "_>=_",
+    "_&&_",
+    "_||_",
+    "!_",
+    "-_",
+    "_-_",
+    "_*_",
+    "_/_",
+    "_%_",
+    "@not_strictly_false",
+    "contains",
+    "startsWith",
+    "endsWith",
+    "indexOf",
+    "lastIndexOf",
+    "matches",
+    "size",
+    "int",
+    "uint",
+    "double",
+    "bool",
+    "type",
 ];
 
 /// The cost of reaching the value a path names (`self.spec.items[0]`), not of reading it: a
@@ -397,10 +455,11 @@ fn path_cost(e: &IdedExpr, scope: &[Binding<'_, '_>]) -> f64 {
 }
 
 /// The estimated cost of one evaluation of `e`, where `scope` names what each variable holds.
-/// Conservative: every read of a collection copies it, every comprehension runs over the most
-/// entries its range can have, and the linear functions cost what they are given.
+/// Conservative: every read of a collection or a string copies it, every comprehension runs
+/// over the most entries its range can have, a function not modelled returns as much as it is
+/// given, and the linear functions cost what they are given.
 fn estimate<'s>(e: &IdedExpr, scope: &[Binding<'_, 's>]) -> Est {
-    let unbounded = super::UNBOUNDED;
+    let body = super::BODY_BYTES;
     match &e.expr {
         Expr::Literal(LiteralValue::String(text)) => Est {
             cost: 0.0,
@@ -420,47 +479,56 @@ fn estimate<'s>(e: &IdedExpr, scope: &[Binding<'_, 's>]) -> Est {
             size: 1.0,
         },
         Expr::Select(_) => {
-            let size = node_of(e, scope).map_or(unbounded, Schema::cardinality);
+            let size = node_of(e, scope).map_or(body, Schema::bytes);
             Est {
                 cost: path_cost(e, scope) + read(size),
                 size,
             }
         }
         Expr::List(l) => {
-            let cost = l.elements.iter().map(|x| estimate(x, scope).cost).sum::<f64>();
+            let parts: Vec<Est> = l.elements.iter().map(|x| estimate(x, scope)).collect();
             Est {
-                cost: cost + l.elements.len() as f64,
-                size: l.elements.len().max(1) as f64,
+                cost: parts.iter().map(|p| p.cost).sum::<f64>() + parts.len() as f64,
+                size: parts.iter().map(|p| p.size).sum::<f64>().max(1.0),
             }
         }
         Expr::Map(m) => {
-            let cost = m
+            let parts: Vec<Est> = m
                 .entries
                 .iter()
-                .map(|entry| match &entry.expr {
-                    EntryExpr::MapEntry(me) => {
-                        estimate(&me.key, scope).cost + estimate(&me.value, scope).cost
-                    }
-                    EntryExpr::StructField(f) => estimate(&f.value, scope).cost,
+                .flat_map(|entry| match &entry.expr {
+                    EntryExpr::MapEntry(me) => vec![estimate(&me.key, scope), estimate(&me.value, scope)],
+                    EntryExpr::StructField(f) => vec![estimate(&f.value, scope)],
                 })
-                .sum::<f64>();
+                .collect();
             Est {
-                cost: cost + m.entries.len() as f64,
-                size: m.entries.len().max(1) as f64,
+                cost: parts.iter().map(|p| p.cost).sum::<f64>() + m.entries.len() as f64,
+                size: parts.iter().map(|p| p.size).sum::<f64>().max(1.0),
             }
         }
-        Expr::Struct(st) => Est {
-            cost: st
+        Expr::Struct(st) => {
+            let parts: Vec<Est> = st
                 .entries
                 .iter()
                 .map(|entry| match &entry.expr {
-                    EntryExpr::StructField(f) => estimate(&f.value, scope).cost,
-                    EntryExpr::MapEntry(me) => estimate(&me.value, scope).cost,
+                    EntryExpr::StructField(f) => estimate(&f.value, scope),
+                    EntryExpr::MapEntry(me) => estimate(&me.value, scope),
                 })
-                .sum::<f64>(),
-            size: 1.0,
-        },
+                .collect();
+            Est {
+                cost: parts.iter().map(|p| p.cost).sum::<f64>(),
+                size: parts.iter().map(|p| p.size).sum::<f64>().max(1.0),
+            }
+        }
         Expr::Call(call) => {
+            let name = call.func_name.as_str();
+            if name == "_[_]" {
+                let size = node_of(e, scope).map_or(body, Schema::bytes);
+                return Est {
+                    cost: path_cost(e, scope) + read(size),
+                    size,
+                };
+            }
             let parts: Vec<Est> = call
                 .target
                 .iter()
@@ -469,80 +537,59 @@ fn estimate<'s>(e: &IdedExpr, scope: &[Binding<'_, 's>]) -> Est {
                 .collect();
             let given = parts.iter().map(|p| p.cost).sum::<f64>() + 1.0;
             let sizes = parts.iter().map(|p| p.size).sum::<f64>();
-            let name = call.func_name.as_str();
-            match name {
-                "_[_]" => {
-                    let size = node_of(e, scope).map_or(unbounded, Schema::cardinality);
-                    Est {
-                        cost: path_cost(e, scope) + read(size),
-                        size,
-                    }
-                }
-                "_+_" => Est {
-                    cost: given + sizes,
-                    size: sizes,
-                },
+            // What linear work reads beyond scalars (comparing two integers is one step).
+            let collections = parts.iter().map(|p| read(p.size)).sum::<f64>();
+            let largest = parts.iter().map(|p| p.size).fold(1.0, f64::max);
+            let (cost, size) = match name {
+                "_+_" => (given + collections, sizes),
                 "replace" => {
                     let target = parts.first().map_or(1.0, |p| p.size);
                     let with = parts.get(2).map_or(1.0, |p| p.size);
                     let size = target * with.max(1.0);
-                    Est {
-                        cost: given + size,
-                        size,
-                    }
+                    (given + size, size)
                 }
                 // Each call compiles its pattern, then matches in linear time.
-                "matches" => Est {
-                    cost: given + 100.0 + sizes,
-                    size: 1.0,
-                },
+                "matches" => (given + 100.0 + collections, 1.0),
                 "distinct" => {
                     let n = parts.first().map_or(1.0, |p| p.size);
-                    Est {
-                        cost: given + n * n,
-                        size: n,
-                    }
+                    (given + n * n, n)
                 }
-                _ if LINEAR.contains(&name) => {
-                    let returns_collection = !matches!(
-                        name,
-                        "@in"
-                            | "_==_"
-                            | "_!=_"
-                            | "contains"
-                            | "startsWith"
-                            | "endsWith"
-                            | "indexOf"
-                            | "lastIndexOf"
-                    );
-                    Est {
-                        cost: given + sizes,
-                        size: if returns_collection { sizes } else { 1.0 },
-                    }
-                }
-                _ => Est {
-                    cost: given,
-                    size: 1.0,
-                },
+                _ if LINEAR.contains(&name) => (given + collections, sizes),
+                _ => (given, largest),
+            };
+            Est {
+                cost,
+                size: if SCALAR.contains(&name) { 1.0 } else { size },
             }
         }
         Expr::Comprehension(c) => {
             let range = estimate(&c.iter_range, scope);
-            let entries = range.size;
             let range_node = node_of(&c.iter_range, scope);
-            let element_node = range_node.and_then(|r| r.items.as_deref().or(r.additional.as_deref()));
-            let element_size = match (element_node, &c.iter_range.expr) {
-                (Some(n), _) => n.cardinality(),
-                (None, Expr::List(l)) => l
+            // Entries: the range's bound, or its size (each entry takes at least one unit).
+            let entries = match (range_node, &c.iter_range.expr) {
+                (Some(n), _) => n.cardinality().min(range.size.max(1.0)),
+                (None, Expr::List(l)) => l.elements.len() as f64,
+                (None, _) => range.size,
+            };
+            // A list's items are its item schema's; a map's keys are strings of any length.
+            let element_node = range_node.and_then(|r| r.items.as_deref());
+            let element_size = match (element_node, range_node, &c.iter_range.expr) {
+                (Some(n), _, _) => n.bytes(),
+                (None, None, Expr::List(l)) => l
                     .elements
                     .iter()
                     .map(|x| estimate(x, scope).size)
                     .fold(1.0, f64::max),
-                (None, _) => unbounded,
+                _ => range.size.max(1.0),
             };
-            // map and filter accumulate a list as long as the range; the other macros a scalar.
+            // map and filter accumulate a list as large as the range; the other macros a
+            // scalar.
             let accumulates_list = matches!(c.accu_init.expr, Expr::List(_));
-            let accu_size = if accumulates_list { entries } else { 1.0 };
+            let accu_size = if accumulates_list {
+                range.size.max(1.0)
+            } else {
+                1.0
+            };
             let init = estimate(&c.accu_init, scope);
             let mut inner = scope.to_vec();
             for name in std::iter::once(&c.iter_var).chain(c.iter_var2.iter()) {
@@ -557,10 +604,10 @@ fn estimate<'s>(e: &IdedExpr, scope: &[Binding<'_, 's>]) -> Est {
                 node: None,
                 size: accu_size,
             });
-            let body = estimate(&c.loop_cond, &inner).cost + estimate(&c.loop_step, &inner).cost;
+            let step = estimate(&c.loop_cond, &inner).cost + estimate(&c.loop_step, &inner).cost;
             let result = estimate(&c.result, &inner);
             Est {
-                cost: range.cost + init.cost + entries * body.max(1.0) + result.cost,
+                cost: range.cost + init.cost + entries.max(1.0) * step.max(1.0) + result.cost,
                 size: result.size,
             }
         }

@@ -102,6 +102,9 @@ pub struct Schema {
 /// body is at most 3 MiB, and an entry takes at least two bytes (`1,`).
 const UNBOUNDED: f64 = (3 << 20) as f64 / 2.0;
 
+/// The most any value read from a body can hold: the body's bound, 3 MiB.
+const BODY_BYTES: f64 = (3 << 20) as f64;
+
 impl Schema {
     /// Compiles a version's `schema.openAPIV3Schema`; `at` is its path in the CRD
     /// (`spec.versions[0].schema.openAPIV3Schema`), which the errors name.
@@ -196,6 +199,12 @@ impl Schema {
                 _ => {}
             }
         }
+        if let Some(values) = &self.additional
+            && values.default.is_none()
+            && !values.nullable
+        {
+            map.retain(|_, v| !v.is_null());
+        }
         for (key, v) in map.iter_mut() {
             if matches!(key.as_str(), "apiVersion" | "kind") || (root && key == "metadata") {
                 continue;
@@ -286,6 +295,26 @@ impl Schema {
             || self.additional.as_ref().is_some_and(|s| s.has_rules())
     }
 
+    /// The most this node's value can hold, all its entries together (characters of a
+    /// string, the sum of a list's items), at most what a body holds: what reading it costs.
+    fn bytes(&self) -> f64 {
+        let bytes = match self.ty {
+            Type::Integer | Type::Number | Type::Boolean => 1.0,
+            Type::String => self.max_length.map_or(BODY_BYTES, |m| m as f64),
+            Type::Array => match (self.max_items, &self.items) {
+                (Some(n), Some(items)) => n as f64 * items.bytes(),
+                _ => BODY_BYTES,
+            },
+            Type::Object
+                if self.additional.is_none() && !self.preserve_unknown && !self.properties.is_empty() =>
+            {
+                self.properties.values().map(|p| 1.0 + p.bytes()).sum()
+            }
+            _ => BODY_BYTES,
+        };
+        bytes.min(BODY_BYTES)
+    }
+
     /// The most entries this node can hold (items, properties or characters).
     fn cardinality(&self) -> f64 {
         let bound = match self.ty {
@@ -306,10 +335,8 @@ fn metadata_schema_allowed(meta: &Value) -> bool {
     let Some(m) = meta.as_object() else {
         return false;
     };
-    let fields_ok = m
-        .keys()
-        .all(|k| matches!(k.as_str(), "type" | "properties" | "description"));
-    let type_ok = m.get("type").is_none_or(|t| t == "object");
+    let fields_ok = m.keys().all(|k| matches!(k.as_str(), "type" | "properties"));
+    let type_ok = m.get("type").is_some_and(|t| t == "object");
     let props_ok = m
         .get("properties")
         .and_then(Value::as_object)
@@ -376,15 +403,29 @@ fn compile(v: &Value, at: &Path, place: Place, instances: f64, errors: &mut Erro
     // Inside allOf, anyOf, oneOf and not a schema only validates: what makes a schema's
     // structure is given outside them.
     if place == Place::Nested {
-        for key in [
-            "type",
-            "default",
-            "nullable",
-            "additionalProperties",
-            "x-kubernetes-preserve-unknown-fields",
+        for (key, why) in [
+            ("type", "must be empty to be structural"),
+            ("default", "must be undefined to be structural"),
+            ("additionalProperties", "must be undefined to be structural"),
+            ("x-kubernetes-validations", "must be empty to be structural"),
+            ("x-kubernetes-embedded-resource", "must be false to be structural"),
+            ("x-kubernetes-int-or-string", "must be false to be structural"),
+            ("x-kubernetes-list-type", "must be undefined to be structural"),
+            ("x-kubernetes-list-map-keys", "must be undefined to be structural"),
+            ("x-kubernetes-map-type", "must be undefined to be structural"),
         ] {
-            if o.contains_key(key) {
-                errors.forbidden(&at.child(key), "must be empty to be structural");
+            let set = match o.get(key) {
+                None | Some(Value::Null) | Some(Value::Bool(false)) => false,
+                Some(Value::Array(a)) => !a.is_empty(),
+                Some(_) => true,
+            };
+            if set {
+                errors.forbidden(&at.child(key), why);
+            }
+        }
+        for key in ["nullable", "x-kubernetes-preserve-unknown-fields"] {
+            if o.get(key).and_then(Value::as_bool) == Some(true) {
+                errors.forbidden(&at.child(key), "must be false to be structural");
             }
         }
     }

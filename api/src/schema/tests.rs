@@ -263,9 +263,43 @@ fn rules_whose_work_grows_faster_than_the_body_are_refused() {
         "false",
         Some("self.l.map(x, self.l).size() > 0 ? 'a' : 'b'")
     ));
+    // Sizes that pass through calls the estimate does not model, map keys, joined strings,
+    // and an empty range times an unbounded body.
+    assert!(refused_rule(
+        ints.clone(),
+        "dyn(self.l).all(a, dyn(self.l).all(b, true))",
+        None
+    ));
+    let map = json!({"m": {"type": "object", "additionalProperties": {"type": "integer"}}});
+    assert!(refused_rule(
+        map.clone(),
+        "self.m.all(k, k.split('').all(c, k.contains(c)))",
+        None
+    ));
+    assert!(refused_rule(map, "self.m.all(k, k.replace('', k) != '')", None));
+    let bounded = json!({"l": {"type": "array", "maxItems": 1000,
+        "items": {"type": "string", "maxLength": 1000}}});
+    assert!(refused_rule(
+        bounded,
+        "self.l.join('').replace('', self.l.join('')) != ''",
+        None
+    ));
+    let empty = json!({"l": {"type": "array", "maxItems": 0, "items": {"type": "string"}},
+        "s": {"type": "string"}});
+    let six = "self.s.replace('', self.s.replace('', self.s.replace('', self.s.replace('', self.s.replace('', self.s.replace('', self.s))))))";
+    assert!(refused_rule(empty, &format!("self.l.all(x, {six} != '')"), None));
     // A chain the evaluator would recurse through to the end of its stack.
     let chain = format!("{}1 == 0", "1 + ".repeat(1500));
-    assert!(refused_rule(ints, &chain, None));
+    assert!(refused_rule(ints.clone(), &chain, None));
+    // The longest rule taken, one chain of operators, parsed on this test's own small stack.
+    let longest = format!("{}1 == 0", "1+".repeat(8_000));
+    let outcome = std::thread::Builder::new()
+        .stack_size(256 << 10)
+        .spawn(move || refused_rule(ints, &longest, None))
+        .unwrap()
+        .join()
+        .unwrap();
+    assert!(outcome);
 }
 
 #[test]
@@ -279,6 +313,30 @@ fn review_cases_match_the_apiserver() {
         refused(typed),
         ["s.allOf[0].type: Forbidden: must be empty to be structural"]
     );
+    // Inside them, what only a structural schema may say is refused, what says nothing is not.
+    let quiet = json!({"type": "object", "allOf": [{"nullable": false, "x-kubernetes-preserve-unknown-fields": false}]});
+    assert!(refused(quiet).is_empty());
+    let loud =
+        json!({"type": "object", "anyOf": [{"default": {}, "x-kubernetes-validations": [{"rule": "true"}]}]});
+    assert_eq!(
+        refused(loud),
+        [
+            "s.anyOf[0].default: Forbidden: must be undefined to be structural",
+            "s.anyOf[0].x-kubernetes-validations: Forbidden: must be empty to be structural",
+        ]
+    );
+    // Nulls in a map of non-nullable values are dropped too.
+    let labels = Schema::compile(
+        &json!({"type": "object", "properties": {"labels": {"type": "object", "additionalProperties": {"type": "string"}}}}),
+        "s",
+    )
+    .unwrap();
+    let mut o = json!({"labels": {"a": null, "b": "c"}})
+        .as_object()
+        .unwrap()
+        .clone();
+    labels.apply_defaults(&mut o);
+    assert_eq!(Value::Object(o), json!({"labels": {"b": "c"}}));
     // The root's own combinators are checked.
     let root = Schema::compile(
         &json!({"type": "object", "properties": {"spec": {"type": "object"}, "status": {"type": "object"}},
