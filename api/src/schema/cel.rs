@@ -485,38 +485,11 @@ fn estimate<'s>(e: &IdedExpr, scope: &[Binding<'_, 's>]) -> Est {
                 size,
             }
         }
-        Expr::List(l) => {
-            let parts: Vec<Est> = l.elements.iter().map(|x| estimate(x, scope)).collect();
+        // A literal list, map or message: what its entries cost, each entry a step.
+        Expr::List(_) | Expr::Map(_) | Expr::Struct(_) => {
+            let parts: Vec<Est> = children(e).into_iter().map(|x| estimate(x, scope)).collect();
             Est {
                 cost: parts.iter().map(|p| p.cost).sum::<f64>() + parts.len() as f64,
-                size: parts.iter().map(|p| p.size).sum::<f64>().max(1.0),
-            }
-        }
-        Expr::Map(m) => {
-            let parts: Vec<Est> = m
-                .entries
-                .iter()
-                .flat_map(|entry| match &entry.expr {
-                    EntryExpr::MapEntry(me) => vec![estimate(&me.key, scope), estimate(&me.value, scope)],
-                    EntryExpr::StructField(f) => vec![estimate(&f.value, scope)],
-                })
-                .collect();
-            Est {
-                cost: parts.iter().map(|p| p.cost).sum::<f64>() + m.entries.len() as f64,
-                size: parts.iter().map(|p| p.size).sum::<f64>().max(1.0),
-            }
-        }
-        Expr::Struct(st) => {
-            let parts: Vec<Est> = st
-                .entries
-                .iter()
-                .map(|entry| match &entry.expr {
-                    EntryExpr::StructField(f) => estimate(&f.value, scope),
-                    EntryExpr::MapEntry(me) => estimate(&me.value, scope),
-                })
-                .collect();
-            Est {
-                cost: parts.iter().map(|p| p.cost).sum::<f64>(),
                 size: parts.iter().map(|p| p.size).sum::<f64>().max(1.0),
             }
         }

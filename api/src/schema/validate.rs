@@ -13,22 +13,7 @@ use crate::validation::field::{ErrorKind, Errors, Path, go_quote};
 /// checked elsewhere) and what the root requires.
 pub(super) fn object_root(schema: &Schema, object: &Map<String, Value>, errors: &mut Errors) {
     let root = Path::new("");
-    let len = object.len() as u64;
-    if let Some(max) = schema.max_properties.filter(|&m| len > m) {
-        errors.push(
-            ErrorKind::TooMany,
-            &root,
-            Value::from(len),
-            format!("must have at most {max} items"),
-        );
-    }
-    if let Some(min) = schema.min_properties.filter(|&m| len < m) {
-        errors.invalid(
-            &root,
-            len,
-            format!("in body should have at least {min} properties"),
-        );
-    }
+    property_counts(schema, object.len(), &root, errors);
     if !(schema.all_of.is_empty()
         && schema.any_of.is_empty()
         && schema.one_of.is_empty()
@@ -354,8 +339,9 @@ fn go_printed(v: &Value) -> String {
     }
 }
 
-fn object(schema: &Schema, map: &Map<String, Value>, at: &Path, errors: &mut Errors) {
-    let len = map.len() as u64;
+/// An object's property count against `minProperties` and `maxProperties`.
+fn property_counts(schema: &Schema, count: usize, at: &Path, errors: &mut Errors) {
+    let len = count as u64;
     if let Some(max) = schema.max_properties.filter(|&m| len > m) {
         errors.push(
             ErrorKind::TooMany,
@@ -371,6 +357,10 @@ fn object(schema: &Schema, map: &Map<String, Value>, at: &Path, errors: &mut Err
             format!("{} in body should have at least {min} properties", at.0),
         );
     }
+}
+
+fn object(schema: &Schema, map: &Map<String, Value>, at: &Path, errors: &mut Errors) {
+    property_counts(schema, map.len(), at, errors);
     for name in &schema.required {
         if !map.contains_key(name) {
             errors.required(&at.child(name));
