@@ -9,6 +9,8 @@
 //! - [`printers`]: the columns and cells of `kubectl get`'s Tables.
 //! - [`mutation`]: patches, server-side apply and managed fields.
 //! - [`schema`]: a CRD's structural schema: pruning, defaulting and validation with CEL.
+//! - [`openapi`]: the OpenAPI v2 and v3 documents of the kinds served, and the value types
+//!   and field pruning of built-in kinds' objects by their schemas.
 //!
 //! ```
 //! use watchcache_api::{KindSpec, Registry};
@@ -34,6 +36,7 @@
 pub mod crd;
 mod kinds;
 pub mod mutation;
+pub mod openapi;
 pub mod printers;
 pub mod registry;
 pub mod schema;

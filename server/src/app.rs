@@ -11,9 +11,9 @@ use crate::config::ServeConfig;
 use crate::leases::Leases;
 use crate::metrics::Metrics;
 use crate::offload::{InFlight, Offload};
-use crate::openapi::OpenApi;
 use crate::resources::Resources;
 use crate::switch::Switch;
+use watchcache_api::openapi::OpenApi;
 
 /// Shared by every request.
 pub(crate) struct AppState {

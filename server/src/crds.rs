@@ -25,11 +25,11 @@ use watchcache_api::crd::{self, CLEANUP_FINALIZER, Names};
 use watchcache_core::{Revision, WireFormat};
 
 use crate::app::AppState;
-use crate::openapi::OpenApi;
 use crate::params::{DeleteParams, Params};
 use crate::resources;
 use crate::target::Target;
 use crate::writes;
+use watchcache_api::openapi::OpenApi;
 
 /// How often the CRDs are compared with what is served.
 const RECHECK: Duration = Duration::from_millis(200);
@@ -277,7 +277,10 @@ async fn reconcile(
     if changed {
         // Off the runtime's workers: every kind's documents are made again.
         let served = state.resources.now();
-        let built = tokio::task::spawn_blocking(move || OpenApi::build(served.values().map(|r| &**r))).await;
+        let built = tokio::task::spawn_blocking(move || {
+            OpenApi::build(served.values().map(|r| &*r.spec), crate::discovery::GIT_VERSION)
+        })
+        .await;
         if let Ok(openapi) = built {
             state.openapi.store(Arc::new(openapi));
         }

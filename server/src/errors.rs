@@ -8,8 +8,8 @@ use watchcache_encoders::{ResourceInfo, Status};
 
 use crate::auth::Attributes;
 use crate::stored::Refused;
-use crate::value_types::ValueError;
 use watchcache_api::mutation::yaml::YamlError;
+use watchcache_api::openapi::ValueError;
 use watchcache_api::validation::{self, FieldError, Refusal};
 
 /// The Status for a cache error met reading `info`'s resource.

@@ -38,8 +38,6 @@ pub mod metrics;
 mod namespace_controller;
 mod namespaces;
 mod offload;
-mod openapi;
-mod openapi_pb;
 mod params;
 mod partial;
 mod pod_gc;
@@ -61,7 +59,6 @@ mod table;
 mod target;
 mod transport;
 
-mod value_types;
 mod watch_body;
 pub mod workload;
 mod writes;

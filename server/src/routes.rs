@@ -26,7 +26,6 @@ use crate::errors;
 use crate::eviction;
 use crate::media::{self, ReadFormat};
 use crate::metrics;
-use crate::openapi;
 use crate::params::{DeleteParams, Params, WriteParams};
 use crate::reads;
 use crate::reads::Form;
@@ -38,6 +37,7 @@ use crate::target::{Subresource, Target};
 use crate::transport::RequestBytesSpent;
 use crate::writes;
 use watchcache_api::mutation::patch::PatchType;
+use watchcache_api::openapi;
 
 type AppStateRef = State<Arc<AppState>>;
 

@@ -25,7 +25,6 @@ use crate::metrics::Metrics;
 use crate::namespace_controller;
 use crate::namespaces;
 use crate::offload::{InFlight, Offload};
-use crate::openapi::OpenApi;
 use crate::pod_gc;
 use crate::rbac_objects::policy::CachedPolicy;
 use crate::switch::Switch;
@@ -33,6 +32,7 @@ use crate::transport::cert_dir::CertDir;
 use crate::transport::{H2Gauges, Tls, TlsFiles, Transport};
 use crate::{rbac_objects, resources, routes, workload};
 use watchcache_api::Registry;
+use watchcache_api::openapi::OpenApi;
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -318,7 +318,10 @@ impl Server {
         let resources = resources::build(&store, &config, &registry)?;
         let root_ca = root_ca(&config, cert_dir.as_ref());
         let shutdown = Switch::new();
-        let openapi = OpenApi::build(resources.values().map(|r| &**r));
+        let openapi = OpenApi::build(
+            resources.values().map(|r| &*r.spec),
+            crate::discovery::GIT_VERSION,
+        );
         let rbac: Arc<dyn PolicySource> = match config.policy.clone() {
             Some(policy) => policy,
             None => Arc::new(CachedPolicy::new(&resources).ok_or_else(|| {

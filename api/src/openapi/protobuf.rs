@@ -12,7 +12,7 @@ use prost::encoding::{WireType, encode_key, encode_varint};
 use serde_json::{Map, Value};
 
 /// Encodes a Swagger 2.0 JSON document as `openapi.v2.Document`.
-pub(crate) fn document(doc: &Value) -> Vec<u8> {
+pub(super) fn document(doc: &Value) -> Vec<u8> {
     let mut out = Vec::new();
     string(&mut out, 1, doc.get("swagger"));
     if let Some(info) = doc.get("info") {

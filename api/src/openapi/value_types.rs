@@ -16,12 +16,12 @@ use serde_json::{Map, Value};
 
 /// How deep the walk follows the schema. The served types nest about 15 levels; a schema that
 /// refers to itself could go on as long as the object does.
-pub(crate) const MAX_DEPTH: usize = 64;
+pub const MAX_DEPTH: usize = 64;
 
 /// A value that does not fit its field's type: the text the apiserver's decoder gives.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
-pub(crate) struct ValueError(pub(crate) String);
+pub struct ValueError(pub String);
 
 const QUANTITY: &str = "io.k8s.apimachinery.pkg.api.resource.Quantity";
 const INT_OR_STRING: &str = "io.k8s.apimachinery.pkg.util.intstr.IntOrString";
@@ -38,7 +38,7 @@ const RAW_JSON: &[&str] = &[
 
 /// Checks `object` against definition `root` of `definitions` (OpenAPI v2 definitions, whose
 /// references read `#/definitions/<name>`).
-pub(crate) fn check(
+pub(super) fn check(
     definitions: &Map<String, Value>,
     root: &str,
     object: &Map<String, Value>,
@@ -252,7 +252,7 @@ impl<'a> Walk<'a> {
         match value {
             Value::Number(_) => Ok(()), // JSON's number grammar is a part of the quantity's
             // apimachinery's parser, and its own words, as Go's decoding reports them.
-            Value::String(s) => watchcache_api::validation::parse_quantity(s)
+            Value::String(s) => crate::validation::parse_quantity(s)
                 .map(drop)
                 .map_err(|why| ValueError(why.to_owned())),
             other => Err(self.mismatch(owner, json_kind(other), schema)),
@@ -409,7 +409,7 @@ mod tests {
 
     #[test]
     fn quantities_follow_the_grammar() {
-        let is_quantity = |s: &str| watchcache_api::validation::parse_quantity(s).is_ok();
+        let is_quantity = |s: &str| crate::validation::parse_quantity(s).is_ok();
         for ok in [
             "1", "-1", "+1.5", ".5", "5.", "250m", "1.5Gi", "1e3", "1E-3", "2E", "100n", "3u", "0",
         ] {

@@ -10,10 +10,11 @@
 //!   strategic merge patch merges by key, from the same table the server merges with
 //!   ([`MERGE_LISTS`]);
 //! - the paths and operations, whose PATCH, POST and PUT declare the `fieldValidation` query
-//!   parameter: kubectl then leaves validation to the server ([`unknown_fields`]) rather than
+//!   parameter: kubectl then leaves validation to the server ([`OpenApi::prune_unknown`]) rather than
 //!   downloading schemas to validate on its own.
 //!
-//! The documents are built once, when the server starts, and served as shared bytes.
+//! The documents are built once, when the server starts (and again when the kinds served
+//! change), and served as shared bytes; no HTTP here.
 
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
@@ -22,11 +23,14 @@ use bytes::Bytes;
 use k8s_openapi::schemars::generate::SchemaSettings;
 use serde_json::{Map, Value, json};
 
-use watchcache_api::registry::OpenApiSchema;
+use crate::KindSpec;
+use crate::mutation::strategic::{ListStrategy, MERGE_LISTS};
+use crate::registry::OpenApiSchema;
 
-use crate::resources::Resource;
-use crate::value_types::{self, ValueError};
-use watchcache_api::mutation::strategic::{ListStrategy, MERGE_LISTS};
+mod protobuf;
+mod value_types;
+
+pub use value_types::{MAX_DEPTH, ValueError};
 
 /// A served kind with a generated schema: its group, version and schema, from its declaration.
 struct Kind<'a> {
@@ -39,8 +43,7 @@ struct Kind<'a> {
 }
 
 impl<'a> Kind<'a> {
-    fn of(r: &'a Resource) -> Option<Kind<'a>> {
-        let spec = &r.spec;
+    fn of(spec: &'a KindSpec) -> Option<Kind<'a>> {
         let (definition, schema) = spec.openapi.as_ref()?;
         Some(Kind {
             group: &spec.group,
@@ -54,12 +57,14 @@ impl<'a> Kind<'a> {
 
 const OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
 const LIST_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta";
-pub(crate) const STATUS: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.Status";
-pub(crate) const DELETE_OPTIONS: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions";
+/// `metav1.Status`'s definition name.
+pub const STATUS: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.Status";
+/// `metav1.DeleteOptions`'s definition name.
+pub const DELETE_OPTIONS: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions";
 const PATCH: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.Patch";
 
 /// The documents, made once.
-pub(crate) struct OpenApi {
+pub struct OpenApi {
     v2: Bytes,
     /// `v2` as gnostic's protobuf message.
     v2_protobuf: Bytes,
@@ -73,18 +78,19 @@ pub(crate) struct OpenApi {
 }
 
 impl OpenApi {
-    /// The documents for `resources`.
-    pub(crate) fn build<'a>(resources: impl Iterator<Item = &'a Resource> + Clone) -> OpenApi {
-        let served: Vec<(Kind<'_>, &Resource)> = resources.filter_map(|r| Some((Kind::of(r)?, r))).collect();
+    /// The documents for the kinds `served`, whose `info.version` is `version` (the server's
+    /// `gitVersion`).
+    pub fn build<'a>(served: impl Iterator<Item = &'a KindSpec>, version: &str) -> OpenApi {
+        let served: Vec<(Kind<'_>, &KindSpec)> = served.filter_map(|r| Some((Kind::of(r)?, r))).collect();
         let definitions = definitions(&served, "#/definitions/");
         let v2 = json!({
             "swagger": "2.0",
-            "info": {"title": "Kubernetes", "version": crate::discovery::GIT_VERSION},
+            "info": {"title": "Kubernetes", "version": version},
             "paths": paths(&served, false),
             "definitions": definitions,
         });
         let mut v3 = BTreeMap::new();
-        let mut groups: BTreeMap<String, Vec<(Kind<'_>, &Resource)>> = BTreeMap::new();
+        let mut groups: BTreeMap<String, Vec<(Kind<'_>, &KindSpec)>> = BTreeMap::new();
         for (_, r) in &served {
             if let Some(k) = Kind::of(r) {
                 groups.entry(group_version_path(&k)).or_default().push((k, r));
@@ -96,7 +102,7 @@ impl OpenApi {
             wrap_ref_siblings(&mut schemas);
             let doc = json!({
                 "openapi": "3.0.0",
-                "info": {"title": "Kubernetes", "version": crate::discovery::GIT_VERSION},
+                "info": {"title": "Kubernetes", "version": version},
                 "paths": paths(served, true),
                 "components": {"schemas": schemas},
             });
@@ -122,7 +128,7 @@ impl OpenApi {
             _ => Map::new(),
         };
         OpenApi {
-            v2_protobuf: Bytes::from(crate::openapi_pb::document(&v2)),
+            v2_protobuf: Bytes::from(protobuf::document(&v2)),
             v2: Bytes::from(v2.to_string()),
             v3_index: Bytes::from(json!({"paths": index}).to_string()),
             v3,
@@ -132,29 +138,29 @@ impl OpenApi {
     }
 
     /// `/openapi/v2`.
-    pub(crate) fn v2(&self) -> Bytes {
+    pub fn v2(&self) -> Bytes {
         self.v2.clone()
     }
 
     /// `/openapi/v2` as protobuf.
-    pub(crate) fn v2_protobuf(&self) -> Bytes {
+    pub fn v2_protobuf(&self) -> Bytes {
         self.v2_protobuf.clone()
     }
 
     /// `/openapi/v3`: where each group-version's document is.
-    pub(crate) fn v3_index(&self) -> Bytes {
+    pub fn v3_index(&self) -> Bytes {
         self.v3_index.clone()
     }
 
     /// `/openapi/v3/<path>`.
-    pub(crate) fn v3(&self, path: &str) -> Option<Bytes> {
+    pub fn v3(&self, path: &str) -> Option<Bytes> {
         self.v3.get(path).cloned()
     }
 
     /// Removes from `object` (an object of `apiVersion` and `kind`) the fields its schema does
     /// not know, and names them as the apiserver does (`spec.containers[0].imagee`), in
     /// document order. A kind without a schema here keeps every field.
-    pub(crate) fn prune_unknown(
+    pub fn prune_unknown(
         &self,
         api_version: &str,
         kind: &str,
@@ -171,8 +177,8 @@ impl OpenApi {
 
 impl OpenApi {
     /// Checks the value types of `object` (an object of `apiVersion` and `kind`) against its
-    /// schema ([`validation`]). A kind without a schema here is not checked.
-    pub(crate) fn check_values(
+    /// schema ([`value_types`]). A kind without a schema here is not checked.
+    pub fn check_values(
         &self,
         api_version: &str,
         kind: &str,
@@ -207,7 +213,7 @@ fn gvk(k: &Kind) -> Value {
 
 /// The definitions of the served kinds, their lists and what they reference, with kubectl's
 /// extensions; references point at `ref_prefix`.
-fn definitions(served: &[(Kind<'_>, &Resource)], ref_prefix: &str) -> Map<String, Value> {
+fn definitions(served: &[(Kind<'_>, &KindSpec)], ref_prefix: &str) -> Map<String, Value> {
     let path = ref_prefix
         .trim_start_matches('#')
         .trim_end_matches('/')
@@ -251,7 +257,7 @@ fn definitions(served: &[(Kind<'_>, &Resource)], ref_prefix: &str) -> Map<String
             defs.entry(k.definition.to_owned()).or_insert(def);
         }
     }
-    for (k, r) in served {
+    for (k, _) in served {
         if let Some(Value::Object(def)) = defs.get_mut(k.definition) {
             def.insert("x-kubernetes-group-version-kind".into(), json!([gvk(k)]));
         }
@@ -259,7 +265,7 @@ fn definitions(served: &[(Kind<'_>, &Resource)], ref_prefix: &str) -> Map<String
         defs.insert(
             list_name,
             json!({
-                "description": format!("{} is a list of {}.", r.info.list_kind, k.kind),
+                "description": format!("{}List is a list of {}.", k.kind, k.kind),
                 "type": "object",
                 "required": ["items"],
                 "properties": {
@@ -268,7 +274,7 @@ fn definitions(served: &[(Kind<'_>, &Resource)], ref_prefix: &str) -> Map<String
                     "items": {"type": "array", "items": {"$ref": format!("{ref_prefix}{}", k.definition)}},
                     "metadata": {"$ref": format!("{ref_prefix}{LIST_META}")},
                 },
-                "x-kubernetes-group-version-kind": [{"group": k.group, "version": k.version, "kind": r.info.list_kind}],
+                "x-kubernetes-group-version-kind": [{"group": k.group, "version": k.version, "kind": format!("{}List", k.kind)}],
             }),
         );
     }
@@ -407,7 +413,7 @@ struct Op<'a> {
     body: Option<&'a str>,
 }
 
-fn operation(k: &Kind, r: &Resource, op: Op<'_>, v3: bool) -> Value {
+fn operation(k: &Kind, r: &KindSpec, op: Op<'_>, v3: bool) -> Value {
     let Op {
         verb,
         action,
@@ -415,7 +421,7 @@ fn operation(k: &Kind, r: &Resource, op: Op<'_>, v3: bool) -> Value {
         responds,
         body,
     } = op;
-    let scope = if r.spec.namespaced { "Namespaced" } else { "" };
+    let scope = if r.namespaced { "Namespaced" } else { "" };
     let mut op = json!({
         "operationId": format!("{verb}{}{}{scope}{}", title(k.group), title(k.version), k.kind),
         "x-kubernetes-action": action,
@@ -476,7 +482,7 @@ fn title(s: &str) -> String {
 
 /// The paths of the served resources: the collection (list, create, delete collection), the
 /// object (read, replace, patch, delete) and, for namespaced ones, the list across namespaces.
-fn paths(served: &[(Kind<'_>, &Resource)], v3: bool) -> Value {
+fn paths(served: &[(Kind<'_>, &KindSpec)], v3: bool) -> Value {
     let mut out = Map::new();
     for (k, r) in served {
         let prefix = if k.group.is_empty() {
@@ -484,8 +490,8 @@ fn paths(served: &[(Kind<'_>, &Resource)], v3: bool) -> Value {
         } else {
             format!("/apis/{}/{}", k.group, k.version)
         };
-        let res = &r.info.resource;
-        let (collection, ns_params) = if r.spec.namespaced {
+        let res = &r.plural;
+        let (collection, ns_params) = if r.namespaced {
             (
                 format!("{prefix}/namespaces/{{namespace}}/{res}"),
                 vec![path_param("namespace", v3)],
@@ -577,7 +583,7 @@ fn paths(served: &[(Kind<'_>, &Resource)], v3: bool) -> Value {
                 "delete": operation(k, r, Op { verb: "delete", action: "delete", params: write_params(v3, false), responds: k.definition, body: Some(DELETE_OPTIONS) }, v3),
             }),
         );
-        if r.spec.namespaced {
+        if r.namespaced {
             out.insert(
                 format!("{prefix}/{res}"),
                 json!({"get": operation(k, r, Op { verb: "list", action: "list", params: list_params, responds: &list, body: None }, v3)}),
