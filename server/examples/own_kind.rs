@@ -15,7 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use watchcache_api::printers::{self, Printer};
 use watchcache_api::{KindSpec, Registry};
 use watchcache_core::{MemorySource, Revision, Source, SourceError, SourceItem, SourceList};
-use watchcache_server::backend::Writes;
+use watchcache_server::store::backend::Writes;
 use watchcache_server::{Backend, ServeConfig, Server};
 
 /// A store of your own: here, the embedded store and a count of the writes it took.

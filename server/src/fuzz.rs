@@ -6,14 +6,14 @@ use watchcache_encoders::{JsonCodec, ResourceInfo};
 
 use serde_json::{Map, Value, json};
 
-use crate::params::{DeleteParams, Params, WriteParams};
+use crate::handlers::params::{DeleteParams, Params, WriteParams};
 use watchcache_api::mutation::apply;
 use watchcache_api::mutation::fields;
 use watchcache_api::mutation::patch::{MAX_COPY_BYTES, MAX_OPERATIONS, Patch, PatchType};
 use watchcache_api::validation;
 
-use crate::resources::NameRule;
-use crate::writes::{Addressed, object_from_body};
+use crate::handlers::writes::{Addressed, object_from_body};
+use crate::store::resources::NameRule;
 use watchcache_api::mutation::yaml;
 
 /// Parses `query` as every verb would: LIST and WATCH options, write and DELETE parameters.
@@ -54,7 +54,7 @@ pub fn write_body(body: &[u8]) {
                 // take any object without a panic, as a create and as an update.
                 for spec in builtin().iter() {
                     let mut converted = object.clone();
-                    crate::conversion::on_write(&spec.kind, &mut converted);
+                    crate::handlers::writes::conversion::on_write(&spec.kind, &mut converted);
                     if let Some(default) = spec.strategy.default {
                         default(&mut converted);
                     }
@@ -273,7 +273,7 @@ pub fn request_attributes(data: &[u8]) {
     };
     let user = std::sync::Arc::new(crate::auth::UserInfo::anonymous());
     if let Ok(a) = crate::auth::attributes(user, method, path, query) {
-        let status = crate::errors::forbidden(&a, "");
+        let status = crate::handlers::errors::forbidden(&a, "");
         assert_eq!(status.code, 403);
         // A non-resource request names no resource. (Empty segments are read as the
         // apiserver reads them: `/api/v1/pods//status` has an empty name and a subresource.)

@@ -16,54 +16,21 @@
 
 #![warn(missing_docs)]
 
-mod app;
 mod audit;
 pub mod auth;
-pub mod backend;
 pub mod config;
-mod connection;
-mod conversion;
-mod crds;
-mod deletion;
-mod discovery;
-mod errors;
-mod eviction;
+mod controllers;
 #[cfg(fuzzing)]
 #[doc(hidden)]
 pub mod fuzz;
-mod generate_name;
-mod leases;
-mod media;
+mod handlers;
 pub mod metrics;
-mod namespace_controller;
-mod namespaces;
-mod offload;
-mod params;
-mod partial;
-mod pod_gc;
-mod rbac_objects;
-mod reads;
-mod request_info;
-mod request_log;
-pub mod resources;
-mod response;
-mod routes;
-mod scale;
 mod server;
-mod service_ranges;
-pub mod services;
-mod stored;
-mod switch;
-mod system_objects;
-mod table;
-mod target;
+pub mod store;
 mod transport;
-
-mod watch_body;
 pub mod workload;
-mod writes;
 
-pub use backend::Backend;
 pub use config::{AuditConfig, PlaintextRefused, ServeConfig};
 pub use metrics::Metrics;
 pub use server::{ServeError, Server};
+pub use store::backend::Backend;

@@ -14,23 +14,26 @@ use watchcache_core::MemorySource;
 
 use crate::auth::PolicySource;
 use crate::auth::{Authenticator, Authorizer, TokenFile};
-use crate::backend::Backend;
+use crate::store::backend::Backend;
 
-use crate::app::AppState;
 use crate::audit::{AuditLog, Policy};
 use crate::config::{AuditConfig, PlaintextRefused, ServeConfig};
-use crate::connection::KillableListener;
-use crate::leases::Leases;
+use crate::controllers::namespace_controller;
+use crate::controllers::pod_gc;
+use crate::controllers::rbac_objects;
+use crate::controllers::rbac_objects::policy::CachedPolicy;
+use crate::handlers::app::AppState;
+use crate::handlers::routes;
+use crate::handlers::writes::namespaces;
+use crate::handlers::writes::offload::{InFlight, Offload};
 use crate::metrics::Metrics;
-use crate::namespace_controller;
-use crate::namespaces;
-use crate::offload::{InFlight, Offload};
-use crate::pod_gc;
-use crate::rbac_objects::policy::CachedPolicy;
-use crate::switch::Switch;
+use crate::store::leases::Leases;
+use crate::store::resources;
 use crate::transport::cert_dir::CertDir;
+use crate::transport::connection::KillableListener;
+use crate::transport::switch::Switch;
 use crate::transport::{H2Gauges, Tls, TlsFiles, Transport};
-use crate::{rbac_objects, resources, routes, workload};
+use crate::workload;
 use watchcache_api::Registry;
 use watchcache_api::openapi::OpenApi;
 
@@ -320,7 +323,7 @@ impl Server {
         let shutdown = Switch::new();
         let openapi = OpenApi::build(
             resources.values().map(|r| &*r.spec),
-            crate::discovery::GIT_VERSION,
+            crate::handlers::discovery::GIT_VERSION,
         );
         let rbac: Arc<dyn PolicySource> = match config.policy.clone() {
             Some(policy) => policy,
@@ -339,7 +342,7 @@ impl Server {
             store: store.clone(),
             leases: Leases::new(store.clone(), config.lease_reuse, config.lease_reuse_share),
             openapi: arc_swap::ArcSwap::from_pointee(openapi),
-            resources: crate::resources::Resources::new(resources),
+            resources: crate::store::resources::Resources::new(resources),
             metrics,
             config: config.clone(),
             shutdown: shutdown.clone(),
@@ -356,9 +359,9 @@ impl Server {
         tokio::spawn(workload::churn(store.clone(), work, shutdown.token()));
         tokio::spawn(namespace_controller::run(state.clone()));
         tokio::spawn(pod_gc::run(state.clone()));
-        tokio::spawn(crate::services::repair(state.clone()));
-        tokio::spawn(crate::system_objects::run(state.clone()));
-        tokio::spawn(crate::crds::run(state.clone()));
+        tokio::spawn(crate::store::services::repair(state.clone()));
+        tokio::spawn(crate::controllers::system_objects::run(state.clone()));
+        tokio::spawn(crate::controllers::crds::run(state.clone()));
         tokio::spawn(rbac_objects::aggregation::run(state.clone()));
         if let Some(memory) = store.memory() {
             // The embedded store expires its leases (Events' TTL) only when asked: it is asked

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::Backend;
+use crate::store::backend::Backend;
 
 fn now() -> String {
     humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()

@@ -177,7 +177,8 @@ impl OpenApi {
 
 impl OpenApi {
     /// Checks the value types of `object` (an object of `apiVersion` and `kind`) against its
-    /// schema ([`value_types`]). A kind without a schema here is not checked.
+    /// schema, as Go's decoder checks them (a number where a string belongs, a quantity or a
+    /// time that does not parse). A kind without a schema here is not checked.
     pub fn check_values(
         &self,
         api_version: &str,

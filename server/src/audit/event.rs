@@ -8,7 +8,7 @@ use std::time::SystemTime;
 use serde_json::{Map, Value, json};
 
 use crate::auth::UserInfo;
-use crate::request_info::RequestInfo;
+use crate::auth::request_info::RequestInfo;
 
 /// The stages of a request that are written.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

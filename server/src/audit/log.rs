@@ -309,7 +309,7 @@ fn is_backup(name: &str, stem: &str, ext: &str) -> bool {
 mod tests {
     use super::*;
     use crate::auth::UserInfo;
-    use crate::request_info::RequestInfo;
+    use crate::auth::request_info::RequestInfo;
     use axum::http::Method;
     use std::sync::Arc;
 

@@ -11,6 +11,7 @@
 mod event;
 mod log;
 mod policy;
+pub(crate) mod request_log;
 
 pub(crate) use event::{Event, Stage};
 pub(crate) use log::AuditLog;

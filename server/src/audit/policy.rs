@@ -13,7 +13,7 @@
 use serde_json::Value;
 
 use crate::auth::UserInfo;
-use crate::request_info::RequestInfo;
+use crate::auth::request_info::RequestInfo;
 
 /// How much of a request is recorded.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

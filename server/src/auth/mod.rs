@@ -20,6 +20,7 @@ mod cache;
 mod escalation;
 pub mod rbac;
 mod request;
+pub(crate) mod request_info;
 mod review;
 mod token;
 

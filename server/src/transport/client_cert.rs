@@ -24,7 +24,7 @@ use rustls_pki_types::{CertificateDer, UnixTime};
 
 use super::reload::Reloading;
 use crate::auth::{ClientCert, UserInfo};
-use crate::connection::PeerCertificate;
+use crate::transport::connection::PeerCertificate;
 
 /// Accepts any client certificate and checks only that the client holds its key (the
 /// handshake's signature, with the provider's algorithms). Asks for a certificate without

@@ -40,8 +40,8 @@ use tower::ServiceExt;
 use super::coalesce::Coalesce;
 use super::linger::Linger;
 use super::thrown;
-use crate::connection::{Connection, StallTimer, StreamProgress};
-use crate::switch::Signal;
+use crate::transport::connection::{Connection, StallTimer, StreamProgress};
+use crate::transport::switch::Signal;
 
 /// The most of a stream's frames h2 holds before the stream waits (h2's default is 400 KiB):
 /// what a client that stops reading can make the server hold per stream, beyond the socket.

@@ -14,10 +14,12 @@
 pub(crate) mod cert_dir;
 mod client_cert;
 mod coalesce;
+pub(crate) mod connection;
 mod h2;
 mod linger;
 mod reload;
 mod sniff;
+pub(crate) mod switch;
 mod tls;
 
 pub(crate) use h2::Gauges as H2Gauges;
@@ -36,8 +38,8 @@ use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncBufRead, AsyncRead, AsyncWrite};
 use tower::ServiceExt;
 
-use crate::connection::{Connection, KillableIo};
-use crate::switch::Signal;
+use crate::transport::connection::{Connection, KillableIo};
+use crate::transport::switch::Signal;
 
 /// The longest a TLS handshake (and on plaintext, the first bytes that tell HTTP/2 from
 /// HTTP/1) may take; a client that has not finished by then is dropped with everything it

@@ -14,7 +14,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::server::TlsStream;
 
 use super::client_cert::{ClientCa, PeerCert, ProvenKey};
-use crate::connection::PeerCertificate;
+use crate::transport::connection::PeerCertificate;
 
 /// ALPN's name for HTTP/2.
 pub(crate) const H2: &[u8] = b"h2";

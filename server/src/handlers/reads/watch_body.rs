@@ -1,0 +1,333 @@
+//! A watch response body: frames written as events arrive, bounded per connection.
+//!
+//! The body is a `Stream` that hyper polls only when the connection can take more. Each poll
+//! copies every frame that is ready (up to `FLUSH_BYTES`) into a buffer of its own, handed to
+//! hyper whole. A client that stops reading stops this watcher's cursor and nothing else: the
+//! writer never waits for it and may lap it. While the client does not read, hyper does not
+//! poll the body for more, and an end written at the deadline or at shutdown cannot be
+//! flushed: the connection is then dropped by its kill switch (see `connection.rs`), a grace
+//! period later. A client that reads again before that gets what is left; a lapped watch ends
+//! with an ERROR frame carrying a 410 Expired Status. The watcher parks with the connection task's waker, so an idle watch costs
+//! no polling.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use prometheus_client::metrics::counter::Counter;
+use std::task::{Context, Poll};
+
+use bytes::{Bytes, BytesMut};
+use futures_core::Stream;
+use watchcache_core::{CacheWatch, EventKind};
+use watchcache_encoders::FrameEncoder;
+
+use crate::handlers::errors;
+use crate::handlers::reads::partial::MetadataRequest;
+use crate::handlers::reads::table::TableFrames;
+use crate::metrics::{self, Metrics};
+use crate::transport::switch::Signal;
+
+/// How much one poll copies before handing the chunk to hyper.
+const FLUSH_BYTES: usize = 64 * 1024;
+
+/// The most spare capacity a watch keeps in its frame buffer between polls.
+const RETAIN_BYTES: usize = 16 * 1024;
+
+pub(crate) struct WatchBody {
+    pub(crate) watch: Option<CacheWatch>,
+    pub(crate) frames: FrameEncoder,
+    pub(crate) deadline: Pin<Box<tokio::time::Sleep>>,
+    /// The waker `deadline` was last polled with: it is polled again (to register) only when
+    /// the task's waker changes, and otherwise checked with `is_elapsed`.
+    pub(crate) deadline_waker: Option<std::task::Waker>,
+    pub(crate) shutdown: Signal,
+    /// This resource's counters, looked up once: a poll allocates and locks nothing for them.
+    pub(crate) counters: WatchCounters,
+    /// Frames written before the stream starts (an in-stream error at the start).
+    pub(crate) pending: Option<Bytes>,
+    /// Where frames are written; each chunk handed to hyper is split off it, and once hyper
+    /// has written and dropped the chunks, the allocation is reused (`BytesMut::reserve`).
+    /// Empty, allocating nothing, until the first frame.
+    pub(crate) buf: BytesMut,
+    pub(crate) guard: Option<WatcherGuard>,
+    /// Frames as Tables or as metadata only, when the client asked for them.
+    pub(crate) transform: Option<Transform>,
+    /// Where an object's JSON (a Table row's) or a whole frame (a metadata frame's) is put on
+    /// its way.
+    pub(crate) scratch: BytesMut,
+}
+
+/// Frames in a form other than the objects': what each event is turned into.
+pub(crate) enum Transform {
+    /// Tables (`kubectl get -w`).
+    Table(TableFrames),
+    /// PartialObjectMetadata (kube-rs's metadata watcher, client-go's metadata informers).
+    Metadata(MetadataRequest),
+}
+
+/// The counters a watch body bumps.
+pub(crate) struct WatchCounters {
+    pub(crate) events: Counter,
+    pub(crate) bookmarks: Counter,
+    pub(crate) lapped: Counter,
+}
+
+impl WatchCounters {
+    pub(crate) fn new(metrics: &Metrics, resource: &str) -> Self {
+        let labels = metrics::resource(resource);
+        WatchCounters {
+            events: metrics.events_dispatched.get_or_create(&labels).clone(),
+            bookmarks: metrics.bookmarks_sent.get_or_create(&labels).clone(),
+            lapped: metrics.watchers_lapped.get_or_create(&labels).clone(),
+        }
+    }
+}
+
+/// Counts an open watch while it lives.
+pub(crate) struct WatcherGuard {
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) resource: Arc<str>,
+    pub(crate) open: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Drop for WatcherGuard {
+    fn drop(&mut self) {
+        self.metrics
+            .watchers
+            .get_or_create(&metrics::resource(&self.resource))
+            .dec();
+        self.open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Whether `deadline` has passed; registers the task of `cx` with it only when that task's
+/// waker is new to it (polling a `Sleep` registers with the timer every time).
+fn poll_deadline(
+    deadline: &mut Pin<Box<tokio::time::Sleep>>,
+    registered: &mut Option<std::task::Waker>,
+    cx: &mut Context<'_>,
+) -> bool {
+    if deadline.is_elapsed() {
+        return true;
+    }
+    if registered.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+        return false;
+    }
+    *registered = Some(cx.waker().clone());
+    deadline.as_mut().poll(cx).is_ready()
+}
+
+impl WatchBody {
+    fn finish(&mut self) {
+        self.watch = None;
+        self.guard = None;
+    }
+}
+
+impl Stream for WatchBody {
+    type Item = Result<Bytes, std::io::Error>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if let Some(first) = this.pending.take() {
+            return Poll::Ready(Some(Ok(first)));
+        }
+        if this.shutdown.poll_thrown(cx) || poll_deadline(&mut this.deadline, &mut this.deadline_waker, cx) {
+            // A clean end: the client re-watches from its last resourceVersion.
+            this.finish();
+            return Poll::Ready(None);
+        }
+        let Some(watch) = this.watch.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let buf = &mut this.buf;
+        let mut ended = false;
+        let (mut events, mut bookmarks) = (0u64, 0u64);
+        while buf.len() < FLUSH_BYTES {
+            let frames = &this.frames;
+            let transform = &mut this.transform;
+            let scratch = &mut this.scratch;
+            let polled = watch.poll_next_with(cx, |d| {
+                let is_bookmark = d.kind == EventKind::Bookmark;
+                match transform {
+                    None => frames.write(&d, buf).map(|()| is_bookmark),
+                    Some(Transform::Metadata(metadata)) => {
+                        scratch.clear();
+                        frames.write(&d, scratch)?;
+                        if let Err(status) = metadata.write_frame(scratch, buf) {
+                            frames.write_error(&status, buf);
+                        }
+                        Ok(is_bookmark)
+                    }
+                    Some(Transform::Table(table)) => {
+                        scratch.clear();
+                        if let Some(object) = d.object {
+                            frames.write_object(object, d.revision, scratch)?;
+                        }
+                        let object = d.object.is_some().then_some(&scratch[..]);
+                        if let Err(status) = table.write(d.kind, d.revision, object, buf) {
+                            frames.write_error(&status, buf);
+                        }
+                        Ok(is_bookmark)
+                    }
+                }
+            });
+            match polled {
+                Poll::Ready(Some(Ok(Ok(bookmark)))) => {
+                    if bookmark {
+                        bookmarks += 1;
+                    } else {
+                        events += 1;
+                    }
+                }
+                Poll::Ready(Some(Ok(Err(e)))) => {
+                    this.frames.write_error(&errors::codec(&e), buf);
+                    ended = true;
+                    break;
+                }
+                Poll::Ready(Some(Err(expired))) => {
+                    this.counters.lapped.inc();
+                    this.frames.write_error(&errors::expired(&expired), buf);
+                    ended = true;
+                    break;
+                }
+                Poll::Ready(None) => {
+                    ended = true;
+                    break;
+                }
+                Poll::Pending => break,
+            }
+        }
+        if events > 0 {
+            this.counters.events.inc_by(events);
+        }
+        if bookmarks > 0 {
+            this.counters.bookmarks.inc_by(bookmarks);
+        }
+        let chunk = (!buf.is_empty()).then(|| buf.split().freeze());
+        if buf.capacity() > RETAIN_BYTES {
+            // After a burst: let the big allocation go with its last chunk rather than hold it
+            // while the watch idles.
+            *buf = BytesMut::new();
+        }
+        if this.scratch.capacity() > RETAIN_BYTES {
+            // The same for a Table's or metadata watch's copy of its largest object.
+            this.scratch = BytesMut::new();
+        }
+        if ended {
+            this.finish();
+        }
+        if let Some(chunk) = chunk {
+            Poll::Ready(Some(Ok(chunk)))
+        } else if ended {
+            Poll::Ready(None)
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! What a watch keeps between events.
+    use super::*;
+    use crate::handlers::reads::table::{TableRequest, TableVersion};
+    use crate::handlers::target::Target;
+    use futures_util::StreamExt;
+    use serde_json::json;
+    use std::time::Duration;
+    use watchcache_core::WatchOptions;
+
+    /// A watch of ConfigMaps in `transform`'s form, sent one event of a ConfigMap of `size`
+    /// bytes and then idle: the capacity its scratch buffer keeps while it idles.
+    async fn scratch_kept_after_one_event_of(transform: Transform, size: usize) -> usize {
+        let config = crate::ServeConfig {
+            addr: "127.0.0.1:0".parse().unwrap(),
+            ..crate::ServeConfig::default()
+        };
+        let server = crate::Server::start(config).await.unwrap();
+        let state = server.state();
+        let t = Target::resolve(state, "v1", "configmaps", Some("ns".into()), None).unwrap();
+        let r = &t.resource;
+        let watch = r
+            .cache
+            .watch(WatchOptions {
+                send_initial_events: Some(false),
+                ..WatchOptions::default()
+            })
+            .await
+            .unwrap();
+        let mut body = WatchBody {
+            watch: Some(watch),
+            frames: r.frames.clone(),
+            deadline: Box::pin(tokio::time::sleep(Duration::from_secs(600))),
+            deadline_waker: None,
+            shutdown: state.shutdown.signal(),
+            buf: BytesMut::new(),
+            counters: WatchCounters::new(&state.metrics, "configmaps"),
+            pending: None,
+            guard: None,
+            scratch: BytesMut::new(),
+            transform: Some(transform),
+        };
+        let big = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "big", "namespace": "ns"}, "data": {"k": "x".repeat(size)}});
+        state
+            .store
+            .create(&t.storage_key("big"), Bytes::from(big.to_string()))
+            .await
+            .unwrap();
+        let chunk = tokio::time::timeout(Duration::from_secs(30), body.next())
+            .await
+            .expect("the event in time")
+            .expect("a chunk")
+            .unwrap();
+        assert!(!chunk.is_empty());
+        let kept = body.scratch.capacity();
+        drop(body);
+        server.shutdown().await.unwrap();
+        kept
+    }
+
+    /// A metadata watch (and a Table watch) sent one large object gives its copy of it back,
+    /// as the frame buffer gives a burst back (`RETAIN_BYTES`): otherwise every such watch
+    /// would hold the largest object it ever sent (100 GB for 100,000 watches after one 1 MiB
+    /// ConfigMap).
+    #[tokio::test]
+    async fn a_watch_does_not_keep_a_large_objects_scratch_buffer_while_it_idles() {
+        let size = 1 << 20;
+        let metadata = Transform::Metadata(MetadataRequest {
+            version: TableVersion::V1,
+            list: false,
+        });
+        let kept_metadata = scratch_kept_after_one_event_of(metadata, size).await;
+        let table = Transform::Table(TableFrames {
+            request: TableRequest {
+                version: TableVersion::V1,
+                include: Default::default(),
+            },
+            spec: std::sync::Arc::clone(
+                watchcache_api::Registry::builtin()
+                    .get("v1", "configmaps")
+                    .unwrap(),
+            ),
+            headers_sent: false,
+        });
+        let kept_table = scratch_kept_after_one_event_of(table, size).await;
+        assert!(
+            kept_metadata <= RETAIN_BYTES && kept_table <= RETAIN_BYTES,
+            "after one {size}-byte object, an idle metadata watch keeps {kept_metadata} bytes of \
+             scratch and a Table watch {kept_table} (at most {RETAIN_BYTES} expected)"
+        );
+    }
+}
+#[cfg(test)]
+mod size {
+    /// What an idle watch carries for hours: its body. Its initial events are boxed (freed once
+    /// delivered), so they do not count here.
+    #[test]
+    fn an_idle_watchs_body_stays_small() {
+        let size = std::mem::size_of::<super::WatchBody>();
+        assert!(size <= 640, "a watch body is {size} bytes");
+    }
+}
