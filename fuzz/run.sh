@@ -8,7 +8,7 @@ cd "$(dirname "$0")"
 seconds="${1:-30}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(label_selector field_selector continue_token query json_codec write_body patch protobuf json_patch_growth yaml_apply request_attributes)
+[ ${#targets[@]} -gt 0 ] || targets=(label_selector field_selector continue_token query json_codec write_body patch protobuf json_patch_growth yaml_apply request_attributes crd_schema)
 # Every target runs under a memory limit, so that an input whose cost is not bounded (a
 # patch's copies or YAML aliases expanding a few kilobytes into gigabytes) is a crash, not a
 # slow run: 256 MB, three times what any target needs with its bounds in force (a target
@@ -28,7 +28,10 @@ for t in "${targets[@]}"; do
   mkdir -p "$work/$t" "$work/artifacts/$t"
   cp corpus/"$t"/* "$work/$t"/ 2>/dev/null
   log="$work/$t.log"
-  cargo +nightly fuzz run "${flags[@]}" "$t" "$work/$t" -- \
+  # A target with a dictionary of its input's tokens (JSON keywords, CEL functions) gets it.
+  dict=()
+  [ -f "$t.dict" ] && dict=(-dict="$PWD/$t.dict")
+  cargo +nightly fuzz run "${flags[@]}" "$t" "$work/$t" -- "${dict[@]}" \
     -max_total_time="$seconds" -rss_limit_mb="$rss_limit_mb" -print_final_stats=1 \
     -artifact_prefix="$work/artifacts/$t/" >"$log" 2>&1
   rc=$?
