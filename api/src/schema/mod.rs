@@ -111,6 +111,8 @@ impl Schema {
     pub fn compile(schema: &Value, at: &str) -> Result<Schema, Vec<FieldError>> {
         let mut errors = Errors::default();
         let compiled = compile(schema, &Path::new(at), Place::Root, 1.0, &mut errors);
+        let root = Path::new(at);
+        complete(schema, Some(schema), &root, &root, &mut errors);
         if errors.list().is_empty() {
             Ok(compiled)
         } else {
@@ -350,6 +352,61 @@ fn join(at: &str, key: &str) -> String {
         key.to_owned()
     } else {
         format!("{at}.{key}")
+    }
+}
+
+/// The structural completeness rule: a field or items that `allOf`, `anyOf`, `oneOf` or `not`
+/// (at any depth within them) validate must also be specified outside them, at the same
+/// place (`s`), since only the structural part says what a field is (what is pruned, what
+/// defaulted). The apiserver checks it for the root's value validations, as here.
+fn complete(v: &Value, s: Option<&Value>, s_at: &Path, v_at: &Path, errors: &mut Errors) {
+    let Some(s) = s else {
+        errors.required_because(s_at, format!("because it is defined in {}", v_at.0));
+        return;
+    };
+    if let Some(not) = v.get("not") {
+        complete_nested(not, Some(s), s_at, &v_at.child("not"), errors);
+    }
+    for key in ["allOf", "anyOf", "oneOf"] {
+        for (i, nested) in v
+            .get(key)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            complete_nested(nested, Some(s), s_at, &v_at.child(key).index(i), errors);
+        }
+    }
+}
+
+fn complete_nested(v: &Value, s: Option<&Value>, s_at: &Path, v_at: &Path, errors: &mut Errors) {
+    let Some(s) = s else {
+        errors.required_because(s_at, format!("because it is defined in {}", v_at.0));
+        return;
+    };
+    complete(v, Some(s), s_at, v_at, errors);
+    if let Some(items) = v.get("items").filter(|i| i.is_object()) {
+        let structural = s.get("items").filter(|i| i.is_object());
+        complete_nested(
+            items,
+            structural,
+            &s_at.child("items"),
+            &v_at.child("items"),
+            errors,
+        );
+    }
+    for (k, field) in v
+        .get("properties")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
+        let (s_field, v_field) = (s_at.child("properties").key(k), v_at.child("properties").key(k));
+        match s.get("properties").and_then(|p| p.get(k)) {
+            Some(structural) => complete_nested(field, Some(structural), &s_field, &v_field, errors),
+            None => errors.required_because(&s_field, format!("because it is defined in {}", v_field.0)),
+        }
     }
 }
 

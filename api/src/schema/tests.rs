@@ -325,6 +325,24 @@ fn review_cases_match_the_apiserver() {
             "s.anyOf[0].x-kubernetes-validations: Forbidden: must be empty to be structural",
         ]
     );
+    // What the root's allOf, anyOf, oneOf and not validate is specified outside them.
+    let incomplete = json!({"type": "object",
+        "properties": {"spec": {"type": "object", "properties": {"a": {"type": "string"}}}},
+        "anyOf": [{"properties": {"spec": {"properties": {"a": {"minLength": 1}, "b": {}}}}},
+                  {"not": {"properties": {"status": {}}}}],
+        "allOf": [{"properties": {"spec": {"items": {}}}}]});
+    assert_eq!(
+        refused(incomplete),
+        [
+            "s.properties[spec].items: Required value: because it is defined in s.allOf[0].properties[spec].items",
+            "s.properties[spec].properties[b]: Required value: because it is defined in s.anyOf[0].properties[spec].properties[b]",
+            "s.properties[status]: Required value: because it is defined in s.anyOf[1].not.properties[status]",
+        ]
+    );
+    let complete = json!({"type": "object",
+        "properties": {"spec": {"type": "object", "properties": {"a": {"type": "string"}}}},
+        "oneOf": [{"properties": {"spec": {"required": ["a"], "properties": {"a": {"maxLength": 3}}}}}]});
+    assert!(refused(complete.clone()).is_empty(), "{:?}", refused(complete));
     // Nulls in a map of non-nullable values are dropped too.
     let labels = Schema::compile(
         &json!({"type": "object", "properties": {"labels": {"type": "object", "additionalProperties": {"type": "string"}}}}),
