@@ -9,6 +9,7 @@
 //! `maxLength`, or what a 3 MiB body can hold) times its body, and a rule under a list is
 //! evaluated once per entry.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
@@ -660,7 +661,64 @@ fn error_text(e: &ExecutionError) -> String {
 
 /// Evaluates the rules of `schema` and of the nodes under it over `v` (the update of `old`),
 /// at `at`.
-pub(super) fn run(schema: &Schema, v: &Value, old: Option<&Value>, at: &Path, errors: &mut Errors) {
+/// Whether a node is unchanged on an update, for ratcheting: decided only when a rule fails
+/// there, once. A node with an old value of its own (the root, an object's field, a map list's
+/// item) is unchanged when it equals it; any other (a set's or atomic list's item) when its
+/// parent is.
+pub(super) struct Unchanged<'a> {
+    parent: Option<&'a Unchanged<'a>>,
+    now: &'a Value,
+    old: Option<&'a Value>,
+    correlates: bool,
+    known: Cell<Option<bool>>,
+}
+
+impl<'a> Unchanged<'a> {
+    pub(super) fn root(now: &'a Value, old: Option<&'a Value>) -> Unchanged<'a> {
+        Unchanged {
+            parent: None,
+            now,
+            old,
+            correlates: true,
+            known: Cell::new(None),
+        }
+    }
+
+    fn child(&'a self, now: &'a Value, old: Option<&'a Value>, correlates: bool) -> Unchanged<'a> {
+        Unchanged {
+            parent: Some(self),
+            now,
+            old,
+            correlates,
+            known: Cell::new(None),
+        }
+    }
+
+    fn get(&self) -> bool {
+        if let Some(known) = self.known.get() {
+            return known;
+        }
+        let unchanged = if self.correlates {
+            self.old == Some(self.now)
+        } else {
+            self.parent.is_some_and(Unchanged::get)
+        };
+        self.known.set(Some(unchanged));
+        unchanged
+    }
+}
+
+/// Runs the rules of `schema` and its nodes over `v` (whose old value, if any, is `old`); a
+/// rule that does not read `oldSelf` and fails on an unchanged node is ratcheted (dropped), as
+/// the apiserver ratchets it.
+pub(super) fn run(
+    schema: &Schema,
+    v: &Value,
+    old: Option<&Value>,
+    unchanged: &Unchanged<'_>,
+    at: &Path,
+    errors: &mut Errors,
+) {
     if v.is_null() {
         return;
     }
@@ -674,7 +732,7 @@ pub(super) fn run(schema: &Schema, v: &Value, old: Option<&Value>, at: &Path, er
             if rule.transition && old.is_none() {
                 continue;
             }
-            check(schema, rule, &context, v, at, errors);
+            check(schema, rule, &context, v, unchanged, at, errors);
         }
     }
     match v {
@@ -685,13 +743,9 @@ pub(super) fn run(schema: &Schema, v: &Value, old: Option<&Value>, at: &Path, er
                 if let Some(s) = child
                     && !(at.0.is_empty() && matches!(name.as_str(), "apiVersion" | "kind" | "metadata"))
                 {
-                    run(
-                        s,
-                        value,
-                        old_map.and_then(|m| m.get(name)),
-                        &at.child(name),
-                        errors,
-                    );
+                    let before = old_map.and_then(|m| m.get(name));
+                    let node = unchanged.child(value, before, true);
+                    run(s, value, before, &node, &at.child(name), errors);
                 }
             }
         }
@@ -711,14 +765,26 @@ pub(super) fn run(schema: &Schema, v: &Value, old: Option<&Value>, at: &Path, er
                     ListType::Set => by_key.get(&vec![ValueKey(value)]).copied(),
                     ListType::Atomic => None,
                 };
-                run(items, value, before, &at.index(i), errors);
+                // A set's item has an old value (itself, if it was there) for `oldSelf`, but
+                // ratchets only with its list, as an atomic list's does.
+                let correlates = matches!(schema.list, ListType::Map(_));
+                let node = unchanged.child(value, before, correlates);
+                run(items, value, before, &node, &at.index(i), errors);
             }
         }
         _ => {}
     }
 }
 
-fn check(schema: &Schema, rule: &Rule, context: &Context, v: &Value, at: &Path, errors: &mut Errors) {
+fn check(
+    schema: &Schema,
+    rule: &Rule,
+    context: &Context,
+    v: &Value,
+    unchanged: &Unchanged<'_>,
+    at: &Path,
+    errors: &mut Errors,
+) {
     let shown_type = match (schema.ty.name(), v) {
         ("", Value::Object(_)) => "object",
         ("", Value::Array(_)) => "array",
@@ -750,6 +816,9 @@ fn check(schema: &Schema, rule: &Rule, context: &Context, v: &Value, at: &Path, 
     };
     if let Some(why) = failed {
         errors.invalid(&path, shown_type, why);
+        return;
+    }
+    if !rule.transition && unchanged.get() {
         return;
     }
     let mut message = match &rule.message_expression {

@@ -239,7 +239,7 @@ impl Schema {
     pub fn validate(&self, object: &Map<String, Value>, old: Option<&Map<String, Value>>) -> Vec<FieldError> {
         let mut errors = Errors::default();
         let value = Value::Object(object.clone());
-        validate::object_root(self, object, &mut errors);
+        validate::object_root(self, object, old, &mut errors);
         // Rules are not run over a value that is not of its schema's type, misses a required
         // field or is over a bound (the cost estimate counts on bounds): the apiserver says so
         // instead.
@@ -264,7 +264,15 @@ impl Schema {
             }
         } else {
             let old = old.map(|o| Value::Object(o.clone()));
-            cel::run(self, &value, old.as_ref(), &Path::new(""), &mut errors);
+            let unchanged = cel::Unchanged::root(&value, old.as_ref());
+            cel::run(
+                self,
+                &value,
+                old.as_ref(),
+                &unchanged,
+                &Path::new(""),
+                &mut errors,
+            );
         }
         errors.into_vec()
     }
@@ -685,7 +693,7 @@ fn compile(v: &Value, at: &Path, place: Place, instances: f64, errors: &mut Erro
         let mut found = Errors::default();
         let mut pruned = default.clone();
         schema.prune_value(&mut pruned, "", &mut Vec::new());
-        validate::value(&schema, &pruned, &Path::new("default"), &mut found);
+        validate::value(&schema, &pruned, None, &Path::new("default"), &mut found);
         if pruned != *default {
             errors.invalid(&at.child("default"), "", "must not have fields the schema prunes");
         }

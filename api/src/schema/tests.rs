@@ -422,3 +422,76 @@ fn a_long_map_list_is_checked_for_duplicate_keys() {
     assert_eq!(found.len(), 1, "{found:?}");
     assert_eq!(found[0].field, "l[200000]");
 }
+
+#[test]
+fn updates_ratchet_errors_under_unchanged_values() {
+    let s = Schema::compile(
+        &json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+            "name": {"type": "string", "maxLength": 3},
+            "count": {"type": "integer", "x-kubernetes-validations": [
+                {"rule": "self < 10", "message": "under ten"},
+                {"rule": "oldSelf < 5", "message": "was under five"}]},
+            "ports": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+                "items": {"type": "object", "properties": {"name": {"type": "string"}, "port": {"type": "integer", "maximum": 100}}}},
+            "sizes": {"type": "array", "items": {"type": "integer", "maximum": 100}},
+        }}}}),
+        "s",
+    )
+    .unwrap();
+    let check = |new: Value, old: Option<Value>| -> Vec<String> {
+        let old = old.map(|o| o.as_object().unwrap().clone());
+        s.validate(new.as_object().unwrap(), old.as_ref())
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    };
+    // Stored under a looser schema: every value is now out of bounds.
+    let stored = json!({"spec": {"name": "toolong", "count": 20,
+        "ports": [{"name": "a", "port": 500}], "sizes": [500]}});
+    let created = check(stored.clone(), None);
+    assert_eq!(created.len(), 4, "{created:?}");
+    // An update touching none of them is refused only by the rule that reads oldSelf.
+    let mut touched = stored.clone();
+    touched["spec"]["extra"] = json!(1);
+    assert_eq!(
+        check(touched.clone(), Some(stored.clone())),
+        ["spec.count: Invalid value: \"integer\": was under five"]
+    );
+    // A map list's items correlate by key, wherever they move; an atomic list's do not.
+    touched["spec"]["ports"] = json!([{"name": "b", "port": 50}, {"name": "a", "port": 500}]);
+    touched["spec"]["sizes"] = json!([500, 50]);
+    assert_eq!(
+        check(touched.clone(), Some(stored.clone())),
+        [
+            "spec.sizes[0]: Invalid value: 500: spec.sizes[0] in body should be less than or equal to 100",
+            "spec.count: Invalid value: \"integer\": was under five",
+        ]
+    );
+    // What changes is validated.
+    let mut counted = touched.clone();
+    counted["spec"]["count"] = json!(21);
+    assert_eq!(
+        check(counted, Some(stored.clone())),
+        [
+            "spec.sizes[0]: Invalid value: 500: spec.sizes[0] in body should be less than or equal to 100",
+            "spec.count: Invalid value: \"integer\": under ten",
+            "spec.count: Invalid value: \"integer\": was under five",
+        ]
+    );
+    touched["spec"]["name"] = json!("toolong2");
+    touched["spec"]["ports"][1]["port"] = json!(600);
+    let changed = check(touched, Some(stored));
+    assert!(
+        changed.iter().any(|e| e.starts_with("spec.name: Too long")),
+        "{changed:?}"
+    );
+    assert!(
+        changed.iter().any(|e| e.starts_with("spec.ports[1].port")),
+        "{changed:?}"
+    );
+    // A name too long blocks the rules, as on a create.
+    assert!(
+        changed.iter().any(|e| e.contains("rules were not checked")),
+        "{changed:?}"
+    );
+}

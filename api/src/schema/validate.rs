@@ -1,7 +1,14 @@
 //! A value against its schema node, with the messages of the apiserver's OpenAPI validator
 //! (`spec.size in body must be of type integer: "string"`) under its field paths.
+//!
+//! On an update, validation ratchets, as the apiserver's does (CRD validation ratcheting, on
+//! by default since 1.30): the errors found under a value that is unchanged from its old
+//! value are dropped, so that an object stored under an older, looser schema can still be
+//! updated where it is not touched. Old values are correlated as the apiserver correlates
+//! them: an object's fields by name, a map list's items by their keys; a set's or an atomic
+//! list's items only through their list.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::{Map, Value};
 
@@ -11,7 +18,25 @@ use crate::validation::field::{ErrorKind, Errors, Path, go_quote};
 
 /// The root object: its own fields (`apiVersion`, `kind` and `metadata` are the object's, and
 /// checked elsewhere) and what the root requires.
-pub(super) fn object_root(schema: &Schema, object: &Map<String, Value>, errors: &mut Errors) {
+pub(super) fn object_root(
+    schema: &Schema,
+    object: &Map<String, Value>,
+    old: Option<&Map<String, Value>>,
+    errors: &mut Errors,
+) {
+    let mark = errors.list().len();
+    object_root_fields(schema, object, old, errors);
+    if errors.list().len() > mark && old == Some(object) {
+        errors.truncate(mark);
+    }
+}
+
+fn object_root_fields(
+    schema: &Schema,
+    object: &Map<String, Value>,
+    old: Option<&Map<String, Value>>,
+    errors: &mut Errors,
+) {
     let root = Path::new("");
     property_counts(schema, object.len(), &root, errors);
     if !(schema.all_of.is_empty()
@@ -25,9 +50,11 @@ pub(super) fn object_root(schema: &Schema, object: &Map<String, Value>, errors: 
     if let (Some(meta_schema), Some(Value::Object(meta))) =
         (schema.properties.get("metadata"), object.get("metadata"))
     {
+        let old_meta = old.and_then(|o| o.get("metadata"));
         for field in ["name", "generateName"] {
             if let (Some(s), Some(v)) = (meta_schema.properties.get(field), meta.get(field)) {
-                value(s, v, &root.child("metadata").child(field), errors);
+                let before = old_meta.and_then(|m| m.get(field));
+                value(s, v, before, &root.child("metadata").child(field), errors);
             }
         }
     }
@@ -41,7 +68,7 @@ pub(super) fn object_root(schema: &Schema, object: &Map<String, Value>, errors: 
             continue;
         }
         if let Some(v) = object.get(name) {
-            value(s, v, &root.child(name), errors);
+            value(s, v, old.and_then(|o| o.get(name)), &root.child(name), errors);
         }
     }
 }
@@ -115,8 +142,18 @@ fn shown(n: f64) -> String {
     }
 }
 
-/// Validates `v` against `schema`, at `at`.
-pub(super) fn value(schema: &Schema, v: &Value, at: &Path, errors: &mut Errors) {
+/// Validates `v` against `schema`, at `at`; `old` is its correlated old value on an update,
+/// whose equality ratchets the errors found under it.
+pub(super) fn value(schema: &Schema, v: &Value, old: Option<&Value>, at: &Path, errors: &mut Errors) {
+    let mark = errors.list().len();
+    checked_value(schema, v, old, at, errors);
+    // Compared only where something failed: an unchanged value costs nothing more.
+    if errors.list().len() > mark && old == Some(v) {
+        errors.truncate(mark);
+    }
+}
+
+fn checked_value(schema: &Schema, v: &Value, old: Option<&Value>, at: &Path, errors: &mut Errors) {
     if !typed(schema, v, at, errors) || v.is_null() {
         return;
     }
@@ -124,7 +161,7 @@ pub(super) fn value(schema: &Schema, v: &Value, at: &Path, errors: &mut Errors) 
     match v {
         Value::String(s) => string(schema, s, at, errors),
         Value::Number(n) => number(schema, n, v, at, errors),
-        Value::Array(list) => array(schema, list, at, errors),
+        Value::Array(list) => array(schema, list, old.and_then(Value::as_array), at, errors),
         _ => {}
     }
     if !schema.enumeration.is_empty() && !schema.enumeration.iter().any(|e| same(e, v)) {
@@ -140,7 +177,7 @@ pub(super) fn value(schema: &Schema, v: &Value, at: &Path, errors: &mut Errors) 
         errors.not_supported(at, v.clone(), &listed);
     }
     if let Value::Object(map) = v {
-        object(schema, map, at, errors);
+        object(schema, map, old.and_then(Value::as_object), at, errors);
     }
 }
 
@@ -154,13 +191,13 @@ fn same(a: &Value, b: &Value) -> bool {
 
 fn passes(schema: &Schema, v: &Value) -> bool {
     let mut found = Errors::default();
-    value(schema, v, &Path::new(""), &mut found);
+    value(schema, v, None, &Path::new(""), &mut found);
     found.list().is_empty()
 }
 
 fn combinators(schema: &Schema, v: &Value, at: &Path, errors: &mut Errors) {
     for s in &schema.all_of {
-        value(s, v, at, errors);
+        value(s, v, None, at, errors);
     }
     if !schema.any_of.is_empty() && !schema.any_of.iter().any(|s| passes(s, v)) {
         errors.invalid(
@@ -269,7 +306,7 @@ fn number(schema: &Schema, n: &serde_json::Number, v: &Value, at: &Path, errors:
     }
 }
 
-fn array(schema: &Schema, list: &[Value], at: &Path, errors: &mut Errors) {
+fn array(schema: &Schema, list: &[Value], old: Option<&Vec<Value>>, at: &Path, errors: &mut Errors) {
     let len = list.len() as u64;
     if let Some(max) = schema.max_items.filter(|&m| len > m) {
         errors.push(
@@ -287,8 +324,18 @@ fn array(schema: &Schema, list: &[Value], at: &Path, errors: &mut Errors) {
         );
     }
     if let Some(items) = &schema.items {
+        // Only a map list's items have old values of their own (by key), each old list indexed
+        // once.
+        let by_key: HashMap<Vec<ValueKey<'_>>, &Value> = match (&schema.list, old) {
+            (ListType::Map(keys), Some(l)) => l.iter().map(|o| (map_key(keys, o), o)).collect(),
+            _ => HashMap::new(),
+        };
         for (i, v) in list.iter().enumerate() {
-            value(items, v, &at.index(i), errors);
+            let before = match &schema.list {
+                ListType::Map(keys) if !by_key.is_empty() => by_key.get(&map_key(keys, v)).copied(),
+                _ => None,
+            };
+            value(items, v, before, &at.index(i), errors);
         }
     }
     match &schema.list {
@@ -359,7 +406,13 @@ fn property_counts(schema: &Schema, count: usize, at: &Path, errors: &mut Errors
     }
 }
 
-fn object(schema: &Schema, map: &Map<String, Value>, at: &Path, errors: &mut Errors) {
+fn object(
+    schema: &Schema,
+    map: &Map<String, Value>,
+    old: Option<&Map<String, Value>>,
+    at: &Path,
+    errors: &mut Errors,
+) {
     property_counts(schema, map.len(), at, errors);
     for name in &schema.required {
         if !map.contains_key(name) {
@@ -374,10 +427,11 @@ fn object(schema: &Schema, map: &Map<String, Value>, at: &Path, errors: &mut Err
         }
     }
     for (name, v) in map {
+        let before = old.and_then(|o| o.get(name));
         if let Some(s) = schema.properties.get(name) {
-            value(s, v, &at.child(name), errors);
+            value(s, v, before, &at.child(name), errors);
         } else if let Some(s) = &schema.additional {
-            value(s, v, &at.child(name), errors);
+            value(s, v, before, &at.child(name), errors);
         }
     }
 }

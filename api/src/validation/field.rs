@@ -224,6 +224,11 @@ impl Errors {
         self.0.last_mut()
     }
 
+    /// Forgets the errors collected after the first `len`.
+    pub(crate) fn truncate(&mut self, len: usize) {
+        self.0.truncate(len);
+    }
+
     /// The errors collected so far.
     pub(crate) fn list(&self) -> &[FieldError] {
         &self.0
