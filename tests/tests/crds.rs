@@ -443,6 +443,53 @@ async fn custom_resources_are_pruned_defaulted_and_validated_by_their_schema() {
     .await;
     assert_eq!(code, 422, "{out}");
 
+    // Tightened, the schema ratchets: `g` (size 4) can still be updated where it is not
+    // touched; a change to its size is held to the new bound.
+    let path = format!("{CRDS}/gadgets.example.com");
+    let (code, mut tightened) = json(&server, "GET", &path, None).await;
+    assert_eq!(code, 200, "{tightened}");
+    tightened["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["size"]
+        ["maximum"] = json!(3);
+    let (code, out) = json(&server, "PUT", &path, Some(tightened)).await;
+    assert_eq!(code, 200, "{out}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let probe = json!({"apiVersion": "example.com/v1", "kind": "Gadget", "metadata": {"name": "probe"}, "spec": {"size": 4}});
+        let (code, out) = json(&server, "POST", &format!("{gadgets}?dryRun=All"), Some(probe)).await;
+        if code == 422 {
+            break;
+        }
+        assert_eq!(code, 201, "{out}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the tightened schema is not served"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (code, out) = merge_patch(
+        &server,
+        &format!("{gadgets}/g/status"),
+        json!({"status": {"ready": true}}),
+    )
+    .await;
+    assert_eq!(code, 200, "{out}");
+    let (code, out) = merge_patch(
+        &server,
+        &format!("{gadgets}/g"),
+        json!({"spec": {"color": "blue"}}),
+    )
+    .await;
+    assert_eq!((code, &out["spec"]["color"]), (200, &json!("blue")), "{out}");
+    let (code, out) = merge_patch(&server, &format!("{gadgets}/g"), json!({"spec": {"size": 5}})).await;
+    assert_eq!(code, 422, "{out}");
+    assert!(
+        out["message"]
+            .as_str()
+            .unwrap()
+            .contains("spec.size in body should be less than or equal to 3"),
+        "{out}"
+    );
+
     // A CRD whose rule cannot be evaluated here, or that asks for webhook conversion, is refused.
     let mut unknown_function = strict_crd();
     unknown_function["metadata"]["name"] = json!("gizmos.example.com");
