@@ -166,6 +166,28 @@ pub fn kinds_of(crd: &Value) -> Result<(Vec<KindSpec>, Vec<String>), String> {
         .and_then(|v| v["name"].as_str())
         .ok_or("no storage version")?;
     let stored_as = format!("{}/{storage}", names.group);
+    // Each version's schema, compiled once (the storage version's is also every served
+    // version's read schema); a schema that does not compile is a problem, not a refusal.
+    let mut schemas: Vec<Option<Arc<Schema>>> = Vec::with_capacity(versions.len());
+    for (index, version) in versions.iter().enumerate() {
+        let compiled = version
+            .pointer("/schema/openAPIV3Schema")
+            .filter(|s| s.is_object())
+            .and_then(|schema| {
+                let at = format!("spec.versions[{index}].schema.openAPIV3Schema");
+                // A stored CRD whose schema this server would refuse (written by another
+                // version, or straight to the store) is still served, as the apiserver serves
+                // a non-structural one: unvalidated, and said so.
+                Schema::compile(schema, &at)
+                    .map_err(|errors| problems.extend(errors.iter().map(ToString::to_string)))
+                    .ok()
+            });
+        schemas.push(compiled.map(Arc::new));
+    }
+    let stored_schema = versions
+        .iter()
+        .position(|v| v["name"].as_str() == Some(storage))
+        .and_then(|i| schemas[i].clone());
     let mut out = Vec::new();
     for (index, version) in versions
         .iter()
@@ -209,18 +231,12 @@ pub fn kinds_of(crd: &Value) -> Result<(Vec<KindSpec>, Vec<String>), String> {
                 unset: None,
             })
             .collect();
+        kind.strategy.schema = schemas[index].clone();
+        kind.strategy.stored_schema = stored_schema.clone();
         if let Some(schema) = version
             .pointer("/schema/openAPIV3Schema")
             .filter(|s| s.is_object())
         {
-            let at = format!("spec.versions[{index}].schema.openAPIV3Schema");
-            // A stored CRD whose schema this server would refuse (written by another version,
-            // or straight to the store) is still served, as the apiserver serves a
-            // non-structural one: unvalidated, and said so.
-            match Schema::compile(schema, &at) {
-                Ok(compiled) => kind.strategy.schema = Some(Arc::new(compiled)),
-                Err(errors) => problems.extend(errors.iter().map(ToString::to_string)),
-            }
             let definition = definition_name(&names.group, name, &names.kind);
             kind.openapi = Some((definition, OpenApiSchema::Json(Arc::new(schema.clone()))));
         }

@@ -129,6 +129,11 @@ pub struct Strategy {
     /// A custom resource's structural schema: what writes are pruned to, defaulted by and
     /// validated against.
     pub schema: Option<Arc<crate::schema::Schema>>,
+    /// A custom resource's storage version's schema. As the apiserver reads an object from
+    /// the store, it prunes and defaults it by that schema, then prunes it by the schema of
+    /// the version served ([`schema`](Self::schema)): a field a CRD's update adds with a
+    /// default reads with it in every object stored before.
+    pub stored_schema: Option<Arc<crate::schema::Schema>>,
     /// A finalizer a DELETE adds before it marks the object deleted, whose controller then
     /// finishes the deletion (a CRD's objects are deleted first).
     pub deletion_finalizer: Option<String>,

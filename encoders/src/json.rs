@@ -10,6 +10,7 @@
 //! around that range, without re-encoding.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use serde_json::{Map, Value};
@@ -43,11 +44,24 @@ pub struct JsonCodec {
     /// (a custom resource's version other than its storage version).
     api_version: Option<String>,
     /// How a stored object is converted into the form served (an events.k8s.io/v1 Event
-    /// from the core Event it is stored as).
-    convert: Option<fn(&mut Map<String, Value>)>,
+    /// from the core Event it is stored as; a custom resource pruned and defaulted by its
+    /// schemas).
+    convert: Option<Convert>,
     /// The protobuf message stored values are, when it is not the served kind's (an
     /// events.k8s.io/v1 Event is stored as a core Event).
     stored_protobuf: Option<&'static str>,
+}
+
+/// A conversion of stored objects into the form served, shared by the codec's clones.
+#[derive(Clone)]
+struct Convert(Arc<ConvertFn>);
+
+type ConvertFn = dyn Fn(&mut Map<String, Value>) + Send + Sync;
+
+impl std::fmt::Debug for Convert {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Convert")
+    }
 }
 
 impl JsonCodec {
@@ -73,8 +87,18 @@ impl JsonCodec {
 
     /// Stored objects are converted by `convert` into the form served, before anything else
     /// reads them (a kind served over another kind's storage).
-    pub fn with_conversion(mut self, convert: fn(&mut Map<String, Value>)) -> Self {
-        self.convert = Some(convert);
+    /// A codec given a second conversion applies it after the first.
+    pub fn with_conversion(
+        mut self,
+        convert: impl Fn(&mut Map<String, Value>) + Send + Sync + 'static,
+    ) -> Self {
+        self.convert = Some(match self.convert.take() {
+            None => Convert(Arc::new(convert)),
+            Some(first) => Convert(Arc::new(move |o: &mut Map<String, Value>| {
+                (first.0)(o);
+                convert(o);
+            })),
+        });
         self
     }
 
@@ -182,8 +206,8 @@ impl JsonCodec {
         let Value::Object(mut object) = self.parse(raw)? else {
             return Err(CodecError::Decode("not a JSON object".into()));
         };
-        if let Some(convert) = self.convert {
-            convert(&mut object);
+        if let Some(convert) = &self.convert {
+            (convert.0)(&mut object);
         }
         if let Some(v) = &self.api_version {
             object.insert("apiVersion".into(), Value::String(v.clone()));
@@ -227,8 +251,8 @@ impl Codec for JsonCodec {
         {
             protobuf::zero_nulls(definition, object);
         }
-        if let Some(convert) = self.convert {
-            convert(object);
+        if let Some(convert) = &self.convert {
+            (convert.0)(object);
         }
         if let Some(v) = &self.api_version {
             object.insert("apiVersion".into(), Value::String(v.clone()));

@@ -490,6 +490,41 @@ async fn custom_resources_are_pruned_defaulted_and_validated_by_their_schema() {
         "{out}"
     );
 
+    // A field added with a default reads with it in the objects stored before, as the
+    // apiserver defaults what it reads from etcd; nothing is written.
+    let (code, before) = json(&server, "GET", &format!("{gadgets}/g"), None).await;
+    assert_eq!(code, 200, "{before}");
+    let (code, mut added) = json(&server, "GET", &path, None).await;
+    assert_eq!(code, 200, "{added}");
+    added["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["mode"] =
+        json!({"type": "string", "default": "auto"});
+    let (code, out) = json(&server, "PUT", &path, Some(added)).await;
+    assert_eq!(code, 200, "{out}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let read = loop {
+        let (code, read) = json(&server, "GET", &format!("{gadgets}/g"), None).await;
+        assert_eq!(code, 200, "{read}");
+        if read["spec"]["mode"] == "auto" {
+            break read;
+        }
+        assert!(std::time::Instant::now() < deadline, "no default on read: {read}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        read["metadata"]["resourceVersion"],
+        before["metadata"]["resourceVersion"]
+    );
+    let (code, list) = json(&server, "GET", &gadgets, None).await;
+    assert_eq!(code, 200, "{list}");
+    assert!(
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|g| g["spec"]["mode"] == "auto"),
+        "{list}"
+    );
+
     // A CRD whose rule cannot be evaluated here, or that asks for webhook conversion, is refused.
     let mut unknown_function = strict_crd();
     unknown_function["metadata"]["name"] = json!("gizmos.example.com");

@@ -152,6 +152,20 @@ fn codec(spec: &KindSpec) -> JsonCodec {
     if spec.stored_as.is_some() {
         codec = codec.with_api_version(&spec.api_version());
     }
+    // A custom resource reads as the apiserver reads it from etcd: pruned and defaulted by its
+    // storage version's schema, then pruned by the served version's.
+    let (stored, served) = (spec.strategy.stored_schema.clone(), spec.strategy.schema.clone());
+    if stored.is_some() || served.is_some() {
+        codec = codec.with_conversion(move |object| {
+            if let Some(s) = &stored {
+                s.prune(object);
+                s.apply_defaults(object);
+            }
+            if let Some(s) = &served {
+                s.prune(object);
+            }
+        });
+    }
     if let Some(conversion) = spec.conversion {
         codec = codec.with_conversion(conversion.from_storage);
         if let Some(stored) = conversion
