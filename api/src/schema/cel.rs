@@ -9,13 +9,15 @@
 //! `maxLength`, or what a 3 MiB body can hold) times its body, and a rule under a list is
 //! evaluated once per entry.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
 use cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue};
+use cel::common::types::{CelBool, CelString};
 use cel::objects::{Key, Map as CelMap};
 use cel::{Context, Env, ExecutionError, Program};
+use regex::{Regex, RegexBuilder};
 use serde_json::Value;
 
 use super::{ListType, Schema, validate};
@@ -26,6 +28,14 @@ use crate::validation::field::{ErrorKind, Errors, Path};
 const PER_CALL_LIMIT: f64 = 10_000_000.0;
 /// The most a rule may cost over all the values it is evaluated on in one object.
 const PER_OBJECT_LIMIT: f64 = 100_000_000.0;
+/// What compiling a pattern read from the object costs, at each call: a program of at most
+/// [`PATTERN_BYTES`] (about as many steps to build).
+const DYNAMIC_PATTERN: f64 = 100_000.0;
+/// The largest compiled pattern a rule may use: ample for the patterns validation uses (a
+/// DNS name, a version), and a bound on what one call can cost to compile.
+const PATTERN_BYTES: usize = 256 << 10;
+/// Patterns kept compiled per thread, by their text.
+const PATTERNS_KEPT: usize = 256;
 
 /// The longest rule (or message expression) taken, in bytes.
 const MAX_RULE_BYTES: usize = 16 * 1024;
@@ -42,8 +52,47 @@ static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| {
     // cannot conflict.
     let _ = env.add_extension(cel::extensions::strings);
     let _ = env.add_extension(cel::extensions::lists);
+    // `matches`, as a function and as a string's method.
+    let _ = cel::add_overload!(env, fn matches: (CelString, CelString) -> Result<CelBool>, id = "matches");
+    let _ = cel::add_member_overload!(env, fn matches: (CelString, CelString) -> Result<CelBool>);
     Arc::new(env)
 });
+
+thread_local! {
+    /// Patterns compiled on this thread, by their text (a rule's literal pattern is compiled
+    /// once, not at every call): emptied when it holds [`PATTERNS_KEPT`].
+    static PATTERNS: RefCell<HashMap<std::string::String, Result<Arc<Regex>, std::string::String>>> =
+        RefCell::new(HashMap::new());
+}
+
+/// `s.matches(pattern)`: RE2 syntax, as the `regex` crate takes it, and a pattern whose
+/// program is over [`PATTERN_BYTES`] is an error, not a long compile.
+fn matches(this: &CelString<'_>, pattern: &CelString<'_>) -> Result<CelBool, ExecutionError> {
+    let pattern = pattern.inner();
+    let compiled = PATTERNS.with(|kept| {
+        let mut kept = kept.borrow_mut();
+        if let Some(found) = kept.get(pattern) {
+            return found.clone();
+        }
+        if kept.len() >= PATTERNS_KEPT {
+            kept.clear();
+        }
+        let made = RegexBuilder::new(pattern)
+            .size_limit(PATTERN_BYTES)
+            .build()
+            .map(Arc::new)
+            .map_err(|e| format!("'{pattern}' not a valid regex:\n{e}"));
+        kept.insert(pattern.to_owned(), made.clone());
+        made
+    });
+    match compiled {
+        Ok(re) => Ok(CelBool::from(re.is_match(this.inner()))),
+        Err(message) => Err(ExecutionError::FunctionError {
+            function: "matches".to_owned(),
+            message,
+        }),
+    }
+}
 
 /// The functions rules may call. Operators (`_+_`, `@in`, `!_`) are the language's own.
 const FUNCTIONS: &[&str] = &[
@@ -103,6 +152,8 @@ pub struct Rule {
     field_path: Vec<String>,
     /// It reads `oldSelf`: evaluated on updates only, where the old value exists.
     transition: bool,
+    /// Its estimated cost over one object: each evaluation's times the values it runs on.
+    total: f64,
 }
 
 impl std::fmt::Debug for Rule {
@@ -226,6 +277,7 @@ impl Rule {
             reason,
             field_path,
             transition,
+            total,
         })
     }
 }
@@ -522,8 +574,38 @@ fn estimate<'s>(e: &IdedExpr, scope: &[Binding<'_, 's>]) -> Est {
                     let size = target * with.max(1.0);
                     (given + size, size)
                 }
-                // Each call compiles its pattern, then matches in linear time.
-                "matches" => (given + 100.0 + collections, 1.0),
+                // A pattern the rule spells is compiled once and kept; one read from the
+                // object is compiled at each call, within a bounded program size
+                // (`PATTERN_BYTES`), which [`DYNAMIC_PATTERN`] accounts for. Matching is
+                // linear.
+                "matches" => {
+                    let literal = call
+                        .args
+                        .last()
+                        .is_some_and(|p| matches!(p.expr, Expr::Literal(LiteralValue::String(_))));
+                    let compile = if literal { 100.0 } else { DYNAMIC_PATTERN };
+                    (given + compile + collections, 1.0)
+                }
+                // Every item once, and the separator between each two: as many separators as
+                // the list has items (its bound, where its schema is known; empty strings take
+                // no size but still a separator each).
+                "join" => {
+                    let list = parts.first().map_or(1.0, |p| p.size);
+                    let items = call
+                        .target
+                        .as_deref()
+                        .and_then(|t| node_of(t, scope))
+                        .map_or(list, |n| n.cardinality().max(list));
+                    let separator = parts.get(1).map_or(0.0, |p| p.size);
+                    let size = list + items * separator;
+                    (given + size, size)
+                }
+                // A naive search: each position of the string against the whole needle.
+                "indexOf" | "lastIndexOf" => {
+                    let within = parts.first().map_or(1.0, |p| p.size);
+                    let needle = parts.get(1).map_or(1.0, |p| p.size);
+                    (given + within * needle.max(1.0), 1.0)
+                }
                 "distinct" => {
                     let n = parts.first().map_or(1.0, |p| p.size);
                     (given + n * n, n)
@@ -537,7 +619,19 @@ fn estimate<'s>(e: &IdedExpr, scope: &[Binding<'_, 's>]) -> Est {
             }
         }
         Expr::Comprehension(c) => {
-            let range = estimate(&c.iter_range, scope);
+            // A literal list's elements are estimated once, for the range and its largest
+            // element alike (twice would be exponential in how deep such ranges nest).
+            let (range, largest) = match &c.iter_range.expr {
+                Expr::List(l) => {
+                    let parts: Vec<Est> = l.elements.iter().map(|x| estimate(x, scope)).collect();
+                    let range = Est {
+                        cost: parts.iter().map(|p| p.cost).sum::<f64>() + parts.len() as f64,
+                        size: parts.iter().map(|p| p.size).sum::<f64>().max(1.0),
+                    };
+                    (range, parts.iter().map(|p| p.size).fold(1.0, f64::max))
+                }
+                _ => (estimate(&c.iter_range, scope), 1.0),
+            };
             let range_node = node_of(&c.iter_range, scope);
             // Entries: the range's bound, or its size (each entry takes at least one unit).
             let entries = match (range_node, &c.iter_range.expr) {
@@ -549,11 +643,7 @@ fn estimate<'s>(e: &IdedExpr, scope: &[Binding<'_, 's>]) -> Est {
             let element_node = range_node.and_then(|r| r.items.as_deref());
             let element_size = match (element_node, range_node, &c.iter_range.expr) {
                 (Some(n), _, _) => n.bytes(),
-                (None, None, Expr::List(l)) => l
-                    .elements
-                    .iter()
-                    .map(|x| estimate(x, scope).size)
-                    .fold(1.0, f64::max),
+                (None, None, Expr::List(_)) => largest.max(1.0),
                 _ => range.size.max(1.0),
             };
             // map and filter accumulate a list as large as the range; the other macros a
@@ -711,6 +801,26 @@ impl<'a> Unchanged<'a> {
 /// Runs the rules of `schema` and its nodes over `v` (whose old value, if any, is `old`); a
 /// rule that does not read `oldSelf` and fails on an unchanged node is ratcheted (dropped), as
 /// the apiserver ratchets it.
+/// The estimated cost of every rule of `schema` over one object, against the budget of one
+/// object: what each rule may cost alone, all of them together may not either.
+pub(super) fn check_total(schema: &Schema, at: &Path, errors: &mut Errors) {
+    fn sum(s: &Schema) -> f64 {
+        s.rules.iter().map(|r| r.total).sum::<f64>()
+            + s.properties.values().map(sum).sum::<f64>()
+            + s.items.as_deref().map_or(0.0, sum)
+            + s.additional.as_deref().map_or(0.0, sum)
+    }
+    let over = sum(schema) / PER_OBJECT_LIMIT;
+    if over > 1.0 {
+        errors.forbidden(
+            at,
+            format!(
+                "total CRD cost exceeds budget by factor of {over:.1}x (try simplifying the rules, or adding maxItems, maxProperties, and maxLength where arrays, maps, and strings are declared)"
+            ),
+        );
+    }
+}
+
 pub(super) fn run(
     schema: &Schema,
     v: &Value,

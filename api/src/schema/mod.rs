@@ -113,6 +113,7 @@ impl Schema {
         let compiled = compile(schema, &Path::new(at), Place::Root, 1.0, &mut errors);
         let root = Path::new(at);
         complete(schema, Some(schema), &root, &root, &mut errors);
+        cel::check_total(&compiled, &root, &mut errors);
         if errors.list().is_empty() {
             Ok(compiled)
         } else {

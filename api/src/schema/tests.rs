@@ -495,3 +495,76 @@ fn updates_ratchet_errors_under_unchanged_values() {
         "{changed:?}"
     );
 }
+
+#[test]
+fn a_third_review_the_costs_of_join_index_of_patterns_and_many_rules() {
+    let cost_refused = |properties: Value, rules: Vec<&str>| {
+        let rules: Vec<Value> = rules.into_iter().map(|r| json!({"rule": r})).collect();
+        refused(json!({"type": "object", "properties": properties, "x-kubernetes-validations": rules}))
+            .iter()
+            .any(|e| e.contains("exceeds budget"))
+    };
+    // `join` makes items times the separator: 100,000 empty items and a 1 MB separator would
+    // be 100 GB.
+    let joined = json!({"l": {"type": "array", "maxItems": 100000, "items": {"type": "string", "maxLength": 0}},
+        "s": {"type": "string", "maxLength": 1000000}});
+    assert!(cost_refused(
+        joined.clone(),
+        vec!["self.l.join(self.s).size() > 0"]
+    ));
+    assert!(!cost_refused(
+        joined.clone(),
+        vec!["self.l.join(',').size() >= 0"]
+    ));
+    // A naive search: the string times the needle.
+    let texts =
+        json!({"s": {"type": "string", "maxLength": 2000000}, "t": {"type": "string", "maxLength": 1000000}});
+    assert!(cost_refused(texts.clone(), vec!["self.s.indexOf(self.t) >= -1"]));
+    assert!(!cost_refused(texts.clone(), vec!["self.s.indexOf('ab') >= -1"]));
+    // A pattern read from the object is compiled at each call.
+    let patterns =
+        json!({"l": {"type": "array", "maxItems": 1000, "items": {"type": "string", "maxLength": 24}}});
+    assert!(cost_refused(
+        patterns.clone(),
+        vec!["self.l.all(x, !'a'.matches(x))"]
+    ));
+    assert!(!cost_refused(
+        patterns,
+        vec!["self.l.all(x, x.matches('^[a-z]+$'))"]
+    ));
+    // Rules each within budget, over it together.
+    let one = "self.s.startsWith('a')";
+    assert!(!cost_refused(texts.clone(), vec![one]));
+    assert!(cost_refused(texts, vec![one; 200]));
+    // Nested literal ranges are estimated in linear time (it was exponential in the depth).
+    let mut rule = "[1]".to_owned();
+    for _ in 0..30 {
+        rule = format!("[{rule}].all(x, x)");
+    }
+    let started = std::time::Instant::now();
+    let _ =
+        refused(json!({"type": "object", "x-kubernetes-validations": [{"rule": format!("{rule} || true")}]}));
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    // A pattern whose program is too large is an error at its evaluation, not a long compile.
+    let s = Schema::compile(
+        &json!({"type": "object", "properties": {"p": {"type": "string", "maxLength": 24}},
+            "x-kubernetes-validations": [{"rule": "!'a'.matches(self.p)"}]}),
+        "s",
+    )
+    .unwrap();
+    let object = json!({"p": "(\\w{200}){200}"}).as_object().unwrap().clone();
+    let found: Vec<String> = s
+        .validate(&object, None)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].contains("not a valid regex") && found[0].contains("size limit"),
+        "{found:?}"
+    );
+}
