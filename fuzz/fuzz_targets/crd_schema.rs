@@ -25,7 +25,10 @@ fn admit(schema: &Schema, object: &mut Map<String, Value>, old: Option<&Map<Stri
     // Pruning is done once: what is left is all known to the schema.
     let again = schema.prune(object);
     assert!(again.is_empty(), "a second pruning removed {again:?}");
-    schema.apply_defaults(object);
+    // Bounded: an object the defaults would grow past the budget is refused, not grown.
+    if schema.apply_defaults(object).is_err() {
+        return;
+    }
     for error in schema.validate(object, old) {
         let _ = error.to_string();
     }

@@ -19,7 +19,7 @@ mod validate;
 use std::collections::BTreeMap;
 
 use regex::Regex;
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use crate::validation::field::{ErrorKind, Errors, Path};
 use crate::validation::{FieldError, Refusal};
@@ -65,6 +65,15 @@ enum ListType {
     Map(Vec<String>),
 }
 
+/// The most bytes of schema defaults copied into one object: more than a stored object may
+/// hold (etcd takes 1.5 MiB).
+pub const DEFAULTS_BUDGET: usize = 2 << 20;
+
+/// Schema defaults would make an object larger than any store takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the schema's defaults would add more than {DEFAULTS_BUDGET} bytes to the object")]
+pub struct DefaultsTooLarge;
+
 /// One node of a compiled structural schema.
 #[derive(Clone, Debug)]
 pub struct Schema {
@@ -90,6 +99,8 @@ pub struct Schema {
     min_properties: Option<u64>,
     max_properties: Option<u64>,
     default: Option<Value>,
+    /// The default's JSON size, what copying it costs.
+    default_bytes: usize,
     list: ListType,
     all_of: Vec<Schema>,
     any_of: Vec<Schema>,
@@ -117,7 +128,10 @@ impl Schema {
         if errors.list().is_empty() {
             Ok(compiled)
         } else {
-            Err(errors.into_vec())
+            // In the order of their text, as the apiserver sorts a schema's errors.
+            let mut errors = errors.into_vec();
+            errors.sort_by_cached_key(ToString::to_string);
+            Err(errors)
         }
     }
 
@@ -174,24 +188,32 @@ impl Schema {
 
     /// Sets the schema's defaults in `object` where it leaves a field unset (or null where the
     /// field is not nullable), as the apiserver defaults a custom resource after pruning.
-    pub fn apply_defaults(&self, object: &mut Map<String, Value>) {
-        self.default_map(object, true);
+    ///
+    /// Defaults copied into one object are bounded: past [`DEFAULTS_BUDGET`] bytes (a default
+    /// under a list's items is copied into each item) no more are copied and
+    /// [`DefaultsTooLarge`] says so; such an object is larger than any store takes.
+    pub fn apply_defaults(&self, object: &mut Map<String, Value>) -> Result<(), DefaultsTooLarge> {
+        let mut budget = DEFAULTS_BUDGET;
+        self.default_map(object, true, &mut budget)
     }
 
-    fn default_fields(&self, map: &mut Map<String, Value>) {
-        self.default_map(map, false);
-    }
-
-    fn default_map(&self, map: &mut Map<String, Value>, root: bool) {
+    fn default_map(
+        &self,
+        map: &mut Map<String, Value>,
+        root: bool,
+        budget: &mut usize,
+    ) -> Result<(), DefaultsTooLarge> {
         for (key, s) in &self.properties {
             if root && key == "metadata" {
                 continue;
             }
             match (map.get(key), &s.default) {
                 (None, Some(d)) => {
+                    s.spend(budget)?;
                     map.insert(key.clone(), d.clone());
                 }
                 (Some(Value::Null), Some(d)) if !s.nullable => {
+                    s.spend(budget)?;
                     map.insert(key.clone(), d.clone());
                 }
                 // A null where none may be and no default: dropped, as the apiserver drops it
@@ -213,25 +235,47 @@ impl Schema {
                 continue;
             }
             if let Some(s) = self.properties.get(key) {
-                s.default_value(v);
+                s.default_value(v, budget)?;
             } else if let Some(s) = &self.additional {
-                s.default_value(v);
+                // A null value of a map whose values may not be null takes their default.
+                s.default_null(v, budget)?;
+                s.default_value(v, budget)?;
             }
         }
+        Ok(())
     }
 
-    fn default_value(&self, value: &mut Value) {
+    fn default_value(&self, value: &mut Value, budget: &mut usize) -> Result<(), DefaultsTooLarge> {
         match value {
-            Value::Object(map) => self.default_fields(map),
+            Value::Object(map) => self.default_map(map, false, budget),
             Value::Array(list) => {
                 if let Some(items) = &self.items {
                     for v in list {
-                        items.default_value(v);
+                        // A null item of a list whose items may not be null takes their
+                        // default.
+                        items.default_null(v, budget)?;
+                        items.default_value(v, budget)?;
                     }
                 }
+                Ok(())
             }
-            _ => {}
+            _ => Ok(()),
         }
+    }
+
+    /// `value`, if it is a null this node does not allow, replaced by the node's default.
+    fn default_null(&self, value: &mut Value, budget: &mut usize) -> Result<(), DefaultsTooLarge> {
+        if let (Value::Null, Some(d), false) = (&value, &self.default, self.nullable) {
+            self.spend(budget)?;
+            *value = d.clone();
+        }
+        Ok(())
+    }
+
+    /// Takes this node's default's size from `budget`.
+    fn spend(&self, budget: &mut usize) -> Result<(), DefaultsTooLarge> {
+        *budget = budget.checked_sub(self.default_bytes).ok_or(DefaultsTooLarge)?;
+        Ok(())
     }
 
     /// The field errors of `object` (the update of `old`, if any), as the apiserver validates
@@ -472,17 +516,20 @@ fn compile(v: &Value, at: &Path, place: Place, instances: f64, errors: &mut Erro
         for (key, why) in [
             ("type", "must be empty to be structural"),
             ("default", "must be undefined to be structural"),
+            ("title", "must be empty to be structural"),
+            ("description", "must be empty to be structural"),
             ("additionalProperties", "must be undefined to be structural"),
             ("x-kubernetes-validations", "must be empty to be structural"),
             ("x-kubernetes-embedded-resource", "must be false to be structural"),
             ("x-kubernetes-int-or-string", "must be false to be structural"),
             ("x-kubernetes-list-type", "must be undefined to be structural"),
-            ("x-kubernetes-list-map-keys", "must be undefined to be structural"),
+            ("x-kubernetes-list-map-keys", "must be empty to be structural"),
             ("x-kubernetes-map-type", "must be undefined to be structural"),
         ] {
             let set = match o.get(key) {
                 None | Some(Value::Null) | Some(Value::Bool(false)) => false,
                 Some(Value::Array(a)) => !a.is_empty(),
+                Some(Value::String(s)) => !s.is_empty(),
                 Some(_) => true,
             };
             if set {
@@ -493,6 +540,13 @@ fn compile(v: &Value, at: &Path, place: Place, instances: f64, errors: &mut Erro
             if o.get(key).and_then(Value::as_bool) == Some(true) {
                 errors.forbidden(&at.child(key), "must be false to be structural");
             }
+        }
+        // What metadata may be is the server's to say, never a validation's.
+        if o.get("properties").and_then(|p| p.get("metadata")).is_some() {
+            errors.forbidden(
+                &at.child("properties").key("metadata"),
+                "must not be specified in a nested context",
+            );
         }
     }
     if place == Place::Root
@@ -545,6 +599,7 @@ fn compile(v: &Value, at: &Path, place: Place, instances: f64, errors: &mut Erro
         min_properties: count("minProperties"),
         max_properties: count("maxProperties"),
         default: o.get("default").cloned(),
+        default_bytes: o.get("default").map_or(0, |d| d.to_string().len()),
         list: ListType::Atomic,
         all_of: Vec::new(),
         any_of: Vec::new(),
@@ -624,6 +679,18 @@ fn compile(v: &Value, at: &Path, place: Place, instances: f64, errors: &mut Erro
     } else if ty == Type::Array && place != Place::Nested {
         errors.required_because(&at.child("items"), "must be specified");
     }
+    // An int-or-string field may say so as OpenAPI generators write it (controller-gen's
+    // `intstr.IntOrString`): `anyOf: [{type: integer}, {type: string}]`, alone or as the
+    // first `allOf`'s. Those two types are not checked as structural, as the apiserver skips
+    // them; they still validate.
+    let int_or_string_any_of = || Some(json!([{"type": "integer"}, {"type": "string"}]));
+    let skip_any_of = int_or_string && o.get("anyOf").cloned() == int_or_string_any_of();
+    let skip_first_all_of_any_of = int_or_string
+        && o.get("allOf")
+            .and_then(|a| a.get(0))
+            .and_then(|first| first.get("anyOf"))
+            .cloned()
+            == int_or_string_any_of();
     for (key, list) in [
         ("allOf", &mut schema.all_of),
         ("anyOf", &mut schema.any_of),
@@ -636,13 +703,22 @@ fn compile(v: &Value, at: &Path, place: Place, instances: f64, errors: &mut Erro
             .flatten()
             .enumerate()
         {
-            list.push(compile(
-                s,
-                &at.child(key).index(i),
-                Place::Nested,
-                instances,
-                errors,
-            ));
+            let here = at.child(key).index(i);
+            let mut found = Errors::default();
+            list.push(compile(s, &here, Place::Nested, instances, &mut found));
+            let skipped = match (key, i) {
+                ("anyOf", _) if skip_any_of => Some(format!("{}.", here.0)),
+                ("allOf", 0) if skip_first_all_of_any_of => Some(format!("{}.anyOf[", here.0)),
+                _ => None,
+            };
+            for e in found.into_vec() {
+                if skipped
+                    .as_ref()
+                    .is_none_or(|prefix| !e.field.starts_with(prefix.as_str()))
+                {
+                    errors.push_error(e);
+                }
+            }
         }
     }
     if let Some(n) = o.get("not") {

@@ -34,7 +34,7 @@ fn errors(object: Value, old: Option<Value>) -> Vec<String> {
     let s = schema();
     let mut o = object.as_object().unwrap().clone();
     s.prune(&mut o);
-    s.apply_defaults(&mut o);
+    s.apply_defaults(&mut o).unwrap();
     let old = old.map(|v| v.as_object().unwrap().clone());
     s.validate(&o, old.as_ref())
         .iter()
@@ -59,7 +59,7 @@ fn unknown_fields_are_pruned_and_defaults_set() {
             "unknown"
         ]
     );
-    s.apply_defaults(&mut o);
+    s.apply_defaults(&mut o).unwrap();
     assert_eq!(
         Value::Object(o),
         json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w", "x": 1},
@@ -353,7 +353,7 @@ fn review_cases_match_the_apiserver() {
         .as_object()
         .unwrap()
         .clone();
-    labels.apply_defaults(&mut o);
+    labels.apply_defaults(&mut o).unwrap();
     assert_eq!(Value::Object(o), json!({"labels": {"b": "c"}}));
     // The root's own combinators are checked.
     let root = Schema::compile(
@@ -375,7 +375,7 @@ fn review_cases_match_the_apiserver() {
         .as_object()
         .unwrap()
         .clone();
-    s.apply_defaults(&mut o);
+    s.apply_defaults(&mut o).unwrap();
     assert_eq!(Value::Object(o.clone()), json!({"spec": {"b": "x"}}));
     assert!(s.validate(&o, None).is_empty());
     // A root metadata schema other than name and generateName is refused.
@@ -567,4 +567,96 @@ fn a_third_review_the_costs_of_join_index_of_patterns_and_many_rules() {
         found[0].contains("not a valid regex") && found[0].contains("size limit"),
         "{found:?}"
     );
+}
+
+#[test]
+fn int_or_string_as_openapi_generators_write_it_is_structural() {
+    let any_of =
+        json!({"x-kubernetes-int-or-string": true, "anyOf": [{"type": "integer"}, {"type": "string"}]});
+    let all_of = json!({"x-kubernetes-int-or-string": true,
+        "allOf": [{"anyOf": [{"type": "integer"}, {"type": "string"}]}, {"pattern": "^[0-9]+%?$"}]});
+    let schema = json!({"type": "object", "properties": {"spec": {"type": "object",
+        "properties": {"port": any_of, "surge": all_of}}}});
+    assert!(
+        refused(schema.clone()).is_empty(),
+        "{:?}",
+        refused(schema.clone())
+    );
+    let s = Schema::compile(&schema, "s").unwrap();
+    let check = |v: Value| -> Vec<String> {
+        s.validate(v.as_object().unwrap(), None)
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    };
+    assert!(check(json!({"spec": {"port": 80, "surge": "25%"}})).is_empty());
+    assert_eq!(check(json!({"spec": {"port": true}})).len(), 1);
+    assert_eq!(check(json!({"spec": {"surge": "many"}})).len(), 1);
+    // Anywhere else, and without the extension, a type inside anyOf is still refused.
+    let loose =
+        json!({"type": "object", "properties": {"p": {"anyOf": [{"type": "integer"}, {"type": "string"}]}}});
+    assert!(
+        refused(loose.clone())
+            .iter()
+            .any(|e| e.contains("anyOf[0].type: Forbidden")),
+        "{:?}",
+        refused(loose)
+    );
+}
+
+#[test]
+fn nested_schemas_say_nothing_of_structure_and_defaults_fill_nulls_within_a_budget() {
+    let nested = json!({"type": "object", "properties": {"spec": {"type": "object",
+        "properties": {"a": {"type": "string"}}},
+        "l": {"type": "array", "items": {"type": "string"}, "x-kubernetes-list-type": "set"}},
+        "anyOf": [{"title": "t", "description": "", "properties": {"metadata": {}}}],
+        "allOf": [{"properties": {"l": {"x-kubernetes-list-map-keys": ["a"]}}}]});
+    assert_eq!(
+        refused(nested),
+        [
+            "s.allOf[0].properties[l].x-kubernetes-list-map-keys: Forbidden: must be empty to be structural",
+            "s.anyOf[0].properties[metadata]: Forbidden: must not be specified in a nested context",
+            "s.anyOf[0].title: Forbidden: must be empty to be structural",
+            "s.properties[metadata]: Required value: because it is defined in s.anyOf[0].properties[metadata]",
+        ]
+    );
+    // A null list item or map value that may not be null takes its default.
+    let s = Schema::compile(
+        &json!({"type": "object", "properties": {
+            "m": {"type": "object", "additionalProperties": {"type": "string", "default": "d"}},
+            "l": {"type": "array", "items": {"type": "string", "default": "d"}}}}),
+        "s",
+    )
+    .unwrap();
+    let mut o = json!({"m": {"k": null}, "l": [null, "x"]})
+        .as_object()
+        .unwrap()
+        .clone();
+    s.apply_defaults(&mut o).unwrap();
+    assert_eq!(
+        Value::Object(o.clone()),
+        json!({"m": {"k": "d"}, "l": ["d", "x"]})
+    );
+    assert!(s.validate(&o, None).is_empty());
+    // A default copied into each of many items stops at the budget.
+    let big = "x".repeat(100_000);
+    let s = Schema::compile(
+        &json!({"type": "object", "properties": {"l": {"type": "array",
+            "items": {"type": "object", "properties": {"blob": {"type": "string", "default": big}}}}}}),
+        "s",
+    )
+    .unwrap();
+    let mut few = json!({"l": [{}, {}]}).as_object().unwrap().clone();
+    s.apply_defaults(&mut few).unwrap();
+    assert_eq!(few["l"][1]["blob"].as_str().map(str::len), Some(100_000));
+    let many: Vec<Value> = (0..5_000).map(|_| json!({})).collect();
+    let mut many = json!({"l": many}).as_object().unwrap().clone();
+    assert_eq!(s.apply_defaults(&mut many), Err(super::DefaultsTooLarge));
+    let copied = many["l"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i.get("blob").is_some())
+        .count();
+    assert!(copied * 100_000 <= super::DEFAULTS_BUDGET, "{copied}");
 }

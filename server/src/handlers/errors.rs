@@ -263,6 +263,12 @@ fn too_large() -> Status {
     Status::new(500, "", ETCD_TOO_LARGE)
 }
 
+/// The Status for an object a custom resource's schema defaults would grow past what the
+/// store takes: what storing it would answer.
+pub(crate) fn defaults_too_large() -> Status {
+    too_large()
+}
+
 /// The apiserver's words for a body it could not decode into `kind` of `api_version`.
 fn cannot_handle(kind: &str, api_version: &str, why: &dyn std::fmt::Display) -> Status {
     let version = api_version.rsplit('/').next().unwrap_or(api_version);

@@ -159,7 +159,8 @@ fn codec(spec: &KindSpec) -> JsonCodec {
         codec = codec.with_conversion(move |object| {
             if let Some(s) = &stored {
                 s.prune(object);
-                s.apply_defaults(object);
+                // Past their budget, defaults stop: what was stored is served as it is.
+                let _ = s.apply_defaults(object);
             }
             if let Some(s) = &served {
                 s.prune(object);

@@ -63,7 +63,7 @@ pub(crate) async fn create(
     let mut object = object_from_value(&addressed(t), body, None)?;
     let warnings = check_fields(state, t, p, &mut object)?;
     conversion::on_write(&t.resource.info.kind, &mut object);
-    set_defaults(t, &mut object);
+    set_defaults(t, &mut object)?;
     // The creator owns what it sent and the defaults; not the status, which the server resets
     // on a kind with /status (the apiserver's "reset fields").
     let mut owned = object.clone();
@@ -138,10 +138,14 @@ async fn store_new(
 
 /// The defaults the apiserver fills in on a new object: its kind's declared defaults, then
 /// its defaulting function.
-fn set_defaults(t: &Target, object: &mut Map<String, Value>) {
+fn set_defaults(t: &Target, object: &mut Map<String, Value>) -> Result<(), Status> {
     let strategy = &t.resource.spec.strategy;
     if let Some(schema) = &strategy.schema {
-        schema.apply_defaults(object);
+        // Defaults that would grow the object past what the store takes: refused as such an
+        // object is.
+        schema
+            .apply_defaults(object)
+            .map_err(|_| errors::defaults_too_large())?;
     }
     for (path, value) in &strategy.defaults {
         set_if_unset(object, path, value);
@@ -149,6 +153,7 @@ fn set_defaults(t: &Target, object: &mut Map<String, Value>) {
     if let Some(default) = strategy.default {
         default(object);
     }
+    Ok(())
 }
 
 /// What the apiserver sets as a new object's status, by its kind's strategy (a pod's
@@ -380,7 +385,7 @@ async fn apply(
             let mut object = apply::apply(kind, api_version, None, &config, &p.manager, p.force, &now())?;
             conversion::on_write(kind, &mut object);
             let managers = fields::managers(&object);
-            set_defaults(t, &mut object);
+            set_defaults(t, &mut object)?;
             initial_status(t, &mut object);
             prepare_create(t, &mut object, &managers)?;
             validate(t, &object, None, false)?;
@@ -609,7 +614,9 @@ fn prepare_update(
     let kind = &t.resource.info.kind;
     conversion::on_write(kind, &mut object);
     if let Some(schema) = &t.resource.spec.strategy.schema {
-        schema.apply_defaults(&mut object);
+        schema
+            .apply_defaults(&mut object)
+            .map_err(|_| errors::defaults_too_large())?;
     }
     if let Some(default) = t.resource.spec.strategy.default {
         default(&mut object);
