@@ -17,6 +17,9 @@ targets=("$@")
 # whole run. libFuzzer also takes it as the largest single allocation. (With the copy bound
 # taken out, json_patch_growth's seed `doubling` is an out-of-memory crash at once.)
 rss_limit_mb=256
+# And a time limit per input: one that takes longer (a rule whose cost escaped its estimate, a
+# pattern compiled at length) is a crash, not a slow unit. No target's input needs a second.
+timeout=10
 # No sanitizer: the code fuzzed here is safe Rust (the ring's unsafe code is checked by Miri
 # and loom); debug assertions on, so arithmetic overflow is a crash.
 flags=(--sanitizer none --debug-assertions)
@@ -29,9 +32,13 @@ for t in "${targets[@]}"; do
   cp corpus/"$t"/* "$work/$t"/ 2>/dev/null
   log="$work/$t.log"
   # A target with a dictionary of its input's tokens (JSON keywords, CEL functions) gets it.
-  dict=()
-  [ -f "$t.dict" ] && dict=(-dict="$PWD/$t.dict")
-  cargo +nightly fuzz run "${flags[@]}" "$t" "$work/$t" -- "${dict[@]}" \
+  # CRD schemas and their objects get inputs up to 64 KiB (libFuzzer's default is 4 KiB): a
+  # rule's cost grows with the object it runs on, and an escape from the estimate shows at
+  # that size as a crash under the memory limit or the timeout.
+  extra=()
+  [ -f "$t.dict" ] && extra+=(-dict="$PWD/$t.dict")
+  [ "$t" = crd_schema ] && extra+=(-max_len=65536)
+  cargo +nightly fuzz run "${flags[@]}" "$t" "$work/$t" -- "${extra[@]}" -timeout="$timeout" \
     -max_total_time="$seconds" -rss_limit_mb="$rss_limit_mb" -print_final_stats=1 \
     -artifact_prefix="$work/artifacts/$t/" >"$log" 2>&1
   rc=$?

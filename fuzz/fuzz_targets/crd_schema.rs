@@ -1,8 +1,9 @@
 //! A CustomResourceDefinition's schema, and custom resources written against it: whatever the
 //! schema says (CEL rules included), compiling it either refuses it or gives a schema whose
-//! pruning, defaulting and validation of any object end, within the memory limit `run.sh`
-//! passes (`-rss_limit_mb`): a rule whose cost escaped the estimate, or a walk that grows with
-//! the schema's nesting times the object's, is a crash.
+//! pruning, defaulting and validation of any object end, within the memory and time limits
+//! `run.sh` passes (`-rss_limit_mb`, `-timeout`, with inputs up to 64 KiB): a rule whose cost
+//! escaped the estimate, or a walk that grows with the schema's nesting times the object's, is
+//! a crash.
 //!
 //! The input is the schema's JSON, then the object's, then (for an update) the old object's,
 //! separated by NUL bytes.
