@@ -4,10 +4,15 @@
 //! A rule is compiled when its CRD is written, and refused there when it does not parse, names
 //! a variable other than `self` and `oldSelf` or a function this server does not have (the
 //! CEL standard library, and the strings and lists extensions), or when its estimated cost is
-//! over the apiserver's budget. The estimate bounds the work a write can cause: every
-//! comprehension costs its range's most entries (its schema's `maxItems`, `maxProperties` or
-//! `maxLength`, or what a 3 MiB body can hold) times its body, and a rule under a list is
-//! evaluated once per entry.
+//! over the budget. The estimate is what bounds the work a write can cause, so it is
+//! conservative where it knows the evaluator's work (every comprehension costs its range's
+//! most entries — its schema's `maxItems`, `maxProperties` or `maxLength`, or what a 3 MiB
+//! body can hold — times its body; a rule under a list is evaluated once per entry; `join`,
+//! `replace` and `indexOf` cost what they build or search) and assumes the most where it does
+//! not (a function it does not model returns as much as it is given). The evaluator itself
+//! has no budget of its own: an estimate that is too low is a bug, and the fuzz target
+//! `crd_schema` looks for one. `matches` is this module's, each pattern compiled once per
+//! thread and bounded in size.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;

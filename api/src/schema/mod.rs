@@ -5,10 +5,12 @@
 //! and the CEL rules of `x-kubernetes-validations` — with the apiserver's field paths,
 //! reasons and messages.
 //!
-//! [`Schema::compile`] refuses what the apiserver refuses in a CRD's schema (an untyped
-//! field, a pattern that is no regular expression, a rule that does not compile or names a
-//! function this server does not have, a rule whose estimated cost is over budget), each as a
-//! field error under the version's `schema.openAPIV3Schema`.
+//! [`Schema::compile`] refuses what the apiserver refuses in a CRD's schema (a schema that is
+//! not structural, a pattern that is no regular expression, a rule that does not compile),
+//! and what this server cannot bound or evaluate (a rule naming a function it does not have,
+//! a rule or all rules together over the cost budget by its estimate), each as a field error
+//! under the version's `schema.openAPIV3Schema`. Applying a schema is bounded too: defaults
+//! copied into one object stop at [`DEFAULTS_BUDGET`].
 //!
 //! Plain values in, field errors out: no HTTP here.
 
