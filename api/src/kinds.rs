@@ -72,6 +72,7 @@ fn core_kinds() -> Vec<KindSpec> {
             .printer(printers::node()),
         KindSpec::of::<core::Event>()
             .short_names(&["ev"])
+            .checks(&validation::EVENT)
             // The fields the apiserver lets events be selected by (kubectl describe selects a
             // pod's events by its involvedObject).
             .fields(&[
@@ -196,6 +197,7 @@ fn group_kinds() -> Vec<KindSpec> {
         // The same objects as core Events, in the events.k8s.io form.
         KindSpec::of::<events::Event>()
             .short_names(&["ev"])
+            .checks(&validation::EVENTS_V1_EVENT)
             .storage("events")
             .converted(
                 "v1",

@@ -16,6 +16,7 @@
 
 mod crd;
 mod data;
+mod event;
 pub(crate) mod field;
 mod meta;
 mod names;
@@ -48,8 +49,10 @@ pub struct Checks {
     quantities: &'static [&'static str],
     /// Other values that must decode: the first that does not, and why.
     decode: fn(&Map<String, Value>) -> Result<(), String>,
-    /// A new object's fields.
+    /// A new object's fields (checked again on each update).
     create: fn(&Map<String, Value>, &mut Errors),
+    /// What only a create checks (an events.k8s.io/v1 Event's strict rules).
+    create_only: fn(&Map<String, Value>, &mut Errors),
     /// An update's rules beyond the new object's fields: what may not change.
     update: fn(&Map<String, Value>, &Map<String, Value>, &mut Errors),
 }
@@ -77,6 +80,7 @@ pub static POD: Checks = Checks {
     ],
     decode: decodes,
     create: pod::validate,
+    create_only: nothing,
     update: pod::validate_update,
 };
 
@@ -85,7 +89,27 @@ pub static CONFIG_MAP: Checks = Checks {
     quantities: &[],
     decode: decodes,
     create: data::config_map,
+    create_only: nothing,
     update: unrestricted,
+};
+
+/// A core Event's: the apiserver's legacy rules.
+pub static EVENT: Checks = Checks {
+    quantities: &[],
+    decode: decodes,
+    create: event::core,
+    create_only: nothing,
+    update: unrestricted,
+};
+
+/// An events.k8s.io/v1 Event's: the legacy rules and the strict ones, and what an update
+/// may not change.
+pub static EVENTS_V1_EVENT: Checks = Checks {
+    quantities: &[],
+    decode: decodes,
+    create: event::events_v1_legacy,
+    create_only: event::events_v1,
+    update: event::events_v1_update,
 };
 
 /// A Secret's: its data decodes from base64, and its keys.
@@ -93,6 +117,7 @@ pub static SECRET: Checks = Checks {
     quantities: &[],
     decode: data::decode_secret,
     create: data::secret,
+    create_only: nothing,
     update: unrestricted,
 };
 
@@ -101,6 +126,7 @@ pub static NODE: Checks = Checks {
     quantities: &["status.capacity", "status.allocatable"],
     decode: decodes,
     create: unchecked,
+    create_only: nothing,
     update: unrestricted,
 };
 
@@ -109,6 +135,7 @@ pub static ROLE: Checks = Checks {
     quantities: &[],
     decode: decodes,
     create: rbac::role,
+    create_only: nothing,
     update: unrestricted,
 };
 
@@ -117,6 +144,7 @@ pub static CLUSTER_ROLE: Checks = Checks {
     quantities: &[],
     decode: decodes,
     create: rbac::cluster_role,
+    create_only: nothing,
     update: unrestricted,
 };
 
@@ -126,6 +154,7 @@ pub static CUSTOM_RESOURCE_DEFINITION: Checks = Checks {
     quantities: &[],
     decode: decodes,
     create: crd::validate,
+    create_only: nothing,
     update: crd::validate_update,
 };
 
@@ -134,6 +163,7 @@ pub static ROLE_BINDING: Checks = Checks {
     quantities: &[],
     decode: decodes,
     create: rbac::role_binding,
+    create_only: nothing,
     update: rbac::binding_update,
 };
 
@@ -142,6 +172,7 @@ pub static CLUSTER_ROLE_BINDING: Checks = Checks {
     quantities: &[],
     decode: decodes,
     create: rbac::cluster_role_binding,
+    create_only: nothing,
     update: rbac::binding_update,
 };
 
@@ -152,6 +183,8 @@ fn decodes(_: &Map<String, Value>) -> Result<(), String> {
 fn unchecked(_: &Map<String, Value>, _: &mut Errors) {}
 
 fn unrestricted(_: &Map<String, Value>, _: &Map<String, Value>, _: &mut Errors) {}
+
+fn nothing(_: &Map<String, Value>, _: &mut Errors) {}
 
 /// Whether the object decodes into its kind at all, as the apiserver decodes it before any
 /// validation.
@@ -169,6 +202,7 @@ pub fn on_create(checks: Option<&Checks>, object: &Map<String, Value>) -> Result
     meta::validate(object, &mut errors);
     if let Some(r) = rules {
         (r.create)(object, &mut errors);
+        (r.create_only)(object, &mut errors);
     }
     errors.into_result()
 }
@@ -223,6 +257,69 @@ mod tests {
                 .collect(),
             other => panic!("not field errors: {other:?}"),
         }
+    }
+
+    #[test]
+    fn events_are_checked_by_the_legacy_rules_and_through_events_k8s_io_by_the_strict_ones() {
+        let messages = |r: Result<(), Refusal>| -> Vec<String> {
+            match r {
+                Ok(()) => Vec::new(),
+                Err(Refusal::Invalid(errors)) => errors.iter().map(ToString::to_string).collect(),
+                other => panic!("{other:?}"),
+            }
+        };
+        // An old-style core Event belongs in its object's namespace.
+        let core = obj(json!({"metadata": {"name": "e", "namespace": "a"},
+            "involvedObject": {"kind": "Pod", "name": "p", "namespace": "a"}, "reason": "R"}));
+        assert_eq!(on_create(Some(&EVENT), &core), Ok(()));
+        let elsewhere = obj(json!({"metadata": {"name": "e", "namespace": "b"},
+            "involvedObject": {"kind": "Pod", "name": "p", "namespace": "a"}}));
+        assert_eq!(
+            messages(on_create(Some(&EVENT), &elsewhere)),
+            ["involvedObject.namespace: Invalid value: \"a\": does not match event.namespace"]
+        );
+        // One with an eventTime says who reported it.
+        let reported = obj(json!({"metadata": {"name": "e", "namespace": "a"},
+            "involvedObject": {"namespace": "a"}, "eventTime": "2026-12-02T10:00:00.000000Z"}));
+        assert_eq!(
+            messages(on_create(Some(&EVENT), &reported)),
+            [
+                "reportingComponent: Required value",
+                "reportingComponent: Invalid value: \"\": name part must be non-empty",
+                "reportingComponent: Invalid value: \"\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName' or 'my.name' or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')",
+                "reportingInstance: Required value",
+                "action: Required value",
+                "reason: Required value",
+            ]
+        );
+        // Through events.k8s.io/v1: a complete Event is taken; a legacy one is not.
+        let v1 = obj(json!({"metadata": {"name": "e", "namespace": "a"},
+            "regarding": {"kind": "Pod", "name": "p", "namespace": "a"}, "reason": "Started",
+            "note": "n", "type": "Normal", "action": "Start", "reportingController": "kubelet",
+            "reportingInstance": "node-1", "eventTime": "2026-12-02T10:00:00.000000Z"}));
+        assert_eq!(on_create(Some(&EVENTS_V1_EVENT), &v1), Ok(()));
+        let mut legacy = v1.clone();
+        legacy.remove("eventTime");
+        legacy.insert("type".into(), json!("Info"));
+        legacy.insert("deprecatedCount".into(), json!(3));
+        legacy.insert("series".into(), json!({"count": 1}));
+        assert_eq!(
+            messages(on_create(Some(&EVENTS_V1_EVENT), &legacy)),
+            [
+                "series.count: Invalid value: \"\": should be at least 2",
+                "series.lastObservedTime: Required value",
+                "eventTime: Required value",
+                "type: Invalid value: \"\": has invalid value: Info",
+                "deprecatedCount: Invalid value: \"\": needs to be unset",
+            ]
+        );
+        // Its fields but the series do not change.
+        let mut renoted = v1.clone();
+        renoted.insert("note".into(), json!("other"));
+        assert_eq!(
+            messages(on_update(Some(&EVENTS_V1_EVENT), &renoted, &v1)),
+            ["message: Invalid value: \"other\": field is immutable"]
+        );
     }
 
     #[test]

@@ -12,11 +12,13 @@ use watchcache_tests::{Backing, Frames, Server, http, request};
 
 const TTL: Duration = Duration::from_secs(2);
 
-fn event(name: &str, message: &str) -> Value {
+/// An Event about the config map `kept` of its own namespace (an Event about an object
+/// elsewhere is refused, as the apiserver refuses it).
+fn event(ns: &str, name: &str, message: &str) -> Value {
     json!({
         "apiVersion": "v1", "kind": "Event",
         "metadata": {"name": name},
-        "involvedObject": {"kind": "ConfigMap", "name": "kept", "namespace": "default"},
+        "involvedObject": {"kind": "ConfigMap", "name": "kept", "namespace": ns},
         "reason": "Test", "message": message, "type": "Normal"
     })
 }
@@ -74,9 +76,9 @@ async fn an_event_goes_after_its_ttl_and_a_configmap_stays(etcd: bool) {
     let events = "/api/v1/namespaces/default/events";
     let rv = list_rv(&server, events).await;
     let mut w = Frames::open(&server, &format!("{events}?watch=true&resourceVersion={rv}")).await;
-    let (code, v) = send(&server, "POST", events, Some(event("created", "once"))).await;
+    let (code, v) = send(&server, "POST", events, Some(event("default", "created", "once"))).await;
     assert_eq!(code, 201, "{v}");
-    let (code, mut updated) = send(&server, "POST", events, Some(event("updated", "once"))).await;
+    let (code, mut updated) = send(&server, "POST", events, Some(event("default", "updated", "once"))).await;
     assert_eq!(code, 201, "{updated}");
     updated["message"] = json!("twice");
     let (code, v) = send(&server, "PUT", &format!("{events}/updated"), Some(updated)).await;
@@ -151,7 +153,7 @@ async fn events_of_one_window_go_at_one_revision(etcd: bool) {
         let mut w = Frames::open(&server, &format!("{events}?watch=true&resourceVersion={rv}")).await;
         let began = Instant::now();
         for i in 0..SHARED {
-            let (code, v) = send(&server, "POST", &events, Some(event(&format!("e{i}"), "m"))).await;
+            let (code, v) = send(&server, "POST", &events, Some(event(&ns, &format!("e{i}"), "m"))).await;
             assert_eq!(code, 201, "{v}");
         }
         if began.elapsed() >= window {
