@@ -125,7 +125,10 @@ pub fn list_strategy(kind: &str, path: &str) -> ListStrategy {
     declared(kind, path)
         .or_else(|| {
             let (_, prefix) = POD_TEMPLATES.iter().find(|(k, _)| *k == kind)?;
-            let in_pod = path.strip_prefix(prefix).filter(|p| p.starts_with("spec."))?;
+            // The template's spec is a pod's, its metadata an object's.
+            let in_pod = path
+                .strip_prefix(prefix)
+                .filter(|p| p.starts_with("spec.") || p.starts_with("metadata."))?;
             declared("Pod", in_pod)
         })
         .unwrap_or(ListStrategy::Replace)
@@ -517,6 +520,14 @@ mod tests {
                 "{kind}"
             );
         }
+        // The template's metadata merges as an object's.
+        let object = json!({"spec": {"template": {"metadata": {"finalizers": ["a"]}}}});
+        let patch = json!({"spec": {"template": {"metadata": {"finalizers": ["b"]}}}});
+        let after = patched("Deployment", object, patch).unwrap();
+        assert_eq!(
+            after["spec"]["template"]["metadata"]["finalizers"],
+            json!(["a", "b"])
+        );
         // A Service's ports merge by port.
         let service =
             json!({"spec": {"ports": [{"port": 80, "name": "http"}, {"port": 443, "name": "https"}]}});
