@@ -286,6 +286,16 @@ fn strict_crd() -> Value {
     })
 }
 
+/// Changes the `spec` schema of the CRD at `path` (its first version's) by `change`, by a GET
+/// and a PUT.
+async fn edit_spec_schema(server: &Server, path: &str, change: impl FnOnce(&mut Value)) {
+    let (code, mut crd) = json(server, "GET", path, None).await;
+    assert_eq!(code, 200, "{crd}");
+    change(&mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]);
+    let (code, out) = json(server, "PUT", path, Some(crd)).await;
+    assert_eq!(code, 200, "{out}");
+}
+
 async fn merge_patch(server: &Server, path: &str, patch: Value) -> (u16, Value) {
     request_typed(
         &http(),
@@ -446,12 +456,10 @@ async fn custom_resources_are_pruned_defaulted_and_validated_by_their_schema() {
     // Tightened, the schema ratchets: `g` (size 4) can still be updated where it is not
     // touched; a change to its size is held to the new bound.
     let path = format!("{CRDS}/gadgets.example.com");
-    let (code, mut tightened) = json(&server, "GET", &path, None).await;
-    assert_eq!(code, 200, "{tightened}");
-    tightened["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["size"]
-        ["maximum"] = json!(3);
-    let (code, out) = json(&server, "PUT", &path, Some(tightened)).await;
-    assert_eq!(code, 200, "{out}");
+    edit_spec_schema(&server, &path, |spec| {
+        spec["properties"]["size"]["maximum"] = json!(3)
+    })
+    .await;
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         let probe = json!({"apiVersion": "example.com/v1", "kind": "Gadget", "metadata": {"name": "probe"}, "spec": {"size": 4}});
@@ -494,12 +502,10 @@ async fn custom_resources_are_pruned_defaulted_and_validated_by_their_schema() {
     // apiserver defaults what it reads from etcd; nothing is written.
     let (code, before) = json(&server, "GET", &format!("{gadgets}/g"), None).await;
     assert_eq!(code, 200, "{before}");
-    let (code, mut added) = json(&server, "GET", &path, None).await;
-    assert_eq!(code, 200, "{added}");
-    added["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["mode"] =
-        json!({"type": "string", "default": "auto"});
-    let (code, out) = json(&server, "PUT", &path, Some(added)).await;
-    assert_eq!(code, 200, "{out}");
+    edit_spec_schema(&server, &path, |spec| {
+        spec["properties"]["mode"] = json!({"type": "string", "default": "auto"});
+    })
+    .await;
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let read = loop {
         let (code, read) = json(&server, "GET", &format!("{gadgets}/g"), None).await;
