@@ -14,9 +14,9 @@
 //! `crd_schema` looks for one. `matches` is this module's, each pattern compiled once per
 //! thread and bounded in size.
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, Mutex};
 
 use cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue};
 use cel::common::types::{CelBool, CelString};
@@ -39,8 +39,11 @@ const DYNAMIC_PATTERN: f64 = 100_000.0;
 /// The largest compiled pattern a rule may use: ample for the patterns validation uses (a
 /// DNS name, a version), and a bound on what one call can cost to compile.
 const PATTERN_BYTES: usize = 256 << 10;
-/// Patterns kept compiled per thread, by their text.
-const PATTERNS_KEPT: usize = 256;
+/// Patterns kept compiled, by their text.
+const PATTERNS_KEPT: usize = 64;
+/// The longest pattern kept compiled: a rule's own patterns are short; one read from an
+/// object, of any length, is compiled at each call (and estimated so).
+const PATTERN_TEXT_KEPT: usize = 1024;
 
 /// The longest rule (or message expression) taken, in bytes.
 const MAX_RULE_BYTES: usize = 16 * 1024;
@@ -63,33 +66,46 @@ static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| {
     Arc::new(env)
 });
 
-thread_local! {
-    /// Patterns compiled on this thread, by their text (a rule's literal pattern is compiled
-    /// once, not at every call): emptied when it holds [`PATTERNS_KEPT`].
-    static PATTERNS: RefCell<HashMap<std::string::String, Result<Arc<Regex>, std::string::String>>> =
-        RefCell::new(HashMap::new());
-}
+/// Patterns compiled, by their text, shared by every thread: a rule's literal pattern is
+/// compiled once, not at every call. Bounded in entries ([`PATTERNS_KEPT`], emptied when
+/// full), in text (only patterns of at most [`PATTERN_TEXT_KEPT`] bytes are kept) and in what
+/// each holds ([`PATTERN_BYTES`] of program and as much lazy DFA): a few tens of MiB in all.
+/// Refused patterns are not kept.
+static PATTERNS: LazyLock<Mutex<HashMap<std::string::String, Arc<Regex>>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
 
 /// `s.matches(pattern)`: RE2 syntax, as the `regex` crate takes it, and a pattern whose
 /// program is over [`PATTERN_BYTES`] is an error, not a long compile.
 fn matches(this: &CelString<'_>, pattern: &CelString<'_>) -> Result<CelBool, ExecutionError> {
     let pattern = pattern.inner();
-    let compiled = PATTERNS.with(|kept| {
-        let mut kept = kept.borrow_mut();
-        if let Some(found) = kept.get(pattern) {
-            return found.clone();
+    let kept = |patterns: &Mutex<HashMap<std::string::String, Arc<Regex>>>| {
+        patterns
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(pattern)
+            .cloned()
+    };
+    let compiled = match kept(&PATTERNS) {
+        Some(re) => Ok(re),
+        None => {
+            let made = RegexBuilder::new(pattern)
+                .size_limit(PATTERN_BYTES)
+                .dfa_size_limit(PATTERN_BYTES)
+                .build()
+                .map(Arc::new)
+                .map_err(|e| format!("'{pattern}' not a valid regex:\n{e}"));
+            if let Ok(re) = &made
+                && pattern.len() <= PATTERN_TEXT_KEPT
+            {
+                let mut patterns = PATTERNS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                if patterns.len() >= PATTERNS_KEPT {
+                    patterns.clear();
+                }
+                patterns.insert(pattern.to_owned(), re.clone());
+            }
+            made
         }
-        if kept.len() >= PATTERNS_KEPT {
-            kept.clear();
-        }
-        let made = RegexBuilder::new(pattern)
-            .size_limit(PATTERN_BYTES)
-            .build()
-            .map(Arc::new)
-            .map_err(|e| format!("'{pattern}' not a valid regex:\n{e}"));
-        kept.insert(pattern.to_owned(), made.clone());
-        made
-    });
+    };
     match compiled {
         Ok(re) => Ok(CelBool::from(re.is_match(this.inner()))),
         Err(message) => Err(ExecutionError::FunctionError {
@@ -159,6 +175,8 @@ pub struct Rule {
     transition: bool,
     /// Its estimated cost over one object: each evaluation's times the values it runs on.
     total: f64,
+    /// Its path in the CRD (`…x-kubernetes-validations[0].rule`).
+    at: std::string::String,
 }
 
 impl std::fmt::Debug for Rule {
@@ -262,12 +280,7 @@ impl Rule {
         let over = (per_call / PER_CALL_LIMIT).max(total / PER_OBJECT_LIMIT);
         // NaN (an unbounded body times an empty range) is over budget too.
         if over.is_nan() || over > 1.0 {
-            errors.forbidden(
-                &at.child("rule"),
-                format!(
-                    "estimated rule cost exceeds budget by factor of {over:.1}x (try simplifying the rule, or adding maxItems, maxProperties, and maxLength where arrays, maps, and strings are declared)"
-                ),
-            );
+            errors.forbidden(&at.child("rule"), over_budget("estimated rule cost", over));
             return None;
         }
         Some(Rule {
@@ -283,6 +296,7 @@ impl Rule {
             field_path,
             transition,
             total,
+            at: at.child("rule").0,
         })
     }
 }
@@ -803,28 +817,61 @@ impl<'a> Unchanged<'a> {
     }
 }
 
-/// Runs the rules of `schema` and its nodes over `v` (whose old value, if any, is `old`); a
-/// rule that does not read `oldSelf` and fails on an unchanged node is ratcheted (dropped), as
-/// the apiserver ratchets it.
+/// The apiserver's words for a cost `over` times its budget.
+fn over_budget(what: &str, over: f64) -> std::string::String {
+    let factor = if over > 100.0 || over.is_nan() {
+        "more than 100x".to_owned()
+    } else if over < 1.5 {
+        format!("{over:.6}x")
+    } else {
+        format!("{over:.1}x")
+    };
+    format!(
+        "{what} exceeds budget by factor of {factor} (try simplifying the rule, or adding maxItems, maxProperties, and maxLength where arrays, maps, and strings are declared)"
+    )
+}
+
+/// The most expensive rules named when all rules together are over budget.
+const MOST_EXPENSIVE: usize = 4;
+
 /// The estimated cost of every rule of `schema` over one object, against the budget of one
-/// object: what each rule may cost alone, all of them together may not either.
+/// object: what each rule may cost alone, all of them together may not either. Over it, the
+/// most expensive rules are named, then the schema.
 pub(super) fn check_total(schema: &Schema, at: &Path, errors: &mut Errors) {
-    fn sum(s: &Schema) -> f64 {
-        s.rules.iter().map(|r| r.total).sum::<f64>()
-            + s.properties.values().map(sum).sum::<f64>()
-            + s.items.as_deref().map_or(0.0, sum)
-            + s.additional.as_deref().map_or(0.0, sum)
+    fn rules<'s>(s: &'s Schema, out: &mut Vec<&'s Rule>) {
+        out.extend(&s.rules);
+        s.properties.values().for_each(|p| rules(p, out));
+        if let Some(items) = s.items.as_deref() {
+            rules(items, out);
+        }
+        if let Some(values) = s.additional.as_deref() {
+            rules(values, out);
+        }
     }
-    let over = sum(schema) / PER_OBJECT_LIMIT;
+    let mut all = Vec::new();
+    rules(schema, &mut all);
+    let over = all.iter().map(|r| r.total).sum::<f64>() / PER_OBJECT_LIMIT;
     if over > 1.0 {
+        all.sort_by(|a, b| b.total.total_cmp(&a.total));
+        for rule in all.iter().take(MOST_EXPENSIVE) {
+            errors.forbidden(
+                &Path::new(&rule.at),
+                "contributed to estimated rule cost total exceeding cost limit for entire OpenAPIv3 schema",
+            );
+        }
         errors.forbidden(
             at,
-            format!(
-                "total CRD cost exceeds budget by factor of {over:.1}x (try simplifying the rules, or adding maxItems, maxProperties, and maxLength where arrays, maps, and strings are declared)"
+            over_budget(
+                "x-kubernetes-validations estimated rule cost total for entire OpenAPIv3 schema",
+                over,
             ),
         );
     }
 }
+
+/// Runs the rules of `schema` and its nodes over `v` (whose old value, if any, is `old`); a
+/// rule that does not read `oldSelf` and fails on an unchanged node is ratcheted (dropped), as
+/// the apiserver ratchets it.
 
 pub(super) fn run(
     schema: &Schema,

@@ -126,14 +126,23 @@ impl Schema {
         let compiled = compile(schema, &Path::new(at), Place::Root, 1.0, &mut errors);
         let root = Path::new(at);
         complete(schema, Some(schema), &root, &root, &mut errors);
+        // As the apiserver: the schema's own errors, in the order of their text; only a
+        // schema without any has its rules' errors, in the order found, then its total cost.
+        let (rules, mut own): (Vec<FieldError>, Vec<FieldError>) = errors
+            .into_vec()
+            .into_iter()
+            .partition(|e| e.field.contains(".x-kubernetes-validations["));
+        if !own.is_empty() {
+            own.sort_by_cached_key(ToString::to_string);
+            return Err(own);
+        }
+        let mut errors = Errors::default();
+        rules.into_iter().for_each(|e| errors.push_error(e));
         cel::check_total(&compiled, &root, &mut errors);
         if errors.list().is_empty() {
             Ok(compiled)
         } else {
-            // In the order of their text, as the apiserver sorts a schema's errors.
-            let mut errors = errors.into_vec();
-            errors.sort_by_cached_key(ToString::to_string);
-            Err(errors)
+            Err(errors.into_vec())
         }
     }
 
@@ -529,7 +538,10 @@ fn compile(v: &Value, at: &Path, place: Place, instances: f64, errors: &mut Erro
             ("x-kubernetes-map-type", "must be undefined to be structural"),
         ] {
             let set = match o.get(key) {
-                None | Some(Value::Null) | Some(Value::Bool(false)) => false,
+                None | Some(Value::Null) => false,
+                // Any default is one, `false` and `""` too.
+                Some(_) if key == "default" => true,
+                Some(Value::Bool(false)) => false,
                 Some(Value::Array(a)) => !a.is_empty(),
                 Some(Value::String(s)) => !s.is_empty(),
                 Some(_) => true,
@@ -685,14 +697,31 @@ fn compile(v: &Value, at: &Path, place: Place, instances: f64, errors: &mut Erro
     // `intstr.IntOrString`): `anyOf: [{type: integer}, {type: string}]`, alone or as the
     // first `allOf`'s. Those two types are not checked as structural, as the apiserver skips
     // them; they still validate.
-    let int_or_string_any_of = || Some(json!([{"type": "integer"}, {"type": "string"}]));
-    let skip_any_of = int_or_string && o.get("anyOf").cloned() == int_or_string_any_of();
+    // Compared as Go compares them: a field at its zero value (`""`, `false`, `null`) is unset.
+    let int_or_string_any_of = |any_of: Option<&Value>| {
+        let unset = |v: &Value| matches!(v, Value::Null | Value::Bool(false)) || v.as_str() == Some("");
+        let stripped: Option<Vec<Value>> = any_of.and_then(Value::as_array).map(|list| {
+            list.iter()
+                .map(|s| match s {
+                    Value::Object(m) => Value::Object(
+                        m.iter()
+                            .filter(|(_, v)| !unset(v))
+                            .map(|(k, v)| (k.clone(), v.clone()))
+                            .collect(),
+                    ),
+                    other => other.clone(),
+                })
+                .collect()
+        });
+        stripped == Some(vec![json!({"type": "integer"}), json!({"type": "string"})])
+    };
+    let skip_any_of = int_or_string && int_or_string_any_of(o.get("anyOf"));
     let skip_first_all_of_any_of = int_or_string
-        && o.get("allOf")
-            .and_then(|a| a.get(0))
-            .and_then(|first| first.get("anyOf"))
-            .cloned()
-            == int_or_string_any_of();
+        && int_or_string_any_of(
+            o.get("allOf")
+                .and_then(|a| a.get(0))
+                .and_then(|first| first.get("anyOf")),
+        );
     for (key, list) in [
         ("allOf", &mut schema.all_of),
         ("anyOf", &mut schema.any_of),

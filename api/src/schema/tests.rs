@@ -592,6 +592,17 @@ fn int_or_string_as_openapi_generators_write_it_is_structural() {
     assert!(check(json!({"spec": {"port": 80, "surge": "25%"}})).is_empty());
     assert_eq!(check(json!({"spec": {"port": true}})).len(), 1);
     assert_eq!(check(json!({"spec": {"surge": "many"}})).len(), 1);
+    // A field at its zero value is no field, as Go compares them.
+    let zeroed = json!({"type": "object", "properties": {"p": {"x-kubernetes-int-or-string": true,
+        "anyOf": [{"type": "integer", "description": ""}, {"type": "string", "nullable": false}]}}});
+    assert!(refused(zeroed.clone()).is_empty(), "{:?}", refused(zeroed));
+    // Any default inside anyOf is one, false included.
+    let defaulted =
+        json!({"type": "object", "properties": {"p": {"type": "boolean", "anyOf": [{"default": false}]}}});
+    assert_eq!(
+        refused(defaulted),
+        ["s.properties[p].anyOf[0].default: Forbidden: must be undefined to be structural"]
+    );
     // Anywhere else, and without the extension, a type inside anyOf is still refused.
     let loose =
         json!({"type": "object", "properties": {"p": {"anyOf": [{"type": "integer"}, {"type": "string"}]}}});
@@ -659,4 +670,33 @@ fn nested_schemas_say_nothing_of_structure_and_defaults_fill_nulls_within_a_budg
         .filter(|i| i.get("blob").is_some())
         .count();
     assert!(copied * 100_000 <= super::DEFAULTS_BUDGET, "{copied}");
+}
+
+#[test]
+fn a_schema_with_errors_of_its_own_has_no_rule_errors_and_the_total_names_its_costliest_rules() {
+    // A schema that is not structural: its rules are not looked at.
+    let mixed = json!({"type": "object", "properties": {
+        "a": {"type": "string", "x-kubernetes-validations": [{"rule": "self.nope("}]},
+        "b": {}}});
+    assert_eq!(
+        refused(mixed),
+        ["s.properties[b].type: Required value: must not be empty for specified object fields"]
+    );
+    // Rules each within budget, over it together: the costliest named, then the schema.
+    let texts = json!({"s": {"type": "string", "maxLength": 2000000}});
+    let rules: Vec<Value> = (0..30)
+        .map(|_| json!({"rule": "self.s.startsWith('a')"}))
+        .collect();
+    let found = refused(json!({"type": "object", "properties": texts, "x-kubernetes-validations": rules}));
+    assert_eq!(found.len(), 5, "{found:?}");
+    assert_eq!(
+        found[0],
+        "s.x-kubernetes-validations[0].rule: Forbidden: contributed to estimated rule cost total exceeding cost limit for entire OpenAPIv3 schema"
+    );
+    assert!(
+        found[4].starts_with(
+            "s: Forbidden: x-kubernetes-validations estimated rule cost total for entire OpenAPIv3 schema exceeds budget by factor of "
+        ),
+        "{found:?}"
+    );
 }
