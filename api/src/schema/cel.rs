@@ -872,7 +872,6 @@ pub(super) fn check_total(schema: &Schema, at: &Path, errors: &mut Errors) {
 /// Runs the rules of `schema` and its nodes over `v` (whose old value, if any, is `old`); a
 /// rule that does not read `oldSelf` and fails on an unchanged node is ratcheted (dropped), as
 /// the apiserver ratchets it.
-
 pub(super) fn run(
     schema: &Schema,
     v: &Value,
