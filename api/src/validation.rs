@@ -310,10 +310,15 @@ mod tests {
                 "series.lastObservedTime: Required value",
                 "eventTime: Required value",
                 "type: Invalid value: \"\": has invalid value: Info",
-                "deprecatedCount: Invalid value: \"\": needs to be unset",
+                "count: Invalid value: \"\": needs to be unset",
             ]
         );
-        // Its fields but the series do not change.
+        // Its fields but the series do not change; one set to its zero value is unchanged.
+        let mut zeroed = v1.clone();
+        zeroed.insert("deprecatedCount".into(), json!(0));
+        zeroed.insert("related".into(), Value::Null);
+        zeroed.insert("deprecatedSource".into(), json!({"component": ""}));
+        assert_eq!(on_update(Some(&EVENTS_V1_EVENT), &zeroed, &v1), Ok(()));
         let mut renoted = v1.clone();
         renoted.insert("note".into(), json!("other"));
         assert_eq!(

@@ -125,9 +125,15 @@ pub fn list_strategy(kind: &str, path: &str) -> ListStrategy {
     declared(kind, path)
         .or_else(|| {
             let (_, prefix) = POD_TEMPLATES.iter().find(|(k, _)| *k == kind)?;
-            // The template's spec is a pod's, its metadata an object's.
+            // The template's spec is a pod's, its metadata an object's (a CronJob's job
+            // template's metadata too).
             let in_pod = path
                 .strip_prefix(prefix)
+                .or_else(|| {
+                    path.strip_prefix("spec.jobTemplate.")
+                        .filter(|_| kind == "CronJob")
+                        .filter(|p| p.starts_with("metadata."))
+                })
                 .filter(|p| p.starts_with("spec.") || p.starts_with("metadata."))?;
             declared("Pod", in_pod)
         })
@@ -526,6 +532,13 @@ mod tests {
         let after = patched("Deployment", object, patch).unwrap();
         assert_eq!(
             after["spec"]["template"]["metadata"]["finalizers"],
+            json!(["a", "b"])
+        );
+        let object = json!({"spec": {"jobTemplate": {"metadata": {"finalizers": ["a"]}}}});
+        let patch = json!({"spec": {"jobTemplate": {"metadata": {"finalizers": ["b"]}}}});
+        let after = patched("CronJob", object, patch).unwrap();
+        assert_eq!(
+            after["spec"]["jobTemplate"]["metadata"]["finalizers"],
             json!(["a", "b"])
         );
         // A Service's ports merge by port.

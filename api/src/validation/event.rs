@@ -3,7 +3,8 @@
 //! `events.k8s.io/v1` by the strict rules too (an `eventTime`, a `Normal` or `Warning` type, no
 //! deprecated field set, a series that is one). Field paths are the core Event's, as the
 //! apiserver validates its internal form, but for the reporting controller, named as the
-//! request's version names it.
+//! request's version names it (`reportingComponent` through `v1`). Fields are compared as Go
+//! compares structs: one at its zero value equals one left out.
 
 use serde_json::{Map, Value};
 
@@ -134,15 +135,15 @@ pub(super) fn events_v1(o: &Map<String, Value>, errors: &mut Errors) {
         errors.invalid(&Path::new("type"), "", format!("has invalid value: {ty}"));
     }
     for (field, named) in [
-        ("deprecatedFirstTimestamp", "deprecatedFirstTimestamp"),
-        ("deprecatedLastTimestamp", "deprecatedLastTimestamp"),
+        ("deprecatedFirstTimestamp", "firstTimestamp"),
+        ("deprecatedLastTimestamp", "lastTimestamp"),
     ] {
         if set(o, field) {
             errors.invalid(&Path::new(named), "", "needs to be unset");
         }
     }
     if o.get("deprecatedCount").and_then(Value::as_i64).unwrap_or(0) != 0 {
-        errors.invalid(&Path::new("deprecatedCount"), "", "needs to be unset");
+        errors.invalid(&Path::new("count"), "", "needs to be unset");
     }
     let source = o.get("deprecatedSource");
     let source_set = ["component", "host"].iter().any(|f| {
@@ -152,7 +153,7 @@ pub(super) fn events_v1(o: &Map<String, Value>, errors: &mut Errors) {
             .is_some_and(|v| !v.is_empty())
     });
     if source_set {
-        errors.invalid(&Path::new("deprecatedSource"), "", "needs to be unset");
+        errors.invalid(&Path::new("source"), "", "needs to be unset");
     }
 }
 
@@ -185,7 +186,7 @@ pub(super) fn events_v1_update(o: &Map<String, Value>, old: &Map<String, Value>,
             // they serialize, and some serialized nanoseconds.
             micros(o.get(field)) != micros(old.get(field))
         } else {
-            o.get(field) != old.get(field)
+            !same(o.get(field), old.get(field))
         };
         if changed {
             errors.invalid(
@@ -203,4 +204,33 @@ fn micros(v: Option<&Value>) -> Result<i128, Option<&Value>> {
         .and_then(|t| t.parse::<jiff::Timestamp>().ok())
         .map(|t| t.as_nanosecond().div_euclid(1000))
         .ok_or(v)
+}
+
+/// Whether `v` is Go's zero value of its field: absent, null, `false`, `0`, `""`, an empty
+/// list, or an object of zero values.
+fn zero(v: Option<&Value>) -> bool {
+    match v {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => true,
+        Some(Value::Number(n)) => n.as_f64() == Some(0.0),
+        Some(Value::String(s)) => s.is_empty(),
+        Some(Value::Array(a)) => a.is_empty(),
+        Some(Value::Object(m)) => m.values().all(|v| zero(Some(v))),
+        Some(Value::Bool(true)) => false,
+    }
+}
+
+/// Equal as Go's semantic equality compares the fields of a struct: a field at its zero value
+/// equals one left out.
+fn same(a: Option<&Value>, b: Option<&Value>) -> bool {
+    match (a, b) {
+        (Some(Value::Object(x)), Some(Value::Object(y))) => {
+            x.keys().chain(y.keys()).all(|k| same(x.get(k), y.get(k)))
+        }
+        (Some(Value::Array(x)), Some(Value::Array(y))) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| same(Some(p), Some(q)))
+        }
+        (Some(Value::Number(x)), Some(Value::Number(y))) => x.as_f64() == y.as_f64(),
+        _ if zero(a) && zero(b) => true,
+        _ => a == b,
+    }
 }
