@@ -5,6 +5,7 @@
 //! `/registry/<group>/<plural>/` in its storage version and served in each served version by
 //! `None` conversion (only `apiVersion` differs).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
@@ -184,10 +185,16 @@ pub fn kinds_of(crd: &Value) -> Result<(Vec<KindSpec>, Vec<String>), String> {
             });
         schemas.push(compiled.map(Arc::new));
     }
-    let stored_schema = versions
-        .iter()
-        .position(|v| v["name"].as_str() == Some(storage))
-        .and_then(|i| schemas[i].clone());
+    let version_schemas: Arc<BTreeMap<String, Arc<Schema>>> = Arc::new(
+        versions
+            .iter()
+            .zip(&schemas)
+            .filter_map(|(v, s)| {
+                let name = v["name"].as_str()?;
+                Some((format!("{}/{name}", names.group), s.clone()?))
+            })
+            .collect(),
+    );
     let mut out = Vec::new();
     for (index, version) in versions
         .iter()
@@ -232,7 +239,7 @@ pub fn kinds_of(crd: &Value) -> Result<(Vec<KindSpec>, Vec<String>), String> {
             })
             .collect();
         kind.strategy.schema = schemas[index].clone();
-        kind.strategy.stored_schema = stored_schema.clone();
+        kind.strategy.version_schemas = version_schemas.clone();
         if let Some(schema) = version
             .pointer("/schema/openAPIV3Schema")
             .filter(|s| s.is_object())
@@ -290,6 +297,17 @@ mod tests {
         );
         assert_eq!(v1.openapi.as_ref().unwrap().0, "com.example.v1.Widget");
         assert!(kinds[1].printer.columns.len() == 2 && kinds[1].openapi.is_none());
+        // Objects read through any version are pruned and defaulted by the schema of the
+        // version they were written in, an unserved one's too.
+        let mut three = crd();
+        three["spec"]["versions"][2]["schema"] = json!({"openAPIV3Schema": {"type": "object"}});
+        let (kinds, _) = kinds_of(&three).unwrap();
+        for kind in &kinds {
+            assert_eq!(
+                kind.strategy.version_schemas.keys().collect::<Vec<_>>(),
+                ["example.com/v1", "example.com/v1alpha1"]
+            );
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! `watchcache serve` serves, and an embedder adds its own with [`Registry::add`].
 
 use std::any::TypeId;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -129,11 +130,12 @@ pub struct Strategy {
     /// A custom resource's structural schema: what writes are pruned to, defaulted by and
     /// validated against.
     pub schema: Option<Arc<crate::schema::Schema>>,
-    /// A custom resource's storage version's schema. As the apiserver reads an object from
-    /// the store, it prunes and defaults it by that schema, then prunes it by the schema of
-    /// the version served ([`schema`](Self::schema)): a field a CRD's update adds with a
-    /// default reads with it in every object stored before.
-    pub stored_schema: Option<Arc<crate::schema::Schema>>,
+    /// A custom resource's schemas by API version (`example.com/v1`), every version's. As
+    /// the apiserver reads an object from the store, it prunes and defaults it by the schema
+    /// of the version it was written in, then prunes it by the schema of the version served
+    /// ([`schema`](Self::schema)): a field a CRD's update adds with a default reads with it
+    /// in every object stored before.
+    pub version_schemas: Arc<BTreeMap<String, Arc<crate::schema::Schema>>>,
     /// A finalizer a DELETE adds before it marks the object deleted, whose controller then
     /// finishes the deletion (a CRD's objects are deleted first).
     pub deletion_finalizer: Option<String>,

@@ -152,14 +152,24 @@ fn codec(spec: &KindSpec) -> JsonCodec {
     if spec.stored_as.is_some() {
         codec = codec.with_api_version(&spec.api_version());
     }
-    // A custom resource reads as the apiserver reads it from etcd: pruned and defaulted by its
-    // storage version's schema, then pruned by the served version's.
-    let (stored, served) = (spec.strategy.stored_schema.clone(), spec.strategy.schema.clone());
-    if stored.is_some() || served.is_some() {
+    // A custom resource reads as the apiserver reads it from etcd: pruned and defaulted by the
+    // schema of the version it was written in (the storage version's, when that version is
+    // gone), then pruned by the served version's.
+    let (written, served) = (
+        spec.strategy.version_schemas.clone(),
+        spec.strategy.schema.clone(),
+    );
+    let storage = spec.stored_as.clone();
+    if !written.is_empty() || served.is_some() {
         codec = codec.with_conversion(move |object| {
-            if let Some(s) = &stored {
+            let version = object.get("apiVersion").and_then(serde_json::Value::as_str);
+            let schema = version
+                .and_then(|v| written.get(v))
+                .or_else(|| storage.as_ref().and_then(|v| written.get(v)));
+            if let Some(s) = schema {
                 s.prune(object);
-                // Past their budget, defaults stop: what was stored is served as it is.
+                // Past their budget, defaults stop part way: the object is served with those
+                // copied so far (it was stored without them).
                 let _ = s.apply_defaults(object);
             }
             if let Some(s) = &served {
