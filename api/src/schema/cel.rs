@@ -329,8 +329,9 @@ fn checked(text: &str) -> Result<Program, String> {
     });
     let program = parsed?;
     let mut unknown = None;
+    let mut broken_pattern = None;
     walk(program.expression(), &mut Vec::new(), &mut |e, bound| {
-        if unknown.is_some() {
+        if unknown.is_some() || broken_pattern.is_some() {
             return;
         }
         match &e.expr {
@@ -343,13 +344,27 @@ fn checked(text: &str) -> Result<Program, String> {
                 if !operator && !FUNCTIONS.contains(&name) {
                     unknown = Some(format!("undeclared reference to '{name}' (in container '')"));
                 }
+                // A pattern the rule spells is compiled with the rule, as the apiserver's
+                // regex optimisation compiles it: one that does not compile (or is over
+                // `PATTERN_BYTES`) refuses the rule, not each write.
+                if name == "matches"
+                    && let Some(Expr::Literal(LiteralValue::String(pattern))) =
+                        call.args.last().map(|a| &a.expr)
+                    && let Err(e) = RegexBuilder::new(pattern.inner())
+                        .size_limit(PATTERN_BYTES)
+                        .dfa_size_limit(PATTERN_BYTES)
+                        .build()
+                {
+                    broken_pattern = Some(format!("program instantiation failed: error parsing regexp: {e}"));
+                }
             }
             _ => {}
         }
     });
-    match unknown {
-        Some(why) => Err(format!("ERROR: <input>: {why}\n | {text}")),
-        None => Ok(program),
+    match (unknown, broken_pattern) {
+        (Some(why), _) => Err(format!("ERROR: <input>: {why}\n | {text}")),
+        (None, Some(why)) => Err(why),
+        (None, None) => Ok(program),
     }
 }
 

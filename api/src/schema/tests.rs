@@ -700,3 +700,25 @@ fn a_schema_with_errors_of_its_own_has_no_rule_errors_and_the_total_names_its_co
         "{found:?}"
     );
 }
+
+#[test]
+fn a_rules_own_pattern_that_does_not_compile_refuses_the_rule() {
+    let found = refused(
+        json!({"type": "object", "properties": {"s": {"type": "string", "maxLength": 8}},
+        "x-kubernetes-validations": [{"rule": "self.s.matches('[')"}]}),
+    );
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].starts_with(
+            "s.x-kubernetes-validations[0].rule: Invalid value: \"self.s.matches('[')\": compilation failed: program instantiation failed: error parsing regexp"
+        ),
+        "{found:?}"
+    );
+    assert!(
+        refused(
+            json!({"type": "object", "properties": {"s": {"type": "string", "maxLength": 8}},
+        "x-kubernetes-validations": [{"rule": "self.s.matches('^[a-z]+$')"}]})
+        )
+        .is_empty()
+    );
+}
