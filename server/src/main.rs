@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
-use watchcache_server::store::services::{IpRange, ServiceRanges, parse_port_range};
+use watchcache_server::config::{IpRange, ServiceRanges, parse_port_range};
 
 use clap::{Parser, Subcommand};
 use watchcache_server::auth::AuthorizationMode;

@@ -359,7 +359,7 @@ impl Server {
         tokio::spawn(workload::churn(store.clone(), work, shutdown.token()));
         tokio::spawn(namespace_controller::run(state.clone()));
         tokio::spawn(pod_gc::run(state.clone()));
-        tokio::spawn(crate::store::services::repair(state.clone()));
+        tokio::spawn(crate::handlers::writes::services::repair(state.clone()));
         tokio::spawn(crate::controllers::system_objects::run(state.clone()));
         tokio::spawn(crate::controllers::crds::run(state.clone()));
         tokio::spawn(rbac_objects::aggregation::run(state.clone()));

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use watchcache_core::MemorySource;
 use watchcache_server::Backend;
-use watchcache_server::store::services::{IpRange, ServiceRanges};
+use watchcache_server::config::{IpRange, ServiceRanges};
 use watchcache_tests::{Server, config, create_namespaces, http, request, request_typed, start_ready};
 
 const NS: &str = "svc";

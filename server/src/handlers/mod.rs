@@ -7,7 +7,8 @@
 //! - `errors.rs` and `response.rs`: every failure as the apiserver's `metav1.Status`.
 //! - `discovery.rs`: `/version`, `/api`, `/apis` and aggregated discovery.
 //! - `reads/`: LIST, GET and WATCH from the caches, as JSON, protobuf, Tables or metadata.
-//! - `writes/`: POST, PUT, PATCH, DELETE to the store, with the subresources that write.
+//! - `writes/`: POST, PUT, PATCH, DELETE to the store, with the subresources that write and
+//!   the Service addresses a write allocates.
 
 pub(crate) mod app;
 pub(crate) mod discovery;

@@ -4,12 +4,8 @@
 //! - [`resources`]: for each kind served, its cache, codec and watch frames.
 //! - `stored.rs`: what may be stored (etcd's size limit, a protobuf form).
 //! - `leases.rs`: store leases shared by objects with a time to live (Events).
-//! - [`services`] and `service_ranges.rs`: Service ClusterIPs and NodePorts, each claimed by a
-//!   key of its own, from the ranges the server was given.
 
 pub mod backend;
 pub(crate) mod leases;
 pub mod resources;
-pub(crate) mod service_ranges;
-pub mod services;
 pub(crate) mod stored;

@@ -11,7 +11,7 @@
 //! What a write goes through, one file each: `conversion.rs` (what is converted on the way in),
 //! `generate_name.rs`, `namespaces.rs` (namespace lifecycle), `deletion.rs` (what a DELETE
 //! does), `offload.rs` (writes on the blocking pool, bounded); and the subresources that write:
-//! `scale.rs` and `eviction.rs`.
+//! `scale.rs` and `eviction.rs`; `services.rs` allocates a Service's addresses.
 
 pub(crate) mod conversion;
 pub(crate) mod deletion;
@@ -20,6 +20,7 @@ pub(crate) mod generate_name;
 pub(crate) mod namespaces;
 pub(crate) mod offload;
 pub(crate) mod scale;
+pub(crate) mod services;
 
 use std::time::SystemTime;
 
@@ -37,7 +38,7 @@ use crate::handlers::params::{DeleteParams, FieldValidation, Params, WriteParams
 use crate::handlers::response::json_response;
 use crate::handlers::target::{Subresource, Target};
 use crate::store::resources::NameRule;
-use crate::store::services;
+
 use crate::store::stored;
 use deletion::Deletion;
 use watchcache_api::mutation::apply;

@@ -1,4 +1,4 @@
-//! Writes run on tokio's blocking pool, at most [`MAX_WRITES`] at once, so that their CPU is
+//! Writes run on tokio's blocking pool, at most [`MAX_WRITES`](crate::config::MAX_WRITES) at once, so that their CPU is
 //! never spent on the runtime's workers, which go on serving reads and watches meanwhile.
 //!
 //! A write's CPU is parsing its body (JSON, YAML or protobuf), patching, bringing
@@ -23,10 +23,6 @@ use std::time::Duration;
 use axum::response::Response;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 use watchcache_encoders::Status;
-
-/// The most writes in flight at once, as the apiserver's default
-/// `--max-mutating-requests-inflight`.
-pub(crate) const MAX_WRITES: usize = 200;
 
 /// The places for writes in flight, and the count of writes waiting for one.
 pub(crate) struct Offload {

@@ -5,6 +5,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub mod service_ranges;
+
+pub use service_ranges::{IpRange, ServiceRanges, parse_port_range};
+
+/// The most writes in flight at once, as the apiserver's default
+/// `--max-mutating-requests-inflight`.
+pub(crate) const MAX_WRITES: usize = 200;
+
 use crate::auth::AuthorizationMode;
 use crate::auth::rbac::PolicySource;
 
@@ -83,7 +91,7 @@ pub struct ServeConfig {
     pub event_ttl: Duration,
     /// The ranges Services get their cluster IPs and node ports from
     /// (`--service-cluster-ip-range`, `--service-node-port-range`).
-    pub service_ranges: crate::store::service_ranges::ServiceRanges,
+    pub service_ranges: ServiceRanges,
     /// The longest a lease is shared by the writes of objects with a TTL
     /// (`--lease-reuse-duration-seconds`, the apiserver's flag); a lease is granted for the TTL
     /// plus this window, so an Event lives up to that much longer than its TTL. Zero: a lease
@@ -193,8 +201,8 @@ impl Default for ServeConfig {
             snapshot_retention: Duration::from_secs(75),
             fresh_timeout: Duration::from_secs(3),
             max_watchers: 100_000,
-            max_writes: crate::handlers::writes::offload::MAX_WRITES,
-            max_mutating_requests_inflight: crate::handlers::writes::offload::MAX_WRITES,
+            max_writes: MAX_WRITES,
+            max_mutating_requests_inflight: MAX_WRITES,
             seed_pods: 0,
             churn: 0.0,
             seed_nodes: 0,
@@ -210,7 +218,7 @@ impl Default for ServeConfig {
             history_fill: true,
             create_delay: Duration::ZERO,
             event_ttl: Duration::from_secs(3600),
-            service_ranges: crate::store::service_ranges::ServiceRanges::default(),
+            service_ranges: ServiceRanges::default(),
             lease_reuse: Duration::from_secs(60),
             lease_reuse_share: 0.05,
             token_auth_file: None,

@@ -27,8 +27,6 @@ use crate::handlers::app::AppState;
 use crate::handlers::errors;
 use crate::handlers::target::Target;
 
-pub use crate::store::service_ranges::{IpRange, ServiceRanges, parse_port_range};
-
 /// Where each allocated cluster IP is claimed (an `networking.k8s.io/v1` IPAddress, as the
 /// apiserver's allocator keeps them).
 const IP_PREFIX: &str = "/registry/ipaddresses/";
