@@ -28,11 +28,26 @@ pub fn available() -> bool {
     ok
 }
 
+/// A loopback port free now, chosen below the kernel's ephemeral range: a port the kernel
+/// hands out (to a `:0` bind or to any outgoing connection) could be taken by a client socket
+/// between this check and etcd's own bind, which fails the member's start.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port()
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let (low, high) = (10_000u16, ephemeral.max(12_000));
+    let span = usize::from(high - low);
+    // Test binaries of one run may overlap; each process starts in its own part of the range.
+    let start = std::process::id() as usize * 997;
+    for _ in 0..span {
+        let port = low + ((start + NEXT.fetch_add(1, Ordering::Relaxed)) % span) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port in {low}..{high}");
 }
 
 /// PEM files for a cluster whose members serve clients over TLS and require a client
@@ -280,7 +295,24 @@ impl EtcdCluster {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        panic!("etcd did not become healthy; logs in {}", self.dir.display());
+        let logs: String = self
+            .members
+            .iter()
+            .map(|m| {
+                let log =
+                    std::fs::read_to_string(self.dir.join(format!("{}.log", m.name))).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(5).collect();
+                format!(
+                    "\n{}: {}",
+                    m.name,
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n    ")
+                )
+            })
+            .collect();
+        panic!(
+            "etcd did not become healthy; logs in {}{logs}",
+            self.dir.display()
+        );
     }
 }
 
