@@ -20,6 +20,7 @@ variants=(
   "weaken-commit-each|hub|saw half of revision 2"
   "weaken-no-park-at-start|hub|expired by events it filters out"
   "weaken-no-lap-resume|hub|expired though nothing it needs was lost"
+  "weaken-handover-now|hub|a gap or a duplicate at the hand-over"
 )
 status=0
 for v in "${variants[@]}"; do

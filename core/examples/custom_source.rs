@@ -25,7 +25,9 @@ impl MapSource {
         let Data(rev, map, log) = &mut *self.0.0.lock().unwrap();
         *rev = Revision::new(rev.get() + 1);
         let (key, value) = (key.to_owned(), Bytes::from(value.to_owned()));
-        let prev = map.insert(key.clone(), (value.clone(), *rev)).map(|(v, _)| v);
+        let prev = map
+            .insert(key.clone(), (value.clone(), *rev))
+            .map(|(value, mod_revision)| PrevValue { value, mod_revision });
         // One change per revision here; a store whose writes change several keys at once
         // (a transaction) yields them in one `Changes`.
         let event = SourceEvent::single(*rev, SourceChange::Put { key, value, prev });

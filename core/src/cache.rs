@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use crate::catchup::{CacheUpstream, Upstream};
 use crate::config::{BuildError, CacheConfig};
 use crate::continue_token::Tokens;
 use crate::object::{Codec, ObjectKey, ObjectVersion};
@@ -198,6 +199,8 @@ struct Inner<S> {
     /// Asks the source for progress while reads wait (see `progress.rs`).
     requester: Arc<Requester>,
     requesting: tokio::task::JoinHandle<()>,
+    /// What a watch the window cannot serve catches up from (`None` with catch-up off).
+    upstream: Option<Arc<dyn Upstream>>,
 }
 
 impl<S: fmt::Debug> fmt::Debug for Inner<S> {
@@ -286,6 +289,15 @@ impl<S: Source> Cache<S> {
             config.prefix.clone(),
             Arc::clone(&store),
         ));
+        let upstream = config.catch_up.clone().map(|reads| {
+            Arc::new(CacheUpstream {
+                source: Arc::clone(&source),
+                codec: Arc::clone(&codec),
+                config: Arc::clone(&config),
+                store: Arc::clone(&store),
+                reads,
+            }) as Arc<dyn Upstream>
+        });
         Ok(Cache {
             inner: Arc::new(Inner {
                 config,
@@ -295,6 +307,7 @@ impl<S: Source> Cache<S> {
                 reflector,
                 requester,
                 requesting,
+                upstream,
             }),
         })
     }
@@ -360,6 +373,11 @@ impl<S: Source> Cache<S> {
     /// be kept longer, for paging).
     pub fn oldest_watch_revision(&self) -> Revision {
         self.inner.store.load().map_or(Revision::ZERO, |v| v.hub.floor())
+    }
+
+    /// What a watch the window cannot serve catches up from; `None` with catch-up off.
+    pub(crate) fn upstream(&self) -> Option<&Arc<dyn Upstream>> {
+        self.inner.upstream.as_ref()
     }
 
     pub(crate) fn source(&self) -> &S {

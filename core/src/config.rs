@@ -4,8 +4,12 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::catchup::CatchUpReads;
 use crate::ring::CapacityError;
 use crate::watcher::DEFAULT_CAPACITY;
+
+/// How many catch-up reads of the source a cache runs at once by default.
+pub const DEFAULT_CATCH_UP_READS: usize = 16;
 
 /// Tuning of a cache; every field has a default.
 #[derive(Clone, Debug)]
@@ -50,6 +54,12 @@ pub struct CacheConfig {
     /// before this cache started then goes on without a 410 and a relist. Default off (the
     /// apiserver's behaviour: the window starts at the first list).
     pub history_fill: bool,
+    /// Whether a watch the history window cannot serve (a start below it, or a watcher the
+    /// writer laps) reads the source's retained history instead and then goes on from the
+    /// window, rather than end with 410; and how many such reads may run at once (shared by
+    /// every cache given a clone). Default on, 16 reads for this cache alone. `None`: the
+    /// apiserver's behaviour, 410 and a relist.
+    pub catch_up: Option<CatchUpReads>,
 }
 
 impl CacheConfig {
@@ -71,6 +81,7 @@ impl CacheConfig {
             backoff_initial: Duration::from_millis(100),
             backoff_max: Duration::from_secs(5),
             history_fill: false,
+            catch_up: Some(CatchUpReads::new(DEFAULT_CATCH_UP_READS)),
         }
     }
 

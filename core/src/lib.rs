@@ -127,6 +127,7 @@
 #![doc(test(attr(deny(warnings))))]
 
 mod cache;
+mod catchup;
 mod config;
 mod consistency;
 mod continue_token;
@@ -156,7 +157,8 @@ mod watch;
 mod watcher;
 
 pub use cache::{Cache, CacheError, Corrupt, MAX_CORRUPT_LISTED};
-pub use config::{BuildError, CacheConfig};
+pub use catchup::CatchUpReads;
+pub use config::{BuildError, CacheConfig, DEFAULT_CATCH_UP_READS};
 pub use consistency::Consistency;
 pub use event::{Delivery, Event, EventKind, WatchEvent};
 pub use filter::Filter;
@@ -171,7 +173,7 @@ pub use selector::{
 };
 pub use snapshot::{ListItems, Snapshot};
 pub use source::memory::MemorySource;
-pub use source::{Source, SourceChange, SourceError, SourceEvent, SourceItem, SourceList};
+pub use source::{PrevValue, Source, SourceChange, SourceError, SourceEvent, SourceItem, SourceList};
 pub use stats::CacheStats;
 pub use watch::{CacheWatch, WatchOptions};
 pub use watcher::{

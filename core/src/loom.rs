@@ -124,6 +124,12 @@ pub(crate) mod weaken {
     pub(crate) const RESUME_AFTER_HARMLESS_LAP: bool =
         !cfg!(all(watchcache_loom, feature = "loom-weaken-no-lap-resume"));
 
+    /// Whether a catch-up hands over with a watch after the revision it delivered up to
+    /// (else, when the hub's revision looked no newer, with a watch from now, which misses
+    /// what the writer publishes in between).
+    pub(crate) const HANDOVER_AFTER_POSITION: bool =
+        !cfg!(all(watchcache_loom, feature = "loom-weaken-handover-now"));
+
     /// Whether `EventRing::len` reads the tail once (it read it twice, and underflowed when the
     /// writer trimmed in between).
     pub(crate) const LEN_ONE_TAIL_LOAD: bool =

@@ -156,3 +156,20 @@
 //!     passed other entries of, it has not completed that revision, and a lap before its first
 //!     poll is a 410 (test `a_watcher_that_starts_inside_a_revision_never_resumes_past_it_after_a_lap`).
 //!     *Model: `harmless_lap`; treating every lap as a 410 fails it (`weaken-no-lap-resume`).*
+//!
+//! # Catch-up ([`WatchHub::hand_over`](crate::WatchHub::hand_over), `catchup.rs`)
+//!
+//! 14. **The hand-over from the store to the ring loses nothing and repeats nothing.** A
+//!     watcher the window cannot serve reads the store's history, a whole revision at a time,
+//!     and after each one knows the revision `P` it has delivered every event up to. It then
+//!     asks the current hub for a watcher *after `P`* (never *from now*): the start is found
+//!     under the registry's lock, where the writer is not publishing (claim 6), so whatever
+//!     the writer published since the catch-up last looked, above `P`, is delivered by the
+//!     watcher, and nothing at or below `P` is. If the window no longer reaches back to `P`
+//!     (the writer lapped it meanwhile) the hub refuses, and the catch-up reads on from the
+//!     store; a `P` ahead of the ring is skipped up to as its events come. A watcher lapped
+//!     later catches up again from the revision of its last delivery, skipping the events of
+//!     that revision it already delivered. *Model: `handover`, a catch-up reading the store
+//!     and handing over as the writer publishes, lapped and catching up again; handing over
+//!     with a watch from now once the hub's revision looks caught up loses the events
+//!     published in between (`weaken-handover-now`).*

@@ -99,7 +99,7 @@ pub(crate) fn decode(
 /// keeps its key and revision, so that reads including it fail naming it rather than skip it
 /// or serve what it was before; it is counted and logged. A key outside the resource's layout
 /// names no object a request can reach, and is skipped.
-fn decode_value(
+pub(crate) fn decode_value(
     codec: &Arc<dyn Codec>,
     config: &CacheConfig,
     stats: &CacheStats,

@@ -40,6 +40,11 @@ impl Revision {
         self.0
     }
 
+    /// The revision after this one (saturating at the largest).
+    pub const fn successor(self) -> Self {
+        Revision(self.0.saturating_add(1))
+    }
+
     /// Parses a resourceVersion string; the same as `s.parse()`.
     pub fn parse(s: &str) -> Result<Self, RevisionError> {
         s.parse()

@@ -39,6 +39,16 @@ pub struct SourceList {
     pub revision: Revision,
 }
 
+/// A key's value before a change, and the revision of the write that produced it: what a
+/// watch with previous values (etcd's `prev_kv`) sends along with each change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PrevValue {
+    /// The value as stored.
+    pub value: Bytes,
+    /// The revision of the write that produced it.
+    pub mod_revision: Revision,
+}
+
 /// One key's change within a revision.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SourceChange {
@@ -48,15 +58,15 @@ pub enum SourceChange {
         key: String,
         /// The new value.
         value: Bytes,
-        /// The previous value, where the source knows it.
-        prev: Option<Bytes>,
+        /// The previous value, where the source knows it (`None` for a key just created).
+        prev: Option<PrevValue>,
     },
     /// The key was deleted.
     Delete {
         /// The full key.
         key: String,
         /// The last value, where the source knows it.
-        prev: Option<Bytes>,
+        prev: Option<PrevValue>,
     },
 }
 

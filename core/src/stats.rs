@@ -30,4 +30,11 @@ pub struct CacheStats {
     /// LISTs at an older revision of the history window, served from a state made on demand
     /// by undoing the ring's events after it.
     pub undone_reads: AtomicU64,
+    /// Watchers that read the source's history because the window could not serve them (a
+    /// start below it, or a lap), instead of ending with 410.
+    pub catch_ups: AtomicU64,
+    /// Events catch-ups delivered.
+    pub catch_up_events: AtomicU64,
+    /// Catch-ups handed over to the ring.
+    pub catch_up_handovers: AtomicU64,
 }

@@ -2,6 +2,7 @@
 //! events when it asks for them, and then its live [`Watcher`] on the current generation's
 //! hub.
 
+use std::cell::Cell;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -9,6 +10,7 @@ use std::time::Duration;
 use futures_core::Stream;
 
 use crate::cache::{Basis, Cache, CacheError, Corrupt};
+use crate::catchup::{CatchUp, Caught, Upstream};
 use crate::event::{Delivery, EventKind, WatchEvent};
 use crate::filter::Filter;
 use crate::page::page;
@@ -79,18 +81,39 @@ impl<S: Source> Cache<S> {
             };
             let mut spec = WatchSpec::new(opts.filter.clone()).after(after);
             spec.bookmarks = opts.allow_bookmarks;
+            let watch = |live| CacheWatch {
+                initial,
+                end_bookmark: (opts.send_initial_events == Some(true)).then_some(after),
+                live,
+                upstream: self.upstream().cloned(),
+                last: after,
+                at_last: 0,
+            };
             match view.hub.watch(spec) {
-                Ok(live) => {
-                    return Ok(CacheWatch {
-                        initial,
-                        end_bookmark: (opts.send_initial_events == Some(true)).then_some(after),
-                        live,
-                    });
-                }
+                Ok(live) => return Ok(watch(Live::Ring(live))),
                 Err(WatchError::Expired(e)) if with_state || e.requested >= self.oldest_watch_revision() => {
                     continue;
                 }
-                Err(WatchError::Expired(e)) => return Err(CacheError::Expired(e)),
+                // Below the window: from the source's history while it still holds it.
+                Err(WatchError::Expired(e)) => match self.upstream() {
+                    Some(upstream) if e.requested.successor() >= upstream.compacted() => {
+                        let catch_up = CatchUp::start(
+                            Arc::clone(upstream),
+                            opts.filter.clone(),
+                            opts.allow_bookmarks,
+                            e.requested.successor(),
+                            0,
+                        );
+                        return Ok(watch(Live::CatchUp(Box::new(catch_up))));
+                    }
+                    // Compacted: the oldest start the store can serve is just below its
+                    // compaction (a watch after C - 1 reads C on).
+                    Some(upstream) => {
+                        let oldest = Revision::new(upstream.compacted().get().saturating_sub(1));
+                        return Err(CacheError::Expired(Expired { oldest, ..e }));
+                    }
+                    None => return Err(CacheError::Expired(e)),
+                },
                 Err(WatchError::Selector(e)) => return Err(CacheError::Selector(e)),
             }
         }
@@ -115,14 +138,42 @@ fn initial_events(snapshot: &Arc<Snapshot>, filter: &Filter) -> ListItems {
     ListItems::from_span(Arc::clone(snapshot), all.span, filter.clone(), all.count)
 }
 
-/// A watch on the cache: initial events when asked for, then the live watcher.
-#[derive(Debug)]
+/// A watch on the cache: initial events when asked for, then the live watcher, or a
+/// catch-up from the source while the window does not reach back to where it stands.
 pub struct CacheWatch {
     /// Boxed: freed once delivered, so that a watch idling for hours does not carry its
     /// space.
     initial: Option<Box<ListItems>>,
     end_bookmark: Option<Revision>,
-    live: Watcher,
+    live: Live,
+    /// What a watcher the writer laps catches up from (`None` with catch-up off).
+    upstream: Option<Arc<dyn Upstream>>,
+    /// The revision of the last live delivery (the start before any), and how many events of
+    /// it were delivered (0 after a bookmark): where a catch-up resumes.
+    last: Revision,
+    at_last: usize,
+}
+
+/// Where a watch's live part reads from.
+#[derive(Debug)]
+enum Live {
+    /// The history window.
+    Ring(Watcher),
+    /// The source's history, until the window reaches back to it. Boxed: most watches never
+    /// need one.
+    CatchUp(Box<CatchUp>),
+    /// Ended (after an `Expired`).
+    Ended,
+}
+
+impl std::fmt::Debug for CacheWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CacheWatch")
+            .field("initial", &self.initial_remaining())
+            .field("live", &self.live)
+            .field("last", &self.last)
+            .finish_non_exhaustive()
+    }
 }
 
 impl CacheWatch {
@@ -161,7 +212,84 @@ impl CacheWatch {
             };
             return Poll::Ready(Some(Ok(f(d))));
         }
-        self.live.poll_next_with(cx, f)
+        self.poll_live(cx, f)
+    }
+
+    /// The live part: the ring, or a catch-up; a lapped watcher catches up from where its
+    /// client stands, while the source holds that revision.
+    fn poll_live<R>(
+        &mut self,
+        cx: &mut Context<'_>,
+        f: impl FnOnce(Delivery<'_>) -> R,
+    ) -> Poll<Option<Result<R, Expired>>> {
+        let tracked = Cell::new((self.last, self.at_last));
+        let polled = self.poll_tracked(cx, f, &tracked);
+        (self.last, self.at_last) = tracked.get();
+        polled
+    }
+
+    /// [`poll_live`](Self::poll_live), keeping `tracked` (the last revision delivered and how
+    /// many of its events) up to date with every delivery.
+    fn poll_tracked<R>(
+        &mut self,
+        cx: &mut Context<'_>,
+        f: impl FnOnce(Delivery<'_>) -> R,
+        tracked: &Cell<(Revision, usize)>,
+    ) -> Poll<Option<Result<R, Expired>>> {
+        let mut f = Some(f);
+        let mut deliver = |d: Delivery<'_>| {
+            let (last, at_last) = tracked.get();
+            tracked.set(if d.kind == EventKind::Bookmark {
+                (d.revision, 0)
+            } else if d.revision == last {
+                (last, at_last + 1)
+            } else {
+                (d.revision, 1)
+            });
+            let f = f.take().expect("one delivery per poll");
+            f(d)
+        };
+        loop {
+            match &mut self.live {
+                Live::Ring(watcher) => match std::task::ready!(watcher.poll_next_with(cx, &mut deliver)) {
+                    Some(Err(expired)) => {
+                        // Resume after the last revision delivered whole, or within the last
+                        // one, not delivering again what of it was.
+                        let (from, skip) = match tracked.get() {
+                            (last, 0) => (last.successor(), 0),
+                            (last, n) => (last, n),
+                        };
+                        match &self.upstream {
+                            Some(upstream) if from >= upstream.compacted() => {
+                                let catch_up = CatchUp::start(
+                                    Arc::clone(upstream),
+                                    watcher.take_filter(),
+                                    watcher.bookmarks(),
+                                    from,
+                                    skip,
+                                );
+                                self.live = Live::CatchUp(Box::new(catch_up));
+                            }
+                            _ => {
+                                self.live = Live::Ended;
+                                return Poll::Ready(Some(Err(expired)));
+                            }
+                        }
+                    }
+                    other => return Poll::Ready(other),
+                },
+                Live::CatchUp(catch_up) => match std::task::ready!(catch_up.poll_next_with(cx, &mut deliver))
+                {
+                    Caught::Delivered(out) => return Poll::Ready(Some(Ok(out))),
+                    Caught::HandedOver(watcher) => self.live = Live::Ring(watcher),
+                    Caught::Expired(expired) => {
+                        self.live = Live::Ended;
+                        return Poll::Ready(Some(Err(expired)));
+                    }
+                },
+                Live::Ended => return Poll::Ready(None),
+            }
+        }
     }
 
     /// Waits for the next delivery and lends it to `f`; `None` once the watch ended.
@@ -182,7 +310,16 @@ impl CacheWatch {
 
     /// The revision the live part has seen everything up to.
     pub fn position(&self) -> Revision {
-        self.live.position()
+        match &self.live {
+            Live::Ring(watcher) => watcher.position(),
+            Live::CatchUp(catch_up) => catch_up.position(),
+            Live::Ended => self.last,
+        }
+    }
+
+    /// Whether the watch is reading the source's history now (a catch-up), not the window.
+    pub fn is_catching_up(&self) -> bool {
+        matches!(self.live, Live::CatchUp(_))
     }
 }
 

@@ -354,6 +354,40 @@ impl WatchHub {
         }
     }
 
+    /// Hands a watch that was caught up from the store over to this hub: every event up to
+    /// `position` was delivered to it (whole revisions), and the watcher this starts delivers
+    /// every event after it, however many the writer publishes meanwhile; a `position` ahead
+    /// of the hub is skipped up to as the events come. Fails with `Expired` while the window
+    /// does not reach back to `position` (the catch-up reads on from the store), or once the
+    /// hub is closed. Claim 14 of [`protocol`](crate::protocol).
+    pub fn hand_over(
+        &self,
+        filter: Filter,
+        bookmarks: bool,
+        position: Revision,
+    ) -> Result<Watcher, WatchError> {
+        if position < self.floor() {
+            return Err(Expired {
+                requested: position,
+                oldest: self.floor(),
+            }
+            .into());
+        }
+        // A watch from now would do only if nothing were published between this look and
+        // its registration. (`HANDOVER_AFTER_POSITION` is true except in the loom model that
+        // shows why.)
+        let start = if !crate::loom::weaken::HANDOVER_AFTER_POSITION && self.revision() <= position {
+            StartAt::Now
+        } else {
+            StartAt::After(position)
+        };
+        self.watch(WatchSpec {
+            filter,
+            start,
+            bookmarks,
+        })
+    }
+
     /// Starts a watcher. Fails when its field selector names a field the hub does not
     /// declare, or when it asks for history older than the window.
     pub fn watch(&self, spec: WatchSpec) -> Result<Watcher, WatchError> {
@@ -736,6 +770,16 @@ impl Watcher {
     /// The filter.
     pub fn filter(&self) -> &Filter {
         &self.filter
+    }
+
+    /// The filter, taken out of a watcher that ended (a catch-up goes on with it).
+    pub(crate) fn take_filter(&mut self) -> Filter {
+        std::mem::replace(&mut self.filter, Filter::everything())
+    }
+
+    /// Whether it receives bookmarks.
+    pub(crate) fn bookmarks(&self) -> bool {
+        self.bookmarks
     }
 
     /// Polls for the next delivery and lends it to `f`. `Ready(None)` once the watcher ended.

@@ -8,6 +8,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -360,7 +361,7 @@ async fn check_list(seed: u64, rng: &mut Rng, cache: &Cache<MemorySource>, model
     assert_eq!(all, want, "{ctx}");
 }
 
-async fn run_case(seed: u64) {
+async fn run_case(seed: u64) -> (u64, u64) {
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let capacity = rng.pick(&[2usize, 4, 8, 16, 64]);
     let store = MemorySource::new();
@@ -371,6 +372,12 @@ async fn run_case(seed: u64) {
     config.trigger_field = Some("spec.nodeName".into());
     // The model's window is the ring's for LISTs too: no snapshot is kept beyond it.
     config.snapshot_retention = Duration::ZERO;
+    // With catch-up, a watch the window cannot serve reads the store's history; without it,
+    // the apiserver's 410.
+    let catch_up = rng.chance(50);
+    if !catch_up {
+        config.catch_up = None;
+    }
     let cache = Cache::new(store.clone(), Arc::new(TextCodec), config).unwrap();
     let first = cache
         .list(&ListOptions {
@@ -390,6 +397,22 @@ async fn run_case(seed: u64) {
         write(&mut rng, &store, &mut model);
     }
     cache.list(&ListOptions::default()).await.unwrap();
+
+    // The store compacts somewhere below the window (or nowhere): starts below it are 410
+    // even with catch-up.
+    let compacted = if rng.chance(50) {
+        let below: Vec<u64> = model
+            .states
+            .iter()
+            .map(|s| s.0)
+            .filter(|&r| r <= model.floor())
+            .collect();
+        let at = below[rng.below(below.len() as u64) as usize];
+        store.compact(Revision::new(at));
+        at
+    } else {
+        0
+    };
 
     // Phase 2: watches from random revisions with random selectors.
     let mut watches = Vec::new();
@@ -417,7 +440,9 @@ async fn run_case(seed: u64) {
         );
         let got = cache.watch(opts).await;
         match rv {
-            Some(n) if !send_initial && n != 0 && n < model.floor() => {
+            // Below the window: 410, or with catch-up, 410 only below the store's compaction
+            // (a watch from n reads revision n + 1 on).
+            Some(n) if !send_initial && n != 0 && n < model.floor() && (!catch_up || n + 1 < compacted) => {
                 assert!(matches!(got, Err(CacheError::Expired(_))), "{ctx}: {got:?}");
             }
             _ => {
@@ -466,10 +491,15 @@ async fn run_case(seed: u64) {
         if expired {
             // A 410 only where an entry it had to look at was overwritten before it read it
             // (one of its bucket's: its namespace's, its trigger value's, which its filter may
-            // still reject); what it saw before is exactly the start of what it should see.
+            // still reject), and never with catch-up while the store holds its history; what
+            // it saw before is exactly the start of what it should see.
             assert!(
                 lapped,
                 "{ctx}: expired, yet the window held every change after its start"
+            );
+            assert!(
+                !catch_up,
+                "{ctx}: expired, yet the store holds every revision after {after}"
             );
             assert!(
                 seen.len() <= want.len() && seen[..] == want[..seen.len()],
@@ -491,6 +521,11 @@ async fn run_case(seed: u64) {
         cache.check_consistency().await.unwrap().is_consistent(),
         "seed {seed}"
     );
+    let stats = cache.stats();
+    (
+        stats.catch_ups.load(Ordering::Relaxed),
+        stats.catch_up_handovers.load(Ordering::Relaxed),
+    )
 }
 
 #[test]
@@ -499,9 +534,17 @@ fn the_cache_answers_as_the_reference_model_does() {
         .enable_time()
         .build()
         .unwrap();
+    let (mut catch_ups, mut handovers) = (0, 0);
     rt.block_on(async {
         for seed in 0..CASES {
-            run_case(seed).await;
+            let (c, h) = run_case(seed).await;
+            catch_ups += c;
+            handovers += h;
         }
     });
+    // The cases reach the catch-up path (starts below the window, laps) and its hand-over.
+    assert!(
+        catch_ups > 10 && handovers > 0,
+        "{catch_ups} catch-ups, {handovers} hand-overs"
+    );
 }

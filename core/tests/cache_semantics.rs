@@ -520,6 +520,58 @@ async fn watch_from_a_revision_replays_what_followed_or_is_expired() {
         (e.kind, e.revision, e.object.unwrap().revision()),
         (EventKind::Deleted, r3, r2)
     );
+    let mut xs = Vec::new();
+    for i in 0..10 {
+        xs.push(create(&s, "ns", &format!("x{i}")));
+    }
+    cache.list(&ListOptions::default()).await.unwrap();
+    assert!(
+        cache.oldest_watch_revision() > r1,
+        "the window no longer reaches r1"
+    );
+    // Below the window, the store still holds r1's successors: they are read from it, the
+    // DELETED with the object's last state, and the watch goes on live from the window.
+    let mut w = cache
+        .watch(WatchOptions {
+            resource_version: Some(r1),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(w.is_catching_up());
+    let e = next(&mut w).await;
+    assert_eq!((e.kind, e.revision), (EventKind::Modified, r2));
+    let e = next(&mut w).await;
+    assert_eq!(
+        (e.kind, e.revision, e.object.unwrap().revision()),
+        (EventKind::Deleted, r3, r2)
+    );
+    for x in &xs {
+        let e = next(&mut w).await;
+        assert_eq!((e.kind, e.revision), (EventKind::Added, *x));
+    }
+    let live = create(&s, "ns", "live");
+    let e = next(&mut w).await;
+    assert_eq!((e.kind, e.revision), (EventKind::Added, live));
+    assert!(!w.is_catching_up(), "handed over to the window");
+    // Below the store's compaction: 410 (a watch from r1 needs r2, which compaction at r3
+    // removed; at r2 it would still be there).
+    s.compact(r3);
+    match cache
+        .watch(WatchOptions {
+            resource_version: Some(r1),
+            ..Default::default()
+        })
+        .await
+    {
+        Err(CacheError::Expired(e)) => assert_eq!((e.requested, e.oldest), (r1, r2)),
+        other => panic!("{other:?}"),
+    }
+    // Without catch-up, the apiserver's answer: 410 below the window.
+    let mut c = config();
+    c.catch_up = None;
+    let (s, cache) = started(c).await;
+    let r1 = create(&s, "ns", "a");
     for i in 0..10 {
         create(&s, "ns", &format!("x{i}"));
     }
@@ -1115,6 +1167,8 @@ async fn events_older_than_the_freshness_window_are_released_beyond_the_lower_bo
     c.retain_min_events = 4;
     c.fresh_window = Duration::from_secs(75);
     c.bookmark_interval = Duration::from_secs(3600);
+    // The window's own floor is what is tested: no catch-up from the store below it.
+    c.catch_up = None;
     let (s, cache) = started(c).await;
     // An old version that only history holds: created, then replaced at once.
     let mut revs = vec![create(&s, "ns", "p00")];
@@ -1267,6 +1321,8 @@ async fn a_panicking_reflector_is_replaced_its_watchers_end_and_the_cache_is_not
 async fn a_paged_lists_snapshot_outlives_a_burst_that_laps_the_history_window() {
     let mut c = config();
     c.snapshot_retention = Duration::from_secs(75);
+    // Watches from below the window are 410 here, as the apiserver's: no catch-up.
+    c.catch_up = None;
     let (s, cache) = started(c).await;
     for name in ["a", "b", "c"] {
         create(&s, "ns", name);
@@ -1465,6 +1521,8 @@ async fn every_key_a_write_changes_at_one_revision_is_applied_and_delivered_toge
 async fn a_paged_list_the_source_answers_pins_nothing_and_reads_the_source_for_each_page() {
     let mut c = config();
     c.snapshot_retention = Duration::from_secs(75);
+    // Watches from below the window are 410 here, as the apiserver's: no catch-up.
+    c.catch_up = None;
     let (s, cache) = started(c).await;
     for name in ["a", "b", "c"] {
         create(&s, "ns", name);

@@ -69,7 +69,9 @@ use etcd_client::{
 use futures_core::Stream;
 use futures_util::StreamExt;
 use tracing::{debug, info, warn};
-use watchcache_core::{Revision, Source, SourceChange, SourceError, SourceEvent, SourceItem, SourceList};
+use watchcache_core::{
+    PrevValue, Revision, Source, SourceChange, SourceError, SourceEvent, SourceItem, SourceList,
+};
 
 use crate::fences::{FENCE_VALUE, FenceStore, Fences, fence_key};
 use crate::members::{Kind, Members};

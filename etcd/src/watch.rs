@@ -133,7 +133,10 @@ impl EtcdWatch {
             let Ok(key) = std::str::from_utf8(kv.key()) else {
                 continue;
             };
-            let prev = e.prev_kv().map(|p| Bytes::copy_from_slice(p.value()));
+            let prev = e.prev_kv().map(|p| PrevValue {
+                value: Bytes::copy_from_slice(p.value()),
+                mod_revision: rev(p.mod_revision()),
+            });
             let change = match e.event_type() {
                 EventType::Put => SourceChange::Put {
                     key: key.to_owned(),

@@ -282,6 +282,62 @@ fn a_lap_that_loses_nothing_the_watcher_needs_is_not_a_410() {
     });
 }
 
+#[test]
+fn a_catch_up_hands_over_to_the_ring_without_a_gap_or_a_duplicate() {
+    model("handover", || {
+        let (mut publisher, hub) = WatchHub::builder().capacity(2).build().unwrap();
+        // The store's history: revisions 1 to 3. The writer (the cache's reflector) publishes
+        // them into a window of two as the catch-up reads them from the store.
+        let object = |rev: u64| named(rev, &format!("o{rev}"));
+        let writer = thread::spawn(move || {
+            for rev in 1..=3 {
+                publisher.publish(Event::Added { object: object(rev) }).unwrap();
+            }
+            publisher
+        });
+        let mut seen = Vec::new();
+        // Every event up to `position` was delivered, from the store or from the ring.
+        let mut position = Revision::ZERO;
+        let mut catch_up_and_hand_over = |seen: &mut Vec<u64>, position: &mut Revision| loop {
+            match hub.hand_over(Filter::everything(), false, *position) {
+                Ok(watcher) => return watcher,
+                // The window does not reach back: the next revision from the store.
+                Err(_) => {
+                    let next = position.get() + 1;
+                    assert!(next <= 3, "no hand-over after the store's last revision");
+                    seen.push(next);
+                    *position = Revision::new(next);
+                }
+            }
+        };
+        let mut watcher = catch_up_and_hand_over(&mut seen, &mut position);
+        let publisher = writer.join().unwrap();
+        // Everything is published: read the ring, catching up again if the writer lapped it.
+        let waker = std::task::Waker::noop().clone();
+        let mut cx = std::task::Context::from_waker(&waker);
+        loop {
+            match watcher.poll_next_with(&mut cx, |d| d.revision) {
+                std::task::Poll::Ready(Some(Ok(rev))) => {
+                    seen.push(rev.get());
+                    position = rev;
+                }
+                std::task::Poll::Ready(Some(Err(_))) => {
+                    watcher = catch_up_and_hand_over(&mut seen, &mut position);
+                }
+                std::task::Poll::Ready(None) | std::task::Poll::Pending => break,
+            }
+        }
+        assert_eq!(seen, [1, 2, 3], "a gap or a duplicate at the hand-over: {seen:?}");
+        drop(publisher);
+    });
+}
+
+#[cfg(feature = "weaken-handover-now")]
+#[test]
+fn weakened_handing_over_from_now_loses_what_was_published_meanwhile() {
+    a_catch_up_hands_over_to_the_ring_without_a_gap_or_a_duplicate();
+}
+
 #[cfg(feature = "weaken-no-park-at-start")]
 #[test]
 fn weakened_parking_only_at_the_first_poll_lets_others_lap_the_watcher() {

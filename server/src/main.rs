@@ -231,6 +231,11 @@ struct ServeArgs {
     /// apiserver does).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     history_fill: bool,
+    /// How many watches may read the store's retained history at once, when the history
+    /// window cannot serve them (a start below it, or a client the writer laps), instead of
+    /// ending with 410 and a relist; the rest wait in line. 0: off, the apiserver's 410.
+    #[arg(long, default_value_t = watchcache_server::config::DEFAULT_CATCH_UP_READS)]
+    watch_catch_up_reads: usize,
     /// Seconds an Event lives after its last write (kube-apiserver's flag and default): Events
     /// are written on a store lease that expires then.
     #[arg(long, default_value = "3600", value_parser = whole_seconds(1))]
@@ -385,6 +390,8 @@ async fn main() -> std::process::ExitCode {
         etcd_keyfile: args.etcd_keyfile,
         compaction_interval: args.compaction_interval,
         history_fill: args.history_fill,
+        catch_up: (args.watch_catch_up_reads > 0)
+            .then(|| watchcache_core::CatchUpReads::new(args.watch_catch_up_reads)),
         event_ttl: args.event_ttl,
         service_ranges: ServiceRanges {
             ips: args.service_cluster_ip_range,

@@ -18,8 +18,20 @@ pub struct Metrics {
     pub events_dispatched: Family<Labels, Counter>,
     /// Bookmarks written to clients, per resource.
     pub bookmarks_sent: Family<Labels, Counter>,
-    /// Watches ended because the history window lapped them, per resource.
-    pub watchers_lapped: Family<Labels, Counter>,
+    /// Watches ended in stream with a 410 (lapped or cut off by a relist where no catch-up
+    /// from the store could serve them: compacted, or catch-up off), per resource.
+    pub watch_expired_in_stream: Family<Labels, Counter>,
+    /// Watches the server ended, not their client: the in-stream 410s, and watches whose
+    /// client stopped reading, dropped a grace period after their deadline (the apiserver's
+    /// `apiserver_terminated_watchers_total`), per resource.
+    pub terminated_watchers: Family<Labels, Counter>,
+    /// Watches that read the store's retained history because the window could not serve
+    /// them (see `CacheStats::catch_ups`), per resource.
+    pub watch_catch_ups: Family<Labels, Counter>,
+    /// Events catch-ups delivered, per resource.
+    pub watch_catch_up_events: Family<Labels, Counter>,
+    /// Catch-ups handed over to the window, per resource.
+    pub watch_catch_up_handovers: Family<Labels, Counter>,
     /// LIST requests, per resource.
     pub list_requests: Family<Labels, Counter>,
     /// LIST body bytes written, per resource.
@@ -75,7 +87,11 @@ impl Default for Metrics {
             watchers: Family::default(),
             events_dispatched: Family::default(),
             bookmarks_sent: Family::default(),
-            watchers_lapped: Family::default(),
+            watch_expired_in_stream: Family::default(),
+            terminated_watchers: Family::default(),
+            watch_catch_ups: Family::default(),
+            watch_catch_up_events: Family::default(),
+            watch_catch_up_handovers: Family::default(),
             list_requests: Family::default(),
             list_bytes: Family::default(),
             ring_capacity: Family::default(),
@@ -104,6 +120,11 @@ impl Default for Metrics {
             m.initializations.clone(),
         );
         root.register(
+            "apiserver_terminated_watchers",
+            "Watches the server ended rather than their client: in-stream 410s, and clients that stopped reading",
+            m.terminated_watchers.clone(),
+        );
+        root.register(
             "apiserver_audit_event",
             "Audit events made and sent to the audit log",
             m.audit_events.clone(),
@@ -126,9 +147,24 @@ impl Default for Metrics {
             m.bookmarks_sent.clone(),
         );
         registry.register(
-            "watchers_lapped",
-            "Watches ended because the history window lapped them",
-            m.watchers_lapped.clone(),
+            "watch_expired_in_stream",
+            "Watches ended in stream with a 410: lapped or cut off by a relist where the store no longer held their revision (or catch-up is off)",
+            m.watch_expired_in_stream.clone(),
+        );
+        registry.register(
+            "watch_catch_ups",
+            "Watches that read the store's retained history because the history window could not serve them",
+            m.watch_catch_ups.clone(),
+        );
+        registry.register(
+            "watch_catch_up_events",
+            "Events delivered from the store's history by catch-ups",
+            m.watch_catch_up_events.clone(),
+        );
+        registry.register(
+            "watch_catch_up_handovers",
+            "Catch-ups handed over to the history window",
+            m.watch_catch_up_handovers.clone(),
         );
         registry.register("list_requests", "LIST requests", m.list_requests.clone());
         registry.register("list_bytes", "LIST body bytes written", m.list_bytes.clone());
@@ -202,7 +238,7 @@ impl Default for Metrics {
 }
 
 /// Moves `counter` up to `total` (a count kept elsewhere, read at scrape time).
-pub(crate) fn catch_up(counter: &Counter, total: u64) {
+pub(crate) fn advance_to(counter: &Counter, total: u64) {
     let now = counter.get();
     if total > now {
         counter.inc_by(total - now);

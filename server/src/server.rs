@@ -203,7 +203,8 @@ pub struct Server {
 
 impl Server {
     /// Binds, seeds the workload and starts serving on the current tokio runtime, on an
-    /// embedded store that keeps the last `max(4 × history, 1024)` revisions and at most
+    /// embedded store that keeps the last `max(4 × history, 1024)` revisions (or
+    /// `embedded_revisions`) and at most
     /// `history_bytes` of changed values (as an apiserver compacts etcd), so churn does not
     /// grow memory without bound.
     ///
@@ -214,7 +215,9 @@ impl Server {
         if !config.etcd.is_empty() {
             return Server::start_on_etcd(config).await;
         }
-        let retention = (config.history as u64 * 4).max(1024);
+        let retention = config
+            .embedded_revisions
+            .unwrap_or_else(|| (config.history as u64 * 4).max(1024));
         let store = MemorySource::with_limits(None, Some(retention), Some(config.history_bytes));
         Server::start_with(config, Backend::Memory(store)).await
     }

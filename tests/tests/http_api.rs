@@ -291,7 +291,7 @@ async fn too_large_resource_versions_are_504_with_a_cause_and_not_ready_is_429()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_watch_that_starts_too_old_or_is_lapped_ends_with_an_in_stream_410() {
+async fn a_watch_below_the_window_catches_up_from_the_store_and_is_an_in_stream_410_once_compacted() {
     let mut cfg = config(5);
     cfg.history = 8;
     let server = start(cfg).await;
@@ -302,13 +302,35 @@ async fn a_watch_that_starts_too_old_or_is_lapped_ends_with_an_in_stream_410() {
         .unwrap()
         .parse()
         .unwrap();
+    let mut revs = Vec::new();
     for g in 0..20 {
         let value = watchcache_server::workload::pod(0, 1, g + 1).to_string();
-        store
-            .update("/registry/pods/ns-0/web-000000", Bytes::from(value), None)
-            .unwrap();
+        revs.push(
+            store
+                .update("/registry/pods/ns-0/web-000000", Bytes::from(value), None)
+                .unwrap(),
+        );
     }
     request(&http(), &server, "GET", "/api/v1/pods", None).await; // caught up
+    // Twenty events through a window of eight: the store still holds them, and serves them.
+    let mut caught_up = Frames::open(
+        &server,
+        &format!("/api/v1/pods?watch=1&resourceVersion={start_rv}"),
+    )
+    .await;
+    for rev in &revs {
+        let f = caught_up.next().await.expect("an event");
+        assert_eq!(
+            (
+                f["type"].as_str(),
+                f["object"]["metadata"]["resourceVersion"].as_str()
+            ),
+            (Some("MODIFIED"), Some(rev.to_string().as_str()))
+        );
+    }
+    drop(caught_up);
+    // Once the store compacted past the start: 410.
+    store.compact(revs[5]);
     let mut old = Frames::open(
         &server,
         &format!("/api/v1/pods?watch=1&resourceVersion={start_rv}"),

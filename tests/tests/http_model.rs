@@ -1019,6 +1019,11 @@ async fn fault(server: &Server, rng: &mut Rng) -> Option<u64> {
 }
 
 /// `frames` with each run of one revision's events in key order.
+/// The revision of the last event a watch delivered, or its start.
+fn reached_any(got: &[(String, String, u64)], after: u64) -> u64 {
+    got.last().map_or(after, |e| e.2)
+}
+
 fn by_revision(mut frames: Vec<(String, String, u64)>) -> Vec<(String, String, u64)> {
     frames.chunk_by_mut(|a, b| a.2 == b.2).for_each(|run| run.sort());
     frames
@@ -1032,7 +1037,7 @@ const DELETED_BY_NAME: &str = "DELETED (its name only)";
 /// a corrupt object (other than its deletion) must deliver everything before it, then an
 /// ERROR naming it, and end there; the model checks it no further (informers restart such a
 /// watch with a LIST, which the model's LISTs check).
-async fn check_watch(mut w: OpenWatch, model: &mut Model, start: u64, compactions: &[u64], seed: u64) {
+async fn check_watch(mut w: OpenWatch, model: &mut Model, compactions: &[u64], seed: u64) {
     let mut want = w.initial.clone();
     // The corrupt object the watch ends at, if it reaches one: its storage key.
     let mut ends_at = None;
@@ -1134,16 +1139,23 @@ async fn check_watch(mut w: OpenWatch, model: &mut Model, start: u64, compaction
         };
         let why = error.unwrap()["message"].to_string();
         // "too old resource version: R (O)": O is the oldest revision a new watch can start
-        // after. A relist sets it (after a compaction, even one the cache learned of late,
-        // having fallen behind during a fault); a lap moves it past R.
-        let oldest: u64 = why
+        // after.
+        let oldest: Option<u64> = why
             .rsplit_once('(')
-            .and_then(|(_, o)| o.trim_end_matches(")\"").parse().ok())
-            .unwrap_or_else(|| panic!("{ctx}: a 410 that says where history starts: {why}"));
-        let relisted = compactions.iter().any(|&c| c <= oldest);
+            .and_then(|(_, o)| o.trim_end_matches(")\"").parse().ok());
         assert!(
-            w.after < start || relisted || changes_since > HISTORY,
-            "{ctx}: a 410 ({why}) with nothing to cause it ({changes_since} changes since its start)"
+            oldest.is_some_and(|o| o >= reached_any(&got, w.after)),
+            "{ctx}: a 410 that says where history starts, past where the watch stood: {why}"
+        );
+        // With catch-up from the store, neither a lap nor a start below the window is a
+        // cause: only a compaction past where the watch stood (it would read on from the
+        // revision after its last event, or from within that one's revision).
+        let reached = reached_any(&got, w.after);
+        let compacted_past = compactions.iter().any(|&c| c > reached);
+        assert!(
+            compacted_past,
+            "{ctx}: a 410 ({why}) with nothing to cause it ({changes_since} changes since its start, \
+             compactions {compactions:?})"
         );
     } else {
         assert!(error.is_none(), "{ctx}: an ERROR after every event: {error:?}");
@@ -1415,8 +1427,6 @@ async fn schedule(seed: u64, backing: &Backing) -> Tally {
         .push((watchcache_tests::current_revision(&server).await, BTreeMap::new()));
     let mut watches = Vec::new();
     let mut lists = Vec::new();
-    // The cache's history starts at its first list: a watch from before it is too old.
-    let start = watchcache_tests::current_revision(&server).await;
     let mut compactions = Vec::new();
     for _ in 0..(20 + rng.below(40)) {
         match rng.below(24) {
@@ -1437,7 +1447,7 @@ async fn schedule(seed: u64, backing: &Backing) -> Tally {
     // The cache catches up (a consistent read), then every watch is read to its end.
     list(&server, &mut rng, &mut model, seed).await;
     for w in watches {
-        check_watch(w, &mut model, start, &compactions, seed).await;
+        check_watch(w, &mut model, &compactions, seed).await;
     }
     server.shutdown().await.unwrap();
     model.tally

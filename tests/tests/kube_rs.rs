@@ -155,21 +155,35 @@ async fn kube_rs_streaming_lists_on_etcd() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kube_rs_relists_after_an_in_stream_410_and_converges() {
-    relists_after_an_in_stream_410(false).await;
+async fn without_catch_up_kube_rs_relists_after_an_in_stream_410_and_converges() {
+    lapped_by_a_burst(false, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kube_rs_relists_after_an_in_stream_410_on_etcd() {
-    relists_after_an_in_stream_410(true).await;
+async fn a_lapped_kube_rs_watcher_catches_up_from_the_store_without_a_relist() {
+    lapped_by_a_burst(false, true).await;
 }
 
-async fn relists_after_an_in_stream_410(etcd: bool) {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lapped_kube_rs_watcher_catches_up_from_etcd_without_a_relist() {
+    lapped_by_a_burst(true, true).await;
+}
+
+/// A kube-rs reflector whose client stops reading while far more writes than the window go
+/// by. Without catch-up (the apiserver's behaviour), the server ends its watch with an
+/// in-stream 410 and kube-rs lists again; with it, the watch reads the store's history and
+/// goes on: no error, no second list.
+async fn lapped_by_a_burst(etcd: bool, catch_up: bool) {
     let Some(backing) = Backing::new(etcd).await else {
         return;
     };
     let mut cfg = backing.config(20);
     cfg.history = 16;
+    if !catch_up {
+        cfg.catch_up = None;
+    }
+    // The embedded store retains the burst, as etcd retains its history until compacted.
+    cfg.embedded_revisions = Some(20_000);
     let server = start(cfg).await;
     let api: Api<Pod> = Api::all(client(&server));
     let (store, writer) = reflector::store();
@@ -183,7 +197,7 @@ async fn relists_after_an_in_stream_410(etcd: bool) {
     for _ in 0..5 {
         let _ = tokio::time::timeout(Duration::from_millis(100), stream.next()).await;
     }
-    let lapped_before = lapped(&server).await;
+    let expired_before = metric(&server, "watchcache_watch_expired_in_stream_total").await;
     // 6,000 updates, 20 at a time (one per pod, so each pod's updates stay in order).
     let backend = server.store();
     for round in 0..300 {
@@ -199,28 +213,41 @@ async fn relists_after_an_in_stream_410(etcd: bool) {
         });
         futures_util::future::join_all(writes).await;
     }
-    // Reading again: the buffered frames, then an ERROR 410, then kube-rs re-lists.
     let errors = sync_until_equal(&mut stream, &store, &server, &mut inits).await;
-    assert!(
-        inits >= 2,
-        "kube-rs re-listed after the 410 ({inits} initial syncs)"
-    );
-    assert!(
-        errors.iter().any(|e| e.contains("410") || e.contains("too old")),
-        "{errors:?}"
-    );
-    assert!(
-        lapped(&server).await > lapped_before,
-        "the server ended a lapped watcher"
-    );
+    let expired = metric(&server, "watchcache_watch_expired_in_stream_total").await - expired_before;
+    let terminated = metric(&server, "apiserver_terminated_watchers_total").await;
+    if catch_up {
+        // Reading again: the buffered frames, then the rest from the store's history.
+        assert_eq!(
+            (inits, expired, terminated),
+            (1, 0, 0),
+            "no 410, no relist: {errors:?}"
+        );
+        assert!(errors.is_empty(), "{errors:?}");
+        assert!(metric(&server, "watchcache_watch_catch_ups_total").await >= 1);
+        assert!(metric(&server, "watchcache_watch_catch_up_events_total").await > 0);
+    } else {
+        // Reading again: the buffered frames, then an ERROR 410, then kube-rs re-lists.
+        assert!(
+            inits >= 2,
+            "kube-rs re-listed after the 410 ({inits} initial syncs)"
+        );
+        assert!(
+            errors.iter().any(|e| e.contains("410") || e.contains("too old")),
+            "{errors:?}"
+        );
+        assert!(expired > 0 && terminated > 0, "the server ended a lapped watcher");
+    }
     server.shutdown().await.unwrap();
 }
 
-async fn lapped(server: &Server) -> u64 {
+/// A pods counter of `/metrics`.
+async fn metric(server: &Server, name: &str) -> u64 {
     let (_, body) = request(&http(), server, "GET", "/metrics", None).await;
+    let prefix = format!("{name}{{resource=\"pods\"}}");
     String::from_utf8_lossy(&body)
         .lines()
-        .filter(|l| l.starts_with("watchcache_watchers_lapped_total{resource=\"pods\"}"))
+        .filter(|l| l.starts_with(&prefix))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
         .sum()
 }

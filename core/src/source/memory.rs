@@ -21,7 +21,7 @@ use bytes::Bytes;
 use futures_core::Stream;
 use tokio::sync::watch;
 
-use super::{Source, SourceChange, SourceError, SourceEvent, SourceItem, SourceList};
+use super::{PrevValue, Source, SourceChange, SourceError, SourceEvent, SourceItem, SourceList};
 use crate::loom::unpoisoned;
 use crate::rv::Revision;
 
@@ -562,7 +562,10 @@ impl WatchState {
             if !c.key.starts_with(&self.prefix) {
                 continue;
             }
-            let prev = c.prev.as_ref().map(|p| p.value.clone());
+            let prev = c.prev.as_ref().map(|p| PrevValue {
+                value: p.value.clone(),
+                mod_revision: Revision::new(p.modified),
+            });
             let change = match &c.value {
                 Some(v) => SourceChange::Put {
                     key: c.key.clone(),
@@ -836,7 +839,10 @@ mod tests {
                 SourceChange::Put {
                     key: "p/a".into(),
                     value: b("a2"),
-                    prev: Some(b("a1"))
+                    prev: Some(PrevValue {
+                        value: b("a1"),
+                        mod_revision: r1
+                    })
                 }
             )
         );
@@ -853,7 +859,10 @@ mod tests {
                 r4,
                 SourceChange::Delete {
                     key: "p/a".into(),
-                    prev: Some(b("a2"))
+                    prev: Some(PrevValue {
+                        value: b("a2"),
+                        mod_revision: r2
+                    })
                 }
             )
         );

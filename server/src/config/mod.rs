@@ -8,6 +8,10 @@ use std::time::Duration;
 pub mod service_ranges;
 
 pub use service_ranges::{IpRange, ServiceRanges, parse_port_range};
+use watchcache_core::CatchUpReads;
+
+/// How many catch-up reads of the store a server runs at once by default.
+pub const DEFAULT_CATCH_UP_READS: usize = 64;
 
 /// The most writes in flight at once, as the apiserver's default
 /// `--max-mutating-requests-inflight`.
@@ -81,6 +85,16 @@ pub struct ServeConfig {
     /// starts, so that clients resuming watches after a restart go on without a 410 and a
     /// relist. Default on.
     pub history_fill: bool,
+    /// Whether a watch the history window cannot serve (a start below it, or a watcher the
+    /// writer laps while its client still reads) catches up from the store's retained
+    /// history instead of ending with 410, and how many such reads of the store run at once,
+    /// shared by every resource (`--watch-catch-up-reads`; the rest wait in line). Default
+    /// on, 64 reads. `None`: the apiserver's 410 and relist.
+    pub catch_up: Option<CatchUpReads>,
+    /// How many revisions the embedded store retains before it compacts (as an apiserver
+    /// compacts etcd); `None`: `max(4 × history, 1024)`. Not a flag; tests raise it. The
+    /// retained changes are also bounded by `history_bytes`.
+    pub embedded_revisions: Option<u64>,
     /// A fault switch for tests, zero in service: how long each create in a namespace pauses
     /// between finding its namespace active and writing, as a slow create may, so that tests
     /// can race it against the namespace's deletion.
@@ -216,6 +230,8 @@ impl Default for ServeConfig {
             etcd_keyfile: None,
             compaction_interval: Duration::from_secs(300),
             history_fill: true,
+            catch_up: Some(CatchUpReads::new(DEFAULT_CATCH_UP_READS)),
+            embedded_revisions: None,
             create_delay: Duration::ZERO,
             event_ttl: Duration::from_secs(3600),
             service_ranges: ServiceRanges::default(),

@@ -280,21 +280,33 @@ async fn metrics_text(State(state): AppStateRef) -> Response {
             .get_or_create(&labels)
             .set(stats.history_bytes.load(std::sync::atomic::Ordering::Relaxed) as i64);
         let relaxed = std::sync::atomic::Ordering::Relaxed;
-        metrics::catch_up(
+        metrics::advance_to(
             &state.metrics.store_reads.get_or_create(&labels),
             stats.source_reads.load(relaxed),
         );
-        metrics::catch_up(
+        metrics::advance_to(
             &state.metrics.progress_requests.get_or_create(&labels),
             stats.progress_requests.load(relaxed),
         );
-        metrics::catch_up(
+        metrics::advance_to(
             &state.metrics.initializations.get_or_create(&labels),
             stats.lists.load(relaxed),
         );
-        metrics::catch_up(
+        metrics::advance_to(
             &state.metrics.undone_reads.get_or_create(&labels),
             stats.undone_reads.load(relaxed),
+        );
+        metrics::advance_to(
+            &state.metrics.watch_catch_ups.get_or_create(&labels),
+            stats.catch_ups.load(relaxed),
+        );
+        metrics::advance_to(
+            &state.metrics.watch_catch_up_events.get_or_create(&labels),
+            stats.catch_up_events.load(relaxed),
+        );
+        metrics::advance_to(
+            &state.metrics.watch_catch_up_handovers.get_or_create(&labels),
+            stats.catch_up_handovers.load(relaxed),
         );
         state
             .metrics

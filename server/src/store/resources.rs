@@ -226,6 +226,7 @@ pub fn start(store: &Backend, config: &ServeConfig, spec: &Arc<KindSpec>) -> Res
     cache_config.fields = spec.fields.iter().map(|f| f.path.clone()).collect();
     cache_config.trigger_field = spec.trigger.clone();
     cache_config.history_fill = config.history_fill;
+    cache_config.catch_up = config.catch_up.clone();
     let cache = Cache::new(store.clone(), codec.clone(), cache_config)?;
     let mut info = ResourceInfo::new(&spec.plural, &spec.kind, &spec.api_version());
     if let Some(message) = protobuf_message(spec) {

@@ -6,8 +6,10 @@
 //! writer never waits for it and may lap it. While the client does not read, hyper does not
 //! poll the body for more, and an end written at the deadline or at shutdown cannot be
 //! flushed: the connection is then dropped by its kill switch (see `connection.rs`), a grace
-//! period later. A client that reads again before that gets what is left; a lapped watch ends
-//! with an ERROR frame carrying a 410 Expired Status. The watcher parks with the connection task's waker, so an idle watch costs
+//! period later. A client that reads again before that gets what is left; a watch the writer
+//! lapped meanwhile goes on from the store's history (a catch-up, see core's `catchup.rs`), and
+//! ends with an ERROR frame carrying a 410 Expired Status only when the store no longer holds
+//! its revision. The watcher parks with the connection task's waker, so an idle watch costs
 //! no polling.
 
 use std::pin::Pin;
@@ -69,7 +71,10 @@ pub(crate) enum Transform {
 pub(crate) struct WatchCounters {
     pub(crate) events: Counter,
     pub(crate) bookmarks: Counter,
-    pub(crate) lapped: Counter,
+    /// In-stream 410s.
+    pub(crate) expired: Counter,
+    /// Watches the server ended (the in-stream 410s, and stalled clients dropped).
+    pub(crate) terminated: Counter,
 }
 
 impl WatchCounters {
@@ -78,7 +83,8 @@ impl WatchCounters {
         WatchCounters {
             events: metrics.events_dispatched.get_or_create(&labels).clone(),
             bookmarks: metrics.bookmarks_sent.get_or_create(&labels).clone(),
-            lapped: metrics.watchers_lapped.get_or_create(&labels).clone(),
+            expired: metrics.watch_expired_in_stream.get_or_create(&labels).clone(),
+            terminated: metrics.terminated_watchers.get_or_create(&labels).clone(),
         }
     }
 }
@@ -115,6 +121,17 @@ fn poll_deadline(
     }
     *registered = Some(cx.waker().clone());
     deadline.as_mut().poll(cx).is_ready()
+}
+
+impl Drop for WatchBody {
+    /// A body dropped with its watch still open after its deadline was never polled to its
+    /// clean end: its client had stopped reading, and the connection was dropped (the kill
+    /// switch, a grace period after the deadline). The server ended that watcher.
+    fn drop(&mut self) {
+        if self.watch.is_some() && self.deadline.is_elapsed() {
+            self.counters.terminated.inc();
+        }
+    }
 }
 
 impl WatchBody {
@@ -186,7 +203,8 @@ impl Stream for WatchBody {
                     break;
                 }
                 Poll::Ready(Some(Err(expired))) => {
-                    this.counters.lapped.inc();
+                    this.counters.expired.inc();
+                    this.counters.terminated.inc();
                     this.frames.write_error(&errors::expired(&expired), buf);
                     ended = true;
                     break;

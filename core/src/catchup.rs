@@ -1,0 +1,363 @@
+//! Catch-up from the source: a watch the history window cannot serve is served from the
+//! source's own history instead, and then handed over to the ring.
+//!
+//! The window holds the newest events only. A watch that starts below it, or a watcher the
+//! writer laps while its client still reads, would end with 410 Expired and make its client
+//! list everything again; yet the source (etcd, or the embedded store's change log) still holds
+//! every revision since its last compaction. So such a watcher reads the source instead: a
+//! watch of the resource's prefix from the revision it needs, each change decoded as the
+//! reflector decodes it and paired with the previous value the source sends along, then
+//! filtered as the ring's events are. After each whole revision it tries to attach to the
+//! current hub after that revision; once the window reaches back that far, it does, and reads
+//! on from the ring. Every revision up to the hand-over came from the source, every one after
+//! it from the ring: no gap, no duplicate (claim 14 of [`protocol`](crate::protocol)). Only a
+//! revision the source compacted ends the watch with 410.
+//!
+//! How many watchers read the source at once is bounded ([`CatchUpReads`]); the rest wait in
+//! line, first come first served, reading nothing meanwhile.
+
+use std::fmt;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_core::Stream;
+use futures_util::StreamExt;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::config::CacheConfig;
+use crate::event::{Delivery, Event};
+use crate::filter::Filter;
+use crate::object::{Codec, ObjectVersion};
+use crate::reflector::decode_value;
+use crate::rv::Revision;
+use crate::source::{Source, SourceChange, SourceError, SourceEvent};
+use crate::stats::CacheStats;
+use crate::store::Store;
+use crate::watcher::{Expired, Watcher};
+
+/// How many watchers may read the source's history at once: one bound shared by every cache
+/// given a clone, so that a server bounds the reads against its store whatever the number of
+/// resources. Watchers beyond it wait in line, in the order they came.
+#[derive(Clone)]
+pub struct CatchUpReads {
+    permits: Arc<Semaphore>,
+    limit: usize,
+}
+
+impl CatchUpReads {
+    /// At most `limit` reads at once (at least one).
+    pub fn new(limit: usize) -> Self {
+        let limit = limit.max(1);
+        CatchUpReads {
+            permits: Arc::new(Semaphore::new(limit)),
+            limit,
+        }
+    }
+
+    /// The bound.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// How many reads are under way now.
+    pub fn in_use(&self) -> usize {
+        self.limit - self.permits.available_permits()
+    }
+}
+
+impl fmt::Debug for CatchUpReads {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CatchUpReads")
+            .field("limit", &self.limit)
+            .field("in_use", &self.in_use())
+            .finish()
+    }
+}
+
+/// The events of one revision of the source, as a watch of the source yields them.
+type History = Pin<Box<dyn Stream<Item = Result<SourceEvent, SourceError>> + Send>>;
+
+/// What a catch-up needs of its cache: its source's history, its decoder, and its current hub.
+pub(crate) trait Upstream: Send + Sync + 'static {
+    /// The source's changes from revision `from` on (inclusive).
+    fn history(&self, from: Revision) -> History;
+    /// One value decoded as the reflector decodes it (`None`: a key outside the layout).
+    fn decode(&self, key: &str, value: &[u8], revision: Revision) -> Option<Arc<ObjectVersion>>;
+    /// Hands the catch-up over to the current hub: a watcher of every event after
+    /// `position` (`None` while the window does not reach back to it).
+    fn attach(&self, filter: &Filter, bookmarks: bool, position: Revision) -> Option<Watcher>;
+    /// The source's compacted revision, as far as it is known (0 when not).
+    fn compacted(&self) -> Revision;
+    /// The bound on reads at once.
+    fn reads(&self) -> &CatchUpReads;
+    /// The cache's counters.
+    fn stats(&self) -> &CacheStats;
+}
+
+/// A cache's [`Upstream`]: holds what the reflector holds, not the cache (a watch does not
+/// keep a dropped cache's reflector running).
+pub(crate) struct CacheUpstream<S> {
+    pub(crate) source: Arc<S>,
+    pub(crate) codec: Arc<dyn Codec>,
+    pub(crate) config: Arc<CacheConfig>,
+    pub(crate) store: Arc<Store>,
+    pub(crate) reads: CatchUpReads,
+}
+
+impl<S: Source> Upstream for CacheUpstream<S> {
+    fn history(&self, from: Revision) -> History {
+        let source = Arc::clone(&self.source);
+        let prefix = self.config.prefix.clone();
+        let open = async move { source.watch(&prefix, from).await };
+        Box::pin(
+            futures_util::stream::once(open)
+                .map(|opened| match opened {
+                    Ok(watch) => futures_util::future::Either::Left(watch),
+                    Err(e) => futures_util::future::Either::Right(futures_util::stream::iter([Err(e)])),
+                })
+                .flatten(),
+        )
+    }
+
+    fn decode(&self, key: &str, value: &[u8], revision: Revision) -> Option<Arc<ObjectVersion>> {
+        decode_value(&self.codec, &self.config, &self.store.stats, key, value, revision)
+    }
+
+    fn attach(&self, filter: &Filter, bookmarks: bool, position: Revision) -> Option<Watcher> {
+        let view = self.store.load()?;
+        view.hub.hand_over(filter.clone(), bookmarks, position).ok()
+    }
+
+    fn compacted(&self) -> Revision {
+        self.source.compacted_revision()
+    }
+
+    fn reads(&self) -> &CatchUpReads {
+        &self.reads
+    }
+
+    fn stats(&self) -> &CacheStats {
+        &self.store.stats
+    }
+}
+
+/// The first pause before a broken read of the source is opened again; doubles up to
+/// `MAX_PAUSE`.
+const FIRST_PAUSE: Duration = Duration::from_millis(100);
+const MAX_PAUSE: Duration = Duration::from_secs(5);
+
+enum State {
+    /// In line for a read.
+    Queued(Pin<Box<dyn Future<Output = Option<OwnedSemaphorePermit>> + Send>>),
+    /// Reading the source (the permit is returned when the read ends).
+    Reading {
+        history: History,
+        _permit: Option<OwnedSemaphorePermit>,
+    },
+    /// The read broke: opened again after a pause, in line again.
+    Paused(Pin<Box<tokio::time::Sleep>>),
+}
+
+/// What one poll of a catch-up came to.
+pub(crate) enum Caught<R> {
+    /// A delivery, lent to the caller's closure.
+    Delivered(R),
+    /// The window reaches back to where the catch-up stands: the watcher to read on from.
+    HandedOver(Watcher),
+    /// The source compacted the revision the catch-up needed.
+    Expired(Expired),
+}
+
+/// One watcher's catch-up: where it stands in the source's history, the revision it is
+/// delivering, and its read.
+pub(crate) struct CatchUp {
+    upstream: Arc<dyn Upstream>,
+    filter: Filter,
+    bookmarks: bool,
+    state: State,
+    /// Every event up to this revision was delivered (or does not concern the watcher).
+    position: Revision,
+    /// The revision being delivered, and its changes not yet looked at.
+    current: Option<(Revision, std::vec::IntoIter<SourceChange>)>,
+    /// Deliveries of revision `skip_at` the watcher had before it was lapped, not delivered
+    /// again; no hand-over until they are passed.
+    skip: usize,
+    skip_at: Revision,
+    pause: Duration,
+}
+
+impl fmt::Debug for CatchUp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CatchUp")
+            .field("filter", &self.filter)
+            .field("position", &self.position)
+            .field("skip", &self.skip)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CatchUp {
+    /// A catch-up of `filter` from revision `from` (inclusive), not delivering again the first
+    /// `skip` deliveries of that revision.
+    pub(crate) fn start(
+        upstream: Arc<dyn Upstream>,
+        filter: Filter,
+        bookmarks: bool,
+        from: Revision,
+        skip: usize,
+    ) -> CatchUp {
+        upstream.stats().catch_ups.fetch_add(1, Ordering::Relaxed);
+        let state = queue(&upstream);
+        CatchUp {
+            upstream,
+            filter,
+            bookmarks,
+            state,
+            position: Revision::new(from.get().saturating_sub(1)),
+            current: None,
+            skip,
+            skip_at: from,
+            pause: FIRST_PAUSE,
+        }
+    }
+
+    /// The revision every event up to which was delivered.
+    pub(crate) fn position(&self) -> Revision {
+        self.position
+    }
+
+    /// Polls for the next delivery, the hand-over, or the end.
+    pub(crate) fn poll_next_with<R>(
+        &mut self,
+        cx: &mut Context<'_>,
+        f: impl FnOnce(Delivery<'_>) -> R,
+    ) -> Poll<Caught<R>> {
+        loop {
+            if let Some((revision, changes)) = &mut self.current {
+                let revision = *revision;
+                for change in changes.by_ref() {
+                    // A codec that panics (a bug the reflector's supervisor survives) ends this
+                    // watch as a closed hub ends its watchers, not the task that polls it.
+                    let upstream = &*self.upstream;
+                    let decoded =
+                        std::panic::catch_unwind(AssertUnwindSafe(|| event_of(upstream, revision, change)));
+                    let Ok(event) = decoded else {
+                        self.current = None;
+                        return Poll::Ready(Caught::Expired(Expired {
+                            requested: self.position,
+                            oldest: revision,
+                        }));
+                    };
+                    let Some(event) = event else {
+                        continue;
+                    };
+                    let Some(delivery) = self.filter.deliver(&event) else {
+                        continue;
+                    };
+                    if self.skip > 0 && revision == self.skip_at {
+                        self.skip -= 1;
+                        continue;
+                    }
+                    self.upstream
+                        .stats()
+                        .catch_up_events
+                        .fetch_add(1, Ordering::Relaxed);
+                    return Poll::Ready(Caught::Delivered(f(delivery)));
+                }
+                self.current = None;
+                self.position = revision;
+                if revision >= self.skip_at {
+                    self.skip = 0;
+                }
+            }
+            if self.skip == 0
+                && let Some(watcher) = self.upstream.attach(&self.filter, self.bookmarks, self.position)
+            {
+                self.upstream
+                    .stats()
+                    .catch_up_handovers
+                    .fetch_add(1, Ordering::Relaxed);
+                return Poll::Ready(Caught::HandedOver(watcher));
+            }
+            match &mut self.state {
+                State::Queued(permit) => {
+                    let permit = std::task::ready!(permit.as_mut().poll(cx));
+                    let from = self.position.successor();
+                    self.state = State::Reading {
+                        history: self.upstream.history(from),
+                        _permit: permit,
+                    };
+                }
+                State::Paused(sleep) => {
+                    std::task::ready!(sleep.as_mut().poll(cx));
+                    self.state = queue(&self.upstream);
+                }
+                State::Reading { history, .. } => match std::task::ready!(history.as_mut().poll_next(cx)) {
+                    Some(Ok(SourceEvent::Changes { revision, changes })) => {
+                        if revision > self.position {
+                            self.pause = FIRST_PAUSE;
+                            self.current = Some((revision, changes.into_iter()));
+                        }
+                    }
+                    Some(Ok(SourceEvent::Progress { revision })) => {
+                        // Nothing under the prefix changed up to `revision`: a watcher in the
+                        // middle of skipping stays where it is (the skipped revision is ahead).
+                        if self.skip == 0 && revision > self.position {
+                            self.position = revision;
+                        }
+                    }
+                    Some(Err(SourceError::Compacted { compact_revision })) => {
+                        return Poll::Ready(Caught::Expired(Expired {
+                            requested: self.position,
+                            oldest: Revision::new(
+                                compact_revision
+                                    .max(self.upstream.compacted())
+                                    .get()
+                                    .saturating_sub(1),
+                            ),
+                        }));
+                    }
+                    Some(Err(_)) | None => {
+                        let pause = self.pause;
+                        self.pause = (self.pause * 2).min(MAX_PAUSE);
+                        self.state = State::Paused(Box::pin(tokio::time::sleep(pause)));
+                    }
+                },
+            }
+        }
+    }
+}
+
+/// In line for a read of `upstream`'s source.
+fn queue(upstream: &Arc<dyn Upstream>) -> State {
+    let permits = Arc::clone(&upstream.reads().permits);
+    State::Queued(Box::pin(async move { permits.acquire_owned().await.ok() }))
+}
+
+/// The event one change of the source makes: paired with the previous value the source sent
+/// along (the reflector pairs it with the version its snapshot holds, the same one). A
+/// deletion without its last value cannot be delivered and is left out, as is a key outside
+/// the resource's layout.
+fn event_of(upstream: &dyn Upstream, revision: Revision, change: SourceChange) -> Option<Event> {
+    match change {
+        SourceChange::Put { key, value, prev } => {
+            let object = upstream.decode(&key, &value, revision)?;
+            Some(
+                match prev.and_then(|p| upstream.decode(&key, &p.value, p.mod_revision)) {
+                    Some(prev) => Event::Modified { object, prev },
+                    None => Event::Added { object },
+                },
+            )
+        }
+        SourceChange::Delete { key, prev } => {
+            let prev = prev?;
+            let prev = upstream.decode(&key, &prev.value, prev.mod_revision)?;
+            Some(Event::Deleted { revision, prev })
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! Catch-up from the store: a watcher the writer laps, or a watch that starts below the
+//! history window, reads the store's retained history instead of ending with 410, and then
+//! goes on from the window; only a revision the store compacted is 410.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use common::{TextCodec, text_pod};
+use watchcache_core::source::memory::TxnWrite;
+use watchcache_core::{
+    Cache, CacheConfig, CacheWatch, CatchUpReads, EventKind, Filter, ListOptions, MemorySource, Revision,
+    WatchEvent, WatchOptions,
+};
+
+fn config() -> CacheConfig {
+    let mut c = CacheConfig::new("pods", "pods/");
+    c.capacity = 4;
+    c.retain_min_events = 4;
+    c.fresh_timeout = Duration::from_millis(300);
+    c.ready_timeout = Duration::from_millis(300);
+    c.snapshot_retention = Duration::ZERO;
+    c.bookmark_interval = Duration::from_secs(3600);
+    c
+}
+
+fn create(s: &MemorySource, name: &str, app: &str) -> Revision {
+    s.create(&format!("pods/ns/{name}"), text_pod("ns", name, app, "n1"))
+        .unwrap()
+}
+
+async fn started(config: CacheConfig) -> (MemorySource, Cache<MemorySource>) {
+    let s = MemorySource::new();
+    let cache = Cache::new(s.clone(), Arc::new(TextCodec), config).unwrap();
+    cache
+        .list(&ListOptions {
+            resource_version: Some(Revision::ZERO),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    (s, cache)
+}
+
+/// A watch from the cache's revision now (no initial events).
+async fn watch_from_now(cache: &Cache<MemorySource>, filter: Filter) -> CacheWatch {
+    cache
+        .watch(WatchOptions {
+            resource_version: Some(cache.revision()),
+            filter,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+}
+
+async fn next(w: &mut CacheWatch) -> WatchEvent {
+    tokio::time::timeout(Duration::from_secs(5), w.next())
+        .await
+        .expect("an event in time")
+        .expect("the watch goes on")
+        .expect("no 410")
+}
+
+/// Whether the watch delivers nothing for `wait`.
+async fn quiet(w: &mut CacheWatch, wait: Duration) -> bool {
+    tokio::time::timeout(wait, w.next()).await.is_err()
+}
+
+#[tokio::test]
+async fn a_lapped_watcher_keeps_its_stream_gapless_and_goes_back_to_the_window() {
+    let (s, cache) = started(config()).await;
+    let mut all = watch_from_now(&cache, Filter::everything()).await;
+    let web = Filter::parse(None, "app=web", "").unwrap();
+    let mut selective = watch_from_now(&cache, web).await;
+    // Fifty writes through a window of four, neither watcher reading: both are lapped.
+    let mut revs = Vec::new();
+    for i in 0..50 {
+        let app = if i % 3 == 0 { "web" } else { "db" };
+        revs.push((create(&s, &format!("p{i:02}"), app), app));
+    }
+    cache.list(&ListOptions::default()).await.unwrap();
+    for (rev, _) in &revs {
+        let e = next(&mut all).await;
+        assert_eq!((e.kind, e.revision), (EventKind::Added, *rev));
+    }
+    for (rev, _) in revs.iter().filter(|(_, app)| *app == "web") {
+        let e = next(&mut selective).await;
+        assert_eq!((e.kind, e.revision), (EventKind::Added, *rev));
+    }
+    assert!(cache.stats().catch_ups.load(Ordering::Relaxed) >= 2);
+    // Then live from the window, nothing twice.
+    let live = create(&s, "live", "web");
+    for w in [&mut all, &mut selective] {
+        let e = next(w).await;
+        assert_eq!((e.kind, e.revision), (EventKind::Added, live));
+        assert!(!w.is_catching_up(), "handed over to the window");
+        assert!(quiet(w, Duration::from_millis(50)).await);
+    }
+    assert!(cache.stats().catch_up_handovers.load(Ordering::Relaxed) >= 2);
+}
+
+#[tokio::test]
+async fn a_lap_inside_a_revision_resumes_within_it() {
+    let mut c = config();
+    c.capacity = 8;
+    c.retain_min_events = 8;
+    let (s, cache) = started(c).await;
+    let mut w = watch_from_now(&cache, Filter::everything()).await;
+    // One transaction of six keys, then a client that reads two of its events.
+    let writes = (0..6)
+        .map(|i| TxnWrite::Put {
+            key: format!("pods/ns/t{i}"),
+            value: text_pod("ns", &format!("t{i}"), "web", "n1"),
+        })
+        .collect();
+    let txn = s.txn(writes).unwrap();
+    for i in 0..2 {
+        let e = next(&mut w).await;
+        assert_eq!(
+            (e.revision, e.object.unwrap().key().name()),
+            (txn, format!("t{i}").as_str())
+        );
+    }
+    // Twenty more writes lap it in the middle of the transaction.
+    let mut revs = Vec::new();
+    for i in 0..20 {
+        revs.push(create(&s, &format!("p{i:02}"), "web"));
+    }
+    cache.list(&ListOptions::default()).await.unwrap();
+    for i in 2..6 {
+        let e = next(&mut w).await;
+        assert_eq!(
+            (e.revision, e.object.unwrap().key().name()),
+            (txn, format!("t{i}").as_str())
+        );
+    }
+    for rev in revs {
+        assert_eq!(next(&mut w).await.revision, rev);
+    }
+    assert_eq!(cache.stats().catch_ups.load(Ordering::Relaxed), 1);
+}
+
+#[tokio::test]
+async fn compaction_still_ends_a_lapped_watcher_with_410() {
+    let (s, cache) = started(config()).await;
+    let mut w = watch_from_now(&cache, Filter::everything()).await;
+    let start = w.position();
+    let mut last = start;
+    for i in 0..20 {
+        last = create(&s, &format!("p{i:02}"), "web");
+    }
+    s.compact(last);
+    cache.list(&ListOptions::default()).await.unwrap();
+    let end = tokio::time::timeout(Duration::from_secs(5), w.next())
+        .await
+        .expect("an answer in time");
+    match end {
+        Some(Err(e)) => assert_eq!(e.requested, start),
+        other => panic!("expected 410, got {other:?}"),
+    }
+    assert!(w.next().await.is_none(), "the watch ended");
+}
+
+#[tokio::test]
+async fn catch_up_reads_are_bounded_and_the_next_in_line_goes_when_one_ends() {
+    let reads = CatchUpReads::new(1);
+    let mut c = config();
+    c.catch_up = Some(reads.clone());
+    let (s, cache) = started(c).await;
+    let mut first = watch_from_now(&cache, Filter::everything()).await;
+    let mut second = watch_from_now(&cache, Filter::everything()).await;
+    let mut revs = Vec::new();
+    for i in 0..20 {
+        revs.push(create(&s, &format!("p{i:02}"), "web"));
+    }
+    cache.list(&ListOptions::default()).await.unwrap();
+    assert_eq!(next(&mut first).await.revision, revs[0]);
+    assert_eq!(reads.in_use(), 1);
+    // In line behind the first: nothing yet.
+    assert!(quiet(&mut second, Duration::from_millis(100)).await);
+    assert!(second.is_catching_up());
+    drop(first);
+    for rev in &revs {
+        assert_eq!(next(&mut second).await.revision, *rev);
+    }
+    // Handed over: the read is returned.
+    let live = create(&s, "live", "web");
+    assert_eq!(next(&mut second).await.revision, live);
+    assert_eq!(reads.in_use(), 0);
+}
