@@ -33,6 +33,7 @@ use crate::config::CacheConfig;
 use crate::event::{Delivery, Event};
 use crate::filter::Filter;
 use crate::object::{Codec, ObjectVersion};
+use crate::progress::{OwnedWaiting, Requester};
 use crate::reflector::decode_value;
 use crate::rv::Revision;
 use crate::source::{Source, SourceChange, SourceError, SourceEvent};
@@ -95,6 +96,9 @@ pub(crate) trait Upstream: Send + Sync + 'static {
     fn compacted(&self) -> Revision;
     /// The bound on reads at once.
     fn reads(&self) -> &CatchUpReads;
+    /// Asks the source for progress notifications on the prefix while the registration lives
+    /// (one request at a time for the whole cache).
+    fn want_progress(&self) -> OwnedWaiting;
     /// The cache's counters.
     fn stats(&self) -> &CacheStats;
 }
@@ -107,6 +111,7 @@ pub(crate) struct CacheUpstream<S> {
     pub(crate) config: Arc<CacheConfig>,
     pub(crate) store: Arc<Store>,
     pub(crate) reads: CatchUpReads,
+    pub(crate) requester: Arc<Requester>,
 }
 
 impl<S: Source> Upstream for CacheUpstream<S> {
@@ -141,6 +146,10 @@ impl<S: Source> Upstream for CacheUpstream<S> {
         &self.reads
     }
 
+    fn want_progress(&self) -> OwnedWaiting {
+        self.requester.wait_owned()
+    }
+
     fn stats(&self) -> &CacheStats {
         &self.store.stats
     }
@@ -158,6 +167,10 @@ enum State {
     Reading {
         history: History,
         _permit: Option<OwnedSemaphorePermit>,
+        /// At the head of the source's history with the hand-over refused (the window starts
+        /// above where the catch-up stands, and the prefix has had no change since): the
+        /// progress notifications asked for move it up to the window.
+        waiting: Option<OwnedWaiting>,
     },
     /// The read broke: opened again after a pause, in line again.
     Paused(Pin<Box<tokio::time::Sleep>>),
@@ -291,41 +304,53 @@ impl CatchUp {
                     self.state = State::Reading {
                         history: self.upstream.history(from),
                         _permit: permit,
+                        waiting: None,
                     };
                 }
                 State::Paused(sleep) => {
                     std::task::ready!(sleep.as_mut().poll(cx));
                     self.state = queue(&self.upstream);
                 }
-                State::Reading { history, .. } => match std::task::ready!(history.as_mut().poll_next(cx)) {
-                    Some(Ok(SourceEvent::Changes { revision, changes })) => {
-                        if revision > self.position {
-                            self.pause = FIRST_PAUSE;
-                            self.current = Some((revision, changes.into_iter()));
+                State::Reading { history, waiting, .. } => match history.as_mut().poll_next(cx) {
+                    Poll::Pending => {
+                        if self.skip == 0 && waiting.is_none() {
+                            *waiting = Some(self.upstream.want_progress());
                         }
+                        return Poll::Pending;
                     }
-                    Some(Ok(SourceEvent::Progress { revision })) => {
-                        // Nothing under the prefix changed up to `revision`: a watcher in the
-                        // middle of skipping stays where it is (the skipped revision is ahead).
-                        if self.skip == 0 && revision > self.position {
-                            self.position = revision;
+                    Poll::Ready(next) => {
+                        *waiting = None;
+                        match next {
+                            Some(Ok(SourceEvent::Changes { revision, changes })) => {
+                                if revision > self.position {
+                                    self.pause = FIRST_PAUSE;
+                                    self.current = Some((revision, changes.into_iter()));
+                                }
+                            }
+                            Some(Ok(SourceEvent::Progress { revision })) => {
+                                // Nothing under the prefix changed up to `revision`: a watcher in the
+                                // middle of skipping stays where it is (the skipped revision is ahead).
+                                if self.skip == 0 && revision > self.position {
+                                    self.position = revision;
+                                }
+                            }
+                            Some(Err(SourceError::Compacted { compact_revision })) => {
+                                return Poll::Ready(Caught::Expired(Expired {
+                                    requested: self.position,
+                                    oldest: Revision::new(
+                                        compact_revision
+                                            .max(self.upstream.compacted())
+                                            .get()
+                                            .saturating_sub(1),
+                                    ),
+                                }));
+                            }
+                            Some(Err(_)) | None => {
+                                let pause = self.pause;
+                                self.pause = (self.pause * 2).min(MAX_PAUSE);
+                                self.state = State::Paused(Box::pin(tokio::time::sleep(pause)));
+                            }
                         }
-                    }
-                    Some(Err(SourceError::Compacted { compact_revision })) => {
-                        return Poll::Ready(Caught::Expired(Expired {
-                            requested: self.position,
-                            oldest: Revision::new(
-                                compact_revision
-                                    .max(self.upstream.compacted())
-                                    .get()
-                                    .saturating_sub(1),
-                            ),
-                        }));
-                    }
-                    Some(Err(_)) | None => {
-                        let pause = self.pause;
-                        self.pause = (self.pause * 2).min(MAX_PAUSE);
-                        self.state = State::Paused(Box::pin(tokio::time::sleep(pause)));
                     }
                 },
             }

@@ -40,15 +40,37 @@ impl Drop for Waiting<'_> {
     }
 }
 
+/// An owned registration with the requester (see [`Requester::wait_owned`]).
+#[derive(Debug)]
+pub(crate) struct OwnedWaiting(Arc<Requester>);
+
+impl Drop for OwnedWaiting {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 impl Requester {
     /// Registers a read that waits for the cache: the requester asks the source at once if it
     /// was idle, and keeps asking while the registration lives.
     pub(crate) fn wait(&self) -> Waiting<'_> {
+        self.register();
+        Waiting(self)
+    }
+
+    fn register(&self) {
         if self.waiting.fetch_add(1, Ordering::Relaxed) == 0 {
             // A permit is stored if the task is not waiting yet: the wake is never lost.
             self.wake.notify_one();
         }
-        Waiting(self)
+    }
+
+    /// As [`wait`](Self::wait), for a waiter that is not a future's borrow: a catch-up at the
+    /// head of the source's history, whose hand-over waits for a revision its prefix has had
+    /// no change at (a progress notification moves it there).
+    pub(crate) fn wait_owned(self: &Arc<Self>) -> OwnedWaiting {
+        self.register();
+        OwnedWaiting(Arc::clone(self))
     }
 
     /// Runs the requester for the cache of `prefix` until the task is aborted.

@@ -191,3 +191,68 @@ async fn catch_up_reads_are_bounded_and_the_next_in_line_goes_when_one_ends() {
     assert_eq!(next(&mut second).await.revision, live);
     assert_eq!(reads.in_use(), 0);
 }
+
+/// Panics on the first value that starts with `ns/boom`, as a codec bug would: the reflector's
+/// supervisor replaces the reflector, which lists again into a new generation.
+struct PanicsOnce(std::sync::atomic::AtomicBool);
+
+impl watchcache_core::Codec for PanicsOnce {
+    fn decode(
+        &self,
+        raw: &[u8],
+        revision: Revision,
+    ) -> Result<watchcache_core::ObjectVersion, watchcache_core::CodecError> {
+        if raw.starts_with(b"ns/boom") && !self.0.swap(true, Ordering::Relaxed) {
+            panic!("a codec bug");
+        }
+        TextCodec.decode(raw, revision)
+    }
+
+    fn encode(
+        &self,
+        v: &watchcache_core::ObjectVersion,
+        f: watchcache_core::WireFormat,
+    ) -> Result<watchcache_core::Encoding, watchcache_core::CodecError> {
+        TextCodec.encode(v, f)
+    }
+}
+
+#[tokio::test]
+async fn a_catch_up_below_a_new_generation_hands_over_though_its_prefix_is_quiet() {
+    let s = MemorySource::new();
+    let mut c = config();
+    c.backoff_initial = Duration::from_millis(5);
+    c.backoff_max = Duration::from_millis(20);
+    let codec = Arc::new(PanicsOnce(std::sync::atomic::AtomicBool::new(false)));
+    let cache = Cache::new(s.clone(), codec, c).unwrap();
+    create(&s, "a", "web");
+    cache.list(&ListOptions::default()).await.unwrap();
+    let mut w = watch_from_now(&cache, Filter::everything()).await;
+    // The reflector panics on it and is replaced: the hub closes, and the watcher catches up
+    // from the store, where the object decodes.
+    let boom = create(&s, "boom", "web");
+    // Writes elsewhere in the store: the new generation starts above them, and nothing under
+    // the resource's prefix comes after the catch-up's last event.
+    for i in 0..5 {
+        s.create(&format!("other/x{i}"), text_pod("ns", "x", "web", "n1"))
+            .unwrap();
+    }
+    let e = next(&mut w).await;
+    assert_eq!((e.kind, e.revision), (EventKind::Added, boom));
+    for _ in 0..500 {
+        if cache.is_ready() && cache.oldest_watch_revision() > boom {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        cache.oldest_watch_revision() > boom,
+        "a new generation above the catch-up"
+    );
+    // With no write to its prefix, progress notifications bring the catch-up up to the new
+    // window, and it hands over.
+    assert!(quiet(&mut w, Duration::from_millis(500)).await);
+    assert!(!w.is_catching_up(), "handed over to the new generation");
+    let live = create(&s, "live", "web");
+    assert_eq!(next(&mut w).await.revision, live);
+}
