@@ -2,6 +2,7 @@
 //! the external clients (kubectl builds) with the loud-when-missing policy.
 
 pub mod etcd;
+pub mod robustness;
 pub mod tls;
 
 use std::path::PathBuf;
