@@ -44,20 +44,32 @@ use crate::watcher::{Expired, Watcher};
 /// How many watchers may read the source's history at once: one bound shared by every cache
 /// given a clone, so that a server bounds the reads against its store whatever the number of
 /// resources. Watchers beyond it wait in line, in the order they came.
+///
+/// A watcher does not wait in line forever: the reads ahead of it may belong to clients that
+/// stopped reading, which hold their read until the server ends their watch. One that waited
+/// [`queue_wait`](Self::with_queue_wait) ends with 410, as it would have without catch-up.
 #[derive(Clone)]
 pub struct CatchUpReads {
     permits: Arc<Semaphore>,
     limit: usize,
+    queue_wait: Duration,
 }
 
 impl CatchUpReads {
-    /// At most `limit` reads at once (at least one).
+    /// At most `limit` reads at once (at least one); a watcher waits in line at most 10 s.
     pub fn new(limit: usize) -> Self {
         let limit = limit.max(1);
         CatchUpReads {
             permits: Arc::new(Semaphore::new(limit)),
             limit,
+            queue_wait: Duration::from_secs(10),
         }
+    }
+
+    /// How long a watcher waits in line for a read before it ends with 410.
+    pub fn with_queue_wait(mut self, wait: Duration) -> Self {
+        self.queue_wait = wait;
+        self
     }
 
     /// The bound.
@@ -94,6 +106,8 @@ pub(crate) trait Upstream: Send + Sync + 'static {
     fn attach(&self, filter: &Filter, bookmarks: bool, position: Revision) -> Option<Watcher>;
     /// The source's compacted revision, as far as it is known (0 when not).
     fn compacted(&self) -> Revision;
+    /// The oldest revision a watch can start after in the current window.
+    fn floor(&self) -> Revision;
     /// The bound on reads at once.
     fn reads(&self) -> &CatchUpReads;
     /// Asks the source for progress notifications on the prefix while the registration lives
@@ -142,6 +156,10 @@ impl<S: Source> Upstream for CacheUpstream<S> {
         self.source.compacted_revision()
     }
 
+    fn floor(&self) -> Revision {
+        self.store.load().map_or(Revision::ZERO, |v| v.hub.floor())
+    }
+
     fn reads(&self) -> &CatchUpReads {
         &self.reads
     }
@@ -161,7 +179,7 @@ const FIRST_PAUSE: Duration = Duration::from_millis(100);
 const MAX_PAUSE: Duration = Duration::from_secs(5);
 
 enum State {
-    /// In line for a read.
+    /// In line for a read (`None` once it waited too long).
     Queued(Pin<Box<dyn Future<Output = Option<OwnedSemaphorePermit>> + Send>>),
     /// Reading the source (the permit is returned when the read ends).
     Reading {
@@ -299,11 +317,20 @@ impl CatchUp {
             }
             match &mut self.state {
                 State::Queued(permit) => {
-                    let permit = std::task::ready!(permit.as_mut().poll(cx));
+                    let Some(permit) = std::task::ready!(permit.as_mut().poll(cx)) else {
+                        self.upstream
+                            .stats()
+                            .catch_ups_refused
+                            .fetch_add(1, Ordering::Relaxed);
+                        return Poll::Ready(Caught::Expired(Expired {
+                            requested: self.position,
+                            oldest: self.upstream.floor(),
+                        }));
+                    };
                     let from = self.position.successor();
                     self.state = State::Reading {
                         history: self.upstream.history(from),
-                        _permit: permit,
+                        _permit: Some(permit),
                         waiting: None,
                     };
                 }
@@ -360,8 +387,14 @@ impl CatchUp {
 
 /// In line for a read of `upstream`'s source.
 fn queue(upstream: &Arc<dyn Upstream>) -> State {
-    let permits = Arc::clone(&upstream.reads().permits);
-    State::Queued(Box::pin(async move { permits.acquire_owned().await.ok() }))
+    let reads = upstream.reads();
+    let (permits, wait) = (Arc::clone(&reads.permits), reads.queue_wait);
+    State::Queued(Box::pin(async move {
+        tokio::time::timeout(wait, permits.acquire_owned())
+            .await
+            .ok()
+            .and_then(Result::ok)
+    }))
 }
 
 /// The event one change of the source makes: paired with the previous value the source sent

@@ -37,4 +37,6 @@ pub struct CacheStats {
     pub catch_up_events: AtomicU64,
     /// Catch-ups handed over to the ring.
     pub catch_up_handovers: AtomicU64,
+    /// Catch-ups that waited too long in line for a read of the source, and ended with 410.
+    pub catch_ups_refused: AtomicU64,
 }

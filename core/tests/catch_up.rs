@@ -192,6 +192,33 @@ async fn catch_up_reads_are_bounded_and_the_next_in_line_goes_when_one_ends() {
     assert_eq!(reads.in_use(), 0);
 }
 
+#[tokio::test]
+async fn a_catch_up_that_waits_too_long_in_line_ends_with_410() {
+    // The read ahead belongs to a client that stopped reading: it holds it until the server
+    // ends its watch. The next in line gives up after its wait, as the apiserver would 410.
+    let reads = CatchUpReads::new(1).with_queue_wait(Duration::from_millis(200));
+    let mut c = config();
+    c.catch_up = Some(reads.clone());
+    let (s, cache) = started(c).await;
+    let mut stalled = watch_from_now(&cache, Filter::everything()).await;
+    let mut next_in_line = watch_from_now(&cache, Filter::everything()).await;
+    let start = next_in_line.position();
+    for i in 0..20 {
+        create(&s, &format!("p{i:02}"), "web");
+    }
+    cache.list(&ListOptions::default()).await.unwrap();
+    next(&mut stalled).await;
+    let end = tokio::time::timeout(Duration::from_secs(5), next_in_line.next())
+        .await
+        .expect("an answer in time");
+    match end {
+        Some(Err(e)) => assert_eq!(e.requested, start),
+        other => panic!("expected 410, got {other:?}"),
+    }
+    assert_eq!(cache.stats().catch_ups_refused.load(Ordering::Relaxed), 1);
+    assert_eq!(reads.in_use(), 1, "the stalled watch still holds its read");
+}
+
 /// Panics on the first value that starts with `ns/boom`, as a codec bug would: the reflector's
 /// supervisor replaces the reflector, which lists again into a new generation.
 struct PanicsOnce(std::sync::atomic::AtomicBool);

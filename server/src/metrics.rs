@@ -32,6 +32,9 @@ pub struct Metrics {
     pub watch_catch_up_events: Family<Labels, Counter>,
     /// Catch-ups handed over to the window, per resource.
     pub watch_catch_up_handovers: Family<Labels, Counter>,
+    /// Catch-ups that waited too long in line for a read of the store and ended with 410, per
+    /// resource.
+    pub watch_catch_ups_refused: Family<Labels, Counter>,
     /// LIST requests, per resource.
     pub list_requests: Family<Labels, Counter>,
     /// LIST body bytes written, per resource.
@@ -92,6 +95,7 @@ impl Default for Metrics {
             watch_catch_ups: Family::default(),
             watch_catch_up_events: Family::default(),
             watch_catch_up_handovers: Family::default(),
+            watch_catch_ups_refused: Family::default(),
             list_requests: Family::default(),
             list_bytes: Family::default(),
             ring_capacity: Family::default(),
@@ -165,6 +169,11 @@ impl Default for Metrics {
             "watch_catch_up_handovers",
             "Catch-ups handed over to the history window",
             m.watch_catch_up_handovers.clone(),
+        );
+        registry.register(
+            "watch_catch_ups_refused",
+            "Catch-ups that waited too long in line for a read of the store and ended with a 410",
+            m.watch_catch_ups_refused.clone(),
         );
         registry.register("list_requests", "LIST requests", m.list_requests.clone());
         registry.register("list_bytes", "LIST body bytes written", m.list_bytes.clone());

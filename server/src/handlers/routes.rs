@@ -308,6 +308,10 @@ async fn metrics_text(State(state): AppStateRef) -> Response {
             &state.metrics.watch_catch_up_handovers.get_or_create(&labels),
             stats.catch_up_handovers.load(relaxed),
         );
+        metrics::advance_to(
+            &state.metrics.watch_catch_ups_refused.get_or_create(&labels),
+            stats.catch_ups_refused.load(relaxed),
+        );
         state
             .metrics
             .pinned_snapshots
