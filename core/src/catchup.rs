@@ -34,7 +34,7 @@ use crate::event::{Delivery, Event};
 use crate::filter::Filter;
 use crate::object::{Codec, ObjectVersion};
 use crate::progress::{OwnedWaiting, Requester};
-use crate::reflector::decode_value;
+use crate::reflector::decode_checked;
 use crate::rv::Revision;
 use crate::source::{Source, SourceChange, SourceError, SourceEvent};
 use crate::stats::CacheStats;
@@ -144,7 +144,7 @@ impl<S: Source> Upstream for CacheUpstream<S> {
     }
 
     fn decode(&self, key: &str, value: &[u8], revision: Revision) -> Option<Arc<ObjectVersion>> {
-        decode_value(&self.codec, &self.config, &self.store.stats, key, value, revision)
+        decode_checked(&self.codec, &self.config, key, value, revision, |_| {})
     }
 
     fn attach(&self, filter: &Filter, bookmarks: bool, position: Revision) -> Option<Watcher> {
@@ -277,11 +277,11 @@ impl CatchUp {
                     let upstream = &*self.upstream;
                     let decoded =
                         std::panic::catch_unwind(AssertUnwindSafe(|| event_of(upstream, revision, change)));
-                    let Ok(event) = decoded else {
+                    let Ok(Ok(event)) = decoded else {
                         self.current = None;
                         return Poll::Ready(Caught::Expired(Expired {
                             requested: self.position,
-                            oldest: revision,
+                            oldest: self.upstream.floor(),
                         }));
                     };
                     let Some(event) = event else {
@@ -364,12 +364,7 @@ impl CatchUp {
                             Some(Err(SourceError::Compacted { compact_revision })) => {
                                 return Poll::Ready(Caught::Expired(Expired {
                                     requested: self.position,
-                                    oldest: Revision::new(
-                                        compact_revision
-                                            .max(self.upstream.compacted())
-                                            .get()
-                                            .saturating_sub(1),
-                                    ),
+                                    oldest: compact_revision.max(self.upstream.compacted()),
                                 }));
                             }
                             Some(Err(_)) | None => {
@@ -401,21 +396,29 @@ fn queue(upstream: &Arc<dyn Upstream>) -> State {
 /// along (the reflector pairs it with the version its snapshot holds, the same one). A
 /// deletion without its last value cannot be delivered and is left out, as is a key outside
 /// the resource's layout.
-fn event_of(upstream: &dyn Upstream, revision: Revision, change: SourceChange) -> Option<Event> {
-    match change {
-        SourceChange::Put { key, value, prev } => {
-            let object = upstream.decode(&key, &value, revision)?;
-            Some(
-                match prev.and_then(|p| upstream.decode(&key, &p.value, p.mod_revision)) {
-                    Some(prev) => Event::Modified { object, prev },
-                    None => Event::Added { object },
-                },
-            )
-        }
-        SourceChange::Delete { key, prev } => {
-            let prev = prev?;
-            let prev = upstream.decode(&key, &prev.value, prev.mod_revision)?;
-            Some(Event::Deleted { revision, prev })
-        }
-    }
+fn event_of(
+    upstream: &dyn Upstream,
+    revision: Revision,
+    change: SourceChange,
+) -> Result<Option<Event>, LostPrev> {
+    Ok(match change {
+        SourceChange::Put { key, value, prev } => upstream.decode(&key, &value, revision).map(|object| {
+            match prev.and_then(|p| upstream.decode(&key, &p.value, p.mod_revision)) {
+                Some(prev) => Event::Modified { object, prev },
+                None => Event::Added { object },
+            }
+        }),
+        // etcd leaves the previous value out when it cannot read it (compacted meanwhile):
+        // the deletion cannot be delivered, and leaving it out would be a gap.
+        SourceChange::Delete { prev: None, .. } => return Err(LostPrev),
+        SourceChange::Delete {
+            key,
+            prev: Some(prev),
+        } => upstream
+            .decode(&key, &prev.value, prev.mod_revision)
+            .map(|prev| Event::Deleted { revision, prev }),
+    })
 }
+
+/// A deletion came without the value it deleted.
+struct LostPrev;

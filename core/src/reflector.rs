@@ -99,7 +99,7 @@ pub(crate) fn decode(
 /// keeps its key and revision, so that reads including it fail naming it rather than skip it
 /// or serve what it was before; it is counted and logged. A key outside the resource's layout
 /// names no object a request can reach, and is skipped.
-pub(crate) fn decode_value(
+fn decode_value(
     codec: &Arc<dyn Codec>,
     config: &CacheConfig,
     stats: &CacheStats,
@@ -107,9 +107,32 @@ pub(crate) fn decode_value(
     value: &[u8],
     revision: Revision,
 ) -> Option<Arc<ObjectVersion>> {
-    let Some(expected) = parse_storage_key(&config.prefix, key) else {
+    decode_checked(codec, config, key, value, revision, |reason| {
         stats.decode_errors.fetch_add(1, Ordering::Relaxed);
-        warn!(resource = %config.resource, key, revision = %revision, "skipping a key outside the resource's layout");
+        match reason {
+            None => {
+                warn!(resource = %config.resource, key, revision = %revision, "skipping a key outside the resource's layout")
+            }
+            Some(reason) => {
+                warn!(resource = %config.resource, key, revision = %revision, %reason, "a corrupt object: its value does not decode to the object its key names")
+            }
+        }
+    })
+}
+
+/// Decodes one source value as [`decode_value`] does, calling `bad` with why it is not an
+/// object of the resource (`None`: its key is outside the layout) instead of counting and
+/// logging it: a catch-up reads again what the reflector already reported.
+pub(crate) fn decode_checked(
+    codec: &Arc<dyn Codec>,
+    config: &CacheConfig,
+    key: &str,
+    value: &[u8],
+    revision: Revision,
+    bad: impl FnOnce(Option<&str>),
+) -> Option<Arc<ObjectVersion>> {
+    let Some(expected) = parse_storage_key(&config.prefix, key) else {
+        bad(None);
         return None;
     };
     let reason = match codec.decode(value, revision) {
@@ -117,8 +140,7 @@ pub(crate) fn decode_value(
         Ok(o) => format!("the value is the object {}, not {expected}", o.key()),
         Err(e) => e.to_string(),
     };
-    stats.decode_errors.fetch_add(1, Ordering::Relaxed);
-    warn!(resource = %config.resource, key, revision = %revision, %reason, "a corrupt object: its value does not decode to the object its key names");
+    bad(Some(&reason));
     Some(Arc::new(ObjectVersion::corrupt(expected, revision, key, &reason)))
 }
 

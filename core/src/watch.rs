@@ -96,7 +96,9 @@ impl<S: Source> Cache<S> {
                 }
                 // Below the window: from the source's history while it still holds it.
                 Err(WatchError::Expired(e)) => match self.upstream() {
-                    Some(upstream) if e.requested.successor() >= upstream.compacted() => {
+                    // Strictly above the compaction: etcd sends an event at the compacted
+                    // revision without the value before it.
+                    Some(upstream) if e.requested >= upstream.compacted() => {
                         let catch_up = CatchUp::start(
                             Arc::clone(upstream),
                             opts.filter.clone(),
@@ -106,10 +108,10 @@ impl<S: Source> Cache<S> {
                         );
                         return Ok(watch(Live::CatchUp(Box::new(catch_up))));
                     }
-                    // Compacted: the oldest start the store can serve is just below its
-                    // compaction (a watch after C - 1 reads C on).
+                    // Compacted: a watch can start after the compacted revision (it reads from
+                    // the store), or after the window's floor, if lower.
                     Some(upstream) => {
-                        let oldest = Revision::new(upstream.compacted().get().saturating_sub(1));
+                        let oldest = e.oldest.min(upstream.compacted());
                         return Err(CacheError::Expired(Expired { oldest, ..e }));
                     }
                     None => return Err(CacheError::Expired(e)),
@@ -255,12 +257,15 @@ impl CacheWatch {
                     Some(Err(expired)) => {
                         // Resume after the last revision delivered whole, or within the last
                         // one, not delivering again what of it was.
+                        // (Or after what it completed, if that is further: events it passed
+                        // over as not its own since its last delivery.)
                         let (from, skip) = match tracked.get() {
+                            (last, _) if watcher.complete() >= last => (watcher.complete().successor(), 0),
                             (last, 0) => (last.successor(), 0),
                             (last, n) => (last, n),
                         };
                         match &self.upstream {
-                            Some(upstream) if from >= upstream.compacted() => {
+                            Some(upstream) if from > upstream.compacted() => {
                                 let catch_up = CatchUp::start(
                                     Arc::clone(upstream),
                                     watcher.take_filter(),
@@ -270,7 +275,14 @@ impl CacheWatch {
                                 );
                                 self.live = Live::CatchUp(Box::new(catch_up));
                             }
-                            _ => {
+                            // Compacted: a new watch can start after the compaction (from the
+                            // store), or after the window's floor, if lower.
+                            Some(upstream) => {
+                                self.live = Live::Ended;
+                                let oldest = expired.oldest.min(upstream.compacted());
+                                return Poll::Ready(Some(Err(Expired { oldest, ..expired })));
+                            }
+                            None => {
                                 self.live = Live::Ended;
                                 return Poll::Ready(Some(Err(expired)));
                             }
@@ -281,7 +293,11 @@ impl CacheWatch {
                 Live::CatchUp(catch_up) => match std::task::ready!(catch_up.poll_next_with(cx, &mut deliver))
                 {
                     Caught::Delivered(out) => return Poll::Ready(Some(Ok(out))),
-                    Caught::HandedOver(watcher) => self.live = Live::Ring(watcher),
+                    Caught::HandedOver(watcher) => {
+                        // Everything up to the hand-over was delivered: a later lap resumes there.
+                        tracked.set((catch_up.position(), 0));
+                        self.live = Live::Ring(watcher);
+                    }
                     Caught::Expired(expired) => {
                         self.live = Live::Ended;
                         return Poll::Ready(Some(Err(expired)));

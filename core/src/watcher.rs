@@ -782,6 +782,12 @@ impl Watcher {
         self.bookmarks
     }
 
+    /// The revision every event up to which this watcher delivered, or passed over as not its
+    /// own, or skipped as at or below its start: where it would resume after a lap (claim 13).
+    pub(crate) fn complete(&self) -> Revision {
+        self.complete.max(self.skip_through)
+    }
+
     /// Polls for the next delivery and lends it to `f`. `Ready(None)` once the watcher ended.
     pub fn poll_next_with<R>(
         &mut self,

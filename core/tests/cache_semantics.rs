@@ -564,7 +564,7 @@ async fn watch_from_a_revision_replays_what_followed_or_is_expired() {
         })
         .await
     {
-        Err(CacheError::Expired(e)) => assert_eq!((e.requested, e.oldest), (r1, r2)),
+        Err(CacheError::Expired(e)) => assert_eq!((e.requested, e.oldest), (r1, r3)),
         other => panic!("{other:?}"),
     }
     // Without catch-up, the apiserver's answer: 410 below the window.

@@ -531,6 +531,9 @@ fn change_bytes(c: &Change) -> usize {
     c.value.as_ref().map_or(0, Bytes::len)
 }
 
+/// How many changes a watch takes from the log at once (a revision's are never split).
+const COLLECT_BATCH: usize = 256;
+
 /// The stream [`MemorySource::watch`] returns.
 pub type MemoryWatch = Pin<Box<dyn Stream<Item = Result<SourceEvent, SourceError>> + Send>>;
 
@@ -546,7 +549,10 @@ struct WatchState {
 }
 
 impl WatchState {
-    /// Moves every change from `next` on under the prefix into `pending`.
+    /// Moves the changes from `next` on under the prefix into `pending`: at most about
+    /// [`COLLECT_BATCH`] of them (whole revisions), so that a watch from an old revision (a
+    /// catch-up) holds a batch of the log at a time, not the whole retained history, and the
+    /// lock is held for one batch.
     fn collect(&mut self) -> Result<(), SourceError> {
         self.source.check_watchable()?;
         // Mark the revision seen before reading, so a write after the read notifies us.
@@ -558,10 +564,22 @@ impl WatchState {
             });
         }
         let start = state.log.partition_point(|c| c.revision < self.next);
+        let mut taken = 0;
         for c in state.log.range(start..) {
             if !c.key.starts_with(&self.prefix) {
                 continue;
             }
+            if taken >= COLLECT_BATCH
+                && self
+                    .pending
+                    .back()
+                    .is_some_and(|e| e.revision().get() != c.revision)
+            {
+                // A full batch, ending with a whole revision: the next collect starts here.
+                self.next = c.revision;
+                return Ok(());
+            }
+            taken += 1;
             let prev = c.prev.as_ref().map(|p| PrevValue {
                 value: p.value.clone(),
                 mod_revision: Revision::new(p.modified),
