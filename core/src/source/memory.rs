@@ -466,6 +466,29 @@ impl MemorySource {
         self.inner.revision.send_modify(|_| {});
     }
 
+    /// A watch's state from revision `from` on (its log position, its notifications).
+    fn watch_state(&self, prefix: &str, from: Revision) -> WatchState {
+        let ticker = self.inner.progress_interval.map(|d| {
+            let mut t = tokio::time::interval_at(tokio::time::Instant::now() + d, d);
+            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            t
+        });
+        WatchState {
+            source: self.clone(),
+            prefix: prefix.to_owned(),
+            next: from.get().max(1),
+            revision: self.inner.revision.subscribe(),
+            progress: {
+                let mut rx = self.inner.progress.subscribe();
+                rx.borrow_and_update();
+                rx
+            },
+            ticker,
+            pending: VecDeque::new(),
+            ended: false,
+        }
+    }
+
     /// The oldest revision still readable.
     pub fn compacted_revision(&self) -> Revision {
         Revision::new(self.mvcc().compacted)
@@ -713,27 +736,8 @@ impl Source for MemorySource {
                 });
             }
         }
-        let ticker = self.inner.progress_interval.map(|d| {
-            let mut t = tokio::time::interval_at(tokio::time::Instant::now() + d, d);
-            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            t
-        });
-        let state = WatchState {
-            source: self.clone(),
-            prefix: prefix.to_owned(),
-            next: from.get().max(1),
-            revision: self.inner.revision.subscribe(),
-            progress: {
-                let mut rx = self.inner.progress.subscribe();
-                rx.borrow_and_update();
-                rx
-            },
-            ticker,
-            pending: VecDeque::new(),
-            ended: false,
-        };
         Ok(Box::pin(futures_util::stream::unfold(
-            state,
+            self.watch_state(prefix, from),
             |mut s| async move {
                 let item = s.next_event().await?;
                 Some((item, s))
@@ -842,6 +846,58 @@ mod tests {
         );
         assert_eq!(s.delete("nope", None), Err(SourceError::NotFound("nope".into())));
         assert_eq!(s.revision(), r, "refused writes do not move the revision");
+    }
+
+    #[tokio::test]
+    async fn a_watch_from_an_old_revision_takes_the_log_in_batches_of_whole_revisions() {
+        let s = MemorySource::new();
+        for i in 0..300 {
+            s.create(&format!("p/a{i:03}"), b("v")).unwrap();
+        }
+        // One revision larger than a batch, in the middle of the history.
+        let writes = (0..300)
+            .map(|i| TxnWrite::Put {
+                key: format!("p/t{i:03}"),
+                value: b("v"),
+            })
+            .collect();
+        let txn = s.txn(writes).unwrap();
+        for i in 0..300 {
+            s.create(&format!("p/z{i:03}"), b("v")).unwrap();
+        }
+        let mut w = s.watch("p/", Revision::new(1)).await.unwrap();
+        let (mut changes, mut last) = (0, Revision::ZERO);
+        while changes < 900 {
+            match w.next().await.unwrap().unwrap() {
+                SourceEvent::Changes { revision, changes: c } => {
+                    assert!(revision > last, "revisions in order, each once");
+                    if revision == txn {
+                        assert_eq!(c.len(), 300, "the transaction whole");
+                    }
+                    (changes, last) = (changes + c.len(), revision);
+                }
+                SourceEvent::Progress { .. } => {}
+            }
+        }
+        assert_eq!(last, s.revision());
+        // One look at the log takes a batch, ending with a whole revision: here the first 256
+        // creates, then the next 44 with the whole transaction.
+        let mut state = s.watch_state("p/", Revision::new(1));
+        let taken = |state: &WatchState| {
+            state
+                .pending
+                .iter()
+                .map(|e| match e {
+                    SourceEvent::Changes { changes, .. } => changes.len(),
+                    SourceEvent::Progress { .. } => 0,
+                })
+                .sum::<usize>()
+        };
+        state.collect().unwrap();
+        assert_eq!(taken(&state), COLLECT_BATCH);
+        state.pending.clear();
+        state.collect().unwrap();
+        assert_eq!(taken(&state), 300 - COLLECT_BATCH + 300);
     }
 
     #[tokio::test]
