@@ -1441,11 +1441,14 @@ async fn until(what: &str, mut done: impl FnMut() -> bool) {
 
 /// Restarts a replica under 100 kube-rs watchers, with writes while it is down; returns how
 /// many relists the watchers made after the restart.
-async fn relists_after_a_restart(history_fill: bool) -> Option<usize> {
+async fn relists_after_a_restart(history_fill: bool, catch_up: bool) -> Option<usize> {
     let cluster = EtcdCluster::start(1).await?;
     let etcd = source(&cluster).await;
     let mut cfg = on_etcd(&cluster);
     cfg.history_fill = history_fill;
+    if !catch_up {
+        cfg.catch_up = None;
+    }
     let first = serve(cfg.clone()).await;
     let addr = first.addr();
     let pod = |i: usize, g: u64| Bytes::from(watchcache_server::workload::pod(i, 1, g).to_string());
@@ -1486,7 +1489,7 @@ async fn relists_after_a_restart(history_fill: bool) -> Option<usize> {
     let (_, metrics) = request(&http(), &restarted, "GET", "/metrics", None).await;
     let metrics = String::from_utf8_lossy(&metrics).into_owned();
     eprintln!(
-        "history fill {history_fill}: {relists} relists; {}",
+        "history fill {history_fill}, catch-up {catch_up}: {relists} relists; {}",
         metrics
             .lines()
             .filter(|l| l.contains("resource=\"pods\"")
@@ -1499,12 +1502,16 @@ async fn relists_after_a_restart(history_fill: bool) -> Option<usize> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restarted_replica_with_history_fill_causes_no_relist_storm() {
-    let Some(filled) = relists_after_a_restart(true).await else {
+async fn a_restarted_replica_with_history_fill_or_catch_up_causes_no_relist_storm() {
+    let Some(filled) = relists_after_a_restart(true, false).await else {
         return;
     };
-    assert_eq!(filled, 0, "the watchers resumed where they were");
-    let Some(plain) = relists_after_a_restart(false).await else {
+    assert_eq!(filled, 0, "history fill: the watchers resumed where they were");
+    let Some(caught_up) = relists_after_a_restart(false, true).await else {
+        return;
+    };
+    assert_eq!(caught_up, 0, "catch-up: the watchers resumed from etcd's history");
+    let Some(plain) = relists_after_a_restart(false, false).await else {
         return;
     };
     assert_eq!(plain, 100, "the upstream behaviour: every watcher relists");
