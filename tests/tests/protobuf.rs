@@ -435,6 +435,10 @@ async fn a_protobuf_watch_that_starts_too_old_gets_an_error_frame() {
         let (code, _) = request(&c, &server, method, &path, Some(cm)).await;
         assert!(code == 200 || code == 201, "{code}");
     }
+    // Below the window and below the store's compaction: neither the window nor the store's
+    // history (a catch-up) can serve it.
+    let store = watchcache_tests::memory(&server);
+    store.compact(store.revision());
     let path = "/api/v1/namespaces/default/configmaps?watch=1&resourceVersion=2";
     let (code, _, pb) = get_raw(&server, path, &format!("{PROTOBUF};stream=watch")).await;
     assert_eq!(code, 200, "HTTP 200, then the error in the stream");
