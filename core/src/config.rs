@@ -2,9 +2,11 @@
 //! Validated once, when the cache is built, never on a request.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::catchup::CatchUpReads;
+use tokio::sync::Semaphore;
+
 use crate::ring::CapacityError;
 use crate::watcher::DEFAULT_CAPACITY;
 
@@ -122,5 +124,56 @@ impl std::error::Error for BuildError {}
 impl From<CapacityError> for BuildError {
     fn from(e: CapacityError) -> Self {
         BuildError::CapacityNotPowerOfTwo(e.0)
+    }
+}
+
+/// How many watchers may read the source's history at once: one bound shared by every cache
+/// given a clone, so that a server bounds the reads against its store whatever the number of
+/// resources. Watchers beyond it wait in line, in the order they came.
+///
+/// A watcher does not wait in line forever: the reads ahead of it may belong to clients that
+/// stopped reading, which hold their read until the server ends their watch. One that waited
+/// [`queue_wait`](Self::with_queue_wait) ends with 410, as it would have without catch-up.
+#[derive(Clone)]
+pub struct CatchUpReads {
+    pub(crate) permits: Arc<Semaphore>,
+    limit: usize,
+    pub(crate) queue_wait: Duration,
+}
+
+impl CatchUpReads {
+    /// At most `limit` reads at once (at least one); a watcher waits in line at most 10 s.
+    pub fn new(limit: usize) -> Self {
+        let limit = limit.max(1);
+        CatchUpReads {
+            permits: Arc::new(Semaphore::new(limit)),
+            limit,
+            queue_wait: Duration::from_secs(10),
+        }
+    }
+
+    /// How long a watcher waits in line for a read before it ends with 410.
+    pub fn with_queue_wait(mut self, wait: Duration) -> Self {
+        self.queue_wait = wait;
+        self
+    }
+
+    /// The bound.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// How many reads are under way now.
+    pub fn in_use(&self) -> usize {
+        self.limit - self.permits.available_permits()
+    }
+}
+
+impl fmt::Debug for CatchUpReads {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CatchUpReads")
+            .field("limit", &self.limit)
+            .field("in_use", &self.in_use())
+            .finish()
     }
 }
