@@ -852,7 +852,7 @@ mod tests {
     async fn a_watch_from_an_old_revision_takes_the_log_in_batches_of_whole_revisions() {
         let s = MemorySource::new();
         // A run of single writes, a transaction and another run: each a batch and a bit.
-        let n = COLLECT_BATCH + 44;
+        let n = COLLECT_BATCH + COLLECT_BATCH / 2;
         for i in 0..n {
             s.create(&format!("p/a{i:03}"), b("v")).unwrap();
         }
@@ -883,7 +883,7 @@ mod tests {
         }
         assert_eq!(last, s.revision());
         // One look at the log takes a batch, ending with a whole revision: here the first batch
-        // of creates, then the other 44 with the whole transaction.
+        // of creates, then the other half batch with the whole transaction.
         let mut state = s.watch_state("p/", Revision::new(1));
         let taken = |state: &WatchState| {
             state
@@ -899,7 +899,7 @@ mod tests {
         assert_eq!(taken(&state), COLLECT_BATCH);
         state.pending.clear();
         state.collect().unwrap();
-        assert_eq!(taken(&state), 44 + n);
+        assert_eq!(taken(&state), COLLECT_BATCH / 2 + n);
     }
 
     #[tokio::test]
