@@ -544,8 +544,10 @@ fn the_cache_answers_as_the_reference_model_does() {
         }
     });
     // The cases reach the catch-up path (starts below the window, laps) and its hand-over.
+    // (Miri runs three cases only.)
+    let least = if cfg!(miri) { 1 } else { 10 };
     assert!(
-        catch_ups > 10 && handovers > 0,
+        catch_ups >= least && handovers > 0,
         "{catch_ups} catch-ups, {handovers} hand-overs"
     );
 }
