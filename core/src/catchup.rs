@@ -98,6 +98,10 @@ impl<S: Source> Upstream for CacheUpstream<S> {
 
     fn attach(&self, filter: &Filter, bookmarks: bool, position: Revision) -> Option<Watcher> {
         let view = self.store.load()?;
+        // Tried after every revision read: refused before the filter is cloned for a watcher.
+        if position < view.hub.floor() {
+            return None;
+        }
         view.hub.hand_over(filter.clone(), bookmarks, position).ok()
     }
 
