@@ -119,8 +119,15 @@ fn poll_deadline(
     if registered.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
         return false;
     }
-    *registered = Some(cx.waker().clone());
-    deadline.as_mut().poll(cx).is_ready()
+    // A task out of its coop budget polls the timer without registering with it (tokio wakes
+    // the task to poll again instead): the waker counts as registered only when the poll can
+    // register it, or a quiet watch would miss its deadline for good.
+    let registers = tokio::task::coop::has_budget_remaining();
+    let elapsed = deadline.as_mut().poll(cx).is_ready();
+    if registers {
+        *registered = Some(cx.waker().clone());
+    }
+    elapsed
 }
 
 impl Drop for WatchBody {
@@ -255,6 +262,35 @@ mod tests {
     use serde_json::json;
     use std::time::Duration;
     use watchcache_core::WatchOptions;
+
+    /// A deadline first looked at by a task out of its coop budget (a connection that has just
+    /// written much) still wakes the task when it passes: a quiet watch, sent nothing more,
+    /// ends at its timeout. It hung before the poll took the budget into account.
+    #[tokio::test]
+    async fn a_deadline_first_polled_out_of_budget_still_fires() {
+        let mut deadline = Box::pin(tokio::time::sleep(Duration::from_millis(50)));
+        let mut registered = None;
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        for i in 0..1_000 {
+            tx.send(i).unwrap();
+        }
+        let mut first = true;
+        let ended = std::future::poll_fn(|cx| {
+            if std::mem::take(&mut first) {
+                while tokio::task::coop::has_budget_remaining() {
+                    let _ = rx.poll_recv(cx);
+                }
+            }
+            if poll_deadline(&mut deadline, &mut registered, cx) {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        });
+        tokio::time::timeout(Duration::from_secs(5), ended)
+            .await
+            .expect("the deadline woke the task");
+    }
 
     /// A watch of ConfigMaps in `transform`'s form, sent one event of a ConfigMap of `size`
     /// bytes and then idle: the capacity its scratch buffer keeps while it idles.
