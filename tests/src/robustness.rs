@@ -21,7 +21,9 @@
 //!
 //! Consistent reads ([`Read`]) are checked for read-your-writes and monotonicity across
 //! replicas: a read that began after a write was acknowledged is at or past its revision, and
-//! a read that began after another ended is at or past that one's revision.
+//! a read that began after another ended is at or past that one's revision. A LIST's items are
+//! the state at its revision; a GET's answer ([`Get`]) is the key's state at some revision at or
+//! after every write acknowledged before it began.
 //!
 //! Each check returns the first [`Violation`] it finds with the events around it, for the run's
 //! replayable report. `self_test` plants each kind of violation in a valid stream and shows it
@@ -116,8 +118,12 @@ pub struct Seen {
 /// How a stream ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum End {
-    /// Still open, or ended cleanly (a timeout, the run's end).
+    /// Still open at the run's end, read to the end of what the store wrote: its last
+    /// revision is whole.
     Open,
+    /// Ended cleanly before the run's end (the server's timeout, a client's own end): its last
+    /// revision may have been cut.
+    Closed,
     /// An in-stream 410.
     Expired,
     /// Any other error (a fault the client saw: a broken connection).
@@ -139,6 +145,9 @@ pub struct Stream {
     pub events: Vec<Seen>,
     /// How it ended.
     pub end: End,
+    /// The store's compaction as the run knew it when the stream ended (`None`: the
+    /// history's last): what a 410 is judged against.
+    pub compacted: Option<u64>,
 }
 
 /// A consistent read (LIST or GET) and its answer's revision.
@@ -152,6 +161,21 @@ pub struct Read {
     pub ended: Instant,
     /// The answer's resourceVersion.
     pub rv: u64,
+    /// A LIST's selector and items, when they are to be checked against the state at `rv`.
+    pub items: Option<(Selector, BTreeMap<String, Obj>)>,
+}
+
+/// A consistent GET of one key and its answer.
+#[derive(Clone, Debug)]
+pub struct Get {
+    /// Who asked (the client and the replica).
+    pub name: String,
+    /// When it was sent.
+    pub began: Instant,
+    /// `namespace/name`.
+    pub key: String,
+    /// The object and its resourceVersion; `None`: not found.
+    pub answer: Option<(u64, Obj)>,
 }
 
 /// A write the store acknowledged.
@@ -219,6 +243,9 @@ fn expected(
     through: u64,
 ) -> Vec<(Kind, u64, String, Obj)> {
     let mut out = Vec::new();
+    if through <= after {
+        return out;
+    }
     for (&rv, changes) in history.revisions.range(after + 1..=through) {
         for c in changes {
             let was = selector.selects(&c.key, c.prev.as_ref());
@@ -339,13 +366,11 @@ pub fn check_stream(stream: &Stream, history: &History) -> Result<(), Violation>
     }
     // 410 only when the history it needs is gone.
     let reached = live.iter().map(|e| e.rv).max().unwrap_or(after);
-    if stream.end == End::Expired && history.compacted <= reached {
+    let compacted = stream.compacted.unwrap_or(history.compacted);
+    if stream.end == End::Expired && compacted <= reached {
         return Err(violation(
             "Expired",
-            format!(
-                "a 410 at {reached} though the store holds every revision from {}",
-                history.compacted
-            ),
+            format!("a 410 at {reached} though the store holds every revision from {compacted}"),
         ));
     }
     // Reliable: exactly the expected events, revision by revision, up to the last one
@@ -471,6 +496,87 @@ pub fn check_reads(reads: &[Read], writes: &[Write]) -> Result<(), Violation> {
     Ok(())
 }
 
+/// Checks a LIST's items against the state at its revision.
+pub fn check_list(read: &Read, history: &History) -> Result<(), Violation> {
+    let Some((selector, got)) = &read.items else {
+        return Ok(());
+    };
+    let want: BTreeMap<String, Obj> = state_at(history, read.rv)
+        .into_iter()
+        .filter(|(k, o)| selector.selects(k, Some(o)))
+        .collect();
+    if *got == want {
+        return Ok(());
+    }
+    let missing: Vec<&String> = want.keys().filter(|k| got.get(*k) != want.get(*k)).collect();
+    let extra: Vec<&String> = got.keys().filter(|k| !want.contains_key(*k)).collect();
+    Err(Violation {
+        guarantee: "ListState",
+        who: read.name.clone(),
+        detail: format!(
+            "a LIST at {} differs from the state there: missing or stale {missing:?}, extra {extra:?}",
+            read.rv
+        ),
+    })
+}
+
+/// Checks consistent GETs: each answer is its key's state at some revision at or after every
+/// write acknowledged before the GET began (linearizable), and the object is the one the
+/// history holds at the answer's resourceVersion.
+pub fn check_gets(gets: &[Get], writes: &[Write], history: &History) -> Result<(), Violation> {
+    for g in gets {
+        let floor = writes
+            .iter()
+            .filter(|w| w.acked <= g.began)
+            .map(|w| w.rv)
+            .max()
+            .unwrap_or(0);
+        // The key's versions: (revision, value) in order.
+        let versions: Vec<(u64, Option<&Obj>)> = history
+            .revisions
+            .iter()
+            .flat_map(|(rv, cs)| {
+                cs.iter()
+                    .filter(|c| c.key == g.key)
+                    .map(move |c| (*rv, c.value.as_ref()))
+            })
+            .collect();
+        // Each version holds from its revision until the next one's.
+        let holds_after_floor = |i: usize| versions.get(i + 1).is_none_or(|(next, _)| *next > floor);
+        let ok = match &g.answer {
+            Some((rv, obj)) => versions
+                .iter()
+                .position(|(r, v)| r == rv && *v == Some(obj))
+                .is_some_and(holds_after_floor),
+            // Absent before the first version (if that is after the floor), or after a deletion
+            // that still holds after the floor.
+            None => {
+                versions.first().is_none_or(|(r, _)| *r > floor)
+                    || versions
+                        .iter()
+                        .enumerate()
+                        .any(|(i, (_, v))| v.is_none() && holds_after_floor(i))
+            }
+        };
+        if !ok {
+            return Err(Violation {
+                guarantee: "GetLinearizable",
+                who: g.name.clone(),
+                detail: format!(
+                    "GET {} answered {:?}, not the key's state at any revision from {floor} on; its versions {:?}",
+                    g.key,
+                    g.answer.as_ref().map(|(rv, _)| rv),
+                    versions
+                        .iter()
+                        .map(|(r, v)| (*r, v.is_some()))
+                        .collect::<Vec<_>>()
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod self_test {
     //! The checkers themselves: a valid run passes, and each kind of violation planted in it is
@@ -551,6 +657,7 @@ mod self_test {
                 seen(Kind::Modified, 7, "ns/c", Some(obj("web", 6))),
             ],
             end: End::Open,
+            compacted: None,
         }
     }
 
@@ -576,6 +683,21 @@ mod self_test {
         let mut compacted = history();
         compacted.compacted = 6;
         check_stream(&cut, &compacted).unwrap();
+    }
+
+    #[test]
+    fn a_stream_that_got_nothing_passes_and_a_cut_one_may_end_inside_a_revision() {
+        let mut quiet = valid();
+        quiet.start = 7;
+        quiet.events.clear();
+        check_stream(&quiet, &history()).unwrap();
+        // Ended inside revision 5 by its timeout: fine; open at the run's end: a gap.
+        let mut cut = valid();
+        cut.events.truncate(5);
+        cut.end = End::Closed;
+        check_stream(&cut, &history()).unwrap();
+        cut.end = End::Open;
+        caught(cut, "Reliable");
     }
 
     #[test]
@@ -622,6 +744,7 @@ mod self_test {
                 seen(Kind::Bookmark { initial_end: true }, 5, "", None),
             ],
             end: End::Open,
+            compacted: None,
         };
         caught(s, "Initial");
     }
@@ -641,6 +764,7 @@ mod self_test {
                 seen(Kind::Deleted, 6, "ns/b", Some(obj("web", 2))),
             ],
             end: End::Open,
+            compacted: None,
         };
         check_stream(&s, &history()).unwrap();
     }
@@ -654,6 +778,7 @@ mod self_test {
             began: at(began),
             ended: at(ended),
             rv,
+            items: None,
         };
         let writes = [Write { acked: at(10), rv: 7 }];
         let good = [read("r1", 0, 5, 5), read("r2", 11, 12, 7), read("r1", 13, 14, 8)];
@@ -665,5 +790,73 @@ mod self_test {
         );
         let back = [read("r1", 11, 12, 9), read("r2", 13, 14, 8)];
         assert_eq!(check_reads(&back, &writes).unwrap_err().guarantee, "Monotonic");
+    }
+
+    #[test]
+    fn a_list_other_than_the_state_at_its_revision_is_caught() {
+        let t0 = Instant::now();
+        let list = |items: &[(&str, Obj)]| Read {
+            name: "lister".into(),
+            began: t0,
+            ended: t0,
+            rv: 5,
+            items: Some((
+                web(),
+                items.iter().map(|(k, o)| ((*k).to_owned(), o.clone())).collect(),
+            )),
+        };
+        let state = [
+            ("ns/b", obj("web", 2)),
+            ("ns/c", obj("web", 4)),
+            ("ns/d", obj("web", 5)),
+        ];
+        check_list(&list(&state), &history()).unwrap();
+        let stale = [
+            ("ns/b", obj("web", 2)),
+            ("ns/c", obj("web", 6)),
+            ("ns/d", obj("web", 5)),
+        ];
+        assert_eq!(
+            check_list(&list(&stale), &history()).unwrap_err().guarantee,
+            "ListState"
+        );
+        assert_eq!(
+            check_list(&list(&state[..2]), &history()).unwrap_err().guarantee,
+            "ListState"
+        );
+    }
+
+    #[test]
+    fn a_get_behind_an_acknowledged_write_is_caught() {
+        let t0 = Instant::now();
+        let at = |ms| t0 + std::time::Duration::from_millis(ms);
+        // c was updated at 7, acknowledged at 10 ms.
+        let writes = [Write { acked: at(10), rv: 7 }];
+        let get = |began, answer| Get {
+            name: "getter".into(),
+            began: at(began),
+            key: "ns/c".into(),
+            answer,
+        };
+        let old = Some((5, obj("web", 4)));
+        let new = Some((7, obj("web", 6)));
+        check_gets(&[get(0, old.clone()), get(11, new.clone())], &writes, &history()).unwrap();
+        let stale = check_gets(&[get(11, old)], &writes, &history()).unwrap_err();
+        assert_eq!(stale.guarantee, "GetLinearizable");
+        // An object the history never held at that revision, and a 404 for a key that exists.
+        let forged = check_gets(&[get(11, Some((7, obj("web", 99))))], &writes, &history());
+        assert_eq!(forged.unwrap_err().guarantee, "GetLinearizable");
+        assert_eq!(
+            check_gets(&[get(11, None)], &writes, &history())
+                .unwrap_err()
+                .guarantee,
+            "GetLinearizable"
+        );
+        // b was deleted at 6: a 404 after that is right.
+        let gone = Get {
+            key: "ns/b".into(),
+            ..get(11, None)
+        };
+        check_gets(&[gone], &writes, &history()).unwrap();
     }
 }
