@@ -445,6 +445,15 @@ impl Server {
         joined.unwrap_or_else(|e| Err(std::io::Error::other(e)))
     }
 
+    /// Stops at once, as a killed process would: every connection is dropped where it stands
+    /// (a watch mid-stream gets no end), then the caches and their store watches stop. For
+    /// fault tests; [`shutdown`](Self::shutdown) is the clean stop.
+    pub async fn kill(self) -> std::io::Result<()> {
+        self.kill_all.throw();
+        self.state.shutdown.throw();
+        self.task.await.unwrap_or_else(|e| Err(std::io::Error::other(e)))
+    }
+
     /// Waits until the audit events of the requests answered so far are written, for
     /// tests; false if that took over `timeout` or no audit log is kept.
     pub async fn flush_audit(&self, timeout: std::time::Duration) -> bool {

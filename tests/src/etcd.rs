@@ -246,6 +246,38 @@ impl EtcdCluster {
         }
     }
 
+    /// Pauses member `i` (SIGSTOP): it holds its connections but answers nothing, as a member
+    /// cut off by a partition; [`resume`](Self::resume) lets it go on (SIGCONT).
+    pub fn pause(&self, i: usize) {
+        self.signal(i, "-STOP");
+    }
+
+    /// Resumes a paused member `i` (SIGCONT).
+    pub fn resume(&self, i: usize) {
+        self.signal(i, "-CONT");
+    }
+
+    fn signal(&self, i: usize, signal: &str) {
+        let Some(child) = &self.members[i].child else {
+            return;
+        };
+        let status = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .expect("kill(1) runs");
+        assert!(status.success(), "kill {signal} of member {i}");
+    }
+
+    /// Whether member `i` runs (it may be paused).
+    pub fn running(&self, i: usize) -> bool {
+        self.members[i].child.is_some()
+    }
+
+    /// How many members the cluster has.
+    pub fn size(&self) -> usize {
+        self.members.len()
+    }
+
     /// Restarts a killed member `i` on its data directory.
     pub fn restart(&mut self, i: usize) {
         assert!(self.members[i].child.is_none(), "member {i} is running");
