@@ -209,6 +209,12 @@ impl WakeCell {
         Some(Seq::new(at))
     }
 
+    /// Whether a drain stamped the cell since the watcher parked (without clearing it).
+    pub(crate) fn is_woken(&self) -> bool {
+        // Acquire pairs with the Release store in `Bucket::drain`, as in `take_wake`.
+        self.wake_at.load(Ordering::Acquire) != NOT_WOKEN
+    }
+
     /// Whether a bookmark tick is waiting for this watcher.
     pub(crate) fn bookmark_due(&self) -> bool {
         // Acquire pairs with the Release store in `Registry::bookmark_phase`.

@@ -102,8 +102,11 @@
 //!    them through their wake cells. A flagged watcher loads the progress `R` (Acquire) and
 //!    only then checks it has nothing left to read (not stamped while filed; or nothing past
 //!    its cursor or link): then every event up to `R` it selects was delivered, and it sends
-//!    a bookmark at `R`. *Model: `bookmark`; checking first and loading the progress after
-//!    lets a bookmark overtake an event (`weaken-bookmark-progress-late`).*
+//!    a bookmark at `R`. The same order answers whether a parked watcher has delivered every
+//!    event up to a revision (`Watcher::delivered_through`), which lets a watch that reaches
+//!    its deadline end between revisions rather than inside one. *Model: `bookmark`; checking
+//!    first and loading the progress after lets a bookmark overtake an event
+//!    (`weaken-bookmark-progress-late`).*
 //!
 //! # Snapshot and revision publication ([`Cache`](crate::Cache))
 //!

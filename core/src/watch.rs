@@ -337,6 +337,29 @@ impl CacheWatch {
     pub fn is_catching_up(&self) -> bool {
         matches!(self.live, Live::CatchUp(_))
     }
+
+    /// The revision of the last event delivered (the start, before the first): where a client
+    /// that received it would resume.
+    pub fn last_revision(&self) -> Revision {
+        self.last
+    }
+
+    /// Whether every event of the last revision delivered was delivered, so that a clean end
+    /// here loses nothing for a client that resumes from that revision: one write that changed
+    /// several keys (a transaction, a prefix delete) is several events of one revision. True
+    /// before the first event and after a bookmark. After a revision's last event, the watch
+    /// may not know it yet: it learns it at its next poll, from the next delivery (of another
+    /// revision) or from having read all there is.
+    pub fn at_revision_boundary(&self) -> bool {
+        if self.at_last == 0 {
+            return true;
+        }
+        match &self.live {
+            Live::Ring(watcher) => watcher.delivered_through(self.last),
+            Live::CatchUp(catch_up) => catch_up.position() >= self.last,
+            Live::Ended => true,
+        }
+    }
 }
 
 impl Stream for CacheWatch {

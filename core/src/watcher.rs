@@ -788,6 +788,22 @@ impl Watcher {
         self.complete.max(self.skip_through)
     }
 
+    /// Whether every event up to `revision` this watcher selects was delivered: read (or passed
+    /// over) up to it, or, parked, published up to it without a stamp on its wake cell. The
+    /// progress is loaded first, then the cell, as a bookmark is decided (claim 8): every event
+    /// up to the progress was linked and drained before it was stored, so a drain for this
+    /// watcher would show.
+    pub(crate) fn delivered_through(&self, revision: Revision) -> bool {
+        if self.complete() >= revision {
+            return true;
+        }
+        if !self.parked {
+            return false;
+        }
+        let progress = self.shared.progress();
+        progress >= revision && !self.cell.is_woken()
+    }
+
     /// Polls for the next delivery and lends it to `f`. `Ready(None)` once the watcher ended.
     pub fn poll_next_with<R>(
         &mut self,

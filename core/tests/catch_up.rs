@@ -391,3 +391,61 @@ async fn a_watcher_that_needs_the_compacted_revision_is_410_not_a_silent_gap() {
         other => panic!("expected 410, got {other:?}"),
     }
 }
+
+/// A watch knows whether the revision it last delivered from is whole (a clean end there
+/// loses nothing for a client that resumes from it): in the window, scanning or parked on its
+/// selector's chain, and in a catch-up from the store.
+#[tokio::test]
+async fn a_watch_knows_when_the_revision_it_delivers_is_whole() {
+    let mut c = config();
+    c.capacity = 8;
+    c.retain_min_events = 8;
+    let (s, cache) = started(c).await;
+    let mut all = watch_from_now(&cache, Filter::everything()).await;
+    // A namespace's watcher follows its namespace's chain and parks at its end.
+    let ns = Filter::parse(Some("ns"), "", "").unwrap();
+    let mut selective = watch_from_now(&cache, ns).await;
+    assert!(all.at_revision_boundary() && selective.at_revision_boundary());
+    let txn = |s: &MemorySource, prefix: &str, n: usize| {
+        let writes = (0..n)
+            .map(|i| TxnWrite::Put {
+                key: format!("pods/ns/{prefix}{i}"),
+                value: text_pod("ns", &format!("{prefix}{i}"), "web", "n1"),
+            })
+            .collect();
+        s.txn(writes).unwrap()
+    };
+    let t = txn(&s, "t", 3);
+    for w in [&mut all, &mut selective] {
+        assert_eq!(next(w).await.revision, t);
+        assert!(!w.at_revision_boundary(), "one event of three");
+        next(w).await;
+        next(w).await;
+        assert!(quiet(w, Duration::from_millis(50)).await);
+        assert!(w.at_revision_boundary(), "all three, and nothing more there");
+    }
+    // A revision of six events through a window of four: a watch from before it reads it from
+    // the store.
+    let mut c = config();
+    c.capacity = 4;
+    c.retain_min_events = 4;
+    let (s, cache) = started(c).await;
+    let before = create(&s, "p0", "db");
+    let big = txn(&s, "b", 6);
+    cache.list(&ListOptions::default()).await.unwrap();
+    let mut w = cache
+        .watch(WatchOptions {
+            resource_version: Some(before),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(next(&mut w).await.revision, big);
+    assert!(w.is_catching_up());
+    assert!(!w.at_revision_boundary(), "one event of six, from the store");
+    for _ in 1..6 {
+        assert_eq!(next(&mut w).await.revision, big);
+    }
+    assert!(quiet(&mut w, Duration::from_millis(50)).await);
+    assert!(w.at_revision_boundary());
+}

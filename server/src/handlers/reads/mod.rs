@@ -292,6 +292,7 @@ pub(crate) async fn watch(
         pending,
         guard: Some(guard),
         scratch: BytesMut::new(),
+        ending: false,
         transform: match (table, metadata) {
             (Some(request), _) => Some(Transform::Table(TableFrames {
                 request,

@@ -14,6 +14,7 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
 use std::task::{Context, Poll};
@@ -34,6 +35,10 @@ const FLUSH_BYTES: usize = 64 * 1024;
 
 /// The most spare capacity a watch keeps in its frame buffer between polls.
 const RETAIN_BYTES: usize = 16 * 1024;
+
+/// How long a watch past its deadline may go on to finish the revision it is in: the rest of
+/// a revision is readable at once, so this only bounds a bug's cost.
+const ENDING_LIMIT: Duration = Duration::from_secs(1);
 
 pub(crate) struct WatchBody {
     pub(crate) watch: Option<CacheWatch>,
@@ -57,6 +62,9 @@ pub(crate) struct WatchBody {
     /// Where an object's JSON (a Table row's) or a whole frame (a metadata frame's) is put on
     /// its way.
     pub(crate) scratch: BytesMut,
+    /// Past its deadline (or the server's shutdown): it finishes the revision it is in, then
+    /// ends; `deadline` is then the limit of that.
+    pub(crate) ending: bool,
 }
 
 /// Frames in a form other than the objects': what each event is turned into.
@@ -135,7 +143,7 @@ impl Drop for WatchBody {
     /// clean end: its client had stopped reading, and the connection was dropped (the kill
     /// switch, a grace period after the deadline). The server ended that watcher.
     fn drop(&mut self) {
-        if self.watch.is_some() && self.deadline.is_elapsed() {
+        if self.watch.is_some() && (self.ending || self.deadline.is_elapsed()) {
             self.counters.terminated.inc();
         }
     }
@@ -156,11 +164,25 @@ impl Stream for WatchBody {
         if let Some(first) = this.pending.take() {
             return Poll::Ready(Some(Ok(first)));
         }
-        if this.shutdown.poll_thrown(cx) || poll_deadline(&mut this.deadline, &mut this.deadline_waker, cx) {
-            // A clean end: the client re-watches from its last resourceVersion.
+        if !this.ending
+            && (this.shutdown.poll_thrown(cx)
+                || poll_deadline(&mut this.deadline, &mut this.deadline_waker, cx))
+        {
+            // From now on the deadline is the limit of the ending.
+            this.ending = true;
+            this.deadline
+                .as_mut()
+                .reset(tokio::time::Instant::now() + ENDING_LIMIT);
+        }
+        // A clean end: the client re-watches from the last resourceVersion it received, so the
+        // watch ends between revisions. Past the deadline it delivers the rest of the revision
+        // it is in (its events are readable together; a write that changed several keys is
+        // several events) and leaves the next one for the watch the client opens.
+        if this.ending && this.watch.as_ref().is_none_or(CacheWatch::at_revision_boundary) {
             this.finish();
             return Poll::Ready(None);
         }
+        let ending = this.ending;
         let Some(watch) = this.watch.as_mut() else {
             return Poll::Ready(None);
         };
@@ -171,17 +193,22 @@ impl Stream for WatchBody {
             let frames = &this.frames;
             let transform = &mut this.transform;
             let scratch = &mut this.scratch;
+            let last = watch.last_revision();
             let polled = watch.poll_next_with(cx, |d| {
                 let is_bookmark = d.kind == EventKind::Bookmark;
+                if ending && (is_bookmark || d.revision != last) {
+                    // The revision it was in is whole: this one comes again after the resume.
+                    return Ok(None);
+                }
                 match transform {
-                    None => frames.write(&d, buf).map(|()| is_bookmark),
+                    None => frames.write(&d, buf).map(|()| Some(is_bookmark)),
                     Some(Transform::Metadata(metadata)) => {
                         scratch.clear();
                         frames.write(&d, scratch)?;
                         if let Err(status) = metadata.write_frame(scratch, buf) {
                             frames.write_error(&status, buf);
                         }
-                        Ok(is_bookmark)
+                        Ok(Some(is_bookmark))
                     }
                     Some(Transform::Table(table)) => {
                         scratch.clear();
@@ -192,17 +219,21 @@ impl Stream for WatchBody {
                         if let Err(status) = table.write(d.kind, d.revision, object, buf) {
                             frames.write_error(&status, buf);
                         }
-                        Ok(is_bookmark)
+                        Ok(Some(is_bookmark))
                     }
                 }
             });
             match polled {
-                Poll::Ready(Some(Ok(Ok(bookmark)))) => {
+                Poll::Ready(Some(Ok(Ok(Some(bookmark))))) => {
                     if bookmark {
                         bookmarks += 1;
                     } else {
                         events += 1;
                     }
+                }
+                Poll::Ready(Some(Ok(Ok(None)))) => {
+                    ended = true;
+                    break;
                 }
                 Poll::Ready(Some(Ok(Err(e)))) => {
                     this.frames.write_error(&errors::codec(&e), buf);
@@ -220,7 +251,19 @@ impl Stream for WatchBody {
                     ended = true;
                     break;
                 }
-                Poll::Pending => break,
+                Poll::Pending => {
+                    // Ending, the watch may learn only now that its revision is whole; or, the
+                    // rest of it being published at this moment, it looks again at once
+                    // (bounded: after `ENDING_LIMIT` it ends where it is).
+                    if ending {
+                        if watch.at_revision_boundary() || this.deadline.is_elapsed() {
+                            ended = true;
+                        } else {
+                            cx.waker().wake_by_ref();
+                        }
+                    }
+                    break;
+                }
             }
         }
         if events > 0 {
@@ -292,6 +335,92 @@ mod tests {
             .expect("the deadline woke the task");
     }
 
+    /// A watch that reaches its deadline inside a revision (one write of many keys, more than
+    /// one chunk of frames) sends the rest of that revision before it ends, and nothing of the
+    /// next: the client resumes from the last revision it received and loses nothing.
+    #[tokio::test]
+    async fn a_watch_past_its_deadline_ends_between_revisions() {
+        let config = crate::ServeConfig {
+            addr: "127.0.0.1:0".parse().unwrap(),
+            ..crate::ServeConfig::default()
+        };
+        let server = crate::Server::start(config).await.unwrap();
+        let state = server.state();
+        let t = Target::resolve(state, "v1", "configmaps", Some("ns".into()), None).unwrap();
+        let r = &t.resource;
+        let watch = r
+            .cache
+            .watch(WatchOptions {
+                send_initial_events: Some(false),
+                ..WatchOptions::default()
+            })
+            .await
+            .unwrap();
+        let mut body = WatchBody {
+            watch: Some(watch),
+            frames: r.frames.clone(),
+            deadline: Box::pin(tokio::time::sleep(Duration::from_secs(600))),
+            deadline_waker: None,
+            shutdown: state.shutdown.signal(),
+            buf: BytesMut::new(),
+            counters: WatchCounters::new(&state.metrics, "configmaps"),
+            pending: None,
+            guard: None,
+            scratch: BytesMut::new(),
+            transform: None,
+            ending: false,
+        };
+        let store = state.store.memory().expect("the embedded store");
+        let revision = |batch: usize| {
+            let writes = (0..20)
+                .map(|i| {
+                    let name = format!("cm-{batch}-{i}");
+                    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": name, "namespace": "ns"}, "data": {"k": "x".repeat(8 << 10)}});
+                    watchcache_core::source::memory::TxnWrite::Put {
+                        key: t.storage_key(&name),
+                        value: Bytes::from(cm.to_string()),
+                    }
+                })
+                .collect();
+            store.txn(writes).unwrap()
+        };
+        let first = revision(0);
+        let frames_in = |chunk: &[u8]| chunk.iter().filter(|b| **b == b'\n').count();
+        let chunk = tokio::time::timeout(Duration::from_secs(30), body.next())
+            .await
+            .expect("a chunk in time")
+            .expect("a chunk")
+            .unwrap();
+        let mut sent = frames_in(&chunk);
+        assert!(
+            sent < 20,
+            "the revision takes more than one chunk ({sent} frames in the first)"
+        );
+        // The deadline passes, and another revision is ready behind this one.
+        body.deadline.as_mut().reset(tokio::time::Instant::now());
+        let second = revision(1);
+        // Fired before the next poll looks at it.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(second > first);
+        let mut rest = Vec::new();
+        while let Some(chunk) = tokio::time::timeout(Duration::from_secs(30), body.next())
+            .await
+            .expect("the end in time")
+        {
+            rest.extend_from_slice(&chunk.unwrap());
+        }
+        sent += frames_in(&rest);
+        let text = String::from_utf8_lossy(&rest);
+        assert_eq!(sent, 20, "the whole first revision, no more");
+        assert!(
+            !text.contains(&format!("\"resourceVersion\":\"{}\"", second.get())),
+            "nothing of the next revision"
+        );
+        drop(body);
+        server.shutdown().await.unwrap();
+    }
+
     /// A watch of ConfigMaps in `transform`'s form, sent one event of a ConfigMap of `size`
     /// bytes and then idle: the capacity its scratch buffer keeps while it idles.
     async fn scratch_kept_after_one_event_of(transform: Transform, size: usize) -> usize {
@@ -322,6 +451,7 @@ mod tests {
             pending: None,
             guard: None,
             scratch: BytesMut::new(),
+            ending: false,
             transform: Some(transform),
         };
         let big = json!({"apiVersion": "v1", "kind": "ConfigMap",
