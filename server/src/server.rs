@@ -446,7 +446,8 @@ impl Server {
     }
 
     /// Stops at once, as a killed process would: every connection is dropped where it stands
-    /// (a watch mid-stream gets no end), then the caches and their store watches stop. For
+    /// (a watch mid-stream gets no end), and the server's tasks are told to stop (the caches
+    /// and their store watches end as their last holders go, without being waited for). For
     /// fault tests; [`shutdown`](Self::shutdown) is the clean stop.
     pub async fn kill(self) -> std::io::Result<()> {
         self.kill_all.throw();

@@ -8,13 +8,17 @@
 //! - **Unique**: no event twice.
 //! - **Reliable**: no gap: between its start and its last revision, exactly the events the
 //!   history makes for its selector (ADDED and DELETED where an object enters or leaves it).
+//!   Only a stream cut by a fault (a broken connection, a 410) may end inside a revision, and
+//!   not after a bookmark at it: a clean end comes between revisions, so that a client that
+//!   resumes from the last revision it received loses nothing.
 //! - **Bookmarkable**: a bookmark at `B` follows every event at or below `B` and precedes every
 //!   event above it.
 //! - **Resumable**: a watch resumed from any revision a stream delivered gets exactly what the
 //!   stream got after it (checked as two streams over one history: each is Reliable from its
 //!   own start, so their overlap agrees).
 //! - **Initial events** (`sendInitialEvents`): the ADDED events before the bookmark that ends
-//!   them are the state at its revision.
+//!   them are the state at its revision, each object once, none above it; a stream of them is
+//!   never a 410.
 //! - **DELETED carries the last state**: the object before the deletion, not a tombstone.
 //! - **410 only when compacted**: a stream may end with 410 only if the history it needs was
 //!   compacted.
@@ -121,9 +125,11 @@ pub enum End {
     /// Still open at the run's end, read to the end of what the store wrote: its last
     /// revision is whole.
     Open,
-    /// Ended cleanly before the run's end (the server's timeout, a client's own end): its last
-    /// revision may have been cut.
+    /// Ended cleanly by the server (its timeout): between revisions, so that a client that
+    /// resumes from the last revision it received loses nothing.
     Closed,
+    /// Cut by the run's end before it had ended its initial events (it cannot have).
+    Cut,
     /// An in-stream 410.
     Expired,
     /// Any other error (a fault the client saw: a broken connection).
@@ -278,25 +284,42 @@ pub fn check_stream(stream: &Stream, history: &History) -> Result<(), Violation>
             .iter()
             .position(|e| e.kind == Kind::Bookmark { initial_end: true })
         else {
-            return match stream.end {
-                End::Open => Err(violation(
-                    "Initial",
-                    "no bookmark ended the initial events".into(),
-                )),
-                _ => Ok(()),
-            };
-        };
-        let at = events[end].rv;
-        let mut got: BTreeMap<String, Obj> = BTreeMap::new();
-        for (i, e) in events[..end].iter().enumerate() {
-            if e.kind != Kind::Added {
+            // Ended before its bookmark: what came must still be initial events, and a watch
+            // of the current state is never too old.
+            if let Some(i) = events.iter().position(|e| e.kind != Kind::Added) {
                 return Err(violation(
                     "Initial",
                     format!("not an ADDED: {}", around(events, i)),
                 ));
             }
-            if let Some(o) = &e.object {
-                got.insert(e.key.clone(), o.clone());
+            return match stream.end {
+                End::Open | End::Closed => Err(violation(
+                    "Initial",
+                    "no bookmark ended the initial events".into(),
+                )),
+                End::Expired => Err(violation(
+                    "Expired",
+                    "a 410 for a watch of the current state".into(),
+                )),
+                End::Broken(_) | End::Cut => Ok(()),
+            };
+        };
+        let at = events[end].rv;
+        let mut got: BTreeMap<String, Obj> = BTreeMap::new();
+        for (i, e) in events[..end].iter().enumerate() {
+            if e.kind != Kind::Added || e.rv > at {
+                return Err(violation(
+                    "Initial",
+                    format!("not an ADDED at or below {at}: {}", around(events, i)),
+                ));
+            }
+            if let Some(o) = &e.object
+                && got.insert(e.key.clone(), o.clone()).is_some()
+            {
+                return Err(violation(
+                    "Initial",
+                    format!("{} twice: {}", e.key, around(events, i)),
+                ));
             }
         }
         let want: BTreeMap<String, Obj> = state_at(history, at)
@@ -388,9 +411,13 @@ pub fn check_stream(stream: &Stream, history: &History) -> Result<(), Violation>
             )
         })
         .collect();
-    // Every event delivered at the last revision was delivered; the rest of that revision may
-    // still have been coming when the stream was cut.
-    let cut = stream.end != End::Open;
+    // A stream cut by a fault (a broken connection, a 410) may have been cut inside its last
+    // revision: every event of it that came must be right. A clean end comes between
+    // revisions, and a bookmark closes every revision up to its own.
+    let bookmarked_last = live
+        .last()
+        .is_some_and(|e| matches!(e.kind, Kind::Bookmark { .. }));
+    let cut = matches!(stream.end, End::Broken(_) | End::Expired) && !bookmarked_last;
     let (mut w, g) = (by_revision(want), by_revision(got));
     if cut
         && let (Some(wl), Some(gl)) = (w.last_mut(), g.last())
@@ -691,12 +718,19 @@ mod self_test {
         quiet.start = 7;
         quiet.events.clear();
         check_stream(&quiet, &history()).unwrap();
-        // Ended inside revision 5 by its timeout: fine; open at the run's end: a gap.
+        // Cut inside revision 5 by a broken connection: fine; ended there cleanly by its
+        // timeout, or open at the run's end: the rest of the revision is missing.
         let mut cut = valid();
         cut.events.truncate(5);
-        cut.end = End::Closed;
+        cut.end = End::Broken("reset".into());
         check_stream(&cut, &history()).unwrap();
+        cut.end = End::Closed;
+        caught(cut.clone(), "Reliable");
         cut.end = End::Open;
+        caught(cut.clone(), "Reliable");
+        // Broken, but after a bookmark at 5 that claimed all of it.
+        cut.events.push(bookmark(5));
+        cut.end = End::Broken("reset".into());
         caught(cut, "Reliable");
     }
 
@@ -747,6 +781,28 @@ mod self_test {
             compacted: None,
         };
         caught(s, "Initial");
+
+        // Initial events with an object twice, or a 410 before their end.
+        let twice = Stream {
+            name: "lister".into(),
+            start: 0,
+            initial: true,
+            selector: web(),
+            events: vec![
+                seen(Kind::Added, 3, "ns/b", Some(obj("web", 2))),
+                seen(Kind::Added, 3, "ns/b", Some(obj("web", 2))),
+                seen(Kind::Added, 5, "ns/c", Some(obj("web", 4))),
+                seen(Kind::Added, 5, "ns/d", Some(obj("web", 5))),
+                seen(Kind::Bookmark { initial_end: true }, 5, "", None),
+            ],
+            end: End::Open,
+            compacted: None,
+        };
+        caught(twice.clone(), "Initial");
+        let mut expired = twice;
+        expired.events.truncate(1);
+        expired.end = End::Expired;
+        caught(expired, "Expired");
     }
 
     #[test]

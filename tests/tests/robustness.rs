@@ -4,8 +4,10 @@
 //! every stream a client received and every read it made is checked against the history etcd
 //! itself recorded (`watchcache_tests::robustness`): Ordered, Unique, Reliable, Bookmarkable,
 //! Resumable, initial events, DELETED's last state, 410 only once compacted, LIST and GET
-//! linearizable across replicas; and every stream still open at the end has reached the
-//! store's last revision.
+//! linearizable across replicas (a LIST's items, a GET's object, and the revision initial
+//! events are given at, against every write acknowledged before the request); no watch ended
+//! cleanly before its timeout; and every stream still open at the end has reached the store's
+//! last revision.
 //!
 //! The replicas: one as configured by default, one with a window of 16 events (its slow and
 //! stalled watchers are lapped and catch up from etcd), one whose etcd watch lags 150 ms.
@@ -123,8 +125,11 @@ struct Run {
     recorded: AtomicU64,
     /// The faults, in order, timed from the start.
     timeline: Mutex<Vec<String>>,
-    /// The highest revision each watcher has received (events or bookmarks).
+    /// The highest revision each watcher's current stream has reached (its start, events,
+    /// bookmarks).
     reached: Vec<AtomicU64>,
+    /// Violations the clients saw as they ran (a watch ended early).
+    violations: Mutex<Vec<Violation>>,
     /// What each watcher did last and when, for a report of one that fell behind.
     activity: Vec<Mutex<(Instant, String)>>,
     /// Requests that failed (a fault the client saw): counted, not checked.
@@ -546,6 +551,7 @@ async fn watcher(run: Arc<Run>, id: usize, style: Style) {
         let req = http::Request::get(format!("http://{addr}{path}"))
             .body(Full::new(Bytes::new()))
             .expect("a valid request");
+        let sent = Instant::now();
         let resp = match tokio::time::timeout(Duration::from_secs(20), client.request(req)).await {
             Ok(Ok(resp)) if resp.status() == 200 => resp,
             Ok(Ok(resp)) => {
@@ -571,10 +577,26 @@ async fn watcher(run: Arc<Run>, id: usize, style: Style) {
             .unwrap_or(0);
         let name = format!("{name} (port {local})");
         let mut body = Body::new(resp.into_body());
+        let opened = Instant::now();
+        // What this stream has reached (the drain waits for every watcher's current stream).
+        run.reached[id].store(if initial { 0 } else { start }, Ordering::Relaxed);
         let mut events = Vec::new();
         let end = loop {
             if run.stop.load(Ordering::Relaxed) {
-                break End::Open;
+                // What has come already is read first: a revision's events arrive together.
+                while let Next::Frame(frame) = body.next(Duration::from_millis(100)).await {
+                    if let Some(seen) = seen_of(&frame) {
+                        events.push(seen);
+                    }
+                }
+                let ended_initial = events
+                    .iter()
+                    .any(|e| e.kind == Kind::Bookmark { initial_end: true });
+                break if initial && !ended_initial {
+                    End::Cut
+                } else {
+                    End::Open
+                };
             }
             match style {
                 // Slower than the writers at times (a lap on the small window), faster on
@@ -596,41 +618,41 @@ async fn watcher(run: Arc<Run>, id: usize, style: Style) {
             );
             let frame = match body.next(Duration::from_millis(200)).await {
                 Next::Quiet => continue,
-                Next::End => break End::Closed,
+                Next::End => {
+                    // A clean end before the timeout asked for is an early end.
+                    let lasted = opened.elapsed();
+                    if lasted + Duration::from_secs(1) < Duration::from_secs(timeout) {
+                        run.violations.lock().unwrap().push(Violation {
+                            guarantee: "Timeout",
+                            who: name.clone(),
+                            detail: format!("ended cleanly after {lasted:?} of its {timeout} s"),
+                        });
+                    }
+                    break End::Closed;
+                }
                 Next::Broken(e) => break End::Broken(e),
                 Next::Frame(f) => f,
             };
-            let object = &frame["object"];
-            let kind = match frame["type"].as_str() {
-                Some("ADDED") => Kind::Added,
-                Some("MODIFIED") => Kind::Modified,
-                Some("DELETED") => Kind::Deleted,
-                Some("BOOKMARK") => Kind::Bookmark {
-                    initial_end: object["metadata"]["annotations"]["k8s.io/initial-events-end"] == "true",
-                },
-                Some("ERROR") if object["code"] == 410 => break End::Expired,
-                _ => break End::Broken(format!("{frame}")),
+            if frame["type"] == "ERROR" {
+                break if frame["object"]["code"] == 410 {
+                    End::Expired
+                } else {
+                    End::Broken(format!("{frame}"))
+                };
+            }
+            let Some(seen) = seen_of(&frame) else {
+                break End::Broken(format!("{frame}"));
             };
-            let seen = if let Kind::Bookmark { .. } = kind {
-                Seen {
-                    kind,
-                    rv: rv_of(object),
-                    key: String::new(),
-                    object: None,
-                }
-            } else {
-                let m = &object["metadata"];
-                Seen {
-                    kind,
-                    rv: rv_of(object),
-                    key: format!(
-                        "{}/{}",
-                        m["namespace"].as_str().unwrap_or(""),
-                        m["name"].as_str().unwrap_or("")
-                    ),
-                    object: Some(obj_of(object)),
-                }
-            };
+            if seen.kind == (Kind::Bookmark { initial_end: true }) {
+                // The state the initial events gave is a consistent read at the bookmark.
+                run.reads.lock().unwrap().push(Read {
+                    name: format!("{name}: its initial events"),
+                    began: sent,
+                    ended: Instant::now(),
+                    rv: seen.rv,
+                    items: None,
+                });
+            }
             run.reached[id].fetch_max(seen.rv, Ordering::Relaxed);
             events.push(seen);
         };
@@ -663,10 +685,44 @@ async fn watcher(run: Arc<Run>, id: usize, style: Style) {
     }
 }
 
+/// What a frame says, for the checks: `None` for an ERROR or a frame of no known type.
+fn seen_of(frame: &Value) -> Option<Seen> {
+    let object = &frame["object"];
+    let kind = match frame["type"].as_str()? {
+        "ADDED" => Kind::Added,
+        "MODIFIED" => Kind::Modified,
+        "DELETED" => Kind::Deleted,
+        "BOOKMARK" => Kind::Bookmark {
+            initial_end: object["metadata"]["annotations"]["k8s.io/initial-events-end"] == "true",
+        },
+        _ => return None,
+    };
+    Some(if let Kind::Bookmark { .. } = kind {
+        Seen {
+            kind,
+            rv: rv_of(object),
+            key: String::new(),
+            object: None,
+        }
+    } else {
+        let m = &object["metadata"];
+        Seen {
+            kind,
+            rv: rv_of(object),
+            key: format!(
+                "{}/{}",
+                m["namespace"].as_str().unwrap_or(""),
+                m["name"].as_str().unwrap_or("")
+            ),
+            object: Some(obj_of(object)),
+        }
+    })
+}
+
 /// Records etcd's history of the prefix from revision 1, with each change's previous value:
 /// a watch that resumes after its last whole revision when a member dies under it. The run
 /// never compacts past what it has recorded.
-async fn recorder(run: Arc<Run>, endpoints: Vec<String>, history: Arc<Mutex<History>>) {
+async fn recorder(run: Arc<Run>, endpoints: Vec<String>, history: Arc<Mutex<History>>) -> Result<(), String> {
     let mut next = 1i64;
     while !run.stop.load(Ordering::Relaxed) {
         let Ok(Ok(mut client)) = tokio::time::timeout(
@@ -691,27 +747,32 @@ async fn recorder(run: Arc<Run>, endpoints: Vec<String>, history: Arc<Mutex<Hist
         };
         loop {
             if run.stop.load(Ordering::Relaxed) {
-                return;
+                return Ok(());
             }
             let resp = match tokio::time::timeout(Duration::from_secs(3), stream.message()).await {
                 Ok(Ok(Some(resp))) => resp,
                 // Quiet for long (a paused member under it), broken or ended: watch anew.
                 _ => break,
             };
-            assert!(
-                resp.compact_revision() == 0,
-                "the recorder's history was compacted at {}",
-                resp.compact_revision()
-            );
+            if resp.compact_revision() != 0 {
+                return Err(format!(
+                    "the recorder's history was compacted at {} (it needed {next})",
+                    resp.compact_revision()
+                ));
+            }
+            if resp.canceled() {
+                // Canceled by the member (it is going away): nothing in it, watch anew.
+                break;
+            }
             let mut h = history.lock().unwrap();
             for e in resp.events() {
                 let Some(kv) = e.kv() else { continue };
                 let rev = kv.mod_revision();
                 let value = match e.event_type() {
-                    etcd_client::EventType::Put => Some(parse(kv.value())),
+                    etcd_client::EventType::Put => Some(parse(kv.value())?),
                     etcd_client::EventType::Delete => None,
                 };
-                let prev = e.prev_kv().map(|p| parse(p.value()));
+                let prev = e.prev_kv().map(|p| parse(p.value())).transpose()?;
                 h.revisions.entry(rev as u64).or_default().push(Change {
                     key: key_of(kv.key()),
                     value,
@@ -732,10 +793,13 @@ async fn recorder(run: Arc<Run>, endpoints: Vec<String>, history: Arc<Mutex<Hist
             run.recorded.fetch_max(through as u64, Ordering::SeqCst);
         }
     }
+    Ok(())
 }
 
-fn parse(value: &[u8]) -> Obj {
-    obj_of(&serde_json::from_slice(value).expect("configmaps are stored as JSON"))
+fn parse(value: &[u8]) -> Result<Obj, String> {
+    serde_json::from_slice(value)
+        .map(|v| obj_of(&v))
+        .map_err(|e| format!("a configmap not stored as JSON: {e}"))
 }
 
 /// The replicas' configs: 0 as configured by default, 1 with a window of 16 events.
@@ -891,6 +955,7 @@ async fn run_once(seed: u64, secs: u64) -> Option<Result<String, String>> {
         compacted: AtomicU64::new(0),
         recorded: AtomicU64::new(0),
         timeline: Mutex::default(),
+        violations: Mutex::default(),
         reached: (0..STYLES.len()).map(|_| AtomicU64::new(0)).collect(),
         activity: (0..STYLES.len())
             .map(|_| Mutex::new((Instant::now(), String::new())))
@@ -980,7 +1045,15 @@ async fn run_once(seed: u64, secs: u64) -> Option<Result<String, String>> {
     for r in readers {
         r.await.expect("a reader or watcher");
     }
-    recording.abort();
+    // The recorder ends at the stop; what it failed on makes the run's report.
+    let recorded = run.recorded.load(Ordering::SeqCst);
+    let recorder_failed = match tokio::time::timeout(Duration::from_secs(10), recording).await {
+        Ok(Ok(Ok(()))) if recorded >= head => None,
+        Ok(Ok(Ok(()))) => Some(format!("the recorder reached {recorded} of {head}")),
+        Ok(Ok(Err(e))) => Some(e),
+        Ok(Err(e)) => Some(format!("the recorder panicked: {e}")),
+        Err(_) => Some("the recorder did not stop".into()),
+    };
     for r in replicas.into_iter().flatten() {
         r.kill().await;
     }
@@ -1012,17 +1085,28 @@ async fn run_once(seed: u64, secs: u64) -> Option<Result<String, String>> {
             .filter(|t| !t.contains("restarted") && !t.contains("SIGCONT") && !t.contains("calm"))
             .count(),
     );
+    if let Some(why) = recorder_failed {
+        return Some(Err(format!(
+            "{summary}\nreplay: WATCHCACHE_ROBUSTNESS_SEED={seed} WATCHCACHE_ROBUSTNESS_SECS={secs} cargo test -p watchcache-tests --test robustness -- --nocapture\n\nno history to check against: {why}\n"
+        )));
+    }
     let mut violations: Vec<Violation> = Vec::new();
     for s in &streams {
         if let Err(v) = check_stream(s, &history) {
             violations.push(v);
         }
     }
-    // Live: every watcher reached the store's last revision (events or a bookmark) within the
-    // drain, faults over.
+    violations.extend(run.violations.lock().unwrap().drain(..));
+    // Live: every stream open at the end reached the store's last revision (events or a
+    // bookmark) within the drain, faults over.
     for (id, r) in run.reached.iter().enumerate() {
         let reached = r.load(Ordering::Relaxed);
-        if reached < head {
+        let open_behind = streams.iter().any(|s| {
+            s.name.starts_with(&format!("watcher {id} "))
+                && s.end == End::Open
+                && s.events.iter().map(|e| e.rv).max().unwrap_or(s.start) < head
+        });
+        if reached < head || open_behind {
             let prefix = format!("watcher {id} ");
             let mut last: Vec<String> = streams
                 .iter()
