@@ -384,7 +384,7 @@ pub fn restart(
 }
 
 /// The value of the series `name` in a Prometheus text body (0 when absent).
-fn metric(body: &[u8], name: &str) -> u64 {
+pub(crate) fn metric(body: &[u8], name: &str) -> u64 {
     String::from_utf8_lossy(body)
         .lines()
         .find(|l| l.starts_with(name))

@@ -228,6 +228,30 @@ Columns:
                    had the write made after the restart
 Ratios: follow rate against etcd's, recovery off against on, relists on and off.";
 
+/// `slow-watchers`.
+pub(crate) const SLOW_WATCHERS: &str = "\
+On real etcd (one member on loopback; needs etcd installed), `watchcache serve --etcd` with
+--watchers informer-like watch clients of pods, --slow of them reading a tenth of the write
+rate (each sleeps 10/--rate s after a frame), while a writer updates --pods pods at --rate
+per second for --seconds. Every client lists once, then watches from the last revision it
+saw, and lists afresh on an in-stream 410. The history window is --history events, so the
+slow clients are lapped again and again.
+
+Designs (rows):
+  catch_up   --watch-catch-up-reads at its default: a lapped watcher reads etcd's history
+  relist     --watch-catch-up-reads 0: a lapped watcher gets 410 and relists (the apiserver)
+
+Columns:
+  410s             in-stream 410s the clients received
+  relists          LISTs after each client's first; listed: their bytes
+  catch-ups        watches that read etcd's history (and the events they served); refused:
+                   those that waited in line too long and got 410
+  etcd ranges, etcd watches   Range calls and Watch streams etcd served over the run
+  RSS start, RSS end, peak RSS  the server's resident memory (every 10 s in the JSON)
+  p50, p99, p99.9  delivery latency of the healthy clients, write to frame
+  healthy events, slow events   events the healthy and the slow clients received
+Ratios: relists, listed bytes and p99 of relist against catch_up.";
+
 /// `patch`.
 pub(crate) const OPERATOR: &str = "\
 N custom resources of about --cr-bytes (one per tenant), each reconciled by an operator into

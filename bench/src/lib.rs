@@ -29,6 +29,7 @@ pub mod objects;
 pub mod operator;
 pub mod patch;
 pub mod report;
+pub mod slow;
 pub mod snapshots;
 pub mod soak;
 pub mod transport;

@@ -74,6 +74,10 @@ enum Scenario {
     /// under watch clients with history fill on and off.
     #[command(after_help = help::ETCD)]
     Etcd(EtcdArgs),
+    /// On real etcd: watch clients, a tenth of them slow, under pod churn for minutes, with
+    /// catch-up from etcd on and off: 410s, relists, etcd reads, RSS, healthy latency.
+    #[command(name = "slow-watchers", after_help = help::SLOW_WATCHERS)]
+    SlowWatchers(SlowWatchersArgs),
     /// The cost of a label PATCH of an object with N finalizers, N doubling: linear or not.
     #[command(after_help = help::PATCH)]
     Patch(PatchArgs),
@@ -221,6 +225,36 @@ struct EtcdArgs {
     /// Which phases to run.
     #[arg(long, value_delimiter = ',', default_value = "sync,follow,restart")]
     phases: Vec<String>,
+    /// A `watchcache` binary built with the `etcd` feature (default: build it).
+    #[arg(long)]
+    binary: Option<PathBuf>,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct SlowWatchersArgs {
+    /// Watch clients in all.
+    #[arg(long, default_value_t = 1000)]
+    watchers: usize,
+    /// How many of them read at a tenth of the write rate.
+    #[arg(long, default_value_t = 100)]
+    slow: usize,
+    /// Pod updates per second.
+    #[arg(long, default_value_t = 20.0)]
+    rate: f64,
+    /// How long the writer runs.
+    #[arg(long, default_value_t = 600.0)]
+    seconds: f64,
+    /// Pods in etcd.
+    #[arg(long, default_value_t = 1000)]
+    pods: usize,
+    /// The server's history window in events (`--history`).
+    #[arg(long, default_value_t = 1024)]
+    history: usize,
+    /// Which designs to run (catch_up, relist).
+    #[arg(long, value_delimiter = ',', default_value = "catch_up,relist")]
+    designs: Vec<String>,
     /// A `watchcache` binary built with the `etcd` feature (default: build it).
     #[arg(long)]
     binary: Option<PathBuf>,
@@ -421,6 +455,7 @@ fn main() {
         Scenario::Kubelets(a) => run_kubelets(a),
         Scenario::Soak(a) => run_soak(a),
         Scenario::Etcd(a) => run_etcd(a),
+        Scenario::SlowWatchers(a) => run_slow_watchers(a),
         Scenario::Patch(a) => run_patch(a),
         Scenario::Operator(a) => run_operator(a),
         Scenario::Snapshots(a) => run_snapshots(a),
@@ -1939,6 +1974,122 @@ fn run_etcd(a: EtcdArgs) -> Result<(), String> {
             ("410s", "expired_watch_starts", human),
             ("ready", "ready_seconds", seconds_text),
             ("recovery", "recovery_seconds", seconds_text),
+        ],
+        a.json,
+    );
+    Ok(())
+}
+
+/// The `slow-watchers` scenario: see `watchcache_bench::slow` (its module docs).
+fn run_slow_watchers(a: SlowWatchersArgs) -> Result<(), String> {
+    use watchcache_bench::{etcd, slow};
+    if a.watchers == 0 || a.slow > a.watchers || a.pods == 0 || a.history == 0 {
+        return Err("--watchers, --pods and --history must be positive, --slow at most --watchers".into());
+    }
+    if !(0.0 < a.rate && a.rate <= 10_000.0 && 0.0 < a.seconds && a.seconds <= 24.0 * 3600.0) {
+        return Err("--rate must be in (0, 10000], --seconds in (0, 86400]".into());
+    }
+    for d in &a.designs {
+        if d != "catch_up" && d != "relist" {
+            return Err(format!("unknown design {d:?}; the designs are catch_up, relist"));
+        }
+    }
+    let binary = server_binary_with_etcd(a.binary.clone())?;
+    let rt = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    let mut rows = Vec::new();
+    for design in &a.designs {
+        let cluster = rt.block_on(async {
+            let c = watchcache_tests::etcd::EtcdCluster::start_with(1, Duration::from_secs(600))
+                .await
+                .ok_or("etcd is not installed (apt-get install -y etcd-server)")?;
+            let source = etcd::connect(&c.endpoints()).await?;
+            etcd::populate(&source, a.pods, &|_| {}).await?;
+            Ok::<_, String>(c)
+        })?;
+        let plan = slow::Plan {
+            watchers: a.watchers,
+            slow: a.slow,
+            rate: a.rate,
+            seconds: a.seconds,
+            pods: a.pods,
+            history: a.history,
+            catch_up_reads: if design == "catch_up" {
+                watchcache_server::config::DEFAULT_CATCH_UP_READS
+            } else {
+                0
+            },
+        };
+        let bar = ProgressBar::new(a.seconds as u64);
+        bar.set_style(
+            ProgressStyle::with_template("{prefix:>40} [{elapsed_precise}] {wide_bar} {pos}/{len} s")
+                .expect("a valid template"),
+        );
+        bar.set_prefix(format!("{design}: {} watchers, {} slow", a.watchers, a.slow));
+        let b = bar.clone();
+        let out = slow::run(&binary, &cluster.endpoints(), &plan, &move |s| b.set_position(s));
+        bar.finish_and_clear();
+        let out = out?;
+        drop(cluster);
+        rows.push(json!({
+            "design": design,
+            "written": out.written,
+            "expired": out.expired,
+            "relists": out.relists,
+            "relisted_bytes": out.relisted_bytes,
+            "catch_ups": out.catch_ups,
+            "catch_up_events": out.catch_up_events,
+            "catch_ups_refused": out.catch_ups_refused,
+            "etcd_ranges": out.etcd_ranges,
+            "etcd_watches": out.etcd_watches,
+            "rss_start_bytes": out.rss.first().map_or(0, |r| r.1),
+            "rss_end_bytes": out.rss.last().map_or(0, |r| r.1),
+            "rss_over_time": out.rss.iter().map(|(t, b)| json!([round3(*t), b])).collect::<Vec<_>>(),
+            "peak_rss_bytes": out.peak_rss,
+            "p50_latency_us": out.p50_us,
+            "p99_latency_us": out.p99_us,
+            "p999_latency_us": out.p999_us,
+            "healthy_events": out.healthy_events,
+            "slow_events": out.slow_events,
+        }));
+    }
+    let mut ratios = Map::new();
+    let row = |d: &str| rows.iter().find(|r| r["design"] == d);
+    if let (Some(on), Some(off)) = (row("catch_up"), row("relist")) {
+        for (name, field) in [
+            ("relists_relist_vs_catch_up", "relists"),
+            ("relisted_bytes_relist_vs_catch_up", "relisted_bytes"),
+            ("p99_relist_vs_catch_up", "p99_latency_us"),
+            ("peak_rss_relist_vs_catch_up", "peak_rss_bytes"),
+        ] {
+            if let (Some(x), Some(y)) = (report::num(off, field), report::num(on, field)) {
+                ratios.insert(name.into(), json!(round3(x / y.max(1.0))));
+            }
+        }
+    }
+    finish(
+        "slow-watchers",
+        json!({"watchers": a.watchers, "slow": a.slow, "rate": a.rate, "seconds": a.seconds,
+               "pods": a.pods, "history": a.history}),
+        rows,
+        ratios,
+        &[
+            ("design", "design", human),
+            ("410s", "expired", human),
+            ("relists", "relists", human),
+            ("listed", "relisted_bytes", human_bytes),
+            ("catch-ups", "catch_ups", human),
+            ("caught up", "catch_up_events", human),
+            ("refused", "catch_ups_refused", human),
+            ("etcd ranges", "etcd_ranges", human),
+            ("etcd watches", "etcd_watches", human),
+            ("RSS start", "rss_start_bytes", human_bytes),
+            ("RSS end", "rss_end_bytes", human_bytes),
+            ("peak RSS", "peak_rss_bytes", human_bytes),
+            ("p50", "p50_latency_us", us),
+            ("p99", "p99_latency_us", us),
+            ("p99.9", "p999_latency_us", us),
+            ("healthy events", "healthy_events", human),
+            ("slow events", "slow_events", human),
         ],
         a.json,
     );

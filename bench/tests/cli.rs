@@ -71,6 +71,7 @@ fn each_scenarios_help_names_its_designs_and_columns() {
         ("snapshots", names(vec!["pinned", "retention_0", "no_list"])),
         ("proof", names(vec!["old_proof", "fence"])),
         ("etcd", names(vec!["sync", "follow", "restart"])),
+        ("slow-watchers", names(vec!["catch_up", "relist"])),
         ("patch", names(vec!["finalizers", "per doubling"])),
         ("operator", names(vec!["heap/CR", "to child"])),
         ("soak", names(vec!["open fds", "open watches"])),
