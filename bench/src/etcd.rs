@@ -216,7 +216,7 @@ pub struct Restart {
 
 /// Finds `"resourceVersion":"N"` in a frame and returns the last one's N (an object's own
 /// resourceVersion is the last in a watch frame; a list's is the first, see `list_rv`).
-fn last_rv(frame: &[u8]) -> Option<u64> {
+pub(crate) fn last_rv(frame: &[u8]) -> Option<u64> {
     const KEY: &[u8] = br#""resourceVersion":""#;
     let at = memmem::rfind(frame, KEY)? + KEY.len();
     let end = frame[at..].iter().position(|b| *b == b'"')?;
@@ -224,7 +224,7 @@ fn last_rv(frame: &[u8]) -> Option<u64> {
 }
 
 /// The list's own resourceVersion: in its metadata, written before the items.
-fn list_rv(body: &[u8]) -> Option<u64> {
+pub(crate) fn list_rv(body: &[u8]) -> Option<u64> {
     const KEY: &[u8] = br#""resourceVersion":""#;
     let meta = memmem::find(body, br#""metadata":{"#)?;
     let at = meta + memmem::find(&body[meta..], KEY)? + KEY.len();

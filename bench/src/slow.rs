@@ -25,7 +25,7 @@ use memchr::memmem;
 use watchcache_server::workload::{WRITTEN_AT_ANNOTATION, pod, pod_key};
 
 use crate::alloc::{peak_rss_of, rss_bytes};
-use crate::etcd::{connect, metric};
+use crate::etcd::{connect, last_rv, list_rv, metric};
 use crate::http::{clients_runtime, get, open, start_server, wait_ready};
 
 /// What a run is asked to do.
@@ -158,23 +158,6 @@ fn now_us() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as u64)
-}
-
-/// The list's own resourceVersion (in its metadata, before the items).
-fn list_rv(body: &[u8]) -> Option<u64> {
-    const KEY: &[u8] = br#""resourceVersion":""#;
-    let meta = memmem::find(body, br#""metadata":{"#)?;
-    let at = meta + memmem::find(&body[meta..], KEY)? + KEY.len();
-    let end = body[at..].iter().position(|b| *b == b'"')?;
-    std::str::from_utf8(&body[at..at + end]).ok()?.parse().ok()
-}
-
-/// The last `"resourceVersion":"N"` of a frame: the object's.
-fn last_rv(frame: &[u8]) -> Option<u64> {
-    const KEY: &[u8] = br#""resourceVersion":""#;
-    let at = memmem::rfind(frame, KEY)? + KEY.len();
-    let end = frame[at..].iter().position(|b| *b == b'"')?;
-    std::str::from_utf8(&frame[at..at + end]).ok()?.parse().ok()
 }
 
 /// One client: lists, then watches from the last revision it saw; relists on a 410. A slow
