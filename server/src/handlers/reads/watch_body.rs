@@ -335,11 +335,9 @@ mod tests {
             .expect("the deadline woke the task");
     }
 
-    /// A watch that reaches its deadline inside a revision (one write of many keys, more than
-    /// one chunk of frames) sends the rest of that revision before it ends, and nothing of the
-    /// next: the client resumes from the last revision it received and loses nothing.
-    #[tokio::test]
-    async fn a_watch_past_its_deadline_ends_between_revisions() {
+    /// A server on the embedded store, its ConfigMaps in `ns`, and the body of a watch of them
+    /// from now (in `transform`'s form), its deadline ten minutes away.
+    async fn configmaps_watch(transform: Option<Transform>) -> (crate::Server, Target, WatchBody) {
         let config = crate::ServeConfig {
             addr: "127.0.0.1:0".parse().unwrap(),
             ..crate::ServeConfig::default()
@@ -356,7 +354,7 @@ mod tests {
             })
             .await
             .unwrap();
-        let mut body = WatchBody {
+        let body = WatchBody {
             watch: Some(watch),
             frames: r.frames.clone(),
             deadline: Box::pin(tokio::time::sleep(Duration::from_secs(600))),
@@ -367,9 +365,19 @@ mod tests {
             pending: None,
             guard: None,
             scratch: BytesMut::new(),
-            transform: None,
+            transform,
             ending: false,
         };
+        (server, t, body)
+    }
+
+    /// A watch that reaches its deadline inside a revision (one write of many keys, more than
+    /// one chunk of frames) sends the rest of that revision before it ends, and nothing of the
+    /// next: the client resumes from the last revision it received and loses nothing.
+    #[tokio::test]
+    async fn a_watch_past_its_deadline_ends_between_revisions() {
+        let (server, t, mut body) = configmaps_watch(None).await;
+        let state = server.state();
         let store = state.store.memory().expect("the embedded store");
         let revision = |batch: usize| {
             let writes = (0..20)
@@ -424,36 +432,8 @@ mod tests {
     /// A watch of ConfigMaps in `transform`'s form, sent one event of a ConfigMap of `size`
     /// bytes and then idle: the capacity its scratch buffer keeps while it idles.
     async fn scratch_kept_after_one_event_of(transform: Transform, size: usize) -> usize {
-        let config = crate::ServeConfig {
-            addr: "127.0.0.1:0".parse().unwrap(),
-            ..crate::ServeConfig::default()
-        };
-        let server = crate::Server::start(config).await.unwrap();
+        let (server, t, mut body) = configmaps_watch(Some(transform)).await;
         let state = server.state();
-        let t = Target::resolve(state, "v1", "configmaps", Some("ns".into()), None).unwrap();
-        let r = &t.resource;
-        let watch = r
-            .cache
-            .watch(WatchOptions {
-                send_initial_events: Some(false),
-                ..WatchOptions::default()
-            })
-            .await
-            .unwrap();
-        let mut body = WatchBody {
-            watch: Some(watch),
-            frames: r.frames.clone(),
-            deadline: Box::pin(tokio::time::sleep(Duration::from_secs(600))),
-            deadline_waker: None,
-            shutdown: state.shutdown.signal(),
-            buf: BytesMut::new(),
-            counters: WatchCounters::new(&state.metrics, "configmaps"),
-            pending: None,
-            guard: None,
-            scratch: BytesMut::new(),
-            ending: false,
-            transform: Some(transform),
-        };
         let big = json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "big", "namespace": "ns"}, "data": {"k": "x".repeat(size)}});
         state
