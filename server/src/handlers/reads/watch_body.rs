@@ -256,7 +256,10 @@ impl Stream for WatchBody {
                     // rest of it being published at this moment, it looks again at once
                     // (bounded: after `ENDING_LIMIT` it ends where it is).
                     if ending {
-                        if watch.at_revision_boundary() || this.deadline.is_elapsed() {
+                        // (The deadline's instant, not `is_elapsed`: it is not polled now.)
+                        if watch.at_revision_boundary()
+                            || tokio::time::Instant::now() >= this.deadline.deadline()
+                        {
                             ended = true;
                         } else {
                             cx.waker().wake_by_ref();
