@@ -81,7 +81,7 @@ impl<S: Source> Upstream for CacheUpstream<S> {
     fn history(&self, from: Revision) -> History {
         let source = Arc::clone(&self.source);
         let prefix = self.config.prefix.clone();
-        let open = async move { source.watch(&prefix, from).await };
+        let open = async move { source.watch_history(&prefix, from).await };
         Box::pin(
             futures_util::stream::once(open)
                 .map(|opened| match opened {

@@ -180,6 +180,19 @@ pub trait Source: Send + Sync + 'static {
         from: Revision,
     ) -> impl Future<Output = Result<Self::Watch, SourceError>> + Send;
 
+    /// Watches `prefix` from revision `from` for a catch-up: a read of old history, taken at
+    /// its consumer's pace, which may be slow or stop for a while. By default
+    /// [`watch`](Source::watch). A source whose watches share a transport should keep these
+    /// off the one the caches' own watches use (a stalled reader must not hold it), and bound
+    /// in bytes what it keeps for a reader that does not keep up.
+    fn watch_history(
+        &self,
+        prefix: &str,
+        from: Revision,
+    ) -> impl Future<Output = Result<Self::Watch, SourceError>> + Send {
+        self.watch(prefix, from)
+    }
+
     /// The store's current revision (for consistent reads).
     fn current_revision(&self) -> impl Future<Output = Result<Revision, SourceError>> + Send;
 

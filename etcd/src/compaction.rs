@@ -2,6 +2,7 @@
 //! on `compact_rev_key`, and every replica learning the compacted revision from that key.
 
 use super::*;
+use crate::members::Conn;
 use crate::writes::write_failed;
 
 impl EtcdSource {
@@ -114,7 +115,10 @@ impl EtcdSource {
             self.learn_compacted(r);
         }
         let options = WatchOptions::new().with_start_revision(from);
-        let (stream, member) = self.open_watch(COMPACT_KEY, options).await.map_err(unavailable)?;
+        let (stream, member) = self
+            .open_watch(COMPACT_KEY, options, Conn::Requests)
+            .await
+            .map_err(unavailable)?;
         let (_sender, mut responses) = stream.split();
         while let Some(resp) = responses.next().await {
             let resp = resp.map_err(|e| self.watch_broke(member, e))?;

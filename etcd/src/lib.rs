@@ -14,7 +14,8 @@
 //!   every key of a lease at one revision when it expires.
 //! - **Lists** are read in pages of [`LIST_PAGE`] keys (by default), all at the first page's revision.
 //! - **Watches** start at a revision, with `prev_kv` and progress notifications, one gRPC
-//!   watch stream per watch.
+//!   watch stream per watch. History reads (catch-ups) go over a connection of their own and
+//!   hold at most [`EtcdOptions::history_backlog`] bytes for a slow reader.
 //! - **Progress.** A cache that waits for a revision asks the watch of its prefix for a
 //!   progress notification. On an etcd that answers such a request out of band with its
 //!   events (every 3.4 before 3.4.31 and 3.5 before 3.5.13: etcd-io/etcd #15220 and #17567),
@@ -118,6 +119,12 @@ pub struct EtcdOptions {
     pub watch_delay: Duration,
     /// TLS to the members, whose endpoints are then `https://` (none: plain `http://`).
     pub tls: Option<EtcdTls>,
+    /// What a history read (a catch-up's watch from an old revision, on its own connection)
+    /// keeps for a consumer that reads slower than etcd sends: once its responses waiting to
+    /// be read pass this many bytes of keys and values, the etcd watch is canceled, and it is
+    /// opened again from the next revision when half of them have been read. At most this
+    /// plus one response of etcd's (up to 1,000 revisions) per history read.
+    pub history_backlog: usize,
 }
 
 impl Default for EtcdOptions {
@@ -130,9 +137,13 @@ impl Default for EtcdOptions {
             list_page: LIST_PAGE,
             watch_delay: Duration::ZERO,
             tls: None,
+            history_backlog: HISTORY_BACKLOG,
         }
     }
 }
+
+/// The default [`EtcdOptions::history_backlog`].
+pub const HISTORY_BACKLOG: usize = 1 << 20;
 
 /// A source over an etcd cluster. Cheap to clone: clones share the connection.
 #[derive(Clone)]
@@ -156,6 +167,7 @@ struct Inner {
     request_timeout: Duration,
     list_page: i64,
     watch_delay: Duration,
+    history_backlog: usize,
 }
 
 impl std::fmt::Debug for EtcdSource {
@@ -248,6 +260,7 @@ impl EtcdSource {
                 request_timeout: options.request_timeout,
                 list_page: options.list_page.max(1),
                 watch_delay: options.watch_delay,
+                history_backlog: options.history_backlog.max(1),
             }),
         };
         // What was compacted, as far as the apiserver-style compactor recorded it.

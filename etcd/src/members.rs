@@ -50,12 +50,27 @@ pub(crate) enum Kind {
 }
 
 /// One member: its connection for requests, with `--require-leader` (a member cut off from its
-/// leader refuses rather than serving what it last knew), and one for the probe, without it
-/// (so that a member without a leader still says who it is and which term it is in).
+/// leader refuses rather than serving what it last knew); one for history reads, with the same
+/// options; and one for the probe, without it (so that a member without a leader still says
+/// who it is and which term it is in).
+///
+/// History reads (catch-ups' watches from old revisions) have a connection of their own: an
+/// HTTP/2 connection's flow-control window is shared by its streams, so a catch-up whose client
+/// reads slowly could otherwise hold the window and stall the reflectors' watches behind it.
 struct Member {
     endpoint: String,
     client: Client,
+    history: Client,
     probe: Client,
+}
+
+/// Which of a member's connections a request takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Conn {
+    /// Requests and the reflectors' watches.
+    Requests,
+    /// Watches from old revisions, read at their consumers' pace.
+    History,
 }
 
 /// Where requests go. Behind one lock, taken for a few instructions per request.
@@ -129,7 +144,10 @@ impl Members {
                 |e: etcd_client::Error| SourceError::Unavailable(format!("{endpoint}: {}", describe(&e)));
             members.push(Member {
                 endpoint: endpoint.clone(),
-                client: Client::connect([endpoint], Some(for_requests))
+                client: Client::connect([endpoint], Some(for_requests.clone()))
+                    .await
+                    .map_err(bad)?,
+                history: Client::connect([endpoint], Some(for_requests))
                     .await
                     .map_err(bad)?,
                 probe: Client::connect([endpoint], Some(for_probes)).await.map_err(bad)?,
@@ -206,7 +224,21 @@ impl Members {
 
     /// Runs `op` on a member chosen for `kind`, retrying it by the module's rule; the last
     /// error once it may not be retried or the budget is spent.
-    pub(crate) async fn call<T, F, Fut>(&self, kind: Kind, mut op: F) -> Result<T, etcd_client::Error>
+    pub(crate) async fn call<T, F, Fut>(&self, kind: Kind, op: F) -> Result<T, etcd_client::Error>
+    where
+        F: FnMut(usize, Client) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        self.call_on(kind, Conn::Requests, op).await
+    }
+
+    /// [`call`](Members::call) on the members' `conn` connections.
+    pub(crate) async fn call_on<T, F, Fut>(
+        &self,
+        kind: Kind,
+        conn: Conn,
+        mut op: F,
+    ) -> Result<T, etcd_client::Error>
     where
         F: FnMut(usize, Client) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
@@ -218,7 +250,12 @@ impl Members {
             let i = self.pick(kind, deadline).await;
             // Only the probe puts a member back in rotation: a request that succeeds there
             // may have been answered just before the member died.
-            let e = match op(i, self.members[i].client.clone()).await {
+            let member = &self.members[i];
+            let client = match conn {
+                Conn::Requests => member.client.clone(),
+                Conn::History => member.history.clone(),
+            };
+            let e = match op(i, client).await {
                 Ok(v) => return Ok(v),
                 Err(e) => e,
             };

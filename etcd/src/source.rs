@@ -2,7 +2,8 @@
 //! the signing key, consistent reads) and the fence rounds' store.
 
 use super::*;
-use crate::watch::{Responses, delayed};
+use crate::members::Conn;
+use crate::watch::{Opened, Responses, delayed};
 
 impl EtcdSource {
     pub(crate) async fn list_at(
@@ -104,32 +105,26 @@ impl Source for EtcdSource {
     /// Watches the prefix and its fence key (see the module docs): one range from the fence
     /// key to the prefix's end.
     async fn watch(&self, prefix: &str, from: Revision) -> Result<Self::Watch, SourceError> {
-        let options = WatchOptions::new()
-            .with_range(prefix_end(prefix))
-            .with_start_revision(from.get() as i64)
-            .with_prev_key()
-            .with_progress_notify();
-        let start = fence_key(prefix).unwrap_or(prefix);
-        let (stream, member) = self.open_watch(start, options).await.map_err(unavailable)?;
-        let (sender, responses) = stream.split();
-        let responses: Responses = if self.inner.watch_delay.is_zero() {
-            Box::pin(responses)
+        let Opened {
+            sender,
+            responses,
+            member,
+        } = self.open_prefix_watch(prefix, from, Conn::Requests).await?;
+        let source = self.clone();
+        let responses: Responses =
+            Box::pin(responses.map(move |r| r.map_err(|e| source.watch_broke(member, e))));
+        let responses = if self.inner.watch_delay.is_zero() {
+            responses
         } else {
             delayed(responses, self.inner.watch_delay)
         };
-        let sender = Arc::new(tokio::sync::Mutex::new(sender));
-        self.register(prefix, &sender);
-        debug!(prefix, %from, endpoint = self.inner.members.endpoint(member), "watching etcd");
-        Ok(EtcdWatch {
-            responses,
-            prefix: prefix.to_owned(),
-            _sender: sender,
-            pending: VecDeque::new(),
-            ordered_progress: self.inner.ordered_progress,
-            source: self.clone(),
-            member,
-            ended: false,
-        })
+        Ok(EtcdWatch::new(self, prefix, responses, Some(sender), member))
+    }
+
+    /// The same watch as [`watch`](Source::watch), over the members' history connections and
+    /// bounded by [`EtcdOptions::history_backlog`](crate::EtcdOptions::history_backlog).
+    async fn watch_history(&self, prefix: &str, from: Revision) -> Result<Self::Watch, SourceError> {
+        self.watch_history_from(prefix, from).await
     }
 
     async fn current_revision(&self) -> Result<Revision, SourceError> {

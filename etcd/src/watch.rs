@@ -1,19 +1,24 @@
 //! Watches: one gRPC watch stream per prefix (and its fence key), events and progress
 //! notifications turned into [`SourceEvent`]s, a broken stream said as the error it is.
 
+use std::sync::atomic::AtomicUsize;
+
 use super::*;
+use crate::members::Conn;
 
 impl EtcdSource {
-    /// Opens a watch of `key` on a member in rotation; the stream, and the member's index.
+    /// Opens a watch of `key` on a member in rotation, over its `conn` connection; the
+    /// stream, and the member's index.
     pub(crate) async fn open_watch(
         &self,
         key: &str,
         options: WatchOptions,
+        conn: Conn,
     ) -> Result<(WatchStream, usize), etcd_client::Error> {
         let timeout = self.inner.request_timeout;
         self.inner
             .members
-            .call(Kind::Read, |i, c| {
+            .call_on(Kind::Read, conn, |i, c| {
                 let options = options.clone();
                 async move {
                     // The watch client takes responses of any size (one revision's events come
@@ -28,6 +33,67 @@ impl EtcdSource {
                 }
             })
             .await
+    }
+
+    /// Opens the watch of `prefix` and its fence key from `from` (see the module docs) over
+    /// `conn`, registered for progress requests while its sender lives.
+    pub(crate) async fn open_prefix_watch(
+        &self,
+        prefix: &str,
+        from: Revision,
+        conn: Conn,
+    ) -> Result<Opened, SourceError> {
+        let options = WatchOptions::new()
+            .with_range(prefix_end(prefix))
+            .with_start_revision(from.get() as i64)
+            .with_prev_key()
+            .with_progress_notify();
+        let start = fence_key(prefix).unwrap_or(prefix);
+        let (stream, member) = self.open_watch(start, options, conn).await.map_err(unavailable)?;
+        let (sender, responses) = stream.split();
+        let sender = Arc::new(tokio::sync::Mutex::new(sender));
+        self.register(prefix, &sender);
+        debug!(prefix, %from, endpoint = self.inner.members.endpoint(member), ?conn, "watching etcd");
+        Ok(Opened {
+            sender,
+            responses,
+            member,
+        })
+    }
+
+    /// A watch of `prefix` from `from` read at its consumer's pace (see
+    /// [`EtcdOptions::history_backlog`]): a task reads etcd's responses as they come, so that
+    /// the connection never waits for the consumer, and cancels the watch while the consumer
+    /// is behind by more than the backlog.
+    pub(crate) async fn watch_history_from(
+        &self,
+        prefix: &str,
+        from: Revision,
+    ) -> Result<EtcdWatch, SourceError> {
+        let opened = self.open_prefix_watch(prefix, from, Conn::History).await?;
+        let member = opened.member;
+        let backlog = Arc::new(Backlog {
+            bytes: AtomicUsize::new(0),
+            drained: tokio::sync::Notify::new(),
+            limit: self.inner.history_backlog,
+        });
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let pump = Pump {
+            source: self.clone(),
+            prefix: prefix.to_owned(),
+            next: from,
+            tx,
+            backlog: Arc::clone(&backlog),
+        };
+        tokio::spawn(pump.run(opened));
+        let responses = futures_util::stream::unfold(rx, move |mut rx| {
+            let backlog = Arc::clone(&backlog);
+            async move {
+                let taken = rx.recv().await?;
+                Some((taken.map(|(resp, size)| backlog.take(size, resp)), rx))
+            }
+        });
+        Ok(EtcdWatch::new(self, prefix, Box::pin(responses), None, member))
     }
 
     /// A watch on member `member` ended with `e`: the error to pass on. A broken connection
@@ -52,19 +118,156 @@ impl EtcdSource {
     }
 }
 
+/// An open etcd watch: the sender progress requests go through (the source holds it weakly),
+/// its responses, and the member it is on. Dropping it cancels the watch in etcd.
+pub(crate) struct Opened {
+    pub(crate) sender: Arc<tokio::sync::Mutex<WatchRequestSender>>,
+    pub(crate) responses: WatchResponseStream,
+    pub(crate) member: usize,
+}
+
+/// The responses a history read's task has sent and its consumer has not taken yet.
+struct Backlog {
+    /// Their bytes. Relaxed: a count; `drained` orders the task's wait with the consumer's
+    /// takes (a `notify_one` before the task waits is kept for it).
+    bytes: AtomicUsize,
+    /// Told when `bytes` falls to half the limit or below.
+    drained: tokio::sync::Notify,
+    limit: usize,
+}
+
+impl Backlog {
+    /// The consumer took a response of `size` bytes.
+    fn take(&self, size: usize, resp: WatchResponse) -> WatchResponse {
+        let left = self.bytes.fetch_sub(size, Ordering::Relaxed) - size;
+        if left <= self.limit / 2 {
+            self.drained.notify_one();
+        }
+        resp
+    }
+}
+
+/// What a history read's task sends: a response and its size, or the error that ends the read.
+type Sent = Result<(WatchResponse, usize), SourceError>;
+
+/// The task behind a history read.
+struct Pump {
+    source: EtcdSource,
+    prefix: String,
+    /// The revision the watch opens from next: past every revision sent.
+    next: Revision,
+    tx: tokio::sync::mpsc::UnboundedSender<Sent>,
+    backlog: Arc<Backlog>,
+}
+
+impl Pump {
+    /// Reads `opened`, and the watches opened after it, until an error or the consumer is gone.
+    async fn run(mut self, mut opened: Opened) {
+        loop {
+            if !self.read(&mut opened).await {
+                return;
+            }
+            // Behind by more than the backlog: etcd's watch is canceled rather than left to
+            // buffer for a consumer that is not reading, and opened again once it has read half.
+            drop(opened);
+            loop {
+                let drained = self.backlog.drained.notified();
+                tokio::pin!(drained);
+                drained.as_mut().enable();
+                if self.backlog.bytes.load(Ordering::Relaxed) <= self.backlog.limit / 2 {
+                    break;
+                }
+                tokio::select! {
+                    () = drained => {}
+                    () = self.tx.closed() => return,
+                }
+            }
+            opened = match self
+                .source
+                .open_prefix_watch(&self.prefix, self.next, Conn::History)
+                .await
+            {
+                Ok(o) => o,
+                Err(e) => {
+                    let _ = self.tx.send(Err(e));
+                    return;
+                }
+            };
+        }
+    }
+
+    /// Passes `opened`'s responses on until the backlog is over its limit (true) or the read
+    /// ends (false: an error sent, or no one to send to).
+    async fn read(&mut self, opened: &mut Opened) -> bool {
+        loop {
+            let next = tokio::select! {
+                r = opened.responses.next() => r,
+                () = self.tx.closed() => return false,
+            };
+            let resp = match next {
+                None => {
+                    let _ = self
+                        .tx
+                        .send(Err(SourceError::Unavailable("the watch stream ended".into())));
+                    return false;
+                }
+                Some(Err(e)) => {
+                    let _ = self.tx.send(Err(self.source.watch_broke(opened.member, e)));
+                    return false;
+                }
+                Some(Ok(resp)) => resp,
+            };
+            let canceled = resp.canceled();
+            // etcd sends whole revisions: the next watch starts after the last one sent. A
+            // notification (one the consumer trusts) says every revision up to its own passed.
+            if let Some(kv) = resp.events().last().and_then(|e| e.kv()) {
+                self.next = self.next.max(rev(kv.mod_revision()).successor());
+            } else if !resp.created()
+                && (self.source.inner.ordered_progress || resp.watch_id() != REQUESTED_PROGRESS_ID)
+                && let Ok(r) = revision_of(resp.header())
+            {
+                self.next = self.next.max(r.successor());
+            }
+            let size = response_size(&resp);
+            let queued = self.backlog.bytes.fetch_add(size, Ordering::Relaxed) + size;
+            if self.tx.send(Ok((resp, size))).is_err() || canceled {
+                return false;
+            }
+            if queued > self.backlog.limit {
+                return true;
+            }
+        }
+    }
+}
+
+/// The bytes of keys and values in a response (its events and their previous values).
+fn response_size(resp: &WatchResponse) -> usize {
+    let kv = |kv: Option<&KeyValue>| kv.map_or(0, |kv| kv.key().len() + kv.value().len());
+    resp.events()
+        .iter()
+        .map(|e| kv(e.kv()) + kv(e.prev_kv()))
+        .sum::<usize>()
+        .max(1)
+}
+
 /// A watch on etcd: its changes a revision at a time, progress notifications the source
 /// trusts, and compaction or a lost connection as errors.
 pub struct EtcdWatch {
     pub(crate) responses: Responses,
     /// The watched prefix: changes of other keys in the watch's range are not the cache's.
     pub(crate) prefix: String,
-    /// Kept for progress requests; the source holds it weakly.
-    pub(crate) _sender: Arc<tokio::sync::Mutex<WatchRequestSender>>,
+    /// Kept for progress requests; the source holds it weakly. (A history read's task holds
+    /// its own, as it opens watches again.)
+    pub(crate) _sender: Option<Arc<tokio::sync::Mutex<WatchRequestSender>>>,
+    /// The response whose events are being passed on, a revision at a time (a response holds
+    /// up to 1,000 revisions: they are copied out one by one, not all at once), and the index
+    /// of its next event.
+    pub(crate) raw: Option<(WatchResponse, usize)>,
     pub(crate) pending: VecDeque<SourceEvent>,
     /// Whether requested notifications (watch id -1) are ordered with events.
     pub(crate) ordered_progress: bool,
     pub(crate) source: EtcdSource,
-    /// The member the watch is on (an index into the source's endpoints).
+    /// The member the watch was opened on (an index into the source's endpoints).
     pub(crate) member: usize,
     pub(crate) ended: bool,
 }
@@ -80,7 +283,7 @@ impl std::fmt::Debug for EtcdWatch {
 
 /// `responses`, each passed on `delay` after it arrived, in order (see
 /// [`EtcdOptions::watch_delay`]).
-pub(crate) fn delayed(mut responses: WatchResponseStream, delay: Duration) -> Responses {
+pub(crate) fn delayed(mut responses: Responses, delay: Duration) -> Responses {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
         while let Some(r) = responses.next().await {
@@ -102,7 +305,29 @@ impl EtcdWatch {
         self.source.inner.members.endpoint(self.member)
     }
 
-    /// Turns one response into events, or the error that ends the watch.
+    /// A watch of `prefix` reading `responses`, opened on member `member`.
+    pub(crate) fn new(
+        source: &EtcdSource,
+        prefix: &str,
+        responses: Responses,
+        sender: Option<Arc<tokio::sync::Mutex<WatchRequestSender>>>,
+        member: usize,
+    ) -> EtcdWatch {
+        EtcdWatch {
+            responses,
+            prefix: prefix.to_owned(),
+            _sender: sender,
+            raw: None,
+            pending: VecDeque::new(),
+            ordered_progress: source.inner.ordered_progress,
+            source: source.clone(),
+            member,
+            ended: false,
+        }
+    }
+
+    /// Takes one response: its events to pass on a revision at a time, a notification, or the
+    /// error that ends the watch.
     fn take(&mut self, resp: WatchResponse) -> Result<(), SourceError> {
         if resp.canceled() {
             if resp.compact_revision() > 0 {
@@ -126,50 +351,74 @@ impl EtcdWatch {
             }
             return Ok(());
         }
-        // etcd sends every event of a revision (one request that changed several keys) in one
-        // response: each revision goes on as one `Changes`, never split.
-        for e in resp.events() {
-            let Some(kv) = e.kv() else { continue };
-            let Ok(key) = std::str::from_utf8(kv.key()) else {
-                continue;
-            };
-            let prev = e.prev_kv().map(|p| PrevValue {
-                value: Bytes::copy_from_slice(p.value()),
-                mod_revision: rev(p.mod_revision()),
-            });
-            let change = match e.event_type() {
-                EventType::Put => SourceChange::Put {
-                    key: key.to_owned(),
-                    value: Bytes::copy_from_slice(kv.value()),
-                    prev,
-                },
-                EventType::Delete => SourceChange::Delete {
-                    key: key.to_owned(),
-                    prev,
-                },
-            };
-            let revision = rev(kv.mod_revision());
-            if !key.starts_with(&self.prefix) {
-                // A fence (or another key the watch's range takes in): everything before it
-                // came first, on this ordered channel, so the source is at its revision. A
-                // fence round's revision holds this prefix's fence key and any other fence
-                // keys in the range (`/registry/configmaps-x` for `/registry/configmaps/`),
-                // which come in this one response: one progress notification, never a change.
-                // The round's keys outside the range never reach this watch.
-                if !matches!(self.pending.back(), Some(e) if e.revision() >= revision) {
-                    self.pending.push_back(SourceEvent::Progress { revision });
-                }
-                continue;
-            }
-            match self.pending.back_mut() {
-                Some(SourceEvent::Changes { revision: r, changes }) if *r == revision => changes.push(change),
-                Some(SourceEvent::Progress { revision: r }) if *r == revision => {
-                    *self.pending.back_mut().expect("just matched") = SourceEvent::single(revision, change);
-                }
-                _ => self.pending.push_back(SourceEvent::single(revision, change)),
-            }
-        }
+        self.raw = Some((resp, 0));
         Ok(())
+    }
+
+    /// Copies the next revision of the response being passed on into `pending`. etcd sends
+    /// every event of a revision (one request that changed several keys) in one response:
+    /// each revision goes on as one `Changes`, never split.
+    fn next_revision(&mut self) {
+        let Some((resp, mut at)) = self.raw.take() else {
+            return;
+        };
+        let events = resp.events();
+        let mut revision = None;
+        while let Some(e) = events.get(at) {
+            let r = e.kv().map(|kv| kv.mod_revision());
+            if revision.is_some() && r.is_some() && r != revision {
+                break;
+            }
+            revision = revision.or(r);
+            at += 1;
+            self.push(e);
+        }
+        if at < events.len() {
+            self.raw = Some((resp, at));
+        }
+    }
+
+    /// Turns one event into a change (or, for a fence, a notification) in `pending`.
+    fn push(&mut self, e: &etcd_client::Event) {
+        let Some(kv) = e.kv() else { return };
+        let Ok(key) = std::str::from_utf8(kv.key()) else {
+            return;
+        };
+        let prev = e.prev_kv().map(|p| PrevValue {
+            value: Bytes::copy_from_slice(p.value()),
+            mod_revision: rev(p.mod_revision()),
+        });
+        let change = match e.event_type() {
+            EventType::Put => SourceChange::Put {
+                key: key.to_owned(),
+                value: Bytes::copy_from_slice(kv.value()),
+                prev,
+            },
+            EventType::Delete => SourceChange::Delete {
+                key: key.to_owned(),
+                prev,
+            },
+        };
+        let revision = rev(kv.mod_revision());
+        if !key.starts_with(&self.prefix) {
+            // A fence (or another key the watch's range takes in): everything before it
+            // came first, on this ordered channel, so the source is at its revision. A
+            // fence round's revision holds this prefix's fence key and any other fence
+            // keys in the range (`/registry/configmaps-x` for `/registry/configmaps/`),
+            // which come in this one response: one progress notification, never a change.
+            // The round's keys outside the range never reach this watch.
+            if !matches!(self.pending.back(), Some(e) if e.revision() >= revision) {
+                self.pending.push_back(SourceEvent::Progress { revision });
+            }
+            return;
+        }
+        match self.pending.back_mut() {
+            Some(SourceEvent::Changes { revision: r, changes }) if *r == revision => changes.push(change),
+            Some(SourceEvent::Progress { revision: r }) if *r == revision => {
+                *self.pending.back_mut().expect("just matched") = SourceEvent::single(revision, change);
+            }
+            _ => self.pending.push_back(SourceEvent::single(revision, change)),
+        }
     }
 }
 
@@ -181,6 +430,10 @@ impl Stream for EtcdWatch {
         loop {
             if let Some(e) = this.pending.pop_front() {
                 return Poll::Ready(Some(Ok(e)));
+            }
+            if this.raw.is_some() {
+                this.next_revision();
+                continue;
             }
             if this.ended {
                 return Poll::Ready(None);
@@ -195,7 +448,7 @@ impl Stream for EtcdWatch {
                 }
                 Poll::Ready(Some(Err(e))) => {
                     this.ended = true;
-                    return Poll::Ready(Some(Err(this.source.watch_broke(this.member, e))));
+                    return Poll::Ready(Some(Err(e)));
                 }
                 Poll::Ready(Some(Ok(resp))) => {
                     if let Err(e) = this.take(resp) {
@@ -208,7 +461,8 @@ impl Stream for EtcdWatch {
     }
 }
 
-pub(crate) type Responses = Pin<Box<dyn Stream<Item = Result<WatchResponse, etcd_client::Error>> + Send>>;
+/// A watch's responses, a broken stream already said as the error to pass on.
+pub(crate) type Responses = Pin<Box<dyn Stream<Item = Result<WatchResponse, SourceError>> + Send>>;
 
 /// The id etcd answers progress requests under.
 pub(crate) const REQUESTED_PROGRESS_ID: i64 = -1;

@@ -331,6 +331,107 @@ async fn a_dead_member_leaves_rotation_its_watch_moves_at_once_and_it_comes_back
     );
 }
 
+/// Every change of `watch` until `last`, as (revision, key, value, previous value's revision),
+/// failing after `within`.
+async fn changes_through(
+    watch: &mut watchcache_etcd::EtcdWatch,
+    last: Revision,
+    within: Duration,
+) -> Vec<(Revision, String, Bytes, Option<Revision>)> {
+    let mut seen: Vec<(Revision, String, Bytes, Option<Revision>)> = Vec::new();
+    let read = async {
+        while seen.last().is_none_or(|(r, ..)| *r < last) {
+            match next_change(watch).await {
+                Some(Ok(SourceEvent::Changes { revision, changes })) => {
+                    for c in changes {
+                        let SourceChange::Put { key, value, prev } = c else {
+                            panic!("only puts were written: {c:?}");
+                        };
+                        seen.push((revision, key, value, prev.map(|p| p.mod_revision)));
+                    }
+                }
+                other => panic!("the watch ended: {other:?}"),
+            }
+        }
+    };
+    if tokio::time::timeout(within, read).await.is_err() {
+        panic!(
+            "{} changes in {within:?}, the last at {:?}; wanted every one through {last}",
+            seen.len(),
+            seen.last().map(|(r, ..)| *r)
+        );
+    }
+    seen
+}
+
+/// History reads (catch-ups' watches from old revisions) hold up neither the watches the
+/// caches follow nor each other, whatever their pace. Four whose consumers never read sit
+/// beside a live watch and a fifth history read that starts reading only after 20 MiB has
+/// been written. Without a connection of their own, the unread ones fill HTTP/2's shared
+/// window and the live watch stalls; without their task reading etcd at once, they stall the
+/// fifth. With a 256 KiB backlog, the fifth has its etcd watch canceled and opened again many
+/// times, and still gets every revision once, in order, with its previous value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_reads_at_any_pace_hold_up_no_other_watch_and_lose_nothing() {
+    let Some(cluster) = EtcdCluster::start(1).await else {
+        return;
+    };
+    let options = EtcdOptions {
+        history_backlog: 256 << 10,
+        ..EtcdOptions::default()
+    };
+    let s = EtcdSource::connect(&cluster.endpoints(), options).await.unwrap();
+    let prefix = "/registry/configmaps/";
+    let from = Revision::new(s.current_revision().await.unwrap().get() + 1);
+    let mut live = s.watch(prefix, from).await.unwrap();
+    let mut stalled = Vec::new();
+    for _ in 0..4 {
+        stalled.push(s.watch_history(prefix, from).await.unwrap());
+    }
+    let mut history = s.watch_history(prefix, from).await.unwrap();
+    // 40 keys of 64 KiB written 4 times: 160 revisions, 20 MiB with the previous values.
+    let mut written = Vec::new();
+    for round in 0..4 {
+        for k in 0..40 {
+            let key = format!("{prefix}ns/k{k}");
+            let value = Bytes::from(format!("{round}-{k}-").repeat(64 << 10 >> 4));
+            let revision = if round == 0 {
+                s.create(&key, value.clone()).await.unwrap()
+            } else {
+                s.update(&key, value.clone(), None).await.unwrap()
+            };
+            written.push((revision, key, value));
+        }
+    }
+    let last = written.last().unwrap().0;
+    let check = |what: &str, got: Vec<(Revision, String, Bytes, Option<Revision>)>| {
+        assert_eq!(got.len(), written.len(), "{what}: one change per write");
+        let mut previous = BTreeMap::new();
+        for ((r, key, value, prev), (wr, wkey, wvalue)) in got.iter().zip(&written) {
+            assert_eq!((r, key), (wr, wkey), "{what}: in order, none lost or repeated");
+            assert!(value == wvalue, "{what}: the value written at {wr}");
+            assert_eq!(
+                *prev,
+                previous.insert(key.clone(), *r),
+                "{what}: the previous value at {wr}"
+            );
+        }
+    };
+    check(
+        "the live watch",
+        changes_through(&mut live, last, Duration::from_secs(60)).await,
+    );
+    check(
+        "the history read",
+        changes_through(&mut history, last, Duration::from_secs(60)).await,
+    );
+    // The unread ones are intact too: read now, from where they were left.
+    check(
+        "a history read left unread",
+        changes_through(&mut stalled[0], last, Duration::from_secs(60)).await,
+    );
+}
+
 /// `apiserver_watch_cache_initializations_total` of `resource`: the lists its cache made.
 async fn initializations(server: &Server, resource: &str) -> u64 {
     counter(
