@@ -285,14 +285,13 @@ pub(crate) async fn watch(
         watch,
         frames: frames.clone(),
         deadline: Box::pin(tokio::time::sleep(timeout)),
-        deadline_waker: None,
+        phase: watch_body::Phase::Open(None),
         shutdown: state.shutdown.signal(),
         buf: BytesMut::new(),
         counters: WatchCounters::new(&state.metrics, resource),
         pending,
         guard: Some(guard),
         scratch: BytesMut::new(),
-        ending: false,
         transform: match (table, metadata) {
             (Some(request), _) => Some(Transform::Table(TableFrames {
                 request,

@@ -40,13 +40,16 @@ const RETAIN_BYTES: usize = 16 * 1024;
 /// a revision is readable at once, so this only bounds a bug's cost.
 const ENDING_LIMIT: Duration = Duration::from_secs(1);
 
+/// How often a watch ending inside a revision looks whether the revision became whole
+/// without its watcher being woken (a parked watcher is woken for its own events only).
+const ENDING_RECHECK: Duration = Duration::from_millis(5);
+
 pub(crate) struct WatchBody {
     pub(crate) watch: Option<CacheWatch>,
     pub(crate) frames: FrameEncoder,
     pub(crate) deadline: Pin<Box<tokio::time::Sleep>>,
-    /// The waker `deadline` was last polled with: it is polled again (to register) only when
-    /// the task's waker changes, and otherwise checked with `is_elapsed`.
-    pub(crate) deadline_waker: Option<std::task::Waker>,
+    /// Before its deadline or past it.
+    pub(crate) phase: Phase,
     pub(crate) shutdown: Signal,
     /// This resource's counters, looked up once: a poll allocates and locks nothing for them.
     pub(crate) counters: WatchCounters,
@@ -62,9 +65,16 @@ pub(crate) struct WatchBody {
     /// Where an object's JSON (a Table row's) or a whole frame (a metadata frame's) is put on
     /// its way.
     pub(crate) scratch: BytesMut,
-    /// Past its deadline (or the server's shutdown): it finishes the revision it is in, then
-    /// ends; `deadline` is then the limit of that.
-    pub(crate) ending: bool,
+}
+
+/// Where a watch is in its life (one field: an idle watch stays small).
+pub(crate) enum Phase {
+    /// Before its deadline: the waker `deadline` was last polled with. It is polled again (to
+    /// register) only when the task's waker changes, and otherwise checked with `is_elapsed`.
+    Open(Option<std::task::Waker>),
+    /// Past its deadline (or the server's shutdown): the limit of the time it has to finish
+    /// the revision it is in before it ends. `deadline` then times its rechecks.
+    Ending(tokio::time::Instant),
 }
 
 /// Frames in a form other than the objects': what each event is turned into.
@@ -143,7 +153,7 @@ impl Drop for WatchBody {
     /// clean end: its client had stopped reading, and the connection was dropped (the kill
     /// switch, a grace period after the deadline). The server ended that watcher.
     fn drop(&mut self) {
-        if self.watch.is_some() && (self.ending || self.deadline.is_elapsed()) {
+        if self.watch.is_some() && (matches!(self.phase, Phase::Ending(_)) || self.deadline.is_elapsed()) {
             self.counters.terminated.inc();
         }
     }
@@ -164,25 +174,20 @@ impl Stream for WatchBody {
         if let Some(first) = this.pending.take() {
             return Poll::Ready(Some(Ok(first)));
         }
-        if !this.ending
-            && (this.shutdown.poll_thrown(cx)
-                || poll_deadline(&mut this.deadline, &mut this.deadline_waker, cx))
+        if let Phase::Open(registered) = &mut this.phase
+            && (this.shutdown.poll_thrown(cx) || poll_deadline(&mut this.deadline, registered, cx))
         {
-            // From now on the deadline is the limit of the ending.
-            this.ending = true;
-            this.deadline
-                .as_mut()
-                .reset(tokio::time::Instant::now() + ENDING_LIMIT);
+            this.phase = Phase::Ending(tokio::time::Instant::now() + ENDING_LIMIT);
         }
         // A clean end: the client re-watches from the last resourceVersion it received, so the
         // watch ends between revisions. Past the deadline it delivers the rest of the revision
         // it is in (its events are readable together; a write that changed several keys is
         // several events) and leaves the next one for the watch the client opens.
-        if this.ending && this.watch.as_ref().is_none_or(CacheWatch::at_revision_boundary) {
+        let ending = matches!(this.phase, Phase::Ending(_));
+        if ending && this.watch.as_ref().is_none_or(CacheWatch::at_revision_boundary) {
             this.finish();
             return Poll::Ready(None);
         }
-        let ending = this.ending;
         let Some(watch) = this.watch.as_mut() else {
             return Poll::Ready(None);
         };
@@ -253,16 +258,17 @@ impl Stream for WatchBody {
                 }
                 Poll::Pending => {
                     // Ending, the watch may learn only now that its revision is whole; or, the
-                    // rest of it being published at this moment, it looks again at once
+                    // rest of it being published at this moment, it looks again shortly
                     // (bounded: after `ENDING_LIMIT` it ends where it is).
-                    if ending {
-                        // (The deadline's instant, not `is_elapsed`: it is not polled now.)
-                        if watch.at_revision_boundary()
-                            || tokio::time::Instant::now() >= this.deadline.deadline()
-                        {
+                    if let Phase::Ending(limit) = this.phase {
+                        let now = tokio::time::Instant::now();
+                        if watch.at_revision_boundary() || now >= limit {
                             ended = true;
                         } else {
-                            cx.waker().wake_by_ref();
+                            this.deadline.as_mut().reset((now + ENDING_RECHECK).min(limit));
+                            if this.deadline.as_mut().poll(cx).is_ready() {
+                                cx.waker().wake_by_ref();
+                            }
                         }
                     }
                     break;
@@ -361,7 +367,7 @@ mod tests {
             watch: Some(watch),
             frames: r.frames.clone(),
             deadline: Box::pin(tokio::time::sleep(Duration::from_secs(600))),
-            deadline_waker: None,
+            phase: Phase::Open(None),
             shutdown: state.shutdown.signal(),
             buf: BytesMut::new(),
             counters: WatchCounters::new(&state.metrics, "configmaps"),
@@ -369,7 +375,6 @@ mod tests {
             guard: None,
             scratch: BytesMut::new(),
             transform,
-            ending: false,
         };
         (server, t, body)
     }
