@@ -15,7 +15,7 @@
 //! | LIST, a match without rv, or Exact with rv "0" | `InvalidRequest` |
 //! | LIST with continue | the snapshot the token names, from the key after the token's key |
 //! | WATCH, rv unset or "0" | ADDED for the current state (rv unset: after a consistent read), then live |
-//! | WATCH, rv N | every event after N from the history window, then live; N older than the window is read from the source's history and handed over to the window (catch-up, see `catchup.rs`), `Expired` only once the source compacted past N (or without catch-up); N ahead of the cache starts at once |
+//! | WATCH, rv N | every event after N from the history window, then live; N older than the window is read from the source's history and handed over to the window (catch-up, see `catchup/`), `Expired` only once the source compacted past N (or without catch-up); N ahead of the cache starts at once |
 //! | WATCH, sendInitialEvents=true | ADDED for the state, a bookmark marking the end of the initial events, then live |
 //! | WATCH, sendInitialEvents=false | no initial events: live from rv (rv unset or "0": from now) |
 //! | WATCH, bookmarks | a bookmark with the cache's revision once per `bookmark_interval` for each watcher that asked (the watchers are spread over the interval); progress notifications move that revision and wake no one |
@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::catchup::{CacheUpstream, Upstream};
+use crate::catchup::{CacheUpstream, SharedReads, Upstream};
 use crate::config::{BuildError, CacheConfig};
 use crate::continue_token::Tokens;
 use crate::object::{Codec, ObjectKey, ObjectVersion};
@@ -33,6 +33,7 @@ use crate::progress::Requester;
 use crate::reflector;
 use crate::rv::Revision;
 use crate::selector::SelectorError;
+
 use crate::snapshot::Snapshot;
 use crate::source::{Source, SourceError, storage_key};
 use crate::stats::CacheStats;
@@ -297,6 +298,7 @@ impl<S: Source> Cache<S> {
                 store: Arc::clone(&store),
                 reads,
                 requester: Arc::clone(&requester),
+                shared: SharedReads::default(),
             }) as Arc<dyn Upstream>
         });
         Ok(Cache {

@@ -127,6 +127,9 @@ impl From<CapacityError> for BuildError {
     }
 }
 
+/// The default [`CatchUpReads::with_read_bytes`]: 4 MiB.
+pub const DEFAULT_READ_BYTES: usize = 4 << 20;
+
 /// How many watchers may read the source's history at once: one bound shared by every cache
 /// given a clone, so that a server bounds the reads against its store whatever the number of
 /// resources. Watchers beyond it wait in line, in the order they came.
@@ -139,6 +142,7 @@ pub struct CatchUpReads {
     pub(crate) permits: Arc<Semaphore>,
     limit: usize,
     pub(crate) queue_wait: Duration,
+    pub(crate) read_bytes: usize,
 }
 
 impl CatchUpReads {
@@ -149,7 +153,17 @@ impl CatchUpReads {
             permits: Arc::new(Semaphore::new(limit)),
             limit,
             queue_wait: Duration::from_secs(10),
+            read_bytes: DEFAULT_READ_BYTES,
         }
+    }
+
+    /// The bytes (of the store's values) one read keeps for the catch-ups that share it: what
+    /// its fastest reader has passed stays this long for the slower ones (one that falls
+    /// further behind reads on alone), and it reads at most half this ahead of the fastest.
+    /// At least 1 KiB.
+    pub fn with_read_bytes(mut self, bytes: usize) -> Self {
+        self.read_bytes = bytes.max(1024);
+        self
     }
 
     /// How long a watcher waits in line for a read before it ends with 410.
@@ -174,6 +188,7 @@ impl fmt::Debug for CatchUpReads {
         f.debug_struct("CatchUpReads")
             .field("limit", &self.limit)
             .field("in_use", &self.in_use())
+            .field("read_bytes", &self.read_bytes)
             .finish()
     }
 }

@@ -157,7 +157,7 @@ mod watch;
 mod watcher;
 
 pub use cache::{Cache, CacheError, Corrupt, MAX_CORRUPT_LISTED};
-pub use config::{BuildError, CacheConfig, CatchUpReads, DEFAULT_CATCH_UP_READS};
+pub use config::{BuildError, CacheConfig, CatchUpReads, DEFAULT_CATCH_UP_READS, DEFAULT_READ_BYTES};
 pub use consistency::Consistency;
 pub use event::{Delivery, Event, EventKind, WatchEvent};
 pub use filter::Filter;

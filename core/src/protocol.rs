@@ -160,7 +160,7 @@
 //!     poll is a 410 (test `a_watcher_that_starts_inside_a_revision_never_resumes_past_it_after_a_lap`).
 //!     *Model: `harmless_lap`; treating every lap as a 410 fails it (`weaken-no-lap-resume`).*
 //!
-//! # Catch-up ([`WatchHub::hand_over`](crate::WatchHub::hand_over), `catchup.rs`)
+//! # Catch-up ([`WatchHub::hand_over`](crate::WatchHub::hand_over), `catchup/`)
 //!
 //! 14. **The hand-over from the store to the ring loses nothing and repeats nothing.** A
 //!     watcher the window cannot serve reads the store's history, a whole revision at a time,

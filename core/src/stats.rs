@@ -33,6 +33,9 @@ pub struct CacheStats {
     /// Watchers that read the source's history because the window could not serve them (a
     /// start below it, or a lap), instead of ending with 410.
     pub catch_ups: AtomicU64,
+    /// Reads of the source's history catch-ups made (catch-ups over overlapping ranges share
+    /// one).
+    pub catch_up_reads: AtomicU64,
     /// Events catch-ups delivered.
     pub catch_up_events: AtomicU64,
     /// Catch-ups handed over to the ring.

@@ -238,9 +238,12 @@ fn write(rng: &mut Rng, store: &MemorySource, model: &mut Model) {
 }
 
 /// Everything a watch has ready now (the cache has caught up), ending at Pending or Expired.
-fn drain(w: &mut CacheWatch) -> (Vec<Seen>, bool) {
+/// A catch-up's read of the store is a task of its own: the watch yields to it, a bounded
+/// number of times in a row, before it takes Pending for the end.
+async fn drain(w: &mut CacheWatch) -> (Vec<Seen>, bool) {
     let mut cx = Context::from_waker(Waker::noop());
     let mut seen = Vec::new();
+    let mut idle = 0;
     loop {
         let polled = w.poll_next_with(&mut cx, |d| {
             let kind = match d.kind {
@@ -255,9 +258,17 @@ fn drain(w: &mut CacheWatch) -> (Vec<Seen>, bool) {
             }
         });
         match polled {
-            Poll::Ready(Some(Ok(s))) => seen.push(s),
+            Poll::Ready(Some(Ok(s))) => {
+                idle = 0;
+                seen.push(s);
+            }
             Poll::Ready(Some(Err(_))) => return (seen, true),
-            Poll::Ready(None) | Poll::Pending => return (seen, false),
+            Poll::Ready(None) => return (seen, false),
+            Poll::Pending if idle < 20 => {
+                idle += 1;
+                tokio::task::yield_now().await;
+            }
+            Poll::Pending => return (seen, false),
         }
     }
 }
@@ -470,7 +481,7 @@ async fn run_case(seed: u64) -> (u64, u64) {
     cache.list(&ListOptions::default()).await.unwrap();
 
     for (ctx, mut w, sel, init, after, send_initial) in watches {
-        let (seen, expired) = drain(&mut w);
+        let (seen, expired) = drain(&mut w).await;
         let live = expected_events(&model, after, sel);
         // Lapped: more changes after its start than the window holds.
         let lapped = model.changes.iter().filter(|c| c.rev() > after).count() > capacity;

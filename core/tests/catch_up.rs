@@ -171,14 +171,16 @@ async fn catch_up_reads_are_bounded_and_the_next_in_line_goes_when_one_ends() {
     let mut c = config();
     c.catch_up = Some(reads.clone());
     let (s, cache) = started(c).await;
-    let mut first = watch_from_now(&cache, Filter::everything()).await;
+    // The second stands a revision below the first: the first's read cannot serve it.
     let mut second = watch_from_now(&cache, Filter::everything()).await;
-    let mut revs = Vec::new();
+    let mut revs = vec![create(&s, "p", "web")];
+    cache.list(&ListOptions::default()).await.unwrap();
+    let mut first = watch_from_now(&cache, Filter::everything()).await;
     for i in 0..20 {
         revs.push(create(&s, &format!("p{i:02}"), "web"));
     }
     cache.list(&ListOptions::default()).await.unwrap();
-    assert_eq!(next(&mut first).await.revision, revs[0]);
+    assert_eq!(next(&mut first).await.revision, revs[1]);
     assert_eq!(reads.in_use(), 1);
     // In line behind the first: nothing yet.
     assert!(quiet(&mut second, Duration::from_millis(100)).await);
@@ -201,9 +203,12 @@ async fn a_catch_up_that_waits_too_long_in_line_ends_with_410() {
     let mut c = config();
     c.catch_up = Some(reads.clone());
     let (s, cache) = started(c).await;
-    let mut stalled = watch_from_now(&cache, Filter::everything()).await;
+    // Next in line stands below the stalled one's read: it cannot share it.
     let mut next_in_line = watch_from_now(&cache, Filter::everything()).await;
     let start = next_in_line.position();
+    create(&s, "p", "web");
+    cache.list(&ListOptions::default()).await.unwrap();
+    let mut stalled = watch_from_now(&cache, Filter::everything()).await;
     for i in 0..20 {
         create(&s, &format!("p{i:02}"), "web");
     }
@@ -218,6 +223,98 @@ async fn a_catch_up_that_waits_too_long_in_line_ends_with_410() {
     }
     assert_eq!(cache.stats().catch_ups_refused.load(Ordering::Relaxed), 1);
     assert_eq!(reads.in_use(), 1, "the stalled watch still holds its read");
+}
+
+/// Watchers lapped together share one read of the store, whatever their filters: with room
+/// for a single read, ten catch-ups all go at once, none waiting in line, each gapless.
+#[tokio::test]
+async fn watchers_lapped_together_share_one_read_of_the_store() {
+    let reads = CatchUpReads::new(1).with_queue_wait(Duration::from_millis(200));
+    let mut c = config();
+    c.catch_up = Some(reads.clone());
+    let (s, cache) = started(c).await;
+    let web = Filter::parse(None, "app=web", "").unwrap();
+    let mut watches = Vec::new();
+    for i in 0..10 {
+        let filter = if i % 2 == 0 {
+            Filter::everything()
+        } else {
+            web.clone()
+        };
+        watches.push((watch_from_now(&cache, filter).await, i % 2 == 0));
+    }
+    let mut revs = Vec::new();
+    for i in 0..40 {
+        let app = if i % 4 == 0 { "web" } else { "db" };
+        revs.push((create(&s, &format!("p{i:02}"), app), app));
+    }
+    cache.list(&ListOptions::default()).await.unwrap();
+    // Read in turns, a few events each, so that all ten are in their catch-up at once.
+    let mut read = vec![0; watches.len()];
+    let wanted = |all: bool| revs.iter().filter(|(_, app)| all || *app == "web").count();
+    while read.iter().zip(&watches).any(|(n, (_, all))| *n < wanted(*all)) {
+        for (n, (w, all)) in read.iter_mut().zip(&mut watches) {
+            let mine: Vec<_> = revs.iter().filter(|(_, app)| *all || *app == "web").collect();
+            for _ in 0..3 {
+                if let Some((rev, _)) = mine.get(*n) {
+                    let e = next(w).await;
+                    assert_eq!((e.kind, e.revision), (EventKind::Added, *rev));
+                    *n += 1;
+                }
+            }
+        }
+    }
+    let stats = cache.stats();
+    assert_eq!(stats.catch_ups.load(Ordering::Relaxed), 10);
+    assert_eq!(
+        stats.catch_up_reads.load(Ordering::Relaxed),
+        1,
+        "one read for all"
+    );
+    assert_eq!(stats.catch_ups_refused.load(Ordering::Relaxed), 0);
+    let live = create(&s, "live", "web");
+    for (w, _) in &mut watches {
+        assert_eq!(next(w).await.revision, live);
+        assert!(!w.is_catching_up());
+    }
+    assert_eq!(reads.in_use(), 0, "the read ended with its last reader");
+}
+
+/// A shared read is paced by its fastest reader and keeps only a bounded tail for the slower
+/// ones: a reader that stops is not waited for, and once it falls out of that tail it reads on
+/// alone from where it stands, losing and repeating nothing.
+#[tokio::test]
+async fn a_slow_reader_of_a_shared_read_falls_out_to_a_read_of_its_own_and_loses_nothing() {
+    let mut c = config();
+    c.catch_up = Some(CatchUpReads::new(4).with_read_bytes(2048));
+    let (s, cache) = started(c).await;
+    let mut fast = watch_from_now(&cache, Filter::everything()).await;
+    let mut slow = watch_from_now(&cache, Filter::everything()).await;
+    let mut revs = Vec::new();
+    for i in 0..60 {
+        revs.push(create(&s, &format!("p{i:02}"), "web"));
+    }
+    cache.list(&ListOptions::default()).await.unwrap();
+    // Both start in one read; then the slow one stops.
+    assert_eq!(next(&mut fast).await.revision, revs[0]);
+    assert_eq!(next(&mut slow).await.revision, revs[0]);
+    for rev in &revs[1..] {
+        assert_eq!(next(&mut fast).await.revision, *rev);
+    }
+    // 60 pods of about 100 bytes is far more than the 2 KiB kept for the slow one.
+    for rev in &revs[1..] {
+        assert_eq!(next(&mut slow).await.revision, *rev);
+    }
+    assert_eq!(
+        cache.stats().catch_up_reads.load(Ordering::Relaxed),
+        2,
+        "the slow reader fell out of the shared read and read on alone"
+    );
+    let live = create(&s, "live", "web");
+    for w in [&mut fast, &mut slow] {
+        assert_eq!(next(w).await.revision, live);
+        assert!(quiet(w, Duration::from_millis(50)).await);
+    }
 }
 
 /// Panics on the first value that starts with `ns/boom`, as a codec bug would: the reflector's

@@ -231,9 +231,10 @@ struct ServeArgs {
     /// apiserver does).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     history_fill: bool,
-    /// How many watches may read the store's retained history at once, when the history
-    /// window cannot serve them (a start below it, or a client the writer laps), instead of
-    /// ending with 410 and a relist; the rest wait in line. 0: off, the apiserver's 410.
+    /// How many reads of the store's retained history may run at once, for watches the
+    /// history window cannot serve (a start below it, or a client the writer laps), instead of
+    /// ending with 410 and a relist. Watches over overlapping ranges share a read; the rest
+    /// wait in line. 0: off, the apiserver's 410.
     #[arg(long, default_value_t = watchcache_server::config::DEFAULT_CATCH_UP_READS)]
     watch_catch_up_reads: usize,
     /// Seconds an Event lives after its last write (kube-apiserver's flag and default): Events

@@ -28,6 +28,9 @@ pub struct Metrics {
     /// Watches that read the store's retained history because the window could not serve
     /// them (see `CacheStats::catch_ups`), per resource.
     pub watch_catch_ups: Family<Labels, Counter>,
+    /// Reads of the store's history catch-ups made (those over overlapping ranges share one),
+    /// per resource.
+    pub watch_catch_up_reads: Family<Labels, Counter>,
     /// Events catch-ups delivered, per resource.
     pub watch_catch_up_events: Family<Labels, Counter>,
     /// Catch-ups handed over to the window, per resource.
@@ -93,6 +96,7 @@ impl Default for Metrics {
             watch_expired_in_stream: Family::default(),
             terminated_watchers: Family::default(),
             watch_catch_ups: Family::default(),
+            watch_catch_up_reads: Family::default(),
             watch_catch_up_events: Family::default(),
             watch_catch_up_handovers: Family::default(),
             watch_catch_ups_refused: Family::default(),
@@ -159,6 +163,11 @@ impl Default for Metrics {
             "watch_catch_ups",
             "Watches that read the store's retained history because the history window could not serve them",
             m.watch_catch_ups.clone(),
+        );
+        registry.register(
+            "watch_catch_up_reads",
+            "Reads of the store's history made by catch-ups, each shared by the catch-ups over overlapping ranges",
+            m.watch_catch_up_reads.clone(),
         );
         registry.register(
             "watch_catch_up_events",

@@ -301,6 +301,10 @@ async fn metrics_text(State(state): AppStateRef) -> Response {
             stats.catch_ups.load(relaxed),
         );
         metrics::advance_to(
+            &state.metrics.watch_catch_up_reads.get_or_create(&labels),
+            stats.catch_up_reads.load(relaxed),
+        );
+        metrics::advance_to(
             &state.metrics.watch_catch_up_events.get_or_create(&labels),
             stats.catch_up_events.load(relaxed),
         );

@@ -7,7 +7,7 @@
 //! poll the body for more, and an end written at the deadline or at shutdown cannot be
 //! flushed: the connection is then dropped by its kill switch (see `connection.rs`), a grace
 //! period later. A client that reads again before that gets what is left; a watch the writer
-//! lapped meanwhile goes on from the store's history (a catch-up, see core's `catchup.rs`), and
+//! lapped meanwhile goes on from the store's history (a catch-up, see core's `catchup` module), and
 //! ends with an ERROR frame carrying a 410 Expired Status only when the store no longer holds
 //! its revision. The watcher parks with the connection task's waker, so an idle watch costs
 //! no polling.

@@ -13,12 +13,13 @@
 //! it from the ring: no gap, no duplicate (claim 14 of [`protocol`](crate::protocol)). Only a
 //! revision the source compacted ends the watch with 410.
 //!
-//! How many watchers read the source at once is bounded ([`CatchUpReads`]); the rest wait in
-//! line, first come first served, reading nothing meanwhile.
+//! Catch-ups over overlapping ranges share one read of the source, each change decoded once
+//! (the `shared` module). How many reads of the source run at once is bounded
+//! ([`CatchUpReads`]); a catch-up no read can take waits in line, first come first served,
+//! reading nothing meanwhile.
 
 use std::fmt;
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -30,16 +31,20 @@ use futures_util::StreamExt;
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::config::{CacheConfig, CatchUpReads};
-use crate::event::{Delivery, Event};
+use crate::event::Delivery;
 use crate::filter::Filter;
 use crate::object::{Codec, ObjectVersion};
 use crate::progress::{OwnedWaiting, Requester};
 use crate::reflector::decode_checked;
 use crate::rv::Revision;
-use crate::source::{Source, SourceChange, SourceError, SourceEvent};
+mod shared;
+
+use crate::source::{Source, SourceError, SourceEvent};
 use crate::stats::CacheStats;
 use crate::store::Store;
 use crate::watcher::{Expired, Watcher};
+pub(crate) use shared::SharedReads;
+use shared::{Cursor, Decoded, End, Entry, Next};
 
 /// The events of one revision of the source, as a watch of the source yields them.
 type History = Pin<Box<dyn Stream<Item = Result<SourceEvent, SourceError>> + Send>>;
@@ -64,6 +69,8 @@ pub(crate) trait Upstream: Send + Sync + 'static {
     fn want_progress(&self) -> OwnedWaiting;
     /// The cache's counters.
     fn stats(&self) -> &CacheStats;
+    /// The reads of the source under way, which catch-ups join.
+    fn shared(&self) -> &SharedReads;
 }
 
 /// A cache's [`Upstream`]: holds what the reflector holds, not the cache (a watch does not
@@ -75,6 +82,7 @@ pub(crate) struct CacheUpstream<S> {
     pub(crate) store: Arc<Store>,
     pub(crate) reads: CatchUpReads,
     pub(crate) requester: Arc<Requester>,
+    pub(crate) shared: SharedReads,
 }
 
 impl<S: Source> Upstream for CacheUpstream<S> {
@@ -124,6 +132,10 @@ impl<S: Source> Upstream for CacheUpstream<S> {
     fn stats(&self) -> &CacheStats {
         &self.store.stats
     }
+
+    fn shared(&self) -> &SharedReads {
+        &self.shared
+    }
 }
 
 /// The first pause before a broken read of the source is opened again; doubles up to
@@ -134,10 +146,9 @@ const MAX_PAUSE: Duration = Duration::from_secs(5);
 enum State {
     /// In line for a read (`None` once it waited too long).
     Queued(Pin<Box<dyn Future<Output = Option<OwnedSemaphorePermit>> + Send>>),
-    /// Reading the source (the permit is returned when the read ends).
+    /// Reading the source, in a read it may share with other catch-ups.
     Reading {
-        history: History,
-        _permit: Option<OwnedSemaphorePermit>,
+        cursor: Cursor,
         /// At the head of the source's history with the hand-over refused (the window starts
         /// above where the catch-up stands, and the prefix has had no change since): the
         /// progress notifications asked for move it up to the window.
@@ -166,8 +177,8 @@ pub(crate) struct CatchUp {
     state: State,
     /// Every event up to this revision was delivered (or does not concern the watcher).
     position: Revision,
-    /// The revision being delivered, and its changes not yet looked at.
-    current: Option<(Revision, std::vec::IntoIter<SourceChange>)>,
+    /// The revision being delivered, and the index of its next change to look at.
+    current: Option<(Arc<Entry>, usize)>,
     /// Deliveries of revision `skip_at` the watcher had before it was lapped, not delivered
     /// again; no hand-over until they are passed.
     skip: usize,
@@ -196,7 +207,7 @@ impl CatchUp {
         skip: usize,
     ) -> CatchUp {
         upstream.stats().catch_ups.fetch_add(1, Ordering::Relaxed);
-        let state = queue(&upstream);
+        let state = join_or_queue(&upstream, Revision::new(from.get().saturating_sub(1)));
         CatchUp {
             upstream,
             filter,
@@ -222,25 +233,27 @@ impl CatchUp {
         f: impl FnOnce(Delivery<'_>) -> R,
     ) -> Poll<Caught<R>> {
         loop {
-            if let Some((revision, changes)) = &mut self.current {
+            if let Some((entry, next)) = &mut self.current {
+                let Entry::Changes { revision, events } = &**entry else {
+                    unreachable!("only changes are delivered");
+                };
                 let revision = *revision;
-                for change in changes.by_ref() {
-                    // A codec that panics (a bug the reflector's supervisor survives) ends this
-                    // watch as a closed hub ends its watchers, not the task that polls it.
-                    let upstream = &*self.upstream;
-                    let decoded =
-                        std::panic::catch_unwind(AssertUnwindSafe(|| event_of(upstream, revision, change)));
-                    let Ok(Ok(event)) = decoded else {
-                        self.current = None;
-                        return Poll::Ready(Caught::Expired(Expired {
-                            requested: self.position,
-                            oldest: self.upstream.floor(),
-                        }));
+                while let Some(decoded) = events.get(*next) {
+                    *next += 1;
+                    let event = match decoded {
+                        Decoded::Event(event) => event,
+                        Decoded::Outside => continue,
+                        // A deletion that cannot be delivered, or a codec that panicked: this
+                        // watch ends as a closed hub ends its watchers.
+                        Decoded::LostPrev | Decoded::Panicked => {
+                            self.current = None;
+                            return Poll::Ready(Caught::Expired(Expired {
+                                requested: self.position,
+                                oldest: self.upstream.floor(),
+                            }));
+                        }
                     };
-                    let Some(event) = event else {
-                        continue;
-                    };
-                    let Some(delivery) = self.filter.deliver(&event) else {
+                    let Some(delivery) = self.filter.deliver(event) else {
                         continue;
                     };
                     if self.skip > 0 && revision == self.skip_at {
@@ -280,56 +293,80 @@ impl CatchUp {
                             oldest: self.upstream.floor(),
                         }));
                     };
-                    let from = self.position.successor();
+                    // A read another catch-up started meanwhile may serve this one after all.
+                    let cursor = match self.upstream.shared().join(self.position) {
+                        Some(cursor) => cursor,
+                        None => self.upstream.shared().start(
+                            Arc::clone(&self.upstream),
+                            self.position.successor(),
+                            Some(permit),
+                        ),
+                    };
                     self.state = State::Reading {
-                        history: self.upstream.history(from),
-                        _permit: Some(permit),
+                        cursor,
                         waiting: None,
                     };
                 }
                 State::Paused(sleep) => {
                     std::task::ready!(sleep.as_mut().poll(cx));
-                    self.state = queue(&self.upstream);
+                    self.state = join_or_queue(&self.upstream, self.position);
                 }
-                State::Reading { history, waiting, .. } => match history.as_mut().poll_next(cx) {
+                State::Reading { cursor, waiting } => match cursor.poll_next(cx) {
                     Poll::Pending => {
                         if self.skip == 0 && waiting.is_none() {
                             *waiting = Some(self.upstream.want_progress());
                         }
                         return Poll::Pending;
                     }
-                    Poll::Ready(next) => {
+                    Poll::Ready(Next::Entry(entry)) => {
                         *waiting = None;
-                        match next {
-                            Some(Ok(SourceEvent::Changes { revision, changes })) => {
-                                if revision > self.position {
+                        match &*entry {
+                            Entry::Changes { revision, .. } => {
+                                if *revision > self.position {
                                     self.pause = FIRST_PAUSE;
-                                    self.current = Some((revision, changes.into_iter()));
+                                    self.current = Some((entry, 0));
                                 }
                             }
-                            Some(Ok(SourceEvent::Progress { revision })) => {
-                                // Nothing under the prefix changed up to `revision`: a watcher in the
-                                // middle of skipping stays where it is (the skipped revision is ahead).
-                                if self.skip == 0 && revision > self.position {
-                                    self.position = revision;
+                            Entry::Progress { revision } => {
+                                // Nothing under the prefix changed up to `revision`: a watcher in
+                                // the middle of skipping stays where it is (the skipped revision
+                                // is ahead).
+                                if self.skip == 0 && *revision > self.position {
+                                    self.position = *revision;
                                 }
-                            }
-                            Some(Err(SourceError::Compacted { compact_revision })) => {
-                                return Poll::Ready(Caught::Expired(Expired {
-                                    requested: self.position,
-                                    oldest: compact_revision.max(self.upstream.compacted()),
-                                }));
-                            }
-                            Some(Err(_)) | None => {
-                                let pause = self.pause;
-                                self.pause = (self.pause * 2).min(MAX_PAUSE);
-                                self.state = State::Paused(Box::pin(tokio::time::sleep(pause)));
                             }
                         }
+                    }
+                    // Its read went on without it: it reads on from where it stands.
+                    Poll::Ready(Next::Lapped) => {
+                        self.state = join_or_queue(&self.upstream, self.position);
+                    }
+                    Poll::Ready(Next::End(End::Compacted(compact_revision))) => {
+                        return Poll::Ready(Caught::Expired(Expired {
+                            requested: self.position,
+                            oldest: compact_revision.max(self.upstream.compacted()),
+                        }));
+                    }
+                    Poll::Ready(Next::End(End::Broken)) => {
+                        let pause = self.pause;
+                        self.pause = (self.pause * 2).min(MAX_PAUSE);
+                        self.state = State::Paused(Box::pin(tokio::time::sleep(pause)));
                     }
                 },
             }
         }
+    }
+}
+
+/// A place in a read of `upstream`'s source that serves every revision above `position`, or
+/// in line for a read of its own.
+fn join_or_queue(upstream: &Arc<dyn Upstream>, position: Revision) -> State {
+    match upstream.shared().join(position) {
+        Some(cursor) => State::Reading {
+            cursor,
+            waiting: None,
+        },
+        None => queue(upstream),
     }
 }
 
@@ -344,34 +381,3 @@ fn queue(upstream: &Arc<dyn Upstream>) -> State {
             .and_then(Result::ok)
     }))
 }
-
-/// The event one change of the source makes: paired with the previous value the source sent
-/// along (the reflector pairs it with the version its snapshot holds, the same one). A
-/// deletion without its last value cannot be delivered and is left out, as is a key outside
-/// the resource's layout.
-fn event_of(
-    upstream: &dyn Upstream,
-    revision: Revision,
-    change: SourceChange,
-) -> Result<Option<Event>, LostPrev> {
-    Ok(match change {
-        SourceChange::Put { key, value, prev } => upstream.decode(&key, &value, revision).map(|object| {
-            match prev.and_then(|p| upstream.decode(&key, &p.value, p.mod_revision)) {
-                Some(prev) => Event::Modified { object, prev },
-                None => Event::Added { object },
-            }
-        }),
-        // etcd leaves the previous value out when it cannot read it (compacted meanwhile):
-        // the deletion cannot be delivered, and leaving it out would be a gap.
-        SourceChange::Delete { prev: None, .. } => return Err(LostPrev),
-        SourceChange::Delete {
-            key,
-            prev: Some(prev),
-        } => upstream
-            .decode(&key, &prev.value, prev.mod_revision)
-            .map(|prev| Event::Deleted { revision, prev }),
-    })
-}
-
-/// A deletion came without the value it deleted.
-struct LostPrev;

@@ -1,0 +1,374 @@
+//! Shared reads of the source's history: the catch-ups of one cache that need overlapping
+//! ranges read the source once, each change decoded once, and each catch-up is a cursor into
+//! what was read, as watchers are cursors into the ring.
+//!
+//! - **One read, many cursors.** A read keeps the revisions it read (decoded events, or a
+//!   progress notification) in order, numbered. A catch-up joins a read whose kept revisions
+//!   reach back to where the catch-up stands, at the first revision after it; it then needs no
+//!   read of its own, nor a place in line ([`CatchUpReads`](crate::CatchUpReads)).
+//! - **Paced by its fastest reader.** The read's task reads the source while the fastest
+//!   reader has less than half of its bound in bytes ahead of it, so a read nobody reads stops
+//!   (the source bounds what it holds meanwhile: etcd's watch is canceled and opened again).
+//! - **Bounded in bytes.** What the fastest reader has passed is kept up to the bound
+//!   ([`CatchUpReads::with_read_bytes`](crate::CatchUpReads::with_read_bytes)), for
+//!   the slower ones and for catch-ups that join later; beyond that the oldest goes. A
+//!   reader whose next revision went is *lapped*: it leaves and reads on from where it stands
+//!   with a read of its own, which later catch-ups may join in turn. A slow client never holds
+//!   a fast one back.
+//! - **The end.** The read ends when its last reader leaves, or with the source's error: a
+//!   compaction is every reader's 410, any other failure each reader's pause and a new read.
+
+use std::collections::VecDeque;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::task::{Context, Poll, Waker};
+
+use futures_util::StreamExt;
+use tokio::sync::{Notify, OwnedSemaphorePermit};
+
+use super::Upstream;
+use crate::event::Event;
+use crate::rv::Revision;
+use crate::source::{SourceChange, SourceError, SourceEvent};
+
+/// What one entry costs at least, whatever it holds (a notification holds no value).
+const ENTRY_BYTES: usize = 64;
+
+/// How far past a read's newest revision a catch-up may stand and still join it (it then waits
+/// for the read to get there, rather than open a read of its own).
+const JOIN_AHEAD: u64 = 4096;
+
+/// One revision as a read of the source gave it.
+pub(crate) enum Entry {
+    /// The changes of one revision under the prefix, decoded once for every reader.
+    Changes {
+        revision: Revision,
+        events: Vec<Decoded>,
+    },
+    /// Nothing under the prefix changed up to `revision`.
+    Progress { revision: Revision },
+}
+
+impl Entry {
+    fn revision(&self) -> Revision {
+        match self {
+            Entry::Changes { revision, .. } | Entry::Progress { revision } => *revision,
+        }
+    }
+}
+
+/// One change, decoded.
+pub(crate) enum Decoded {
+    Event(Event),
+    /// A key outside the resource's layout: nobody's event.
+    Outside,
+    /// A deletion without the value it deleted (the source compacted it meanwhile): it cannot
+    /// be delivered, and leaving it out would be a gap.
+    LostPrev,
+    /// The codec panicked on it (a bug the reflector's supervisor survives): it ends the watch
+    /// of each reader that reaches it, not the task that reads.
+    Panicked,
+}
+
+/// How a read ended.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum End {
+    /// The source compacted the revisions it was to read, up to this one.
+    Compacted(Revision),
+    /// It broke (the source is unavailable, or the read's stream ended).
+    Broken,
+}
+
+/// What a reader gets next.
+pub(crate) enum Next {
+    Entry(Arc<Entry>),
+    /// What the reader needs next is gone from the read: it reads on with one of its own.
+    Lapped,
+    End(End),
+}
+
+struct State {
+    /// Every revision above this one is in `entries` or yet to be read.
+    floor: Revision,
+    /// The number of `entries[0]`.
+    base: u64,
+    /// Each entry with the running total of bytes through it.
+    entries: VecDeque<(Arc<Entry>, u64)>,
+    /// The running total of bytes before `entries[0]`.
+    base_total: u64,
+    /// The number of the entry the fastest reader takes next (never below `base`).
+    wanted: u64,
+    readers: usize,
+    /// The bytes kept for slower readers; half of it is read ahead of the fastest.
+    limit: u64,
+    /// Readers waiting at the head.
+    waiting: Vec<Waker>,
+    end: Option<End>,
+}
+
+impl State {
+    fn head(&self) -> u64 {
+        self.base + self.entries.len() as u64
+    }
+
+    /// The running total of bytes before entry `n` (`base <= n <= head`).
+    fn total_before(&self, n: u64) -> u64 {
+        match n.checked_sub(self.base + 1) {
+            Some(i) => self.entries[i as usize].1,
+            None => self.base_total,
+        }
+    }
+
+    fn newest(&self) -> Revision {
+        self.entries.back().map_or(self.floor, |(e, _)| e.revision())
+    }
+
+    /// Bytes read and not yet taken by the fastest reader.
+    fn ahead(&self) -> u64 {
+        self.total_before(self.head()) - self.total_before(self.wanted)
+    }
+}
+
+/// One read of the source's history, shared by the catch-ups that joined it.
+pub(crate) struct SharedRead {
+    state: Mutex<State>,
+    /// Wakes the read's task when its fastest reader wants more, or a reader left.
+    pump: Notify,
+}
+
+impl SharedRead {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A catch-up's place in a shared read; leaving the read when dropped.
+pub(crate) struct Cursor {
+    read: Arc<SharedRead>,
+    /// The number of the entry this reader takes next.
+    next: u64,
+}
+
+impl std::fmt::Debug for Cursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cursor")
+            .field("next", &self.next)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Cursor {
+    /// The next entry, or `Pending` (with `cx` woken when the read has more) at the head.
+    pub(crate) fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Next> {
+        let mut s = self.read.lock();
+        if self.next < s.base {
+            return Poll::Ready(Next::Lapped);
+        }
+        if self.next > s.wanted {
+            s.wanted = self.next;
+        }
+        let wake_pump = s.ahead() < s.limit / 2;
+        let next = if let Some((entry, _)) = s.entries.get((self.next - s.base) as usize) {
+            let entry = Arc::clone(entry);
+            self.next += 1;
+            if self.next > s.wanted {
+                s.wanted = self.next;
+            }
+            Poll::Ready(Next::Entry(entry))
+        } else if let Some(end) = s.end {
+            Poll::Ready(Next::End(end))
+        } else {
+            if !s.waiting.iter().any(|w| w.will_wake(cx.waker())) {
+                s.waiting.push(cx.waker().clone());
+            }
+            Poll::Pending
+        };
+        drop(s);
+        if wake_pump {
+            self.read.pump.notify_one();
+        }
+        next
+    }
+}
+
+impl Drop for Cursor {
+    fn drop(&mut self) {
+        self.read.lock().readers -= 1;
+        self.read.pump.notify_one();
+    }
+}
+
+/// The shared reads of one cache.
+#[derive(Default)]
+pub(crate) struct SharedReads {
+    reads: Mutex<Vec<Weak<SharedRead>>>,
+}
+
+impl SharedReads {
+    /// A place in a read whose kept revisions reach back to `position` (every revision above
+    /// it is kept or yet to be read), at the first revision above it.
+    pub(crate) fn join(&self, position: Revision) -> Option<Cursor> {
+        let mut reads = self.reads.lock().unwrap_or_else(|p| p.into_inner());
+        reads.retain(|r| r.strong_count() > 0);
+        for read in reads.iter().filter_map(Weak::upgrade) {
+            let mut s = read.lock();
+            if s.end.is_some() || s.floor > position || position.get() > s.newest().get() + JOIN_AHEAD {
+                continue;
+            }
+            let next = s.base
+                + s.entries
+                    .iter()
+                    .take_while(|(e, _)| e.revision() <= position)
+                    .count() as u64;
+            s.readers += 1;
+            drop(s);
+            return Some(Cursor { read, next });
+        }
+        None
+    }
+
+    /// A new read of `upstream`'s source from revision `from` (inclusive), holding `permit`
+    /// while it reads; its first reader's place, at its start.
+    pub(crate) fn start(
+        &self,
+        upstream: Arc<dyn Upstream>,
+        from: Revision,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Cursor {
+        let read = Arc::new(SharedRead {
+            state: Mutex::new(State {
+                floor: Revision::new(from.get().saturating_sub(1)),
+                base: 0,
+                entries: VecDeque::new(),
+                base_total: 0,
+                wanted: 0,
+                readers: 1,
+                limit: upstream.reads().read_bytes as u64,
+                waiting: Vec::new(),
+                end: None,
+            }),
+            pump: Notify::new(),
+        });
+        upstream.stats().catch_up_reads.fetch_add(1, Ordering::Relaxed);
+        self.reads
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Arc::downgrade(&read));
+        tokio::spawn(pump(Arc::clone(&read), upstream, from, permit));
+        Cursor { read, next: 0 }
+    }
+}
+
+/// The read's task: reads the source while its fastest reader wants more, decodes each
+/// revision once, and ends with its last reader or the source's error.
+async fn pump(
+    read: Arc<SharedRead>,
+    upstream: Arc<dyn Upstream>,
+    from: Revision,
+    _permit: Option<OwnedSemaphorePermit>,
+) {
+    let mut history = upstream.history(from);
+    loop {
+        // Until a reader wants more (or none is left). A notification sent before `enable`
+        // is kept for it (`notify_one`).
+        loop {
+            let notified = read.pump.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut s = read.lock();
+                if s.readers == 0 {
+                    // Under the lock: no catch-up joins a read that is going.
+                    s.end = Some(End::Broken);
+                    return;
+                }
+                if s.ahead() < s.limit / 2 {
+                    break;
+                }
+            }
+            notified.await;
+        }
+        let next = tokio::select! {
+            next = history.next() => next,
+            // A reader left (the read may have none left) or wants more: looked at again.
+            () = read.pump.notified() => continue,
+        };
+        let (entry, bytes) = match next {
+            Some(Ok(SourceEvent::Changes { revision, changes })) => {
+                let bytes = changes.iter().map(change_bytes).sum::<usize>();
+                let events = changes
+                    .into_iter()
+                    .map(|change| {
+                        std::panic::catch_unwind(AssertUnwindSafe(|| decoded(&*upstream, revision, change)))
+                            .unwrap_or(Decoded::Panicked)
+                    })
+                    .collect();
+                (Entry::Changes { revision, events }, bytes)
+            }
+            Some(Ok(SourceEvent::Progress { revision })) => (Entry::Progress { revision }, 0),
+            Some(Err(SourceError::Compacted { compact_revision })) => {
+                return finish(&read, End::Compacted(compact_revision));
+            }
+            Some(Err(_)) | None => return finish(&read, End::Broken),
+        };
+        let mut s = read.lock();
+        if s.newest() >= entry.revision() {
+            // Not above what was read (a source repeating a notification): nothing new.
+            continue;
+        }
+        let total = s.total_before(s.head()) + (bytes + ENTRY_BYTES) as u64;
+        s.entries.push_back((Arc::new(entry), total));
+        // What the fastest reader passed is kept for the others up to the bound.
+        while s.base < s.wanted && total - s.base_total > s.limit {
+            let (gone, through) = s.entries.pop_front().expect("below wanted, so kept");
+            s.base += 1;
+            s.base_total = through;
+            s.floor = gone.revision();
+        }
+        let waiting = std::mem::take(&mut s.waiting);
+        drop(s);
+        waiting.into_iter().for_each(Waker::wake);
+    }
+}
+
+/// Ends the read with `end`, waking its readers.
+fn finish(read: &SharedRead, end: End) {
+    let mut s = read.lock();
+    s.end = Some(end);
+    let waiting = std::mem::take(&mut s.waiting);
+    drop(s);
+    waiting.into_iter().for_each(Waker::wake);
+}
+
+/// The bytes of the values a change carries.
+fn change_bytes(change: &SourceChange) -> usize {
+    match change {
+        SourceChange::Put { key, value, prev } => {
+            key.len() + value.len() + prev.as_ref().map_or(0, |p| p.value.len())
+        }
+        SourceChange::Delete { key, prev } => key.len() + prev.as_ref().map_or(0, |p| p.value.len()),
+    }
+}
+
+/// The event one change of the source makes: paired with the previous value the source sent
+/// along (the reflector pairs it with the version its snapshot holds, the same one).
+fn decoded(upstream: &dyn Upstream, revision: Revision, change: SourceChange) -> Decoded {
+    let event = match change {
+        SourceChange::Put { key, value, prev } => upstream.decode(&key, &value, revision).map(|object| {
+            match prev.and_then(|p| upstream.decode(&key, &p.value, p.mod_revision)) {
+                Some(prev) => Event::Modified { object, prev },
+                None => Event::Added { object },
+            }
+        }),
+        // etcd leaves the previous value out when it cannot read it (compacted meanwhile).
+        SourceChange::Delete { prev: None, .. } => return Decoded::LostPrev,
+        SourceChange::Delete {
+            key,
+            prev: Some(prev),
+        } => upstream
+            .decode(&key, &prev.value, prev.mod_revision)
+            .map(|prev| Event::Deleted { revision, prev }),
+    };
+    event.map_or(Decoded::Outside, Decoded::Event)
+}
