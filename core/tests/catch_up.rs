@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::{TextCodec, text_pod};
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use watchcache_core::source::memory::TxnWrite;
 use watchcache_core::{
     Cache, CacheConfig, CacheWatch, CatchUpReads, EventKind, Filter, ListOptions, MemorySource, Revision,
@@ -277,7 +277,14 @@ async fn watchers_lapped_together_share_one_read_of_the_store() {
         assert_eq!(next(w).await.revision, live);
         assert!(!w.is_catching_up());
     }
-    assert_eq!(reads.in_use(), 0, "the read ended with its last reader");
+    // The read's task returns its place once it sees its last reader gone.
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while reads.in_use() > 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .expect("the read ended with its last reader");
 }
 
 /// A shared read is paced by its fastest reader and keeps only a bounded tail for the slower
@@ -315,6 +322,86 @@ async fn a_slow_reader_of_a_shared_read_falls_out_to_a_read_of_its_own_and_loses
         assert_eq!(next(w).await.revision, live);
         assert!(quiet(w, Duration::from_millis(50)).await);
     }
+}
+
+/// A long catch-up tells a client that asked for bookmarks how far it got, as the window
+/// does: a bookmark once per interval, at a revision whose events it has all delivered, never
+/// ahead of one it has not.
+#[tokio::test]
+async fn a_catch_up_sends_bookmarks_at_whole_revisions() {
+    let mut c = config();
+    c.bookmark_interval = Duration::from_millis(1);
+    let (s, cache) = started(c).await;
+    let mut w = cache
+        .watch(WatchOptions {
+            resource_version: Some(cache.revision()),
+            allow_bookmarks: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut revs = Vec::new();
+    for i in 0..30 {
+        revs.push(create(&s, &format!("p{i:02}"), "web"));
+    }
+    cache.list(&ListOptions::default()).await.unwrap();
+    let (mut events, mut bookmarks) = (Vec::new(), Vec::new());
+    while events.len() < revs.len() {
+        let e = next(&mut w).await;
+        if e.kind == EventKind::Bookmark {
+            assert_eq!(
+                events.last(),
+                Some(&e.revision),
+                "a bookmark at the revision last delivered"
+            );
+            bookmarks.push(e.revision);
+        } else {
+            events.push(e.revision);
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+    assert_eq!(events, revs, "every event, in order");
+    assert_eq!(
+        cache.stats().catch_ups.load(Ordering::Relaxed),
+        1,
+        "it was lapped"
+    );
+    assert!(
+        bookmarks.len() >= 5,
+        "bookmarks during the catch-up: {bookmarks:?}"
+    );
+}
+
+/// A read shared from below a compaction ends at it; a catch-up that joined the read from
+/// above the compaction reads on alone: only a watcher that needs a compacted revision is 410.
+#[tokio::test]
+async fn a_catch_up_above_a_compaction_that_joined_a_read_from_below_it_reads_on() {
+    let (s, cache) = started(config()).await;
+    let mut low = watch_from_now(&cache, Filter::everything()).await;
+    let low_start = low.position();
+    let mut revs = Vec::new();
+    for i in 0..5 {
+        revs.push(create(&s, &format!("p{i:02}"), "web"));
+    }
+    cache.list(&ListOptions::default()).await.unwrap();
+    let mut high = watch_from_now(&cache, Filter::everything()).await;
+    for i in 5..25 {
+        revs.push(create(&s, &format!("p{i:02}"), "web"));
+    }
+    cache.list(&ListOptions::default()).await.unwrap();
+    // Both lapped: the low one's catch-up starts a read; the store compacts above the low
+    // one's start and below the high one's, which joins the read before its task has run.
+    assert!(low.next().now_or_never().is_none());
+    s.compact(revs[2]);
+    assert!(high.next().now_or_never().is_none());
+    match tokio::time::timeout(Duration::from_secs(5), low.next()).await {
+        Ok(Some(Err(e))) => assert_eq!(e.requested, low_start),
+        other => panic!("expected 410 for the low one, got {other:?}"),
+    }
+    for rev in &revs[5..] {
+        assert_eq!(next(&mut high).await.revision, *rev);
+    }
+    assert_eq!(cache.stats().catch_up_reads.load(Ordering::Relaxed), 2);
 }
 
 /// Panics on the first value that starts with `ns/boom`, as a codec bug would: the reflector's

@@ -168,6 +168,20 @@ struct Inner {
     list_page: i64,
     watch_delay: Duration,
     history_backlog: usize,
+    /// History watches opened, and canceled for a reader behind by more than the backlog.
+    /// Relaxed: counts, ordered with nothing.
+    history_opened: AtomicU64,
+    history_paused: AtomicU64,
+}
+
+/// What the source's history reads did (see [`EtcdOptions::history_backlog`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HistoryStats {
+    /// etcd watches opened for history reads (first opens and reopens).
+    pub opened: u64,
+    /// History reads whose etcd watch was canceled because their reader was behind by more
+    /// than the backlog.
+    pub paused: u64,
 }
 
 impl std::fmt::Debug for EtcdSource {
@@ -261,11 +275,21 @@ impl EtcdSource {
                 list_page: options.list_page.max(1),
                 watch_delay: options.watch_delay,
                 history_backlog: options.history_backlog.max(1),
+                history_opened: AtomicU64::new(0),
+                history_paused: AtomicU64::new(0),
             }),
         };
         // What was compacted, as far as the apiserver-style compactor recorded it.
         let _ = source.refresh_compacted().await;
         Ok(source)
+    }
+
+    /// What the source's history reads did so far.
+    pub fn history_stats(&self) -> HistoryStats {
+        HistoryStats {
+            opened: self.inner.history_opened.load(Ordering::Relaxed),
+            paused: self.inner.history_paused.load(Ordering::Relaxed),
+        }
     }
 
     /// The etcd version the source decided its progress handling on.

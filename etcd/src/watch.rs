@@ -53,6 +53,9 @@ impl EtcdSource {
         let (sender, responses) = stream.split();
         let sender = Arc::new(tokio::sync::Mutex::new(sender));
         self.register(prefix, &sender);
+        if conn == Conn::History {
+            self.inner.history_opened.fetch_add(1, Ordering::Relaxed);
+        }
         debug!(prefix, %from, endpoint = self.inner.members.endpoint(member), ?conn, "watching etcd");
         Ok(Opened {
             sender,
@@ -170,6 +173,7 @@ impl Pump {
             // Behind by more than the backlog: etcd's watch is canceled rather than left to
             // buffer for a consumer that is not reading, and opened again once it has read half.
             drop(opened);
+            self.source.inner.history_paused.fetch_add(1, Ordering::Relaxed);
             loop {
                 let drained = self.backlog.drained.notified();
                 tokio::pin!(drained);

@@ -82,6 +82,12 @@ pub struct Metrics {
     pub http2_streams: Gauge,
     /// Connections closed as they were accepted, past `--max-connections`.
     pub connections_refused: Counter,
+    /// On etcd: history reads (catch-ups' watches from old revisions) opened, on the members'
+    /// history connections.
+    pub etcd_history_watches: Counter,
+    /// On etcd: history reads canceled because their reader fell behind by more than their
+    /// backlog (each is opened again once it has read half).
+    pub etcd_history_pauses: Counter,
 }
 
 impl Default for Metrics {
@@ -118,6 +124,8 @@ impl Default for Metrics {
             http2_connections: Gauge::default(),
             http2_streams: Gauge::default(),
             connections_refused: Counter::default(),
+            etcd_history_watches: Counter::default(),
+            etcd_history_pauses: Counter::default(),
             registry: Registry::default(),
         };
         let mut root = Registry::default();
@@ -250,6 +258,16 @@ impl Default for Metrics {
             "connections_refused",
             "Connections closed as they were accepted, past --max-connections",
             m.connections_refused.clone(),
+        );
+        registry.register(
+            "etcd_history_watches",
+            "etcd watches opened for catch-ups' history reads, on the members' history connections",
+            m.etcd_history_watches.clone(),
+        );
+        registry.register(
+            "etcd_history_pauses",
+            "etcd history watches canceled because their reader fell behind by more than its backlog",
+            m.etcd_history_pauses.clone(),
         );
         Metrics { registry: root, ..m }
     }

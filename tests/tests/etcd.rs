@@ -369,8 +369,9 @@ async fn changes_through(
 /// beside a live watch and a fifth history read that starts reading only after 20 MiB has
 /// been written. Without a connection of their own, the unread ones fill HTTP/2's shared
 /// window and the live watch stalls; without their task reading etcd at once, they stall the
-/// fifth. With a 256 KiB backlog, the fifth has its etcd watch canceled and opened again many
-/// times, and still gets every revision once, in order, with its previous value.
+/// fifth. With a 256 KiB backlog, each has its etcd watch canceled while unread, and the
+/// fifth, opened again as it reads, still gets every revision once, in order, with its
+/// previous value.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn history_reads_at_any_pace_hold_up_no_other_watch_and_lose_nothing() {
     let Some(cluster) = EtcdCluster::start(1).await else {
@@ -430,6 +431,11 @@ async fn history_reads_at_any_pace_hold_up_no_other_watch_and_lose_nothing() {
         "a history read left unread",
         changes_through(&mut stalled[0], last, Duration::from_secs(60)).await,
     );
+    // Every history read fell behind by more than its backlog while unread, and had its etcd
+    // watch canceled; the two read through were opened again.
+    let stats = s.history_stats();
+    assert!(stats.paused >= 5, "{stats:?}");
+    assert!(stats.opened >= 5 + 2, "{stats:?}");
 }
 
 /// `apiserver_watch_cache_initializations_total` of `resource`: the lists its cache made.

@@ -225,7 +225,21 @@ async fn lapped_by_a_burst(etcd: bool, catch_up: bool) {
         );
         assert!(errors.is_empty(), "{errors:?}");
         assert!(metric(&server, "watchcache_watch_catch_ups_total").await >= 1);
+        assert!(metric(&server, "watchcache_watch_catch_up_reads_total").await >= 1);
         assert!(metric(&server, "watchcache_watch_catch_up_events_total").await > 0);
+        if etcd {
+            // The server's catch-ups read etcd over the history connections.
+            let (_, body) = request(&http(), &server, "GET", "/metrics", None).await;
+            let opened: u64 = String::from_utf8_lossy(&body)
+                .lines()
+                .filter_map(|l| {
+                    l.strip_prefix("watchcache_etcd_history_watches_total ")?
+                        .parse::<u64>()
+                        .ok()
+                })
+                .sum();
+            assert!(opened >= 1, "no history watch opened on etcd");
+        }
     } else {
         // Reading again: the buffered frames, then an ERROR 410, then kube-rs re-lists.
         assert!(

@@ -31,7 +31,7 @@ use futures_util::StreamExt;
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::config::{CacheConfig, CatchUpReads};
-use crate::event::Delivery;
+use crate::event::{Delivery, EventKind};
 use crate::filter::Filter;
 use crate::object::{Codec, ObjectVersion};
 use crate::progress::{OwnedWaiting, Requester};
@@ -69,6 +69,8 @@ pub(crate) trait Upstream: Send + Sync + 'static {
     fn want_progress(&self) -> OwnedWaiting;
     /// The cache's counters.
     fn stats(&self) -> &CacheStats;
+    /// How often a watcher that asked for bookmarks gets one.
+    fn bookmark_interval(&self) -> Duration;
     /// The reads of the source under way, which catch-ups join.
     fn shared(&self) -> &SharedReads;
 }
@@ -133,6 +135,10 @@ impl<S: Source> Upstream for CacheUpstream<S> {
         &self.store.stats
     }
 
+    fn bookmark_interval(&self) -> Duration {
+        self.config.bookmark_interval
+    }
+
     fn shared(&self) -> &SharedReads {
         &self.shared
     }
@@ -184,6 +190,10 @@ pub(crate) struct CatchUp {
     skip: usize,
     skip_at: Revision,
     pause: Duration,
+    /// When a watcher that asked for bookmarks gets its next one, and the revision of its last
+    /// (a long catch-up tells its client how far it got, as the window's bookmarks do).
+    next_bookmark: tokio::time::Instant,
+    bookmarked: Revision,
 }
 
 impl fmt::Debug for CatchUp {
@@ -208,6 +218,7 @@ impl CatchUp {
     ) -> CatchUp {
         upstream.stats().catch_ups.fetch_add(1, Ordering::Relaxed);
         let state = join_or_queue(&upstream, Revision::new(from.get().saturating_sub(1)));
+        let next_bookmark = tokio::time::Instant::now() + upstream.bookmark_interval();
         CatchUp {
             upstream,
             filter,
@@ -218,6 +229,8 @@ impl CatchUp {
             skip,
             skip_at: from,
             pause: FIRST_PAUSE,
+            next_bookmark,
+            bookmarked: Revision::ZERO,
         }
     }
 
@@ -281,6 +294,19 @@ impl CatchUp {
                     .fetch_add(1, Ordering::Relaxed);
                 return Poll::Ready(Caught::HandedOver(watcher));
             }
+            if self.bookmarks && self.skip == 0 && self.position > self.bookmarked {
+                let now = tokio::time::Instant::now();
+                if now >= self.next_bookmark {
+                    self.next_bookmark = now + self.upstream.bookmark_interval();
+                    self.bookmarked = self.position;
+                    return Poll::Ready(Caught::Delivered(f(Delivery {
+                        kind: EventKind::Bookmark,
+                        revision: self.position,
+                        object: None,
+                        initial_events_end: false,
+                    })));
+                }
+            }
             match &mut self.state {
                 State::Queued(permit) => {
                     let Some(permit) = std::task::ready!(permit.as_mut().poll(cx)) else {
@@ -339,6 +365,13 @@ impl CatchUp {
                     }
                     // Its read went on without it: it reads on from where it stands.
                     Poll::Ready(Next::Lapped) => {
+                        self.state = join_or_queue(&self.upstream, self.position);
+                    }
+                    // A read shared from below this catch-up may end at a compaction this
+                    // one is above: it reads on alone.
+                    Poll::Ready(Next::End(End::Compacted(compact_revision)))
+                        if compact_revision <= self.position =>
+                    {
                         self.state = join_or_queue(&self.upstream, self.position);
                     }
                     Poll::Ready(Next::End(End::Compacted(compact_revision))) => {

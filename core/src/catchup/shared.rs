@@ -18,7 +18,7 @@
 //! - **The end.** The read ends when its last reader leaves, or with the source's error: a
 //!   compaction is every reader's 410, any other failure each reader's pause and a new read.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -97,9 +97,8 @@ struct State {
     entries: VecDeque<(Arc<Entry>, u64)>,
     /// The running total of bytes before `entries[0]`.
     base_total: u64,
-    /// The number of the entry the fastest reader takes next (never below `base`).
-    wanted: u64,
-    readers: usize,
+    /// The number of the entry each reader takes next, and how many readers take it.
+    readers: BTreeMap<u64, usize>,
     /// The bytes kept for slower readers; half of it is read ahead of the fastest.
     limit: u64,
     /// Readers waiting at the head.
@@ -124,9 +123,33 @@ impl State {
         self.entries.back().map_or(self.floor, |(e, _)| e.revision())
     }
 
+    /// The number of the entry the fastest reader takes next (`base` at least: the head when
+    /// there is none).
+    fn wanted(&self) -> u64 {
+        self.readers
+            .last_key_value()
+            .map_or(self.head(), |(n, _)| *n)
+            .clamp(self.base, self.head())
+    }
+
     /// Bytes read and not yet taken by the fastest reader.
     fn ahead(&self) -> u64 {
-        self.total_before(self.head()) - self.total_before(self.wanted)
+        self.total_before(self.head()) - self.total_before(self.wanted())
+    }
+
+    /// A reader comes to take entry `n` next.
+    fn add_reader(&mut self, n: u64) {
+        *self.readers.entry(n).or_default() += 1;
+    }
+
+    /// A reader that was to take entry `n` next leaves.
+    fn remove_reader(&mut self, n: u64) {
+        if let Some(count) = self.readers.get_mut(&n) {
+            *count -= 1;
+            if *count == 0 {
+                self.readers.remove(&n);
+            }
+        }
     }
 }
 
@@ -165,16 +188,11 @@ impl Cursor {
         if self.next < s.base {
             return Poll::Ready(Next::Lapped);
         }
-        if self.next > s.wanted {
-            s.wanted = self.next;
-        }
-        let wake_pump = s.ahead() < s.limit / 2;
         let next = if let Some((entry, _)) = s.entries.get((self.next - s.base) as usize) {
             let entry = Arc::clone(entry);
+            s.remove_reader(self.next);
             self.next += 1;
-            if self.next > s.wanted {
-                s.wanted = self.next;
-            }
+            s.add_reader(self.next);
             Poll::Ready(Next::Entry(entry))
         } else if let Some(end) = s.end {
             Poll::Ready(Next::End(end))
@@ -184,6 +202,7 @@ impl Cursor {
             }
             Poll::Pending
         };
+        let wake_pump = s.ahead() < s.limit / 2;
         drop(s);
         if wake_pump {
             self.read.pump.notify_one();
@@ -194,7 +213,7 @@ impl Cursor {
 
 impl Drop for Cursor {
     fn drop(&mut self) {
-        self.read.lock().readers -= 1;
+        self.read.lock().remove_reader(self.next);
         self.read.pump.notify_one();
     }
 }
@@ -221,7 +240,7 @@ impl SharedReads {
                     .iter()
                     .take_while(|(e, _)| e.revision() <= position)
                     .count() as u64;
-            s.readers += 1;
+            s.add_reader(next);
             drop(s);
             return Some(Cursor { read, next });
         }
@@ -242,8 +261,7 @@ impl SharedReads {
                 base: 0,
                 entries: VecDeque::new(),
                 base_total: 0,
-                wanted: 0,
-                readers: 1,
+                readers: BTreeMap::from([(0, 1)]),
                 limit: upstream.reads().read_bytes as u64,
                 waiting: Vec::new(),
                 end: None,
@@ -268,6 +286,8 @@ async fn pump(
     from: Revision,
     _permit: Option<OwnedSemaphorePermit>,
 ) {
+    // However the task ends (a panic in the source's stream included), no reader waits on.
+    let _end = EndOnDrop(Arc::clone(&read));
     let mut history = upstream.history(from);
     loop {
         // Until a reader wants more (or none is left). A notification sent before `enable`
@@ -278,7 +298,7 @@ async fn pump(
             notified.as_mut().enable();
             {
                 let mut s = read.lock();
-                if s.readers == 0 {
+                if s.readers.is_empty() {
                     // Under the lock: no catch-up joins a read that is going.
                     s.end = Some(End::Broken);
                     return;
@@ -320,7 +340,7 @@ async fn pump(
         let total = s.total_before(s.head()) + (bytes + ENTRY_BYTES) as u64;
         s.entries.push_back((Arc::new(entry), total));
         // What the fastest reader passed is kept for the others up to the bound.
-        while s.base < s.wanted && total - s.base_total > s.limit {
+        while s.base < s.wanted() && total - s.base_total > s.limit {
             let (gone, through) = s.entries.pop_front().expect("below wanted, so kept");
             s.base += 1;
             s.base_total = through;
@@ -332,10 +352,19 @@ async fn pump(
     }
 }
 
-/// Ends the read with `end`, waking its readers.
+/// Ends its read as broken when the read's task ends without saying how.
+struct EndOnDrop(Arc<SharedRead>);
+
+impl Drop for EndOnDrop {
+    fn drop(&mut self) {
+        finish(&self.0, End::Broken);
+    }
+}
+
+/// Ends the read with `end` (unless it ended already), waking its readers.
 fn finish(read: &SharedRead, end: End) {
     let mut s = read.lock();
-    s.end = Some(end);
+    s.end.get_or_insert(end);
     let waiting = std::mem::take(&mut s.waiting);
     drop(s);
     waiting.into_iter().for_each(Waker::wake);

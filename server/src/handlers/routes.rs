@@ -327,6 +327,12 @@ async fn metrics_text(State(state): AppStateRef) -> Response {
                 .load(std::sync::atomic::Ordering::Relaxed) as i64,
         );
     }
+    #[cfg(feature = "etcd")]
+    if let crate::Backend::Etcd(e) = &state.store {
+        let history = e.history_stats();
+        metrics::advance_to(&state.metrics.etcd_history_watches, history.opened);
+        metrics::advance_to(&state.metrics.etcd_history_pauses, history.paused);
+    }
     let mut response = state.metrics.render().into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -84,6 +84,11 @@ trait DynStore: Send + Sync {
         at: Option<Revision>,
     ) -> BoxFuture<'a, Result<SourceList, SourceError>>;
     fn watch<'a>(&'a self, prefix: &'a str, from: Revision) -> BoxFuture<'a, Result<Watch, SourceError>>;
+    fn watch_history<'a>(
+        &'a self,
+        prefix: &'a str,
+        from: Revision,
+    ) -> BoxFuture<'a, Result<Watch, SourceError>>;
     fn current_revision(&self) -> BoxFuture<'_, Result<Revision, SourceError>>;
     fn request_progress<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<(), SourceError>>;
     fn progress_requests_are_ordered(&self) -> bool;
@@ -117,6 +122,16 @@ impl<S: Writes> DynStore for S {
     fn watch<'a>(&'a self, prefix: &'a str, from: Revision) -> BoxFuture<'a, Result<Watch, SourceError>> {
         Box::pin(async move {
             let watch = Source::watch(self, prefix, from).await?;
+            Ok(Box::pin(watch) as Watch)
+        })
+    }
+    fn watch_history<'a>(
+        &'a self,
+        prefix: &'a str,
+        from: Revision,
+    ) -> BoxFuture<'a, Result<Watch, SourceError>> {
+        Box::pin(async move {
+            let watch = Source::watch_history(self, prefix, from).await?;
             Ok(Box::pin(watch) as Watch)
         })
     }
@@ -391,6 +406,17 @@ impl Source for Backend {
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => BackendWatch::Etcd(Box::new(e.watch(prefix, from).await?)),
             Backend::Custom(CustomStore(c)) => BackendWatch::Custom(c.watch(prefix, from).await?),
+        })
+    }
+
+    /// Each store's own history read (on etcd: over the members' history connections, bounded
+    /// for a slow reader).
+    async fn watch_history(&self, prefix: &str, from: Revision) -> Result<Self::Watch, SourceError> {
+        Ok(match self {
+            Backend::Memory(m) => BackendWatch::Memory(m.watch_history(prefix, from).await?),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => BackendWatch::Etcd(Box::new(e.watch_history(prefix, from).await?)),
+            Backend::Custom(CustomStore(c)) => BackendWatch::Custom(c.watch_history(prefix, from).await?),
         })
     }
 
