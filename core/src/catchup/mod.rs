@@ -191,7 +191,8 @@ pub(crate) struct CatchUp {
     skip_at: Revision,
     pause: Duration,
     /// When a watcher that asked for bookmarks gets its next one, and the revision of its last
-    /// (a long catch-up tells its client how far it got, as the window's bookmarks do).
+    /// (a long catch-up tells its client how far it got, as the window's bookmarks do). Looked
+    /// at as the catch-up reads: one waiting in line or paused gets none meanwhile.
     next_bookmark: tokio::time::Instant,
     bookmarked: Revision,
 }
@@ -230,7 +231,8 @@ impl CatchUp {
             skip_at: from,
             pause: FIRST_PAUSE,
             next_bookmark,
-            bookmarked: Revision::ZERO,
+            // A lapped watcher's last bookmark may be at its start: none again there.
+            bookmarked: Revision::new(from.get().saturating_sub(1)),
         }
     }
 
