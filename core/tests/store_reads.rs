@@ -304,11 +304,22 @@ async fn many_waiting_reads_share_one_progress_request_at_a_time() {
         sent >= 1 && sent <= bound,
         "{sent} requests for 64 reads over {elapsed:?}"
     );
-    // With no read waiting, none is sent.
+    // With no read waiting, none is sent. One may have begun as the last read left (the
+    // requester saw it waiting just before its answer came from the store; Miri's slow clock
+    // widened that window to a failure): it has returned 300 ms on, and none follows it.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(requests.load(Ordering::Relaxed), sent);
-    // The cache counts a request when it returns: read after the one a read's answer may have
-    // overtaken has come back (a slow machine, or Miri, widened that window to a failure).
+    let settled = requests.load(Ordering::Relaxed);
+    assert!(
+        settled <= sent + 1,
+        "{settled} requests after the reads, {sent} during them"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        requests.load(Ordering::Relaxed),
+        settled,
+        "a request with no read waiting"
+    );
+    // The cache counts a request when it returns: read after the last one has come back.
     let counted = cache.stats().progress_requests.load(Ordering::Relaxed) as usize;
-    assert_eq!(sent, counted);
+    assert_eq!(settled, counted);
 }
