@@ -227,7 +227,7 @@ impl Pump {
             if let Some(kv) = resp.events().last().and_then(|e| e.kv()) {
                 self.next = self.next.max(rev(kv.mod_revision()).successor());
             } else if !resp.created()
-                && (self.source.inner.ordered_progress || resp.watch_id() != REQUESTED_PROGRESS_ID)
+                && trusted_progress(self.source.inner.ordered_progress, &resp)
                 && let Ok(r) = revision_of(resp.header())
             {
                 self.next = self.next.max(r.successor());
@@ -349,7 +349,7 @@ impl EtcdWatch {
             return Ok(());
         }
         if resp.events().is_empty() {
-            let trusted = self.ordered_progress || resp.watch_id() != REQUESTED_PROGRESS_ID;
+            let trusted = trusted_progress(self.ordered_progress, &resp);
             if trusted && let Ok(revision) = revision_of(resp.header()) {
                 self.pending.push_back(SourceEvent::Progress { revision });
             }
@@ -470,3 +470,9 @@ pub(crate) type Responses = Pin<Box<dyn Stream<Item = Result<WatchResponse, Sour
 
 /// The id etcd answers progress requests under.
 pub(crate) const REQUESTED_PROGRESS_ID: i64 = -1;
+
+/// Whether a notification (a response without events) is one a watch passes on: any but a
+/// requested one on an etcd that does not order those with events.
+fn trusted_progress(ordered_progress: bool, resp: &WatchResponse) -> bool {
+    ordered_progress || resp.watch_id() != REQUESTED_PROGRESS_ID
+}
