@@ -76,6 +76,11 @@ pub struct Outcome {
     pub rss: Vec<(f64, u64)>,
     /// Its peak.
     pub peak_rss: u64,
+    /// The most that catch-ups' reads held at once (`watchcache_watch_catch_up_bytes`), and the
+    /// most etcd history reads held for them (`watchcache_etcd_history_waiting_bytes`), sampled
+    /// with the RSS.
+    pub peak_catch_up_bytes: u64,
+    pub peak_history_waiting_bytes: u64,
     /// The healthy clients' delivery latency, microseconds.
     pub p50_us: u64,
     /// p99.
@@ -324,6 +329,7 @@ pub fn run(
         let started = Instant::now();
         let mut rss = vec![(0.0, rss_bytes(pid).unwrap_or(0))];
         let mut next_sample = 10.0;
+        let (mut peak_catch_up_bytes, mut peak_history_waiting_bytes) = (0, 0);
         let mut written = 0u64;
         let interval = Duration::from_secs_f64(1.0 / plan.rate);
         let mut tick = tokio::time::interval(interval);
@@ -343,6 +349,12 @@ pub fn run(
             let t = started.elapsed().as_secs_f64();
             if t >= next_sample {
                 rss.push((t, rss_bytes(pid).unwrap_or(0)));
+                if let Ok((_, metrics)) = get(addr, "/metrics").await {
+                    let held = metric(&metrics, "watchcache_watch_catch_up_bytes{resource=\"pods\"}");
+                    peak_catch_up_bytes = held.max(peak_catch_up_bytes);
+                    let waiting = metric(&metrics, "watchcache_etcd_history_waiting_bytes");
+                    peak_history_waiting_bytes = waiting.max(peak_history_waiting_bytes);
+                }
                 progress(t as u64);
                 next_sample += 10.0;
             }
@@ -365,6 +377,8 @@ pub fn run(
             etcd_watches: etcd_started(&endpoints[0], "Watch").await - watches_before,
             rss,
             peak_rss: peak_rss_of(pid).unwrap_or(0),
+            peak_catch_up_bytes,
+            peak_history_waiting_bytes,
             p50_us: shared.latency.quantile(0.5),
             p99_us: shared.latency.quantile(0.99),
             p999_us: shared.latency.quantile(0.999),

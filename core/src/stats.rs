@@ -42,4 +42,8 @@ pub struct CacheStats {
     pub catch_up_handovers: AtomicU64,
     /// Catch-ups that waited too long in line for a read of the source, and ended with 410.
     pub catch_ups_refused: AtomicU64,
+    /// Bytes the reads of catch-ups hold now: for each read, at most its bound
+    /// ([`CatchUpReads::with_read_bytes`](crate::CatchUpReads::with_read_bytes)) and one
+    /// revision.
+    pub catch_up_bytes: AtomicU64,
 }

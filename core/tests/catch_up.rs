@@ -324,6 +324,45 @@ async fn a_slow_reader_of_a_shared_read_falls_out_to_a_read_of_its_own_and_loses
     }
 }
 
+/// A read with one reader keeps half its bound read ahead of it and a short tail behind it (an
+/// eighth of the bound, for catch-ups that join later), not the whole bound behind: a
+/// thousand catch-ups of stalled clients each hold that, not more. Once the watch ends, the
+/// read holds nothing.
+#[tokio::test]
+async fn a_read_with_one_reader_holds_its_read_ahead_and_a_short_tail() {
+    let mut c = config();
+    let bound = 4096;
+    c.catch_up = Some(CatchUpReads::new(4).with_read_bytes(bound));
+    let (s, cache) = started(c).await;
+    let mut w = watch_from_now(&cache, Filter::everything()).await;
+    let revs: Vec<_> = (0..300).map(|i| create(&s, &format!("p{i:03}"), "web")).collect();
+    cache.list(&ListOptions::default()).await.unwrap();
+    let held = || cache.stats().catch_up_bytes.load(Ordering::Relaxed);
+    let mut most = 0;
+    for rev in &revs {
+        assert_eq!(next(&mut w).await.revision, *rev);
+        most = most.max(held());
+    }
+    assert_eq!(cache.stats().catch_up_reads.load(Ordering::Relaxed), 1);
+    // Half the bound ahead, an eighth behind, and the entry that went over either (a pod of
+    // about 100 bytes and the 64 an entry costs).
+    assert!(most > 0, "the catch-up read held nothing");
+    assert!(
+        most <= (bound / 2 + bound / 8 + 512) as u64,
+        "a read with one reader held {most} bytes of its {bound}"
+    );
+    drop(w);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while held() != 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} bytes held after the watch ended",
+            held()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// A long catch-up tells a client that asked for bookmarks how far it got, as the window
 /// does: a bookmark once per interval, at a revision whose events it has all delivered, never
 /// ahead of one it has not.

@@ -57,7 +57,7 @@ mod writes;
 
 use std::collections::VecDeque;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -122,8 +122,10 @@ pub struct EtcdOptions {
     /// What a history read (a catch-up's watch from an old revision, on its own connection)
     /// keeps for a consumer that reads slower than etcd sends: once its responses waiting to
     /// be read pass this many bytes of keys and values, the etcd watch is canceled, and it is
-    /// opened again from the next revision when half of them have been read. At most this
-    /// plus one response of etcd's (up to 1,000 revisions) per history read.
+    /// opened again from the next revision when half of them have been read. A batch of
+    /// etcd's (up to 1,000 revisions for a watch behind) is copied out a revision at a time and
+    /// its rest dropped once the backlog is full: at most this plus one revision per history
+    /// read, and a batch only while it is being split.
     pub history_backlog: usize,
 }
 
@@ -172,6 +174,9 @@ struct Inner {
     /// Relaxed: counts, ordered with nothing.
     history_opened: AtomicU64,
     history_paused: AtomicU64,
+    /// Bytes sent by history reads' tasks and not yet taken by their readers. Relaxed: a
+    /// gauge.
+    history_waiting: Arc<AtomicUsize>,
 }
 
 /// What the source's history reads did (see [`EtcdOptions::history_backlog`]).
@@ -182,6 +187,9 @@ pub struct HistoryStats {
     /// History reads whose etcd watch was canceled because their reader was behind by more
     /// than the backlog.
     pub paused: u64,
+    /// Bytes of keys and values that history reads hold for their readers now: at most
+    /// [`EtcdOptions::history_backlog`] plus one revision per read.
+    pub waiting: usize,
 }
 
 impl std::fmt::Debug for EtcdSource {
@@ -277,6 +285,7 @@ impl EtcdSource {
                 history_backlog: options.history_backlog.max(1),
                 history_opened: AtomicU64::new(0),
                 history_paused: AtomicU64::new(0),
+                history_waiting: Arc::new(AtomicUsize::new(0)),
             }),
         };
         // What was compacted, as far as the apiserver-style compactor recorded it.
@@ -289,6 +298,7 @@ impl EtcdSource {
         HistoryStats {
             opened: self.inner.history_opened.load(Ordering::Relaxed),
             paused: self.inner.history_paused.load(Ordering::Relaxed),
+            waiting: self.inner.history_waiting.load(Ordering::Relaxed),
         }
     }
 

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::members::Conn;
-use crate::watch::{Opened, Responses, delayed};
+use crate::watch::{Incoming, Opened, Responses, delayed};
 
 impl EtcdSource {
     pub(crate) async fn list_at(
@@ -111,8 +111,10 @@ impl Source for EtcdSource {
             member,
         } = self.open_prefix_watch(prefix, from, Conn::Requests).await?;
         let source = self.clone();
-        let responses: Responses =
-            Box::pin(responses.map(move |r| r.map_err(|e| source.watch_broke(member, e))));
+        let responses: Responses = Box::pin(responses.map(move |r| {
+            r.map(Incoming::Response)
+                .map_err(|e| source.watch_broke(member, e))
+        }));
         let responses = if self.inner.watch_delay.is_zero() {
             responses
         } else {

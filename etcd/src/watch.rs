@@ -1,8 +1,6 @@
 //! Watches: one gRPC watch stream per prefix (and its fence key), events and progress
 //! notifications turned into [`SourceEvent`]s, a broken stream said as the error it is.
 
-use std::sync::atomic::AtomicUsize;
-
 use super::*;
 use crate::members::Conn;
 
@@ -77,6 +75,7 @@ impl EtcdSource {
         let member = opened.member;
         let backlog = Arc::new(Backlog {
             bytes: AtomicUsize::new(0),
+            all: Arc::clone(&self.inner.history_waiting),
             drained: tokio::sync::Notify::new(),
             limit: self.inner.history_backlog,
         });
@@ -87,13 +86,26 @@ impl EtcdSource {
             next: from,
             tx,
             backlog: Arc::clone(&backlog),
+            conv: EtcdWatch::new(
+                self,
+                prefix,
+                Box::pin(futures_util::stream::empty()),
+                None,
+                member,
+            ),
         };
         tokio::spawn(pump.run(opened));
         let responses = futures_util::stream::unfold(rx, move |mut rx| {
             let backlog = Arc::clone(&backlog);
             async move {
                 let taken = rx.recv().await?;
-                Some((taken.map(|(resp, size)| backlog.take(size, resp)), rx))
+                Some((
+                    taken.map(|(event, size)| {
+                        backlog.take(size);
+                        Incoming::Event(event)
+                    }),
+                    rx,
+                ))
             }
         });
         Ok(EtcdWatch::new(self, prefix, Box::pin(responses), None, member))
@@ -134,24 +146,40 @@ struct Backlog {
     /// Their bytes. Relaxed: a count; `drained` orders the task's wait with the consumer's
     /// takes (a `notify_one` before the task waits is kept for it).
     bytes: AtomicUsize,
+    /// The source's count of every history read's `bytes`.
+    all: Arc<AtomicUsize>,
     /// Told when `bytes` falls to half the limit or below.
     drained: tokio::sync::Notify,
     limit: usize,
 }
 
 impl Backlog {
-    /// The consumer took a response of `size` bytes.
-    fn take(&self, size: usize, resp: WatchResponse) -> WatchResponse {
+    /// The task sent an event of `size` bytes: the bytes now waiting.
+    fn put(&self, size: usize) -> usize {
+        self.all.fetch_add(size, Ordering::Relaxed);
+        self.bytes.fetch_add(size, Ordering::Relaxed) + size
+    }
+
+    /// The consumer took an event of `size` bytes.
+    fn take(&self, size: usize) {
+        self.all.fetch_sub(size, Ordering::Relaxed);
         let left = self.bytes.fetch_sub(size, Ordering::Relaxed) - size;
         if left <= self.limit / 2 {
             self.drained.notify_one();
         }
-        resp
     }
 }
 
-/// What a history read's task sends: a response and its size, or the error that ends the read.
-type Sent = Result<(WatchResponse, usize), SourceError>;
+impl Drop for Backlog {
+    /// The task and the consumer are both gone: what was sent and never taken is no longer held.
+    fn drop(&mut self) {
+        self.all.fetch_sub(*self.bytes.get_mut(), Ordering::Relaxed);
+    }
+}
+
+/// What a history read's task sends: one revision's changes (or a notification) and its size,
+/// or the error that ends the read.
+type Sent = Result<(SourceEvent, usize), SourceError>;
 
 /// The task behind a history read.
 struct Pump {
@@ -161,6 +189,9 @@ struct Pump {
     next: Revision,
     tx: tokio::sync::mpsc::UnboundedSender<Sent>,
     backlog: Arc<Backlog>,
+    /// Turns etcd's responses into events as a watch does, a revision at a time (it reads
+    /// nothing itself).
+    conv: EtcdWatch,
 }
 
 impl Pump {
@@ -221,35 +252,53 @@ impl Pump {
                 }
                 Some(Ok(resp)) => resp,
             };
-            let canceled = resp.canceled();
-            // etcd sends whole revisions: the next watch starts after the last one sent. A
-            // notification (one the consumer trusts) says every revision up to its own passed.
-            if let Some(kv) = resp.events().last().and_then(|e| e.kv()) {
-                self.next = self.next.max(rev(kv.mod_revision()).successor());
-            } else if !resp.created()
-                && trusted_progress(self.source.inner.ordered_progress, &resp)
-                && let Ok(r) = revision_of(resp.header())
-            {
-                self.next = self.next.max(r.successor());
-            }
-            let size = response_size(&resp);
-            let queued = self.backlog.bytes.fetch_add(size, Ordering::Relaxed) + size;
-            if self.tx.send(Ok((resp, size))).is_err() || canceled {
+            if let Err(e) = self.conv.take_response(resp) {
+                let _ = self.tx.send(Err(e));
                 return false;
             }
-            if queued > self.backlog.limit {
-                return true;
+            // A batch of etcd's (up to 1,000 revisions for a watch behind) is copied out a
+            // revision at a time, and what the backlog has no room for is dropped at once, to
+            // be read again: a read holds its backlog, not etcd's batch.
+            loop {
+                let event = match self.conv.pending.pop_front() {
+                    Some(e) => e,
+                    None if self.conv.raw.is_some() => {
+                        self.conv.next_revision();
+                        continue;
+                    }
+                    None => break,
+                };
+                // Each event is a whole revision (or a notification the consumer trusts): the
+                // next watch starts after the last one sent.
+                self.next = self.next.max(event.revision().successor());
+                let size = event_size(&event);
+                let queued = self.backlog.put(size);
+                if self.tx.send(Ok((event, size))).is_err() {
+                    return false;
+                }
+                if queued > self.backlog.limit {
+                    self.conv.raw = None;
+                    self.conv.pending.clear();
+                    return true;
+                }
             }
         }
     }
 }
 
-/// The bytes of keys and values in a response (its events and their previous values).
-fn response_size(resp: &WatchResponse) -> usize {
-    let kv = |kv: Option<&KeyValue>| kv.map_or(0, |kv| kv.key().len() + kv.value().len());
-    resp.events()
+/// The bytes of keys and values an event carries (its changes and their previous values).
+fn event_size(event: &SourceEvent) -> usize {
+    let SourceEvent::Changes { changes, .. } = event else {
+        return 1;
+    };
+    changes
         .iter()
-        .map(|e| kv(e.kv()) + kv(e.prev_kv()))
+        .map(|c| match c {
+            SourceChange::Put { key, value, prev } => {
+                key.len() + value.len() + prev.as_ref().map_or(0, |p| p.value.len())
+            }
+            SourceChange::Delete { key, prev } => key.len() + prev.as_ref().map_or(0, |p| p.value.len()),
+        })
         .sum::<usize>()
         .max(1)
 }
@@ -332,7 +381,7 @@ impl EtcdWatch {
 
     /// Takes one response: its events to pass on a revision at a time, a notification, or the
     /// error that ends the watch.
-    fn take(&mut self, resp: WatchResponse) -> Result<(), SourceError> {
+    fn take_response(&mut self, resp: WatchResponse) -> Result<(), SourceError> {
         if resp.canceled() {
             if resp.compact_revision() > 0 {
                 self.source.learn_compacted(resp.compact_revision() as u64);
@@ -454,8 +503,9 @@ impl Stream for EtcdWatch {
                     this.ended = true;
                     return Poll::Ready(Some(Err(e)));
                 }
-                Poll::Ready(Some(Ok(resp))) => {
-                    if let Err(e) = this.take(resp) {
+                Poll::Ready(Some(Ok(Incoming::Event(e)))) => this.pending.push_back(e),
+                Poll::Ready(Some(Ok(Incoming::Response(resp)))) => {
+                    if let Err(e) = this.take_response(resp) {
                         this.ended = true;
                         return Poll::Ready(Some(Err(e)));
                     }
@@ -465,8 +515,15 @@ impl Stream for EtcdWatch {
     }
 }
 
-/// A watch's responses, a broken stream already said as the error to pass on.
-pub(crate) type Responses = Pin<Box<dyn Stream<Item = Result<WatchResponse, SourceError>> + Send>>;
+/// What a watch reads: etcd's responses, or (from a history read's task) events already
+/// copied out of them.
+pub(crate) enum Incoming {
+    Response(WatchResponse),
+    Event(SourceEvent),
+}
+
+/// A watch's input, a broken stream already said as the error to pass on.
+pub(crate) type Responses = Pin<Box<dyn Stream<Item = Result<Incoming, SourceError>> + Send>>;
 
 /// The id etcd answers progress requests under.
 pub(crate) const REQUESTED_PROGRESS_ID: i64 = -1;

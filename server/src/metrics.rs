@@ -38,6 +38,9 @@ pub struct Metrics {
     /// Catch-ups that waited too long in line for a read of the store and ended with 410, per
     /// resource.
     pub watch_catch_ups_refused: Family<Labels, Counter>,
+    /// Bytes catch-ups' reads of the store hold now, per resource (see
+    /// `CacheStats::catch_up_bytes`).
+    pub watch_catch_up_bytes: Family<Labels, Gauge>,
     /// LIST requests, per resource.
     pub list_requests: Family<Labels, Counter>,
     /// LIST body bytes written, per resource.
@@ -88,6 +91,9 @@ pub struct Metrics {
     /// On etcd: history reads canceled because their reader fell behind by more than their
     /// backlog (each is opened again once it has read half).
     pub etcd_history_pauses: Counter,
+    /// On etcd: bytes history reads hold for their readers now (each at most its backlog and
+    /// one revision).
+    pub etcd_history_waiting_bytes: Gauge,
 }
 
 impl Default for Metrics {
@@ -106,6 +112,7 @@ impl Default for Metrics {
             watch_catch_up_events: Family::default(),
             watch_catch_up_handovers: Family::default(),
             watch_catch_ups_refused: Family::default(),
+            watch_catch_up_bytes: Family::default(),
             list_requests: Family::default(),
             list_bytes: Family::default(),
             ring_capacity: Family::default(),
@@ -126,6 +133,7 @@ impl Default for Metrics {
             connections_refused: Counter::default(),
             etcd_history_watches: Counter::default(),
             etcd_history_pauses: Counter::default(),
+            etcd_history_waiting_bytes: Gauge::default(),
             registry: Registry::default(),
         };
         let mut root = Registry::default();
@@ -191,6 +199,11 @@ impl Default for Metrics {
             "watch_catch_ups_refused",
             "Catch-ups that waited too long in line for a read of the store and ended with a 410",
             m.watch_catch_ups_refused.clone(),
+        );
+        registry.register(
+            "watch_catch_up_bytes",
+            "Bytes catch-ups' reads of the store hold now (each is bounded)",
+            m.watch_catch_up_bytes.clone(),
         );
         registry.register("list_requests", "LIST requests", m.list_requests.clone());
         registry.register("list_bytes", "LIST body bytes written", m.list_bytes.clone());
@@ -268,6 +281,11 @@ impl Default for Metrics {
             "etcd_history_pauses",
             "etcd history watches canceled because their reader fell behind by more than its backlog",
             m.etcd_history_pauses.clone(),
+        );
+        registry.register(
+            "etcd_history_waiting_bytes",
+            "Bytes etcd history reads hold for their readers now, each at most its backlog and one revision",
+            m.etcd_history_waiting_bytes.clone(),
         );
         Metrics { registry: root, ..m }
     }

@@ -438,6 +438,71 @@ async fn history_reads_at_any_pace_hold_up_no_other_watch_and_lose_nothing() {
     assert!(stats.opened >= 5 + 2, "{stats:?}");
 }
 
+/// A history read from far behind gets etcd's revisions in one batch of up to 1,000: its task
+/// holds the backlog's worth of them for its reader, not the batch. 80 revisions of 128 KiB
+/// (a value and its previous one) are written before the read opens; unread, it holds at most
+/// its 256 KiB backlog and one revision, and gives up 0 when dropped. Read, it still gets every
+/// revision once, in order, across the reopens that dropping the batch's rest takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_history_read_from_far_behind_holds_its_backlog_not_etcds_batch() {
+    let Some(cluster) = EtcdCluster::start(1).await else {
+        return;
+    };
+    let backlog = 256 << 10;
+    let options = EtcdOptions {
+        history_backlog: backlog,
+        ..EtcdOptions::default()
+    };
+    let s = EtcdSource::connect(&cluster.endpoints(), options).await.unwrap();
+    let prefix = "/registry/configmaps/";
+    let from = Revision::new(s.current_revision().await.unwrap().get() + 1);
+    let mut written = Vec::new();
+    let mut largest = 0;
+    for round in 0..2 {
+        for k in 0..40 {
+            let key = format!("{prefix}ns/k{k}");
+            let value = Bytes::from(format!("{round}-{k}-").repeat(64 << 10 >> 3));
+            largest = largest.max(2 * (key.len() + value.len()));
+            let revision = if round == 0 {
+                s.create(&key, value.clone()).await.unwrap()
+            } else {
+                s.update(&key, value.clone(), None).await.unwrap()
+            };
+            written.push((revision, key, value));
+        }
+    }
+    let mut read = s.watch_history(prefix, from).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while s.history_stats().paused == 0 {
+        assert!(Instant::now() < deadline, "never paused: {:?}", s.history_stats());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let held = s.history_stats().waiting;
+    assert!(
+        held <= backlog + largest,
+        "{held} bytes held for an unread history read: more than its {backlog} B backlog and one \
+         {largest} B revision"
+    );
+    let got = changes_through(&mut read, written.last().unwrap().0, Duration::from_secs(60)).await;
+    assert_eq!(got.len(), written.len(), "one change per write");
+    for ((r, key, value, _), (wr, wkey, wvalue)) in got.iter().zip(&written) {
+        assert_eq!((r, key), (wr, wkey), "in order, none lost or repeated");
+        assert!(value == wvalue, "the value written at {wr}");
+    }
+    assert!(s.history_stats().opened >= 2, "{:?}", s.history_stats());
+    drop(read);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.history_stats().waiting != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "held after the read ended: {:?}",
+            s.history_stats()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// `apiserver_watch_cache_initializations_total` of `resource`: the lists its cache made.
 async fn initializations(server: &Server, resource: &str) -> u64 {
     counter(

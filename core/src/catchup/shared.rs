@@ -10,8 +10,9 @@
 //!   reader has less than half of its bound in bytes ahead of it, so a read nobody reads stops
 //!   (the source bounds what it holds meanwhile: etcd's watch is canceled and opened again).
 //! - **Bounded in bytes.** What the fastest reader has passed is kept up to the bound
-//!   ([`CatchUpReads::with_read_bytes`](crate::CatchUpReads::with_read_bytes)), for
-//!   the slower ones and for catch-ups that join later; beyond that the oldest goes. A
+//!   ([`CatchUpReads::with_read_bytes`](crate::CatchUpReads::with_read_bytes)) for
+//!   the slower ones, and what every reader passed an eighth of that for catch-ups that join
+//!   later; beyond that the oldest goes. A
 //!   reader whose next revision went is *lapped*: it leaves and reads on from where it stands
 //!   with a read of its own, which later catch-ups may join in turn. A slow client never holds
 //!   a fast one back.
@@ -31,6 +32,10 @@ use super::Upstream;
 use crate::event::Event;
 use crate::rv::Revision;
 use crate::source::{SourceChange, SourceError, SourceEvent};
+
+/// What every reader has passed is kept up to this fraction of the bound, for catch-ups that
+/// join later.
+const TAIL: u64 = 8;
 
 /// What one entry costs at least, whatever it holds (a notification holds no value).
 const ENTRY_BYTES: usize = 64;
@@ -132,6 +137,15 @@ impl State {
             .clamp(self.base, self.head())
     }
 
+    /// The number of the entry the slowest reader still in the read takes next (`base` at
+    /// least: the head when there is none).
+    fn slowest(&self) -> u64 {
+        self.readers
+            .first_key_value()
+            .map_or(self.head(), |(n, _)| *n)
+            .clamp(self.base, self.head())
+    }
+
     /// Bytes read and not yet taken by the fastest reader.
     fn ahead(&self) -> u64 {
         self.total_before(self.head()) - self.total_before(self.wanted())
@@ -158,6 +172,20 @@ pub(crate) struct SharedRead {
     state: Mutex<State>,
     /// Wakes the read's task when its fastest reader wants more, or a reader left.
     pump: Notify,
+    /// Whose [`CacheStats::catch_up_bytes`](crate::CacheStats::catch_up_bytes) counts what
+    /// `state` keeps.
+    upstream: Arc<dyn Upstream>,
+}
+
+impl Drop for SharedRead {
+    fn drop(&mut self) {
+        let s = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        let held = s.total_before(s.head()) - s.base_total;
+        self.upstream
+            .stats()
+            .catch_up_bytes
+            .fetch_sub(held, Ordering::Relaxed);
+    }
 }
 
 impl SharedRead {
@@ -267,6 +295,7 @@ impl SharedReads {
                 end: None,
             }),
             pump: Notify::new(),
+            upstream: Arc::clone(&upstream),
         });
         upstream.stats().catch_up_reads.fetch_add(1, Ordering::Relaxed);
         self.reads
@@ -339,13 +368,21 @@ async fn pump(
         }
         let total = s.total_before(s.head()) + (bytes + ENTRY_BYTES) as u64;
         s.entries.push_back((Arc::new(entry), total));
-        // What the fastest reader passed is kept for the others up to the bound.
-        while s.base < s.wanted() && total - s.base_total > s.limit {
-            let (gone, through) = s.entries.pop_front().expect("below wanted, so kept");
+        let kept_before = s.base_total;
+        // What the fastest reader passed is kept for the others up to the bound; what every
+        // reader passed, only as a short tail for catch-ups that join later.
+        while (s.base < s.wanted() && total - s.base_total > s.limit)
+            || (s.base < s.slowest() && s.total_before(s.slowest()) - s.base_total > s.limit / TAIL)
+        {
+            let (gone, through) = s.entries.pop_front().expect("below a reader, so kept");
             s.base += 1;
             s.base_total = through;
             s.floor = gone.revision();
         }
+        // What came in, less what went.
+        let gauge = &upstream.stats().catch_up_bytes;
+        gauge.fetch_add((bytes + ENTRY_BYTES) as u64, Ordering::Relaxed);
+        gauge.fetch_sub(s.base_total - kept_before, Ordering::Relaxed);
         let waiting = std::mem::take(&mut s.waiting);
         drop(s);
         waiting.into_iter().for_each(Waker::wake);

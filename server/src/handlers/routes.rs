@@ -318,6 +318,11 @@ async fn metrics_text(State(state): AppStateRef) -> Response {
         );
         state
             .metrics
+            .watch_catch_up_bytes
+            .get_or_create(&labels)
+            .set(stats.catch_up_bytes.load(relaxed) as i64);
+        state
+            .metrics
             .pinned_snapshots
             .get_or_create(&labels)
             .set(stats.pinned_snapshots.load(relaxed) as i64);
@@ -332,6 +337,10 @@ async fn metrics_text(State(state): AppStateRef) -> Response {
         let history = e.history_stats();
         metrics::advance_to(&state.metrics.etcd_history_watches, history.opened);
         metrics::advance_to(&state.metrics.etcd_history_pauses, history.paused);
+        state
+            .metrics
+            .etcd_history_waiting_bytes
+            .set(history.waiting as i64);
     }
     let mut response = state.metrics.render().into_response();
     response.headers_mut().insert(
