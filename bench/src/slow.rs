@@ -76,11 +76,16 @@ pub struct Outcome {
     pub rss: Vec<(f64, u64)>,
     /// Its peak.
     pub peak_rss: u64,
-    /// The most that catch-ups' reads held at once (`watchcache_watch_catch_up_bytes`), and the
-    /// most etcd history reads held for them (`watchcache_etcd_history_waiting_bytes`), sampled
-    /// with the RSS.
+    /// The most that catch-ups' reads held (`watchcache_watch_catch_up_bytes`) in the samples
+    /// taken with the RSS.
     pub peak_catch_up_bytes: u64,
+    /// The most etcd history reads held for them (`watchcache_etcd_history_waiting_bytes`) in
+    /// those samples.
     pub peak_history_waiting_bytes: u64,
+    /// Bytes etcd history reads received (`watchcache_etcd_history_received_bytes_total`).
+    pub history_received_bytes: u64,
+    /// Of those, bytes dropped past a full backlog, which etcd sent again.
+    pub history_dropped_bytes: u64,
     /// The healthy clients' delivery latency, microseconds.
     pub p50_us: u64,
     /// p99.
@@ -379,6 +384,8 @@ pub fn run(
             peak_rss: peak_rss_of(pid).unwrap_or(0),
             peak_catch_up_bytes,
             peak_history_waiting_bytes,
+            history_received_bytes: metric(&metrics, "watchcache_etcd_history_received_bytes_total"),
+            history_dropped_bytes: metric(&metrics, "watchcache_etcd_history_dropped_bytes_total"),
             p50_us: shared.latency.quantile(0.5),
             p99_us: shared.latency.quantile(0.99),
             p999_us: shared.latency.quantile(0.999),

@@ -120,12 +120,14 @@ pub struct EtcdOptions {
     /// TLS to the members, whose endpoints are then `https://` (none: plain `http://`).
     pub tls: Option<EtcdTls>,
     /// What a history read (a catch-up's watch from an old revision, on its own connection)
-    /// keeps for a consumer that reads slower than etcd sends: once its responses waiting to
+    /// keeps for a consumer that reads slower than etcd sends: once the revisions waiting to
     /// be read pass this many bytes of keys and values, the etcd watch is canceled, and it is
     /// opened again from the next revision when half of them have been read. A batch of
     /// etcd's (up to 1,000 revisions for a watch behind) is copied out a revision at a time and
     /// its rest dropped once the backlog is full: at most this plus one revision per history
-    /// read, and a batch only while it is being split.
+    /// read, and a batch only while it is being split. The price is etcd sending the dropped
+    /// revisions again after the reopen ([`HistoryStats::dropped`]); a larger backlog pays
+    /// less of it.
     pub history_backlog: usize,
 }
 
@@ -174,6 +176,10 @@ struct Inner {
     /// Relaxed: counts, ordered with nothing.
     history_opened: AtomicU64,
     history_paused: AtomicU64,
+    /// Bytes of keys and values history reads received from etcd, and dropped to be read
+    /// again. Relaxed: counts.
+    history_received: AtomicU64,
+    history_dropped: AtomicU64,
     /// Bytes sent by history reads' tasks and not yet taken by their readers. Relaxed: a
     /// gauge.
     history_waiting: Arc<AtomicUsize>,
@@ -190,6 +196,11 @@ pub struct HistoryStats {
     /// Bytes of keys and values that history reads hold for their readers now: at most
     /// [`EtcdOptions::history_backlog`] plus one revision per read.
     pub waiting: usize,
+    /// Bytes of keys and values history reads received from etcd.
+    pub received: u64,
+    /// Of those, the bytes dropped past a full backlog (the rest of a batch), which etcd
+    /// sends again after the reopen.
+    pub dropped: u64,
 }
 
 impl std::fmt::Debug for EtcdSource {
@@ -286,6 +297,8 @@ impl EtcdSource {
                 history_opened: AtomicU64::new(0),
                 history_paused: AtomicU64::new(0),
                 history_waiting: Arc::new(AtomicUsize::new(0)),
+                history_received: AtomicU64::new(0),
+                history_dropped: AtomicU64::new(0),
             }),
         };
         // What was compacted, as far as the apiserver-style compactor recorded it.
@@ -299,6 +312,8 @@ impl EtcdSource {
             opened: self.inner.history_opened.load(Ordering::Relaxed),
             paused: self.inner.history_paused.load(Ordering::Relaxed),
             waiting: self.inner.history_waiting.load(Ordering::Relaxed),
+            received: self.inner.history_received.load(Ordering::Relaxed),
+            dropped: self.inner.history_dropped.load(Ordering::Relaxed),
         }
     }
 

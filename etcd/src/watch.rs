@@ -141,7 +141,7 @@ pub(crate) struct Opened {
     pub(crate) member: usize,
 }
 
-/// The responses a history read's task has sent and its consumer has not taken yet.
+/// The revisions a history read's task has sent and its consumer has not taken yet.
 struct Backlog {
     /// Their bytes. Relaxed: a count; `drained` orders the task's wait with the consumer's
     /// takes (a `notify_one` before the task waits is kept for it).
@@ -252,6 +252,11 @@ impl Pump {
                 }
                 Some(Ok(resp)) => resp,
             };
+            let inner = &self.source.inner;
+            let received = events_size(resp.events());
+            inner
+                .history_received
+                .fetch_add(received as u64, Ordering::Relaxed);
             if let Err(e) = self.conv.take_response(resp) {
                 let _ = self.tx.send(Err(e));
                 return false;
@@ -277,13 +282,22 @@ impl Pump {
                     return false;
                 }
                 if queued > self.backlog.limit {
-                    self.conv.raw = None;
+                    if let Some((resp, at)) = self.conv.raw.take() {
+                        let dropped = events_size(&resp.events()[at..]);
+                        inner.history_dropped.fetch_add(dropped as u64, Ordering::Relaxed);
+                    }
                     self.conv.pending.clear();
                     return true;
                 }
             }
         }
     }
+}
+
+/// The bytes of keys and values etcd's `events` carry (with their previous values).
+fn events_size(events: &[etcd_client::Event]) -> usize {
+    let kv = |kv: Option<&KeyValue>| kv.map_or(0, |kv| kv.key().len() + kv.value().len());
+    events.iter().map(|e| kv(e.kv()) + kv(e.prev_kv())).sum()
 }
 
 /// The bytes of keys and values an event carries (its changes and their previous values).

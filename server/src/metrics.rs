@@ -94,6 +94,11 @@ pub struct Metrics {
     /// On etcd: bytes history reads hold for their readers now (each at most its backlog and
     /// one revision).
     pub etcd_history_waiting_bytes: Gauge,
+    /// On etcd: bytes of keys and values history reads received.
+    pub etcd_history_received_bytes: Counter,
+    /// On etcd: of those, the bytes dropped past a full backlog, which etcd sends again after
+    /// the reopen.
+    pub etcd_history_dropped_bytes: Counter,
 }
 
 impl Default for Metrics {
@@ -134,6 +139,8 @@ impl Default for Metrics {
             etcd_history_watches: Counter::default(),
             etcd_history_pauses: Counter::default(),
             etcd_history_waiting_bytes: Gauge::default(),
+            etcd_history_received_bytes: Counter::default(),
+            etcd_history_dropped_bytes: Counter::default(),
             registry: Registry::default(),
         };
         let mut root = Registry::default();
@@ -286,6 +293,16 @@ impl Default for Metrics {
             "etcd_history_waiting_bytes",
             "Bytes etcd history reads hold for their readers now, each at most its backlog and one revision",
             m.etcd_history_waiting_bytes.clone(),
+        );
+        registry.register(
+            "etcd_history_received_bytes",
+            "Bytes of keys and values etcd history reads received",
+            m.etcd_history_received_bytes.clone(),
+        );
+        registry.register(
+            "etcd_history_dropped_bytes",
+            "Bytes of keys and values etcd history reads dropped past a full backlog, which etcd sends again after the reopen",
+            m.etcd_history_dropped_bytes.clone(),
         );
         Metrics { registry: root, ..m }
     }

@@ -439,10 +439,11 @@ async fn history_reads_at_any_pace_hold_up_no_other_watch_and_lose_nothing() {
 }
 
 /// A history read from far behind gets etcd's revisions in one batch of up to 1,000: its task
-/// holds the backlog's worth of them for its reader, not the batch. 80 revisions of 128 KiB
-/// (a value and its previous one) are written before the read opens; unread, it holds at most
-/// its 256 KiB backlog and one revision, and gives up 0 when dropped. Read, it still gets every
-/// revision once, in order, across the reopens that dropping the batch's rest takes.
+/// holds the backlog's worth of them for its reader, not the batch. 80 revisions of 32 to 80
+/// KiB (a value, and from the second round its previous one; 4.4 MiB in all) are written
+/// before the read opens. Unread, it holds at most its 256 KiB backlog and one revision, the
+/// rest of the batch dropped; dropped unread, a read holds nothing. Read, it still gets every
+/// revision once, in order, across the reopen that dropping the batch's rest takes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_history_read_from_far_behind_holds_its_backlog_not_etcds_batch() {
     let Some(cluster) = EtcdCluster::start(1).await else {
@@ -471,34 +472,48 @@ async fn a_history_read_from_far_behind_holds_its_backlog_not_etcds_batch() {
             written.push((revision, key, value));
         }
     }
-    let mut read = s.watch_history(prefix, from).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while s.history_stats().paused == 0 {
-        assert!(Instant::now() < deadline, "never paused: {:?}", s.history_stats());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let stats = || s.history_stats();
+    let mut unread = s.watch_history(prefix, from).await.unwrap();
+    history_until(&s, "never paused", |h| h.paused >= 1).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let held = s.history_stats().waiting;
+    let held = stats().waiting;
     assert!(
         held <= backlog + largest,
         "{held} bytes held for an unread history read: more than its {backlog} B backlog and one \
          {largest} B revision"
     );
-    let got = changes_through(&mut read, written.last().unwrap().0, Duration::from_secs(60)).await;
+    assert!(
+        held >= backlog / 2,
+        "{held} bytes held: the read never filled its backlog"
+    );
+    assert!(stats().dropped > 0, "no batch was cut: {:?}", stats());
+    // Another, dropped unread once it paused: what it held goes with it.
+    let other = s.watch_history(prefix, from).await.unwrap();
+    history_until(&s, "the second read never paused", |h| h.paused >= 2).await;
+    drop(other);
+    history_until(&s, "held after an unread read was dropped", |h| h.waiting == held).await;
+    // The first, read now: every revision once, in order, from its backlog and the reopen
+    // after the batch's rest was dropped.
+    let got = changes_through(&mut unread, written.last().unwrap().0, Duration::from_secs(60)).await;
     assert_eq!(got.len(), written.len(), "one change per write");
     for ((r, key, value, _), (wr, wkey, wvalue)) in got.iter().zip(&written) {
         assert_eq!((r, key), (wr, wkey), "in order, none lost or repeated");
         assert!(value == wvalue, "the value written at {wr}");
     }
-    assert!(s.history_stats().opened >= 2, "{:?}", s.history_stats());
-    drop(read);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while s.history_stats().waiting != 0 {
-        assert!(
-            Instant::now() < deadline,
-            "held after the read ended: {:?}",
-            s.history_stats()
-        );
+    assert!(
+        stats().opened >= 3,
+        "the first read was never opened again: {:?}",
+        stats()
+    );
+    drop(unread);
+    history_until(&s, "held after the read ended", |h| h.waiting == 0).await;
+}
+
+/// Waits until `done` holds of `s`'s history stats, failing with `what` after 20 s.
+async fn history_until(s: &EtcdSource, what: &str, done: impl Fn(watchcache_etcd::HistoryStats) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done(s.history_stats()) {
+        assert!(Instant::now() < deadline, "{what}: {:?}", s.history_stats());
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

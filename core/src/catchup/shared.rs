@@ -137,13 +137,15 @@ impl State {
             .clamp(self.base, self.head())
     }
 
-    /// The number of the entry the slowest reader still in the read takes next (`base` at
-    /// least: the head when there is none).
+    /// The number of the entry the slowest reader still in the read takes next: the head when
+    /// there is none. A reader below `base` was lapped (it leaves when it next looks): it holds
+    /// nothing back.
     fn slowest(&self) -> u64 {
         self.readers
-            .first_key_value()
+            .range(self.base..)
+            .next()
             .map_or(self.head(), |(n, _)| *n)
-            .clamp(self.base, self.head())
+            .min(self.head())
     }
 
     /// Bytes read and not yet taken by the fastest reader.

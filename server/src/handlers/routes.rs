@@ -337,6 +337,8 @@ async fn metrics_text(State(state): AppStateRef) -> Response {
         let history = e.history_stats();
         metrics::advance_to(&state.metrics.etcd_history_watches, history.opened);
         metrics::advance_to(&state.metrics.etcd_history_pauses, history.paused);
+        metrics::advance_to(&state.metrics.etcd_history_received_bytes, history.received);
+        metrics::advance_to(&state.metrics.etcd_history_dropped_bytes, history.dropped);
         state
             .metrics
             .etcd_history_waiting_bytes
