@@ -237,13 +237,38 @@ async fn not_found_conflict_and_already_exists_are_statuses() {
     )
     .await;
 
-    // DELETE answers with the object; GET afterwards is 404.
+    // DELETE answers with the object's last state, stamped with the deletion's revision as
+    // the apiserver's store does: a LIST at that revision no longer holds it. GET afterwards
+    // is 404.
+    let rv = |v: &Value| -> u64 {
+        v["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let (_, body) = request(&http(), &server, "GET", "/api/v1/namespaces/a/pods/p", None).await;
+    let last = rv(&serde_json::from_slice::<Value>(&body).unwrap());
     let (code, body) = request(&http(), &server, "DELETE", "/api/v1/namespaces/a/pods/p", None).await;
     assert_eq!(code, 200);
-    assert_eq!(
-        serde_json::from_slice::<Value>(&body).unwrap()["metadata"]["name"],
-        "p"
+    let deleted = serde_json::from_slice::<Value>(&body).unwrap();
+    assert_eq!(deleted["metadata"]["name"], "p");
+    let at = rv(&deleted);
+    assert!(
+        at > last,
+        "DELETE answered at {at}, the object's own revision {last}"
     );
+    let (code, body) = request(
+        &http(),
+        &server,
+        "GET",
+        &format!("/api/v1/namespaces/a/pods?resourceVersion={at}&resourceVersionMatch=Exact"),
+        None,
+    )
+    .await;
+    assert_eq!(code, 200);
+    let list = serde_json::from_slice::<Value>(&body).unwrap();
+    assert_eq!(list["items"].as_array().unwrap().len(), 0, "{list}");
     expect_status(
         &server,
         "GET",

@@ -813,9 +813,11 @@ pub(crate) async fn delete(
             Deletion::AsIs => return answer_with(t, &current, revision),
             Deletion::Now if p.write.dry_run => return answer_with(t, &current, revision),
             Deletion::Now => match state.store.delete(&key, Some(revision)).await {
-                Ok((_, prev)) => {
+                // The last state, stamped with the deletion's revision as the apiserver's
+                // store does: a client that reads at it sees the object gone.
+                Ok((deleted, prev)) => {
                     services::release_deleted(state, t, &prev).await;
-                    return answer_with(t, &prev, revision);
+                    return answer_with(t, &prev, deleted);
                 }
                 Err(SourceError::Conflict { .. }) => continue,
                 Err(e) => return Err(errors::source(&e, resource, name)),
