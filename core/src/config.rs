@@ -159,8 +159,9 @@ impl CatchUpReads {
 
     /// The bytes (of the store's values) one read keeps for the catch-ups that share it: what
     /// its fastest reader has passed stays this long for the slower ones (one that falls
-    /// further behind reads on alone), and it reads at most half this ahead of the fastest.
-    /// At least 1 KiB.
+    /// further behind reads on alone); what every reader has passed stays an eighth of this,
+    /// for catch-ups that join later; and it reads at most an eighth of this ahead of the
+    /// fastest. At least 1 KiB.
     pub fn with_read_bytes(mut self, bytes: usize) -> Self {
         self.read_bytes = bytes.max(1024);
         self

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use std::time::Duration;
 
-use common::{CountingWaker, TextCodec, text_pod};
+use common::{CountingWaker, PanicsOnBoom, TextCodec, text_pod};
 use watchcache_core::{
     Cache, CacheConfig, CacheError, EventKind, Expired, Filter, ListOptions, MemorySource,
     ResourceVersionMatch, Revision, SourceError, WatchEvent, WatchOptions,
@@ -1249,28 +1249,6 @@ fn cache_futures_are_send_so_multi_threaded_servers_can_hold_them() {
     is_send(&cache.check_consistency());
 }
 
-/// A codec with a bug: it panics on one object.
-struct PanicsOnBoom;
-
-impl watchcache_core::Codec for PanicsOnBoom {
-    fn decode(
-        &self,
-        raw: &[u8],
-        revision: Revision,
-    ) -> Result<watchcache_core::ObjectVersion, watchcache_core::CodecError> {
-        assert!(!raw.starts_with(b"ns/boom"), "a codec bug");
-        TextCodec.decode(raw, revision)
-    }
-
-    fn encode(
-        &self,
-        v: &watchcache_core::ObjectVersion,
-        f: watchcache_core::WireFormat,
-    ) -> Result<watchcache_core::Encoding, watchcache_core::CodecError> {
-        TextCodec.encode(v, f)
-    }
-}
-
 async fn until(what: &str, mut cond: impl FnMut() -> bool) {
     for _ in 0..1000 {
         if cond() {
@@ -1284,7 +1262,7 @@ async fn until(what: &str, mut cond: impl FnMut() -> bool) {
 #[tokio::test]
 async fn a_panicking_reflector_is_replaced_its_watchers_end_and_the_cache_is_not_ready_meanwhile() {
     let s = MemorySource::new();
-    let cache = Cache::new(s.clone(), Arc::new(PanicsOnBoom), config()).unwrap();
+    let cache = Cache::new(s.clone(), Arc::new(PanicsOnBoom::always()), config()).unwrap();
     create(&s, "ns", "a");
     cache.list(&ListOptions::default()).await.unwrap();
     assert!(cache.is_ready());

@@ -122,12 +122,13 @@ pub struct EtcdOptions {
     /// What a history read (a catch-up's watch from an old revision, on its own connection)
     /// keeps for a consumer that reads slower than etcd sends: once the revisions waiting to
     /// be read pass this many bytes of keys and values, the etcd watch is canceled, and it is
-    /// opened again from the next revision when half of them have been read. A batch of
-    /// etcd's (up to 1,000 revisions for a watch behind) is copied out a revision at a time and
-    /// its rest dropped once the backlog is full: at most this plus one revision per history
-    /// read, and a batch only while it is being split. The price is etcd sending the dropped
-    /// revisions again after the reopen ([`HistoryStats::dropped`]); a larger backlog pays
-    /// less of it.
+    /// opened again from the next revision when all but an eighth of them have been read. A
+    /// batch of etcd's (up to 1,000 revisions for a watch behind) is copied out a revision at a
+    /// time and its rest dropped once the backlog is full: at most this plus one revision per
+    /// history read, and a batch only while it is being split. The price is etcd sending the
+    /// dropped revisions again after the reopen ([`HistoryStats::dropped`]), which a batch
+    /// smaller than the backlog never pays: the default, 4 MiB, holds a whole batch of
+    /// revisions up to 4 KiB with their previous values.
     pub history_backlog: usize,
 }
 
@@ -147,7 +148,7 @@ impl Default for EtcdOptions {
 }
 
 /// The default [`EtcdOptions::history_backlog`].
-pub const HISTORY_BACKLOG: usize = 1 << 20;
+pub const HISTORY_BACKLOG: usize = 4 << 20;
 
 /// A source over an etcd cluster. Cheap to clone: clones share the connection.
 #[derive(Clone)]

@@ -148,7 +148,7 @@ struct Backlog {
     bytes: AtomicUsize,
     /// The source's count of every history read's `bytes`.
     all: Arc<AtomicUsize>,
-    /// Told when `bytes` falls to half the limit or below.
+    /// Told when `bytes` falls to the limit's [`RESUME`] fraction or below.
     drained: tokio::sync::Notify,
     limit: usize,
 }
@@ -164,7 +164,7 @@ impl Backlog {
     fn take(&self, size: usize) {
         self.all.fetch_sub(size, Ordering::Relaxed);
         let left = self.bytes.fetch_sub(size, Ordering::Relaxed) - size;
-        if left <= self.limit / 2 {
+        if left <= self.limit / RESUME {
             self.drained.notify_one();
         }
     }
@@ -176,6 +176,10 @@ impl Drop for Backlog {
         self.all.fetch_sub(*self.bytes.get_mut(), Ordering::Relaxed);
     }
 }
+
+/// A paused history read is opened again once what waits for its reader has fallen to this
+/// fraction of the backlog.
+const RESUME: usize = 8;
 
 /// What a history read's task sends: one revision's changes (or a notification) and its size,
 /// or the error that ends the read.
@@ -202,14 +206,16 @@ impl Pump {
                 return;
             }
             // Behind by more than the backlog: etcd's watch is canceled rather than left to
-            // buffer for a consumer that is not reading, and opened again once it has read half.
+            // buffer for a consumer that is not reading, and opened again once it has read all
+            // but an eighth: each reopen makes etcd send a batch, so it should bring many
+            // revisions in.
             drop(opened);
             self.source.inner.history_paused.fetch_add(1, Ordering::Relaxed);
             loop {
                 let drained = self.backlog.drained.notified();
                 tokio::pin!(drained);
                 drained.as_mut().enable();
-                if self.backlog.bytes.load(Ordering::Relaxed) <= self.backlog.limit / 2 {
+                if self.backlog.bytes.load(Ordering::Relaxed) <= self.backlog.limit / RESUME {
                     break;
                 }
                 tokio::select! {

@@ -7,7 +7,7 @@
 //!   reach back to where the catch-up stands, at the first revision after it; it then needs no
 //!   read of its own, nor a place in line ([`CatchUpReads`](crate::CatchUpReads)).
 //! - **Paced by its fastest reader.** The read's task reads the source while the fastest
-//!   reader has less than half of its bound in bytes ahead of it, so a read nobody reads stops
+//!   reader has less than an eighth of its bound in bytes ahead of it, so a read nobody reads stops
 //!   (the source bounds what it holds meanwhile: etcd's watch is canceled and opened again).
 //! - **Bounded in bytes.** What the fastest reader has passed is kept up to the bound
 //!   ([`CatchUpReads::with_read_bytes`](crate::CatchUpReads::with_read_bytes)) for
@@ -36,6 +36,10 @@ use crate::source::{SourceChange, SourceError, SourceEvent};
 /// What every reader has passed is kept up to this fraction of the bound, for catch-ups that
 /// join later.
 const TAIL: u64 = 8;
+
+/// The read reads on while its fastest reader has less than this fraction of the bound ahead
+/// of it. The source buffers what comes after (etcd's history reads, a backlog of their own).
+const AHEAD: u64 = 8;
 
 /// What one entry costs at least, whatever it holds (a notification holds no value).
 const ENTRY_BYTES: usize = 64;
@@ -104,7 +108,7 @@ struct State {
     base_total: u64,
     /// The number of the entry each reader takes next, and how many readers take it.
     readers: BTreeMap<u64, usize>,
-    /// The bytes kept for slower readers; half of it is read ahead of the fastest.
+    /// The bytes kept for slower readers; an eighth of it is read ahead of the fastest.
     limit: u64,
     /// Readers waiting at the head.
     waiting: Vec<Waker>,
@@ -232,7 +236,7 @@ impl Cursor {
             }
             Poll::Pending
         };
-        let wake_pump = s.ahead() < s.limit / 2;
+        let wake_pump = s.ahead() < s.limit / AHEAD;
         drop(s);
         if wake_pump {
             self.read.pump.notify_one();
@@ -334,7 +338,7 @@ async fn pump(
                     s.end = Some(End::Broken);
                     return;
                 }
-                if s.ahead() < s.limit / 2 {
+                if s.ahead() < s.limit / AHEAD {
                     break;
                 }
             }

@@ -84,6 +84,48 @@ pub fn summary(e: &WatchEvent) -> (&'static str, u64, u64, String) {
     )
 }
 
+/// [`TextCodec`] with a bug: it panics on values that start with `ns/boom` (all of them, or
+/// only the first), as a codec bug would. The reflector's supervisor survives it.
+pub struct PanicsOnBoom {
+    once: bool,
+    fired: std::sync::atomic::AtomicBool,
+}
+
+impl PanicsOnBoom {
+    /// Panics on every such value.
+    pub fn always() -> Self {
+        PanicsOnBoom {
+            once: false,
+            fired: Default::default(),
+        }
+    }
+
+    /// Panics on the first such value only.
+    pub fn once() -> Self {
+        PanicsOnBoom {
+            once: true,
+            fired: Default::default(),
+        }
+    }
+}
+
+impl watchcache_core::Codec for PanicsOnBoom {
+    fn decode(&self, raw: &[u8], revision: Revision) -> Result<ObjectVersion, watchcache_core::CodecError> {
+        if raw.starts_with(b"ns/boom") && !(self.once && self.fired.swap(true, Ordering::Relaxed)) {
+            panic!("a codec bug");
+        }
+        TextCodec.decode(raw, revision)
+    }
+
+    fn encode(
+        &self,
+        v: &ObjectVersion,
+        f: watchcache_core::WireFormat,
+    ) -> Result<watchcache_core::Encoding, watchcache_core::CodecError> {
+        TextCodec.encode(v, f)
+    }
+}
+
 /// A toy codec for cache tests: the value is `ns/name;k=v,k=v;node` (ns empty for
 /// cluster-scoped objects; labels and node optional).
 pub struct TextCodec;
