@@ -688,6 +688,20 @@ mod self_test {
         }
     }
 
+    /// A watch of app=web with initial events (`sendInitialEvents=true`), open, that received
+    /// `events`.
+    fn lister(events: Vec<Seen>) -> Stream {
+        Stream {
+            name: "lister".into(),
+            start: 0,
+            initial: true,
+            selector: web(),
+            events,
+            end: End::Open,
+            compacted: None,
+        }
+    }
+
     fn caught(stream: Stream, guarantee: &str) {
         match check_stream(&stream, &history()) {
             Err(v) => assert_eq!(v.guarantee, guarantee, "{v}"),
@@ -768,36 +782,20 @@ mod self_test {
         caught(s, "Expired");
 
         // Initial events that miss an object of the state at their bookmark.
-        let s = Stream {
-            name: "lister".into(),
-            start: 0,
-            initial: true,
-            selector: web(),
-            events: vec![
-                seen(Kind::Added, 5, "ns/c", Some(obj("web", 4))),
-                seen(Kind::Bookmark { initial_end: true }, 5, "", None),
-            ],
-            end: End::Open,
-            compacted: None,
-        };
+        let s = lister(vec![
+            seen(Kind::Added, 5, "ns/c", Some(obj("web", 4))),
+            seen(Kind::Bookmark { initial_end: true }, 5, "", None),
+        ]);
         caught(s, "Initial");
 
         // Initial events with an object twice, or a 410 before their end.
-        let twice = Stream {
-            name: "lister".into(),
-            start: 0,
-            initial: true,
-            selector: web(),
-            events: vec![
-                seen(Kind::Added, 3, "ns/b", Some(obj("web", 2))),
-                seen(Kind::Added, 3, "ns/b", Some(obj("web", 2))),
-                seen(Kind::Added, 5, "ns/c", Some(obj("web", 4))),
-                seen(Kind::Added, 5, "ns/d", Some(obj("web", 5))),
-                seen(Kind::Bookmark { initial_end: true }, 5, "", None),
-            ],
-            end: End::Open,
-            compacted: None,
-        };
+        let twice = lister(vec![
+            seen(Kind::Added, 3, "ns/b", Some(obj("web", 2))),
+            seen(Kind::Added, 3, "ns/b", Some(obj("web", 2))),
+            seen(Kind::Added, 5, "ns/c", Some(obj("web", 4))),
+            seen(Kind::Added, 5, "ns/d", Some(obj("web", 5))),
+            seen(Kind::Bookmark { initial_end: true }, 5, "", None),
+        ]);
         caught(twice.clone(), "Initial");
         let mut expired = twice;
         expired.events.truncate(1);
@@ -807,21 +805,13 @@ mod self_test {
 
     #[test]
     fn initial_events_equal_to_the_state_pass() {
-        let s = Stream {
-            name: "lister".into(),
-            start: 0,
-            initial: true,
-            selector: web(),
-            events: vec![
-                seen(Kind::Added, 3, "ns/b", Some(obj("web", 2))),
-                seen(Kind::Added, 5, "ns/c", Some(obj("web", 4))),
-                seen(Kind::Added, 5, "ns/d", Some(obj("web", 5))),
-                seen(Kind::Bookmark { initial_end: true }, 5, "", None),
-                seen(Kind::Deleted, 6, "ns/b", Some(obj("web", 2))),
-            ],
-            end: End::Open,
-            compacted: None,
-        };
+        let s = lister(vec![
+            seen(Kind::Added, 3, "ns/b", Some(obj("web", 2))),
+            seen(Kind::Added, 5, "ns/c", Some(obj("web", 4))),
+            seen(Kind::Added, 5, "ns/d", Some(obj("web", 5))),
+            seen(Kind::Bookmark { initial_end: true }, 5, "", None),
+            seen(Kind::Deleted, 6, "ns/b", Some(obj("web", 2))),
+        ]);
         check_stream(&s, &history()).unwrap();
     }
 

@@ -261,88 +261,44 @@ async fn readyz(State(state): AppStateRef) -> Response {
 }
 
 async fn metrics_text(State(state): AppStateRef) -> Response {
+    let m = &state.metrics;
+    let relaxed = std::sync::atomic::Ordering::Relaxed;
     for r in state.resources.now().values() {
         let labels = metrics::resource(&r.label);
-        state
-            .metrics
-            .ring_capacity
-            .get_or_create(&labels)
-            .set(r.cache.config().capacity as i64);
-        state
-            .metrics
-            .ring_occupancy
-            .get_or_create(&labels)
-            .set(r.cache.history_len() as i64);
         let stats = r.cache.stats();
-        state
-            .metrics
-            .history_bytes
-            .get_or_create(&labels)
-            .set(stats.history_bytes.load(std::sync::atomic::Ordering::Relaxed) as i64);
-        let relaxed = std::sync::atomic::Ordering::Relaxed;
-        metrics::advance_to(
-            &state.metrics.store_reads.get_or_create(&labels),
-            stats.source_reads.load(relaxed),
-        );
-        metrics::advance_to(
-            &state.metrics.progress_requests.get_or_create(&labels),
-            stats.progress_requests.load(relaxed),
-        );
-        metrics::advance_to(
-            &state.metrics.initializations.get_or_create(&labels),
-            stats.lists.load(relaxed),
-        );
-        metrics::advance_to(
-            &state.metrics.undone_reads.get_or_create(&labels),
-            stats.undone_reads.load(relaxed),
-        );
-        metrics::advance_to(
-            &state.metrics.watch_catch_ups.get_or_create(&labels),
-            stats.catch_ups.load(relaxed),
-        );
-        metrics::advance_to(
-            &state.metrics.watch_catch_up_reads.get_or_create(&labels),
-            stats.catch_up_reads.load(relaxed),
-        );
-        metrics::advance_to(
-            &state.metrics.watch_catch_up_events.get_or_create(&labels),
-            stats.catch_up_events.load(relaxed),
-        );
-        metrics::advance_to(
-            &state.metrics.watch_catch_up_handovers.get_or_create(&labels),
-            stats.catch_up_handovers.load(relaxed),
-        );
-        metrics::advance_to(
-            &state.metrics.watch_catch_ups_refused.get_or_create(&labels),
-            stats.catch_ups_refused.load(relaxed),
-        );
-        state
-            .metrics
-            .watch_catch_up_bytes
-            .get_or_create(&labels)
-            .set(stats.catch_up_bytes.load(relaxed) as i64);
-        state
-            .metrics
-            .pinned_snapshots
-            .get_or_create(&labels)
-            .set(stats.pinned_snapshots.load(relaxed) as i64);
-        state.metrics.reflector_restarts.get_or_create(&labels).set(
-            stats
-                .reflector_restarts
-                .load(std::sync::atomic::Ordering::Relaxed) as i64,
-        );
+        // The cache's counts, kept by its reflector and watches and read here.
+        for (counter, count) in [
+            (&m.store_reads, &stats.source_reads),
+            (&m.progress_requests, &stats.progress_requests),
+            (&m.initializations, &stats.lists),
+            (&m.undone_reads, &stats.undone_reads),
+            (&m.watch_catch_ups, &stats.catch_ups),
+            (&m.watch_catch_up_reads, &stats.catch_up_reads),
+            (&m.watch_catch_up_events, &stats.catch_up_events),
+            (&m.watch_catch_up_handovers, &stats.catch_up_handovers),
+            (&m.watch_catch_ups_refused, &stats.catch_ups_refused),
+        ] {
+            metrics::advance_to(&counter.get_or_create(&labels), count.load(relaxed));
+        }
+        for (gauge, value) in [
+            (&m.ring_capacity, r.cache.config().capacity as u64),
+            (&m.ring_occupancy, r.cache.history_len() as u64),
+            (&m.history_bytes, stats.history_bytes.load(relaxed)),
+            (&m.pinned_snapshots, stats.pinned_snapshots.load(relaxed)),
+            (&m.reflector_restarts, stats.reflector_restarts.load(relaxed)),
+            (&m.watch_catch_up_bytes, stats.catch_up_bytes.load(relaxed)),
+        ] {
+            gauge.get_or_create(&labels).set(value as i64);
+        }
     }
     #[cfg(feature = "etcd")]
     if let crate::Backend::Etcd(e) = &state.store {
         let history = e.history_stats();
-        metrics::advance_to(&state.metrics.etcd_history_watches, history.opened);
-        metrics::advance_to(&state.metrics.etcd_history_pauses, history.paused);
-        metrics::advance_to(&state.metrics.etcd_history_received_bytes, history.received);
-        metrics::advance_to(&state.metrics.etcd_history_dropped_bytes, history.dropped);
-        state
-            .metrics
-            .etcd_history_waiting_bytes
-            .set(history.waiting as i64);
+        metrics::advance_to(&m.etcd_history_watches, history.opened);
+        metrics::advance_to(&m.etcd_history_pauses, history.paused);
+        metrics::advance_to(&m.etcd_history_received_bytes, history.received);
+        metrics::advance_to(&m.etcd_history_dropped_bytes, history.dropped);
+        m.etcd_history_waiting_bytes.set(history.waiting as i64);
     }
     let mut response = state.metrics.render().into_response();
     response.headers_mut().insert(
