@@ -77,6 +77,17 @@ impl SourceChange {
             SourceChange::Put { key, .. } | SourceChange::Delete { key, .. } => key,
         }
     }
+
+    /// The bytes of the key and values it carries (the previous value's too): what holding it
+    /// costs, for bounds counted in bytes.
+    pub fn bytes(&self) -> usize {
+        match self {
+            SourceChange::Put { key, value, prev } => {
+                key.len() + value.len() + prev.as_ref().map_or(0, |p| p.value.len())
+            }
+            SourceChange::Delete { key, prev } => key.len() + prev.as_ref().map_or(0, |p| p.value.len()),
+        }
+    }
 }
 
 /// What a watch yields: every change of one revision, or a progress notification.

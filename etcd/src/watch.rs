@@ -311,16 +311,7 @@ fn event_size(event: &SourceEvent) -> usize {
     let SourceEvent::Changes { changes, .. } = event else {
         return 1;
     };
-    changes
-        .iter()
-        .map(|c| match c {
-            SourceChange::Put { key, value, prev } => {
-                key.len() + value.len() + prev.as_ref().map_or(0, |p| p.value.len())
-            }
-            SourceChange::Delete { key, prev } => key.len() + prev.as_ref().map_or(0, |p| p.value.len()),
-        })
-        .sum::<usize>()
-        .max(1)
+    changes.iter().map(SourceChange::bytes).sum::<usize>().max(1)
 }
 
 /// A watch on etcd: its changes a revision at a time, progress notifications the source

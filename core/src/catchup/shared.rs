@@ -351,7 +351,7 @@ async fn pump(
         };
         let (entry, bytes) = match next {
             Some(Ok(SourceEvent::Changes { revision, changes })) => {
-                let bytes = changes.iter().map(change_bytes).sum::<usize>();
+                let bytes = changes.iter().map(SourceChange::bytes).sum::<usize>();
                 let events = changes
                     .into_iter()
                     .map(|change| {
@@ -411,16 +411,6 @@ fn finish(read: &SharedRead, end: End) {
     let waiting = std::mem::take(&mut s.waiting);
     drop(s);
     waiting.into_iter().for_each(Waker::wake);
-}
-
-/// The bytes of the values a change carries.
-fn change_bytes(change: &SourceChange) -> usize {
-    match change {
-        SourceChange::Put { key, value, prev } => {
-            key.len() + value.len() + prev.as_ref().map_or(0, |p| p.value.len())
-        }
-        SourceChange::Delete { key, prev } => key.len() + prev.as_ref().map_or(0, |p| p.value.len()),
-    }
 }
 
 /// The event one change of the source makes: paired with the previous value the source sent
