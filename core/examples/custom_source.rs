@@ -30,7 +30,16 @@ impl MapSource {
             .map(|(value, mod_revision)| PrevValue { value, mod_revision });
         // One change per revision here; a store whose writes change several keys at once
         // (a transaction) yields them in one `Changes`.
-        let event = SourceEvent::single(*rev, SourceChange::Put { key, value, prev });
+        let created = prev.is_none();
+        let event = SourceEvent::single(
+            *rev,
+            SourceChange::Put {
+                key,
+                value,
+                prev,
+                created,
+            },
+        );
         log.push(event.clone());
         let _ = self.0.1.send(event); // under the lock: a watch sees each change once
     }

@@ -22,7 +22,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::catchup::{CacheUpstream, SharedReads, Upstream};
@@ -216,6 +216,10 @@ impl<S: fmt::Debug> fmt::Debug for Inner<S> {
 
 impl<S> Drop for Inner<S> {
     fn drop(&mut self) {
+        // First: watchers the hub's close ends must not catch up to a cache that is gone.
+        if let Some(upstream) = &self.upstream {
+            upstream.close();
+        }
         self.reflector.abort();
         self.requesting.abort();
     }
@@ -299,6 +303,7 @@ impl<S: Source> Cache<S> {
                 reads,
                 requester: Arc::clone(&requester),
                 shared: SharedReads::default(),
+                dropped: AtomicBool::new(false),
             }) as Arc<dyn Upstream>
         });
         Ok(Cache {

@@ -60,6 +60,11 @@ pub enum SourceChange {
         value: Bytes,
         /// The previous value, where the source knows it (`None` for a key just created).
         prev: Option<PrevValue>,
+        /// Whether this put created the key (on etcd, the key's version is 1). A put that did
+        /// not, with no `prev`, is one whose previous value the source could no longer read
+        /// (etcd leaves it out when the revision before was compacted meanwhile): a catch-up
+        /// cannot tell its watchers what changed, and ends with 410.
+        created: bool,
     },
     /// The key was deleted.
     Delete {
@@ -82,7 +87,7 @@ impl SourceChange {
     /// costs, for bounds counted in bytes.
     pub fn bytes(&self) -> usize {
         match self {
-            SourceChange::Put { key, value, prev } => {
+            SourceChange::Put { key, value, prev, .. } => {
                 key.len() + value.len() + prev.as_ref().map_or(0, |p| p.value.len())
             }
             SourceChange::Delete { key, prev } => key.len() + prev.as_ref().map_or(0, |p| p.value.len()),

@@ -265,7 +265,9 @@ impl CacheWatch {
                             (last, n) => (last, n),
                         };
                         match &self.upstream {
-                            Some(upstream) if from > upstream.compacted() => {
+                            // Lapped, or cut off by a new generation: caught up from the store
+                            // (not if the cache was dropped: no hub will take the watch back).
+                            Some(upstream) if from > upstream.compacted() && !upstream.closed() => {
                                 let catch_up = CatchUp::start(
                                     Arc::clone(upstream),
                                     watcher.take_filter(),

@@ -522,15 +522,19 @@ async fn a_watcher_lapped_again_resumes_from_its_hand_over_not_its_last_delivery
 }
 
 /// etcd's previous values: the server reads a key's previous value at the event's revision
-/// minus one, which fails, and is left out, for an event at the compacted revision itself.
-struct EtcdLike(MemorySource);
+/// minus one, which fails, and is left out, for an event at the compacted revision itself;
+/// and at `lost_at` too (a compaction etcd made between reading that event and sending it).
+struct EtcdLike(MemorySource, Option<Revision>);
 
 fn strip(c: SourceChange) -> SourceChange {
     match c {
-        SourceChange::Put { key, value, .. } => SourceChange::Put {
+        SourceChange::Put {
+            key, value, created, ..
+        } => SourceChange::Put {
             key,
             value,
             prev: None,
+            created,
         },
         SourceChange::Delete { key, .. } => SourceChange::Delete { key, prev: None },
     }
@@ -544,10 +548,12 @@ impl Source for EtcdLike {
     }
     async fn watch(&self, prefix: &str, from: Revision) -> Result<Self::Watch, SourceError> {
         let inner = Source::watch(&self.0, prefix, from).await?;
-        let store = self.0.clone();
+        let (store, lost_at) = (self.0.clone(), self.1);
         Ok(Box::pin(inner.map(move |item| {
             item.map(|e| match e {
-                SourceEvent::Changes { revision, changes } if revision <= store.compacted_revision() => {
+                SourceEvent::Changes { revision, changes }
+                    if revision <= store.compacted_revision() || Some(revision) == lost_at =>
+                {
                     SourceEvent::Changes {
                         revision,
                         changes: changes.into_iter().map(strip).collect(),
@@ -580,7 +586,7 @@ async fn a_watcher_that_needs_the_compacted_revision_is_410_not_a_silent_gap() {
     // which the store then compacts: etcd would send it without the deleted value, so it
     // cannot be delivered; the watch ends with 410 rather than go on without it.
     let s = MemorySource::new();
-    let cache = Cache::new(EtcdLike(s.clone()), Arc::new(TextCodec), config()).unwrap();
+    let cache = Cache::new(EtcdLike(s.clone(), None), Arc::new(TextCodec), config()).unwrap();
     create(&s, "a", "web");
     cache.list(&ListOptions::default()).await.unwrap();
     let mut w = watch_from_now(&cache, Filter::everything()).await;
@@ -597,6 +603,73 @@ async fn a_watcher_that_needs_the_compacted_revision_is_410_not_a_silent_gap() {
     match end {
         Some(Err(e)) => assert_eq!((e.requested, e.oldest), (start, deleted)),
         other => panic!("expected 410, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn an_update_whose_previous_value_the_store_lost_is_410_not_an_addition() {
+    // A selective watcher lapped before an update that takes a pod out of its selection: etcd
+    // sends the update without the previous value (compacted meanwhile). As an ADDED of a
+    // pod outside the selection it would be filtered out, and the watcher would keep the pod
+    // for good; it cannot be told, so it ends with 410.
+    let s = MemorySource::new();
+    create(&s, "a", "web");
+    let moved = Revision::new(s.revision().get() + 1);
+    let cache = Cache::new(EtcdLike(s.clone(), Some(moved)), Arc::new(TextCodec), config()).unwrap();
+    cache.list(&ListOptions::default()).await.unwrap();
+    let web = Filter::parse(None, "app=web", "").unwrap();
+    let mut w = watch_from_now(&cache, web).await;
+    let start = w.position();
+    let updated = s
+        .update("pods/ns/a", text_pod("ns", "a", "db", "n1"), None)
+        .unwrap();
+    assert_eq!(updated, moved);
+    for i in 0..20 {
+        create(&s, &format!("p{i:02}"), "db");
+    }
+    cache.list(&ListOptions::default()).await.unwrap();
+    let end = tokio::time::timeout(Duration::from_secs(5), w.next())
+        .await
+        .expect("an answer in time");
+    match end {
+        Some(Err(e)) => assert_eq!(e.requested, start),
+        other => panic!("expected 410, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn watchers_of_a_dropped_cache_end_with_410_rather_than_read_the_store() {
+    // A cache dropped (a CRD deleted, or served anew): its hub closes. No hub will follow, so
+    // neither a watcher in the window nor one catching up reads the store for a hand-over
+    // that cannot come.
+    let (s, cache) = started(config()).await;
+    let mut lapped = watch_from_now(&cache, Filter::everything()).await;
+    let first = create(&s, "first", "web");
+    for i in 0..20 {
+        create(&s, &format!("p{i:02}"), "web");
+    }
+    cache.list(&ListOptions::default()).await.unwrap();
+    assert_eq!(next(&mut lapped).await.revision, first);
+    assert!(lapped.is_catching_up());
+    // At the head of the window: the hub's close is all it will see.
+    let mut idle = watch_from_now(&cache, Filter::everything()).await;
+    drop(cache);
+    for i in 0..5 {
+        create(&s, &format!("q{i:02}"), "web");
+    }
+    for w in [&mut lapped, &mut idle] {
+        let end = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                match w.next().await {
+                    Some(Ok(_)) => continue,
+                    other => return other,
+                }
+            }
+        })
+        .await
+        .expect("the watch ends in time");
+        assert!(matches!(end, Some(Err(_))), "expected 410, got {end:?}");
+        assert!(!w.is_catching_up());
     }
 }
 

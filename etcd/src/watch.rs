@@ -457,6 +457,7 @@ impl EtcdWatch {
                 key: key.to_owned(),
                 value: Bytes::copy_from_slice(kv.value()),
                 prev,
+                created: kv.version() == 1,
             },
             EventType::Delete => SourceChange::Delete {
                 key: key.to_owned(),

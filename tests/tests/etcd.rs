@@ -344,7 +344,7 @@ async fn changes_through(
             match next_change(watch).await {
                 Some(Ok(SourceEvent::Changes { revision, changes })) => {
                     for c in changes {
-                        let SourceChange::Put { key, value, prev } = c else {
+                        let SourceChange::Put { key, value, prev, .. } = c else {
                             panic!("only puts were written: {c:?}");
                         };
                         seen.push((revision, key, value, prev.map(|p| p.mod_revision)));

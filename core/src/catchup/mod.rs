@@ -22,7 +22,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -73,6 +73,11 @@ pub(crate) trait Upstream: Send + Sync + 'static {
     fn bookmark_interval(&self) -> Duration;
     /// The reads of the source under way, which catch-ups join.
     fn shared(&self) -> &SharedReads;
+    /// Marks the cache dropped: no hub will follow the last one, so catch-ups end with 410
+    /// rather than read on for a hand-over that cannot come.
+    fn close(&self);
+    /// Whether the cache was dropped.
+    fn closed(&self) -> bool;
 }
 
 /// A cache's [`Upstream`]: holds what the reflector holds, not the cache (a watch does not
@@ -85,6 +90,8 @@ pub(crate) struct CacheUpstream<S> {
     pub(crate) reads: CatchUpReads,
     pub(crate) requester: Arc<Requester>,
     pub(crate) shared: SharedReads,
+    /// Set when the cache is dropped.
+    pub(crate) dropped: AtomicBool,
 }
 
 impl<S: Source> Upstream for CacheUpstream<S> {
@@ -137,6 +144,18 @@ impl<S: Source> Upstream for CacheUpstream<S> {
 
     fn bookmark_interval(&self) -> Duration {
         self.config.bookmark_interval
+    }
+
+    fn close(&self) {
+        // Release pairs with the Acquire load in `closed`. Stored before the cache's drop
+        // aborts the reflector, whose publisher closes the hub as it drops: a watcher that
+        // finds the hub closed finds this too.
+        self.dropped.store(true, Ordering::Release);
+    }
+
+    fn closed(&self) -> bool {
+        // Acquire pairs with the Release store in `close`.
+        self.dropped.load(Ordering::Acquire)
     }
 
     fn shared(&self) -> &SharedReads {
@@ -247,6 +266,13 @@ impl CatchUp {
         cx: &mut Context<'_>,
         f: impl FnOnce(Delivery<'_>) -> R,
     ) -> Poll<Caught<R>> {
+        if self.upstream.closed() {
+            self.current = None;
+            return Poll::Ready(Caught::Expired(Expired {
+                requested: self.position,
+                oldest: self.upstream.floor(),
+            }));
+        }
         loop {
             if let Some((entry, next)) = &mut self.current {
                 let Entry::Changes { revision, events } = &**entry else {

@@ -417,13 +417,20 @@ fn finish(read: &SharedRead, end: End) {
 /// along (the reflector pairs it with the version its snapshot holds, the same one).
 fn decoded(upstream: &dyn Upstream, revision: Revision, change: SourceChange) -> Decoded {
     let event = match change {
-        SourceChange::Put { key, value, prev } => upstream.decode(&key, &value, revision).map(|object| {
+        // etcd leaves the previous value out when it cannot read it (compacted meanwhile): an
+        // update's watchers cannot be told what it changed (a selective one, that the object
+        // left its selection).
+        SourceChange::Put {
+            prev: None,
+            created: false,
+            ..
+        } => return Decoded::LostPrev,
+        SourceChange::Put { key, value, prev, .. } => upstream.decode(&key, &value, revision).map(|object| {
             match prev.and_then(|p| upstream.decode(&key, &p.value, p.mod_revision)) {
                 Some(prev) => Event::Modified { object, prev },
                 None => Event::Added { object },
             }
         }),
-        // etcd leaves the previous value out when it cannot read it (compacted meanwhile).
         SourceChange::Delete { prev: None, .. } => return Decoded::LostPrev,
         SourceChange::Delete {
             key,

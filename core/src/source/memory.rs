@@ -611,6 +611,7 @@ impl WatchState {
                 Some(v) => SourceChange::Put {
                     key: c.key.clone(),
                     value: v.clone(),
+                    created: prev.is_none(),
                     prev,
                 },
                 None => SourceChange::Delete {
@@ -918,7 +919,8 @@ mod tests {
                     prev: Some(PrevValue {
                         value: b("a1"),
                         mod_revision: r1
-                    })
+                    }),
+                    created: false,
                 }
             )
         );
