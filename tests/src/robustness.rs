@@ -387,15 +387,7 @@ pub fn check_stream(stream: &Stream, history: &History) -> Result<(), Violation>
         last = e.rv;
         seen_at_last.push(&e.key);
     }
-    // 410 only when the history it needs is gone.
     let reached = live.iter().map(|e| e.rv).max().unwrap_or(after);
-    let compacted = stream.compacted.unwrap_or(history.compacted);
-    if stream.end == End::Expired && compacted <= reached {
-        return Err(violation(
-            "Expired",
-            format!("a 410 at {reached} though the store holds every revision from {compacted}"),
-        ));
-    }
     // Reliable: exactly the expected events, revision by revision, up to the last one
     // delivered (a revision's events in any order: compared as sets per revision).
     let want = expected(history, &stream.selector, after, reached);
@@ -419,6 +411,25 @@ pub fn check_stream(stream: &Stream, history: &History) -> Result<(), Violation>
         .is_some_and(|e| matches!(e.kind, Kind::Bookmark { .. }));
     let cut = matches!(stream.end, End::Broken(_) | End::Expired) && !bookmarked_last;
     let (mut w, g) = (by_revision(want), by_revision(got));
+    // 410 only when the history it needs is gone: everything above `reached` if the stream
+    // has all of its last revision, that revision too if not. The server serves history only
+    // strictly above the compaction (etcd gives no previous values at it).
+    let whole = bookmarked_last
+        || match (w.last(), g.last()) {
+            (Some(wl), Some(gl)) if wl.0 == gl.0 => wl.1.len() == gl.1.len(),
+            _ => true,
+        };
+    let compacted = stream.compacted.unwrap_or(history.compacted);
+    let needs = if whole { reached + 1 } else { reached };
+    if stream.end == End::Expired && compacted < needs {
+        return Err(violation(
+            "Expired",
+            format!(
+                "a 410 at {reached} ({}) though the store holds every revision from {compacted}",
+                if whole { "whole" } else { "inside it" }
+            ),
+        ));
+    }
     if cut
         && let (Some(wl), Some(gl)) = (w.last_mut(), g.last())
         && wl.0 == gl.0
@@ -724,6 +735,17 @@ mod self_test {
         let mut compacted = history();
         compacted.compacted = 6;
         check_stream(&cut, &compacted).unwrap();
+        // Inside revision 5 and compacted at 5: the rest of 5 is not served (no previous
+        // values at the compaction), so a 410 is allowed; with all of 5, it is not.
+        compacted.compacted = 5;
+        check_stream(&cut, &compacted).unwrap();
+        let mut whole = valid();
+        whole.events.truncate(6);
+        whole.end = End::Expired;
+        match check_stream(&whole, &compacted) {
+            Err(v) => assert_eq!(v.guarantee, "Expired", "{v}"),
+            Ok(()) => panic!("a 410 after all of revision 5, compacted at 5, passed"),
+        }
     }
 
     #[test]

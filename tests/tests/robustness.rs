@@ -121,6 +121,11 @@ struct Run {
     writes: Mutex<Vec<Write>>,
     /// The newest compaction the run asked for (set before it is asked).
     compacted: AtomicU64,
+    /// Every compaction asked for, in order, with whether etcd made it: `None` while the
+    /// request is out, or if that could not be told.
+    compactions: Mutex<Vec<(u64, Option<bool>)>>,
+    /// For each stream in `streams`, how many compactions had been asked for when it ended.
+    asked_by_end: Mutex<Vec<usize>>,
     /// The revision through which the history is recorded.
     recorded: AtomicU64,
     /// The faults, in order, timed from the start.
@@ -672,14 +677,18 @@ async fn watcher(run: Arc<Run>, id: usize, style: Style) {
         if style == Style::Old && rng.u8(0..3) == 0 {
             from = None;
         }
-        run.streams.lock().unwrap().push(Stream {
+        let mut streams = run.streams.lock().unwrap();
+        // Judged after the run by the compactions asked for by now that etcd made.
+        let asked = run.compactions.lock().unwrap().len();
+        run.asked_by_end.lock().unwrap().push(asked);
+        streams.push(Stream {
             name,
             start,
             initial,
             selector: selector.clone(),
             events,
             end,
-            compacted: Some(run.compacted.load(Ordering::SeqCst)),
+            compacted: None,
         });
     }
 }
@@ -923,20 +932,66 @@ async fn faults(
                 // Somewhere in the recorded history, most often near its head.
                 let back = rng.u64(0..(recorded - floor).min(300));
                 let to = recorded - back;
+                // Asked for before the request: a stream may see it as soon as etcd applies it.
+                let index = {
+                    let mut log = run.compactions.lock().unwrap();
+                    log.push((to, None));
+                    log.len() - 1
+                };
                 run.compacted.fetch_max(to, Ordering::SeqCst);
                 run.note(format!("compact etcd at {to}"));
-                if let Ok(Ok(mut c)) = tokio::time::timeout(
+                let answer = match tokio::time::timeout(
                     Duration::from_secs(2),
                     etcd_client::Client::connect(&endpoints, None),
                 )
                 .await
                 {
-                    let _ = tokio::time::timeout(Duration::from_secs(5), c.compact(to as i64, None)).await;
-                }
+                    Ok(Ok(mut c)) => tokio::time::timeout(Duration::from_secs(5), c.compact(to as i64, None))
+                        .await
+                        .map_err(|_| "timed out".to_owned())
+                        .and_then(|r| r.map(drop).map_err(|e| e.to_string())),
+                    _ => Err("no connection".into()),
+                };
+                let made = match answer {
+                    Ok(()) => Some(true),
+                    Err(e) if e.contains("compacted") => Some(true),
+                    // Not answered: whether etcd made it is whether `to - 1` is still readable.
+                    Err(e) => {
+                        let made = compacted_at(&endpoints, to).await;
+                        run.note(format!("compaction at {to} not answered ({e}): made {made:?}"));
+                        made
+                    }
+                };
+                run.compactions.lock().unwrap()[index].1 = made;
             }
         }
     }
     (cluster, replicas)
+}
+
+/// Whether etcd has compacted at `to` or above: a read at `to - 1` fails as compacted. `None`
+/// if etcd does not answer within 10 s.
+async fn compacted_at(endpoints: &[String], to: u64) -> Option<bool> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Ok(Ok(mut c)) = tokio::time::timeout(
+            Duration::from_secs(2),
+            etcd_client::Client::connect(endpoints, None),
+        )
+        .await
+        {
+            let options = etcd_client::GetOptions::new()
+                .with_revision(to.saturating_sub(1).max(1) as i64)
+                .with_count_only();
+            match tokio::time::timeout(Duration::from_secs(2), c.get(PREFIX, Some(options))).await {
+                Ok(Ok(_)) => return Some(to <= 1),
+                Ok(Err(e)) if e.to_string().contains("compacted") => return Some(true),
+                _ => {}
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    None
 }
 
 /// The revision etcd has compacted to (at most `upto`, the newest asked for): the lowest one a
@@ -983,6 +1038,8 @@ async fn run_once(seed: u64, secs: u64) -> Option<Result<String, String>> {
         gets: Mutex::default(),
         writes: Mutex::default(),
         compacted: AtomicU64::new(0),
+        compactions: Mutex::default(),
+        asked_by_end: Mutex::default(),
         recorded: AtomicU64::new(0),
         timeline: Mutex::default(),
         violations: Mutex::default(),
@@ -1028,16 +1085,26 @@ async fn run_once(seed: u64, secs: u64) -> Option<Result<String, String>> {
     }
     let (cluster, replicas) = faulting.await.expect("the faults");
     run.note("calm: writes and faults stopped".into());
-    let mut c = etcd_client::Client::connect(cluster.endpoints(), None)
-        .await
-        .expect("etcd answers once calm");
-    let head = c
-        .get("health", None)
-        .await
-        .expect("a read")
-        .header()
-        .map(|h| h.revision() as u64)
-        .unwrap_or(0);
+    // A member restarted last may not listen yet: the harness's own read tries again.
+    let head = {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let read = async {
+                let mut c = etcd_client::Client::connect(cluster.endpoints(), None).await?;
+                c.get("health", None).await
+            };
+            match tokio::time::timeout(Duration::from_secs(5), read).await {
+                Ok(Ok(r)) => break r.header().map(|h| h.revision() as u64).unwrap_or(0),
+                failed => {
+                    assert!(
+                        Instant::now() < deadline,
+                        "etcd does not answer once calm: {failed:?}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+    };
     let drained = Instant::now() + Duration::from_secs(30);
     while run.recorded.load(Ordering::SeqCst) < head && Instant::now() < drained {
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -1105,9 +1172,19 @@ async fn run_once(seed: u64, secs: u64) -> Option<Result<String, String>> {
         compacted: asked.min(made),
         ..history
     };
+    // Each stream's 410 is excused by the compactions asked for before it ended that etcd
+    // made (one it could not be asked about counts as made), and never above what etcd holds.
+    let compactions = run.compactions.lock().unwrap().clone();
     let mut streams = run.streams.lock().unwrap().clone();
-    for s in &mut streams {
-        s.compacted = s.compacted.map(|c| c.min(made));
+    let asked_by_end = run.asked_by_end.lock().unwrap().clone();
+    for (s, &asked) in streams.iter_mut().zip(&asked_by_end) {
+        let excused = compactions[..asked]
+            .iter()
+            .filter(|(_, made)| *made != Some(false))
+            .map(|(to, _)| *to)
+            .max()
+            .unwrap_or(0);
+        s.compacted = Some(excused.min(made));
     }
     let reads = run.reads.lock().unwrap().clone();
     let gets = run.gets.lock().unwrap().clone();
