@@ -235,14 +235,18 @@ On real etcd (one member on loopback; needs etcd installed), `watchcache serve -
 rate (each sleeps 10/--rate s after a frame), while a writer updates --pods pods at --rate
 per second for --seconds. Every client lists once, then watches from the last revision it
 saw, and lists afresh on an in-stream 410. The history window is --history events, so the
-slow clients are lapped again and again.
+slow clients are lapped.
+
+A 410 reaches a slow client only after what the kernel buffered before it (about 4 MiB on
+loopback, ten minutes at a slow client's pace). So the run ends with a read-on: the writer
+stopped, the slow clients read at full speed until each has the last write (at most 180 s).
 
 Designs (rows):
   catch_up   --watch-catch-up-reads at its default: a lapped watcher reads etcd's history
   relist     --watch-catch-up-reads 0: a lapped watcher gets 410 and relists (the apiserver)
 
 Columns:
-  410s             in-stream 410s the clients received
+  410s             in-stream 410s the clients received; 410s sent: those the server sent
   relists          LISTs after each client's first; listed: their bytes
   catch-ups        watches that read etcd's history (and the events they served); refused:
                    those that waited in line too long and got 410
@@ -250,7 +254,12 @@ Columns:
   RSS start, RSS end, peak RSS  the server's resident memory (every 10 s in the JSON)
   p50, p99, p99.9  delivery latency of the healthy clients, write to frame
   healthy events, slow events   events the healthy and the slow clients received
-Ratios: relists, listed bytes and p99 of relist against catch_up.";
+  read-on ...      the read-on: its seconds, the slow clients that reached the last write,
+                   their 410s, relists, listed bytes and events, the events catch-ups
+                   served, etcd's Range calls and Watch streams, and the server's peak RSS
+                   over run and read-on
+Ratios: relists, listed bytes, 410s sent, p99, peak RSS, read-on listed bytes and read-on
+seconds of relist against catch_up.";
 
 /// `patch`.
 pub(crate) const OPERATOR: &str = "\

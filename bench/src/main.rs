@@ -2034,6 +2034,7 @@ fn run_slow_watchers(a: SlowWatchersArgs) -> Result<(), String> {
             "design": design,
             "written": out.written,
             "expired": out.expired,
+            "expired_sent": out.expired_sent,
             "relists": out.relists,
             "relisted_bytes": out.relisted_bytes,
             "catch_ups": out.catch_ups,
@@ -2054,6 +2055,16 @@ fn run_slow_watchers(a: SlowWatchersArgs) -> Result<(), String> {
             "p999_latency_us": out.p999_us,
             "healthy_events": out.healthy_events,
             "slow_events": out.slow_events,
+            "read_on_seconds": round3(out.read_on.seconds),
+            "read_on_current": out.read_on.current,
+            "read_on_expired": out.read_on.expired,
+            "read_on_relists": out.read_on.relists,
+            "read_on_relisted_bytes": out.read_on.relisted_bytes,
+            "read_on_events": out.read_on.events,
+            "read_on_catch_up_events": out.read_on.catch_up_events,
+            "read_on_etcd_ranges": out.read_on.etcd_ranges,
+            "read_on_etcd_watches": out.read_on.etcd_watches,
+            "read_on_peak_rss_bytes": out.read_on.peak_rss,
         }));
     }
     let mut ratios = Map::new();
@@ -2062,6 +2073,12 @@ fn run_slow_watchers(a: SlowWatchersArgs) -> Result<(), String> {
         for (name, field) in [
             ("relists_relist_vs_catch_up", "relists"),
             ("relisted_bytes_relist_vs_catch_up", "relisted_bytes"),
+            ("expired_sent_relist_vs_catch_up", "expired_sent"),
+            (
+                "read_on_relisted_bytes_relist_vs_catch_up",
+                "read_on_relisted_bytes",
+            ),
+            ("read_on_seconds_relist_vs_catch_up", "read_on_seconds"),
             ("p99_relist_vs_catch_up", "p99_latency_us"),
             ("peak_rss_relist_vs_catch_up", "peak_rss_bytes"),
         ] {
@@ -2079,6 +2096,7 @@ fn run_slow_watchers(a: SlowWatchersArgs) -> Result<(), String> {
         &[
             ("design", "design", human),
             ("410s", "expired", human),
+            ("410s sent", "expired_sent", human),
             ("relists", "relists", human),
             ("listed", "relisted_bytes", human_bytes),
             ("catch-ups", "catch_ups", human),
@@ -2098,6 +2116,16 @@ fn run_slow_watchers(a: SlowWatchersArgs) -> Result<(), String> {
             ("p99.9", "p999_latency_us", us),
             ("healthy events", "healthy_events", human),
             ("slow events", "slow_events", human),
+            ("read-on s", "read_on_seconds", human),
+            ("current", "read_on_current", human),
+            ("read-on 410s", "read_on_expired", human),
+            ("read-on relists", "read_on_relists", human),
+            ("read-on listed", "read_on_relisted_bytes", human_bytes),
+            ("read-on events", "read_on_events", human),
+            ("read-on caught up", "read_on_catch_up_events", human),
+            ("read-on etcd ranges", "read_on_etcd_ranges", human),
+            ("read-on etcd watches", "read_on_etcd_watches", human),
+            ("read-on peak RSS", "read_on_peak_rss_bytes", human_bytes),
         ],
         a.json,
     );

@@ -8,10 +8,18 @@
 //! and time each event from the write time stamped in the pod; slow ones sleep after each
 //! frame so that they read a tenth of the write rate, and so fall behind the window for good.
 //!
-//! Reported per design: in-stream 410s, relists and the bytes they listed, the server's
-//! catch-ups and the events they served, what etcd served (its gRPC counters: Range calls and
-//! Watch streams opened), the server's resident memory sampled over the run, and the healthy
-//! clients' delivery latency (p50, p99, p99.9 from a log-linear histogram).
+//! Reported per design: in-stream 410s the clients received and those the server sent,
+//! relists and the bytes they listed, the server's catch-ups and the events they served, what
+//! etcd served (its gRPC counters: Range calls and Watch streams opened), the server's
+//! resident memory sampled over the run, and the healthy clients' delivery latency (p50, p99,
+//! p99.9 from a log-linear histogram).
+//!
+//! A 410 the server sends reaches a slow client only once the client has read what the
+//! kernel buffered before it: about 4 MiB on loopback (the send buffer grows to
+//! `net.ipv4.tcp_wmem`'s maximum), some 1,200 of these pods, ten minutes at a slow client's
+//! pace. So a run ends with a *read-on*: the writer has stopped, the slow clients read at full
+//! speed until each has the last write (or [`READ_ON`] has passed), and what that costs (410s,
+//! relists, listed bytes, etcd reads, events, time) is reported apart from the run.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -54,6 +62,9 @@ pub struct Outcome {
     pub written: u64,
     /// In-stream 410s the clients received.
     pub expired: u64,
+    /// In-stream 410s the server sent (`watchcache_watch_expired_in_stream_total`), some still
+    /// behind what the kernel buffered for their clients when the run ended.
+    pub expired_sent: u64,
     /// LISTs the clients made after their first.
     pub relists: u64,
     /// Bytes of those LISTs.
@@ -92,7 +103,37 @@ pub struct Outcome {
     pub p99_us: u64,
     /// p99.9.
     pub p999_us: u64,
+    /// The read-on after the run.
+    pub read_on: ReadOn,
 }
+
+/// What the slow clients cost once they read on at full speed, the writer stopped.
+#[derive(Debug, Default)]
+pub struct ReadOn {
+    /// Seconds until every slow client had the last write, or [`READ_ON`] if some had not.
+    pub seconds: f64,
+    /// Slow clients that reached the last write.
+    pub current: u64,
+    /// In-stream 410s they received meanwhile.
+    pub expired: u64,
+    /// Their relists, and the bytes those listed.
+    pub relists: u64,
+    /// Bytes of those relists.
+    pub relisted_bytes: u64,
+    /// Events they received.
+    pub events: u64,
+    /// Events catch-ups served meanwhile.
+    pub catch_up_events: u64,
+    /// etcd's Range calls meanwhile.
+    pub etcd_ranges: u64,
+    /// Watch streams etcd opened meanwhile.
+    pub etcd_watches: u64,
+    /// The server's peak resident memory, run and read-on together.
+    pub peak_rss: u64,
+}
+
+/// The longest a read-on lasts.
+pub const READ_ON: Duration = Duration::from_secs(180);
 
 /// A log-linear histogram of microseconds: 16 buckets per power of two (about 4 % wide).
 struct Histogram {
@@ -155,6 +196,11 @@ impl Histogram {
 struct Shared {
     started_at_us: u64,
     stop: AtomicBool,
+    /// Set for the read-on: slow clients stop pausing, and count themselves in `current`
+    /// once they have `target`, the last revision written.
+    reading_on: AtomicBool,
+    target: AtomicU64,
+    current: AtomicU64,
     expired: AtomicU64,
     relists: AtomicU64,
     relisted_bytes: AtomicU64,
@@ -179,6 +225,18 @@ async fn client(addr: SocketAddr, shared: Arc<Shared>, pause: Option<Duration>) 
     let mut listed = false;
     let mut first = true;
     let mut counted = false;
+    let mut reached = false;
+    // Whether a slow client has, now, the read-on's last write.
+    let reached_now = |rv: u64, reached: &mut bool| {
+        if pause.is_some()
+            && !*reached
+            && shared.reading_on.load(Ordering::Relaxed)
+            && rv >= shared.target.load(Ordering::Relaxed)
+        {
+            *reached = true;
+            shared.current.fetch_add(1, Ordering::Relaxed);
+        }
+    };
     while !shared.stop.load(Ordering::Relaxed) {
         if !listed {
             match get(addr, "/api/v1/pods").await {
@@ -186,6 +244,7 @@ async fn client(addr: SocketAddr, shared: Arc<Shared>, pause: Option<Duration>) 
                     let Some(r) = list_rv(&body) else { return };
                     rv = r;
                     listed = true;
+                    reached_now(rv, &mut reached);
                     if !first {
                         shared.relists.fetch_add(1, Ordering::Relaxed);
                         shared
@@ -213,7 +272,10 @@ async fn client(addr: SocketAddr, shared: Arc<Shared>, pause: Option<Duration>) 
         let mut buf: Vec<u8> = Vec::new();
         'stream: while !shared.stop.load(Ordering::Relaxed) {
             let frame = match tokio::time::timeout(Duration::from_millis(500), body.frame()).await {
-                Err(_) => continue,
+                Err(_) => {
+                    reached_now(rv, &mut reached);
+                    continue;
+                }
                 Ok(Some(Ok(frame))) => frame,
                 Ok(_) => break,
             };
@@ -231,13 +293,16 @@ async fn client(addr: SocketAddr, shared: Arc<Shared>, pause: Option<Duration>) 
                 if let Some(r) = last_rv(&line) {
                     rv = rv.max(r);
                 }
+                reached_now(rv, &mut reached);
                 if line.starts_with(br#"{"type":"BOOKMARK""#) {
                     continue;
                 }
                 match pause {
                     Some(pause) => {
                         shared.slow_events.fetch_add(1, Ordering::Relaxed);
-                        tokio::time::sleep(pause).await;
+                        if !shared.reading_on.load(Ordering::Relaxed) {
+                            tokio::time::sleep(pause).await;
+                        }
                     }
                     None => {
                         shared.healthy_events.fetch_add(1, Ordering::Relaxed);
@@ -307,6 +372,9 @@ pub fn run(
         let shared = Arc::new(Shared {
             started_at_us: now_us(),
             stop: AtomicBool::new(false),
+            reading_on: AtomicBool::new(false),
+            target: AtomicU64::new(0),
+            current: AtomicU64::new(0),
             expired: AtomicU64::new(0),
             relists: AtomicU64::new(0),
             relisted_bytes: AtomicU64::new(0),
@@ -336,6 +404,7 @@ pub fn run(
         let mut next_sample = 10.0;
         let (mut peak_catch_up_bytes, mut peak_history_waiting_bytes) = (0, 0);
         let mut written = 0u64;
+        let mut last = 0u64;
         let interval = Duration::from_secs_f64(1.0 / plan.rate);
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -344,12 +413,12 @@ pub fn run(
             tick.tick().await;
             g += 1;
             let i = (g as usize) % plan.pods;
-            if etcd
+            if let Ok(r) = etcd
                 .update(&pod_key(i), Bytes::from(pod(i, 100, g).to_string()), None)
                 .await
-                .is_ok()
             {
                 written += 1;
+                last = r.get();
             }
             let t = started.elapsed().as_secs_f64();
             if t >= next_sample {
@@ -368,9 +437,12 @@ pub fn run(
         tokio::time::sleep(Duration::from_secs(2)).await;
         let (_, metrics) = get(addr, "/metrics").await?;
         let series = |name: &str| metric(&metrics, &format!("{name}{{resource=\"pods\"}}"));
-        let out = Outcome {
+        let etcd_ranges = etcd_started(&endpoints[0], "Range").await;
+        let etcd_watches = etcd_started(&endpoints[0], "Watch").await;
+        let mut out = Outcome {
             written,
             expired: shared.expired.load(Ordering::Relaxed),
+            expired_sent: series("watchcache_watch_expired_in_stream_total"),
             relists: shared.relists.load(Ordering::Relaxed),
             relisted_bytes: shared.relisted_bytes.load(Ordering::Relaxed),
             healthy_events: shared.healthy_events.load(Ordering::Relaxed),
@@ -378,8 +450,8 @@ pub fn run(
             catch_ups: series("watchcache_watch_catch_ups_total"),
             catch_up_events: series("watchcache_watch_catch_up_events_total"),
             catch_ups_refused: series("watchcache_watch_catch_ups_refused_total"),
-            etcd_ranges: etcd_started(&endpoints[0], "Range").await - ranges_before,
-            etcd_watches: etcd_started(&endpoints[0], "Watch").await - watches_before,
+            etcd_ranges: etcd_ranges - ranges_before,
+            etcd_watches: etcd_watches - watches_before,
             rss,
             peak_rss: peak_rss_of(pid).unwrap_or(0),
             peak_catch_up_bytes,
@@ -389,6 +461,36 @@ pub fn run(
             p50_us: shared.latency.quantile(0.5),
             p99_us: shared.latency.quantile(0.99),
             p999_us: shared.latency.quantile(0.999),
+            read_on: ReadOn::default(),
+        };
+
+        // The read-on: the slow clients read at full speed until each has the last write.
+        let (expired, relists, relisted_bytes, events) = (
+            shared.expired.load(Ordering::Relaxed),
+            shared.relists.load(Ordering::Relaxed),
+            shared.relisted_bytes.load(Ordering::Relaxed),
+            shared.slow_events.load(Ordering::Relaxed),
+        );
+        shared.target.store(last, Ordering::Relaxed);
+        shared.reading_on.store(true, Ordering::Relaxed);
+        let read_on = Instant::now();
+        while shared.current.load(Ordering::Relaxed) < plan.slow as u64 && read_on.elapsed() < READ_ON {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let seconds = read_on.elapsed().as_secs_f64();
+        let (_, after) = get(addr, "/metrics").await?;
+        let after_series = |name: &str| metric(&after, &format!("{name}{{resource=\"pods\"}}"));
+        out.read_on = ReadOn {
+            seconds,
+            current: shared.current.load(Ordering::Relaxed),
+            expired: shared.expired.load(Ordering::Relaxed) - expired,
+            relists: shared.relists.load(Ordering::Relaxed) - relists,
+            relisted_bytes: shared.relisted_bytes.load(Ordering::Relaxed) - relisted_bytes,
+            events: shared.slow_events.load(Ordering::Relaxed) - events,
+            catch_up_events: after_series("watchcache_watch_catch_up_events_total") - out.catch_up_events,
+            etcd_ranges: etcd_started(&endpoints[0], "Range").await - etcd_ranges,
+            etcd_watches: etcd_started(&endpoints[0], "Watch").await - etcd_watches,
+            peak_rss: peak_rss_of(pid).unwrap_or(0),
         };
         shared.stop.store(true, Ordering::Relaxed);
         for t in tasks {
