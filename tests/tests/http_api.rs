@@ -1183,6 +1183,72 @@ async fn yaml_aliases_cannot_expand_a_body_past_the_body_limit() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_its_catch_up_is_ended_and_frees_the_read() {
+    // A watch from below the window (64 events) catches up over the 2,000 seeded pods, about
+    // 8 MB: more than the sockets hold. Its client reads nothing. With one catch-up read
+    // allowed, it holds that read; past its deadline (1 s) and the grace, the server ends it
+    // as it ends any stalled watch (the watch at its deadline, the connection after the
+    // grace), and the read is free for the next catch-up, which then starts at once rather
+    // than wait in line for 10 s and end with 410.
+    let mut cfg = config(2000);
+    cfg.history = 64;
+    cfg.embedded_revisions = Some(4096);
+    cfg.catch_up = Some(watchcache_core::CatchUpReads::new(1));
+    cfg.shutdown_grace = Duration::from_millis(500);
+    let server = start(cfg).await;
+    let addr = server.addr();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(64 * 1024).unwrap();
+    let mut s = socket.connect(addr).await.unwrap();
+    let path = "/api/v1/pods?watch=1&resourceVersion=1&timeoutSeconds=1";
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let metric = |name: &'static str| {
+        let server = &server;
+        async move {
+            let (_, body) = request(&http(), server, "GET", "/metrics", None).await;
+            String::from_utf8_lossy(&body)
+                .lines()
+                .find(|l| l.starts_with(&format!("{name}{{resource=\"pods\"}}")))
+                .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+                .unwrap_or(0)
+        }
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        metric("watchcache_watch_catch_ups_total").await,
+        1,
+        "the stalled watch catches up"
+    );
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let mut buf = vec![0u8; 1 << 16];
+    let mut read = 0usize;
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf)).await {
+            Ok(Ok(0) | Err(_)) => break,
+            Ok(Ok(n)) => read += n,
+            Err(_) => panic!("the server kept the stalled catch-up past its deadline ({read} bytes read)"),
+        }
+    }
+    assert!(
+        read < 8 << 20,
+        "ended before it could send everything ({read} bytes)"
+    );
+    // The next catch-up has the read: its first event comes well before 10 s in line.
+    let mut next = Frames::open(&server, "/api/v1/pods?watch=1&resourceVersion=1").await;
+    let frame = next
+        .next_within(Duration::from_secs(5))
+        .await
+        .expect("an event before the wait in line would end")
+        .expect("the watch goes on");
+    assert_eq!(frame["type"], "ADDED", "{frame}");
+    assert_eq!(metric("watchcache_watch_catch_ups_refused_total").await, 0);
+    drop(next);
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_huge_timeout_is_clamped_and_a_client_that_stops_reading_is_still_dropped() {
     // As `a_client_that_never_reads_neither_outlives_its_timeout_nor_holds_up_shutdown`, with
     // timeoutSeconds = 2^64 - 1: the watch ends at the server's longest deadline (twice the

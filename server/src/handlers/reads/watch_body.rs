@@ -21,7 +21,7 @@ use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use futures_core::Stream;
-use watchcache_core::{CacheWatch, EventKind};
+use watchcache_core::{CacheWatch, EventKind, Expired};
 use watchcache_encoders::FrameEncoder;
 
 use crate::handlers::errors;
@@ -36,8 +36,11 @@ const FLUSH_BYTES: usize = 64 * 1024;
 /// The most spare capacity a watch keeps in its frame buffer between polls.
 const RETAIN_BYTES: usize = 16 * 1024;
 
-/// How long a watch past its deadline may go on to finish the revision it is in: the rest of
-/// a revision is readable at once, so this only bounds a bug's cost.
+/// How long a watch past its deadline may go on to finish the revision it is in. The rest of
+/// a revision in the window is readable at once; a catch-up's may wait for a read of the store
+/// (in line, paused after a failure, a member down). A watch still inside its revision at the
+/// limit ends with 410: its client could not resume inside the revision, and would lose its
+/// rest.
 const ENDING_LIMIT: Duration = Duration::from_secs(1);
 
 /// How often a watch ending inside a revision looks whether the revision became whole
@@ -262,7 +265,16 @@ impl Stream for WatchBody {
                     // (bounded: after `ENDING_LIMIT` it ends where it is).
                     if let Phase::Ending(limit) = this.phase {
                         let now = tokio::time::Instant::now();
-                        if watch.at_revision_boundary() || now >= limit {
+                        if watch.at_revision_boundary() {
+                            ended = true;
+                        } else if now >= limit {
+                            let expired = Expired {
+                                requested: watch.position(),
+                                oldest: watch.position(),
+                            };
+                            this.counters.expired.inc();
+                            this.counters.terminated.inc();
+                            this.frames.write_error(&errors::expired(&expired), buf);
                             ended = true;
                         } else {
                             this.deadline.as_mut().reset((now + ENDING_RECHECK).min(limit));
@@ -313,7 +325,7 @@ mod tests {
     use futures_util::StreamExt;
     use serde_json::json;
     use std::time::Duration;
-    use watchcache_core::WatchOptions;
+    use watchcache_core::{Revision, WatchOptions};
 
     /// A deadline first looked at by a task out of its coop budget (a connection that has just
     /// written much) still wakes the task when it passes: a quiet watch, sent nothing more,
@@ -352,6 +364,15 @@ mod tests {
             ..crate::ServeConfig::default()
         };
         let server = crate::Server::start(config).await.unwrap();
+        let (t, body) = configmaps_watch_on(&server, transform).await;
+        (server, t, body)
+    }
+
+    /// [`configmaps_watch`] on `server`.
+    async fn configmaps_watch_on(
+        server: &crate::Server,
+        transform: Option<Transform>,
+    ) -> (Target, WatchBody) {
         let state = server.state();
         let t = Target::resolve(state, "v1", "configmaps", Some("ns".into()), None).unwrap();
         let r = &t.resource;
@@ -376,7 +397,113 @@ mod tests {
             scratch: BytesMut::new(),
             transform,
         };
-        (server, t, body)
+        (t, body)
+    }
+
+    /// One write of 20 ConfigMaps of 8 KiB each, named by `batch`: a revision whose frames
+    /// take more than one chunk.
+    fn big_revision(server: &crate::Server, t: &Target, batch: usize) -> Revision {
+        let writes = (0..20)
+            .map(|i| {
+                let name = format!("cm-{batch}-{i}");
+                let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": name, "namespace": "ns"}, "data": {"k": "x".repeat(8 << 10)}});
+                watchcache_core::source::memory::TxnWrite::Put {
+                    key: t.storage_key(&name),
+                    value: Bytes::from(cm.to_string()),
+                }
+            })
+            .collect();
+        let store = server.state().store.memory().expect("the embedded store");
+        store.txn(writes).unwrap()
+    }
+
+    /// A watch lapped inside a revision whose catch-up waits in line for a read of the store
+    /// (the one read allowed is held) when its deadline passes: at the ending limit it is
+    /// still inside the revision, and ends with 410, not a clean end its client would resume
+    /// after, losing the revision's rest.
+    #[tokio::test]
+    async fn a_watch_past_its_deadline_still_inside_a_revision_at_the_limit_ends_with_410() {
+        let config = crate::ServeConfig {
+            addr: "127.0.0.1:0".parse().unwrap(),
+            history: 32,
+            catch_up: Some(watchcache_core::CatchUpReads::new(1)),
+            ..crate::ServeConfig::default()
+        };
+        let server = crate::Server::start(config).await.unwrap();
+        let state = server.state();
+        // The one read: a watch of Secrets from below their window, read once, then not.
+        let secrets = Target::resolve(state, "v1", "secrets", Some("ns".into()), None).unwrap();
+        let secret = |i: usize| {
+            let s = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": format!("s-{i}"), "namespace": "ns"}});
+            Bytes::from(s.to_string())
+        };
+        let mut first = None;
+        for i in 0..40 {
+            let r = state
+                .store
+                .create(&secrets.storage_key(&format!("s-{i}")), secret(i))
+                .await
+                .unwrap();
+            first.get_or_insert(r);
+        }
+        let mut holder = secrets
+            .resource
+            .cache
+            .watch(WatchOptions {
+                resource_version: first,
+                send_initial_events: Some(false),
+                ..WatchOptions::default()
+            })
+            .await
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(10), holder.next())
+            .await
+            .expect("the holder's first event")
+            .unwrap()
+            .unwrap();
+        assert!(holder.is_catching_up());
+
+        let (t, mut body) = configmaps_watch_on(&server, None).await;
+        let revision = big_revision(&server, &t, 0);
+        let chunk = tokio::time::timeout(Duration::from_secs(30), body.next())
+            .await
+            .expect("a chunk in time")
+            .expect("a chunk")
+            .unwrap();
+        let frames_in = |chunk: &[u8]| chunk.iter().filter(|b| **b == b'\n').count();
+        let sent = frames_in(&chunk);
+        assert!(
+            sent < 20,
+            "the revision takes more than one chunk ({sent} frames in the first)"
+        );
+        // Lapped: forty more writes through a window of 32.
+        for i in 0..40 {
+            let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("later-{i}"), "namespace": "ns"}});
+            state
+                .store
+                .create(&t.storage_key(&format!("later-{i}")), Bytes::from(cm.to_string()))
+                .await
+                .unwrap();
+        }
+        body.deadline.as_mut().reset(tokio::time::Instant::now());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let mut rest = Vec::new();
+        while let Some(chunk) = tokio::time::timeout(Duration::from_secs(30), body.next())
+            .await
+            .expect("the end in time")
+        {
+            rest.extend_from_slice(&chunk.unwrap());
+        }
+        let text = String::from_utf8_lossy(&rest);
+        let last = text.lines().last().unwrap_or_default();
+        assert!(
+            last.starts_with(r#"{"type":"ERROR""#) && last.contains(r#""code":410"#),
+            "ends with 410 inside revision {revision}: {last}"
+        );
+        assert!(sent + frames_in(&rest) - 1 < 20, "not all of the revision came");
+        drop((body, holder));
+        server.shutdown().await.unwrap();
     }
 
     /// A watch that reaches its deadline inside a revision (one write of many keys, more than
@@ -385,22 +512,7 @@ mod tests {
     #[tokio::test]
     async fn a_watch_past_its_deadline_ends_between_revisions() {
         let (server, t, mut body) = configmaps_watch(None).await;
-        let state = server.state();
-        let store = state.store.memory().expect("the embedded store");
-        let revision = |batch: usize| {
-            let writes = (0..20)
-                .map(|i| {
-                    let name = format!("cm-{batch}-{i}");
-                    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
-                        "metadata": {"name": name, "namespace": "ns"}, "data": {"k": "x".repeat(8 << 10)}});
-                    watchcache_core::source::memory::TxnWrite::Put {
-                        key: t.storage_key(&name),
-                        value: Bytes::from(cm.to_string()),
-                    }
-                })
-                .collect();
-            store.txn(writes).unwrap()
-        };
+        let revision = |batch: usize| big_revision(&server, &t, batch);
         let first = revision(0);
         let frames_in = |chunk: &[u8]| chunk.iter().filter(|b| **b == b'\n').count();
         let chunk = tokio::time::timeout(Duration::from_secs(30), body.next())
