@@ -134,14 +134,17 @@ pub const DEFAULT_READ_BYTES: usize = 4 << 20;
 /// given a clone, so that a server bounds the reads against its store whatever the number of
 /// resources. Watchers beyond it wait in line, in the order they came.
 ///
-/// A watcher does not wait in line forever: the reads ahead of it may belong to clients that
-/// stopped reading, which hold their read until the server ends their watch. One that waited
-/// [`queue_wait`](Self::with_queue_wait) ends with 410, as it would have without catch-up.
+/// A read whose readers all leave what it read untaken for [`idle`](Self::with_idle) (their
+/// clients stopped reading) gives its place up and drops what it holds; its readers go back in
+/// line when they read again, from where they stand. A watcher does not wait in line forever:
+/// one that waited [`queue_wait`](Self::with_queue_wait) ends with 410, as it would have
+/// without catch-up.
 #[derive(Clone)]
 pub struct CatchUpReads {
     pub(crate) permits: Arc<Semaphore>,
     limit: usize,
     pub(crate) queue_wait: Duration,
+    pub(crate) idle: Duration,
     pub(crate) read_bytes: usize,
 }
 
@@ -153,6 +156,7 @@ impl CatchUpReads {
             permits: Arc::new(Semaphore::new(limit)),
             limit,
             queue_wait: Duration::from_secs(10),
+            idle: Duration::from_secs(60),
             read_bytes: DEFAULT_READ_BYTES,
         }
     }
@@ -170,6 +174,14 @@ impl CatchUpReads {
     /// How long a watcher waits in line for a read before it ends with 410.
     pub fn with_queue_wait(mut self, wait: Duration) -> Self {
         self.queue_wait = wait;
+        self
+    }
+
+    /// How long a read's readers may leave what it read untaken before it gives its place up
+    /// (60 s by default: longer than a slow client takes to drain a chunk of frames from its
+    /// socket, so that only clients that stopped reading lose their place).
+    pub fn with_idle(mut self, idle: Duration) -> Self {
+        self.idle = idle;
         self
     }
 

@@ -225,6 +225,47 @@ async fn a_catch_up_that_waits_too_long_in_line_ends_with_410() {
     assert_eq!(reads.in_use(), 1, "the stalled watch still holds its read");
 }
 
+#[tokio::test]
+async fn a_read_whose_client_stopped_reading_gives_its_place_up_and_its_reader_reads_on_later() {
+    // As above, but the stalled read's reader has left what it read untaken for the read's
+    // idle time: the read gives its place to the next in line and drops what it holds. The
+    // stalled watcher, reading again, goes back in line and goes on from where it stood.
+    let reads = CatchUpReads::new(1)
+        .with_queue_wait(Duration::from_secs(5))
+        .with_idle(Duration::from_millis(200))
+        .with_read_bytes(1024);
+    let mut c = config();
+    c.catch_up = Some(reads.clone());
+    let (s, cache) = started(c).await;
+    let mut next_in_line = watch_from_now(&cache, Filter::everything()).await;
+    let mut revs = vec![create(&s, "p", "web")];
+    cache.list(&ListOptions::default()).await.unwrap();
+    let mut stalled = watch_from_now(&cache, Filter::everything()).await;
+    for i in 0..20 {
+        revs.push(create(&s, &format!("p{i:02}"), "web"));
+    }
+    cache.list(&ListOptions::default()).await.unwrap();
+    assert_eq!(next(&mut stalled).await.revision, revs[1]);
+    for rev in &revs {
+        assert_eq!(
+            next(&mut next_in_line).await.revision,
+            *rev,
+            "not refused: the read was given up"
+        );
+    }
+    assert!(cache.stats().catch_up_bytes.load(Ordering::Relaxed) < 1024);
+    for rev in &revs[2..] {
+        assert_eq!(next(&mut stalled).await.revision, *rev);
+    }
+    let live = create(&s, "live", "web");
+    for w in [&mut next_in_line, &mut stalled] {
+        assert_eq!(next(w).await.revision, live);
+        assert!(!w.is_catching_up());
+    }
+    assert_eq!(cache.stats().catch_ups_refused.load(Ordering::Relaxed), 0);
+    assert_eq!(reads.in_use(), 0);
+}
+
 /// Watchers lapped together share one read of the store, whatever their filters: with room
 /// for a single read, ten catch-ups all go at once, none waiting in line, each gapless.
 #[tokio::test]

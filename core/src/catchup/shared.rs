@@ -113,6 +113,8 @@ struct State {
     /// Readers waiting at the head.
     waiting: Vec<Waker>,
     end: Option<End>,
+    /// When a reader last took an entry (or the read started).
+    taken: tokio::time::Instant,
 }
 
 impl State {
@@ -224,6 +226,7 @@ impl Cursor {
         }
         let next = if let Some((entry, _)) = s.entries.get((self.next - s.base) as usize) {
             let entry = Arc::clone(entry);
+            s.taken = tokio::time::Instant::now();
             s.remove_reader(self.next);
             self.next += 1;
             s.add_reader(self.next);
@@ -299,6 +302,7 @@ impl SharedReads {
                 limit: upstream.reads().read_bytes as u64,
                 waiting: Vec::new(),
                 end: None,
+                taken: tokio::time::Instant::now(),
             }),
             pump: Notify::new(),
             upstream: Arc::clone(&upstream),
@@ -324,6 +328,7 @@ async fn pump(
     // However the task ends (a panic in the source's stream included), no reader waits on.
     let _end = EndOnDrop(Arc::clone(&read));
     let mut history = upstream.history(from);
+    let idle = upstream.reads().idle;
     loop {
         // Until a reader wants more (or none is left). A notification sent before `enable`
         // is kept for it (`notify_one`).
@@ -331,7 +336,7 @@ async fn pump(
             let notified = read.pump.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            {
+            let idle_at = {
                 let mut s = read.lock();
                 if s.readers.is_empty() {
                     // Under the lock: no catch-up joins a read that is going.
@@ -341,8 +346,17 @@ async fn pump(
                 if s.ahead() < s.limit / AHEAD {
                     break;
                 }
-            }
-            notified.await;
+                // Every reader has entries to take (the fastest has a full read-ahead).
+                if s.taken + idle <= tokio::time::Instant::now() {
+                    // Their clients stopped reading: the place goes to the next in line, and
+                    // what the read holds goes. They find themselves lapped when they look
+                    // again, and read on from where they stand with a read of their own.
+                    give_up(&read, &mut s);
+                    return;
+                }
+                s.taken + idle
+            };
+            let _ = tokio::time::timeout_at(idle_at, notified).await;
         }
         let next = tokio::select! {
             next = history.next() => next,
@@ -393,6 +407,20 @@ async fn pump(
         drop(s);
         waiting.into_iter().for_each(Waker::wake);
     }
+}
+
+/// Drops every entry `s` holds, as if every reader were lapped, and ends the read.
+fn give_up(read: &SharedRead, s: &mut State) {
+    let held = s.total_before(s.head()) - s.base_total;
+    s.floor = s.newest();
+    s.base = s.head();
+    s.base_total += held;
+    s.entries.clear();
+    s.end = Some(End::Broken);
+    read.upstream
+        .stats()
+        .catch_up_bytes
+        .fetch_sub(held, Ordering::Relaxed);
 }
 
 /// Ends its read as broken when the read's task ends without saying how.
