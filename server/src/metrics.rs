@@ -89,10 +89,10 @@ pub struct Metrics {
     /// history connections.
     pub etcd_history_watches: Counter,
     /// On etcd: history reads canceled because their reader fell behind by more than their
-    /// backlog (each is opened again once it has read half).
+    /// backlog (each is opened again once all but an eighth of it has been read).
     pub etcd_history_pauses: Counter,
     /// On etcd: bytes history reads hold for their readers now (each at most its backlog and
-    /// one revision).
+    /// one revision; the etcd response being split is not counted).
     pub etcd_history_waiting_bytes: Gauge,
     /// On etcd: bytes of keys and values history reads received.
     pub etcd_history_received_bytes: Counter,
