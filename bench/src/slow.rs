@@ -112,15 +112,17 @@ pub struct Outcome {
 pub struct ReadOn {
     /// Seconds until every slow client had the last write, or [`READ_ON`] if some had not.
     pub seconds: f64,
-    /// Slow clients that reached the last write.
+    /// Slow clients that reached the last write (one whose client gave up, an unreadable
+    /// LIST, never does: the read-on then lasts its limit).
     pub current: u64,
-    /// In-stream 410s they received meanwhile.
+    /// In-stream 410s the clients received meanwhile (the healthy ones, current since the
+    /// writer stopped, receive none).
     pub expired: u64,
-    /// Their relists, and the bytes those listed.
+    /// The clients' relists meanwhile.
     pub relists: u64,
     /// Bytes of those relists.
     pub relisted_bytes: u64,
-    /// Events they received.
+    /// Events the slow clients received.
     pub events: u64,
     /// Events catch-ups served meanwhile.
     pub catch_up_events: u64,
