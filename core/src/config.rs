@@ -156,7 +156,7 @@ impl CatchUpReads {
             permits: Arc::new(Semaphore::new(limit)),
             limit,
             queue_wait: Duration::from_secs(10),
-            idle: Duration::from_secs(60),
+            idle: Duration::from_secs(5),
             read_bytes: DEFAULT_READ_BYTES,
         }
     }
@@ -177,9 +177,11 @@ impl CatchUpReads {
         self
     }
 
-    /// How long a read's readers may leave what it read untaken before it gives its place up
-    /// (60 s by default: longer than a slow client takes to drain a chunk of frames from its
-    /// socket, so that only clients that stopped reading lose their place).
+    /// How long a read's readers may leave what it read untaken before it gives its place up:
+    /// 5 s by default, half the wait in line, so that the next in line gets the place before
+    /// it gives up. A client whose socket stays full for longer (it reads far slower than
+    /// events come) loses its place while it cannot take, and reads on with a read of its own,
+    /// from where it stands, when it can.
     pub fn with_idle(mut self, idle: Duration) -> Self {
         self.idle = idle;
         self
@@ -202,6 +204,8 @@ impl fmt::Debug for CatchUpReads {
             .field("limit", &self.limit)
             .field("in_use", &self.in_use())
             .field("read_bytes", &self.read_bytes)
+            .field("queue_wait", &self.queue_wait)
+            .field("idle", &self.idle)
             .finish()
     }
 }

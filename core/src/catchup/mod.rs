@@ -10,8 +10,11 @@
 //! filtered as the ring's events are. After each whole revision it tries to attach to the
 //! current hub after that revision; once the window reaches back that far, it does, and reads
 //! on from the ring. Every revision up to the hand-over came from the source, every one after
-//! it from the ring: no gap, no duplicate (claim 14 of [`protocol`](crate::protocol)). Only a
-//! revision the source compacted ends the watch with 410.
+//! it from the ring: no gap, no duplicate (claim 14 of [`protocol`](crate::protocol)). A
+//! revision the source compacted ends the watch with 410; so do, as the only other cases, what
+//! a catch-up cannot deliver (an update or deletion whose previous value the source lost, a
+//! codec's panic), a cache dropped under it, and a wait in line longer than
+//! [`CatchUpReads::with_queue_wait`].
 //!
 //! Catch-ups over overlapping ranges share one read of the source, each change decoded once
 //! (the `shared` module). How many reads of the source run at once is bounded
@@ -151,6 +154,8 @@ impl<S: Source> Upstream for CacheUpstream<S> {
         // aborts the reflector, whose publisher closes the hub as it drops: a watcher that
         // finds the hub closed finds this too.
         self.dropped.store(true, Ordering::Release);
+        // Catch-ups waiting on a read wake, and find the cache gone.
+        self.shared.end_all();
     }
 
     fn closed(&self) -> bool {
@@ -266,14 +271,14 @@ impl CatchUp {
         cx: &mut Context<'_>,
         f: impl FnOnce(Delivery<'_>) -> R,
     ) -> Poll<Caught<R>> {
-        if self.upstream.closed() {
-            self.current = None;
-            return Poll::Ready(Caught::Expired(Expired {
-                requested: self.position,
-                oldest: self.upstream.floor(),
-            }));
-        }
         loop {
+            if self.upstream.closed() {
+                self.current = None;
+                return Poll::Ready(Caught::Expired(Expired {
+                    requested: self.position,
+                    oldest: self.upstream.floor(),
+                }));
+            }
             if let Some((entry, next)) = &mut self.current {
                 let Entry::Changes { revision, events } = &**entry else {
                     unreachable!("only changes are delivered");

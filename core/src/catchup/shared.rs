@@ -24,6 +24,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use tokio::sync::{Notify, OwnedSemaphorePermit};
@@ -284,6 +285,14 @@ impl SharedReads {
         None
     }
 
+    /// Ends every read under way, waking its readers (the cache is dropped).
+    pub(crate) fn end_all(&self) {
+        let reads = self.reads.lock().unwrap_or_else(|p| p.into_inner());
+        for read in reads.iter().filter_map(Weak::upgrade) {
+            finish(&read, End::Broken);
+        }
+    }
+
     /// A new read of `upstream`'s source from revision `from` (inclusive), holding `permit`
     /// while it reads; its first reader's place, at its start.
     pub(crate) fn start(
@@ -336,7 +345,7 @@ async fn pump(
             let notified = read.pump.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let idle_at = {
+            let give_up_at = {
                 let mut s = read.lock();
                 if s.readers.is_empty() {
                     // Under the lock: no catch-up joins a read that is going.
@@ -346,22 +355,29 @@ async fn pump(
                 if s.ahead() < s.limit / AHEAD {
                     break;
                 }
-                // Every reader has entries to take (the fastest has a full read-ahead).
-                if s.taken + idle <= tokio::time::Instant::now() {
-                    // Their clients stopped reading: the place goes to the next in line, and
-                    // what the read holds goes. They find themselves lapped when they look
-                    // again, and read on from where they stand with a read of their own.
-                    give_up(&read, &mut s);
-                    return;
+                match idle_at(&s, idle) {
+                    Some(at) if at <= tokio::time::Instant::now() => return give_up(&read, &mut s),
+                    at => at,
                 }
-                s.taken + idle
             };
-            let _ = tokio::time::timeout_at(idle_at, notified).await;
+            match give_up_at {
+                Some(at) => drop(tokio::time::timeout_at(at, notified).await),
+                None => notified.await,
+            }
         }
+        // While the source has nothing new, a reader may stop reading too.
+        let give_up_at = idle_at(&read.lock(), idle);
         let next = tokio::select! {
             next = history.next() => next,
             // A reader left (the read may have none left) or wants more: looked at again.
             () = read.pump.notified() => continue,
+            () = sleep_until(give_up_at) => {
+                let mut s = read.lock();
+                match idle_at(&s, idle) {
+                    Some(at) if at <= tokio::time::Instant::now() => return give_up(&read, &mut s),
+                    _ => continue,
+                }
+            }
         };
         let (entry, bytes) = match next {
             Some(Ok(SourceEvent::Changes { revision, changes })) => {
@@ -409,7 +425,28 @@ async fn pump(
     }
 }
 
-/// Drops every entry `s` holds, as if every reader were lapped, and ends the read.
+/// When the read gives its place up if no reader takes an entry meanwhile: `idle` after the
+/// last one taken, while every reader has entries to take (their clients stopped reading; one
+/// waiting at the head waits for the source, not for its client). `None`: not while a reader
+/// waits at the head (or never, for an `idle` past the clock's range).
+fn idle_at(s: &State, idle: Duration) -> Option<tokio::time::Instant> {
+    if s.wanted() >= s.head() {
+        return None;
+    }
+    s.taken.checked_add(idle)
+}
+
+/// Sleeps until `at`; forever if `None`.
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The clients of every reader stopped reading: the read's place in line goes to the next, and
+/// what it holds goes. It drops every entry, as if every reader were lapped, and ends; its
+/// readers, when they look again, read on from where they stand with a read of their own.
 fn give_up(read: &SharedRead, s: &mut State) {
     let held = s.total_before(s.head()) - s.base_total;
     s.floor = s.newest();
@@ -449,10 +486,16 @@ fn decoded(upstream: &dyn Upstream, revision: Revision, change: SourceChange) ->
         // update's watchers cannot be told what it changed (a selective one, that the object
         // left its selection).
         SourceChange::Put {
+            key,
+            value,
             prev: None,
             created: false,
-            ..
-        } => return Decoded::LostPrev,
+        } => {
+            return match upstream.decode(&key, &value, revision) {
+                Some(_) => Decoded::LostPrev,
+                None => Decoded::Outside,
+            };
+        }
         SourceChange::Put { key, value, prev, .. } => upstream.decode(&key, &value, revision).map(|object| {
             match prev.and_then(|p| upstream.decode(&key, &p.value, p.mod_revision)) {
                 Some(prev) => Event::Modified { object, prev },
