@@ -36,12 +36,15 @@ const FLUSH_BYTES: usize = 64 * 1024;
 /// The most spare capacity a watch keeps in its frame buffer between polls.
 const RETAIN_BYTES: usize = 16 * 1024;
 
-/// How long a watch past its deadline may go on to finish the revision it is in. The rest of
-/// a revision in the window is readable at once; a catch-up's may wait for a read of the store
-/// (in line, paused after a failure, a member down). A watch still inside its revision at the
-/// limit ends with 410: its client could not resume inside the revision, and would lose its
-/// rest.
+/// How long a watch past its deadline may go on to finish the revision it is in: the rest of
+/// a revision in the window is readable at once, so this only bounds a bug's cost.
 const ENDING_LIMIT: Duration = Duration::from_secs(1);
+
+/// The same for a watch catching up from the store, whose rest of a revision may wait for a
+/// read of the store: in line (10 s at most by default), then after a failure (5 s at most
+/// between tries). A watch still inside its revision at the limit ends with 410: its client
+/// could not resume inside the revision, and would lose its rest.
+const CATCH_UP_ENDING_LIMIT: Duration = Duration::from_secs(20);
 
 /// How often a watch ending inside a revision looks whether the revision became whole
 /// without its watcher being woken (a parked watcher is woken for its own events only).
@@ -75,8 +78,9 @@ pub(crate) enum Phase {
     /// Before its deadline: the waker `deadline` was last polled with. It is polled again (to
     /// register) only when the task's waker changes, and otherwise checked with `is_elapsed`.
     Open(Option<std::task::Waker>),
-    /// Past its deadline (or the server's shutdown): the limit of the time it has to finish
-    /// the revision it is in before it ends. `deadline` then times its rechecks.
+    /// Past its deadline (or the server's shutdown), since this instant: it finishes the
+    /// revision it is in, within [`ENDING_LIMIT`] (or [`CATCH_UP_ENDING_LIMIT`] while it
+    /// catches up), and ends. `deadline` then times its rechecks.
     Ending(tokio::time::Instant),
 }
 
@@ -180,7 +184,7 @@ impl Stream for WatchBody {
         if let Phase::Open(registered) = &mut this.phase
             && (this.shutdown.poll_thrown(cx) || poll_deadline(&mut this.deadline, registered, cx))
         {
-            this.phase = Phase::Ending(tokio::time::Instant::now() + ENDING_LIMIT);
+            this.phase = Phase::Ending(tokio::time::Instant::now());
         }
         // A clean end: the client re-watches from the last resourceVersion it received, so the
         // watch ends between revisions. Past the deadline it delivers the rest of the revision
@@ -261,10 +265,19 @@ impl Stream for WatchBody {
                 }
                 Poll::Pending => {
                     // Ending, the watch may learn only now that its revision is whole; or, the
-                    // rest of it being published at this moment, it looks again shortly
-                    // (bounded: after `ENDING_LIMIT` it ends where it is).
-                    if let Phase::Ending(limit) = this.phase {
+                    // rest of it being published at this moment, it looks again shortly. A
+                    // catch-up wakes the task itself as the rest comes; it is looked at again
+                    // at its limit. Past the limit, a watch still inside its revision ends
+                    // with 410.
+                    if let Phase::Ending(since) = this.phase {
                         let now = tokio::time::Instant::now();
+                        let catching_up = watch.is_catching_up();
+                        let limit = since
+                            + if catching_up {
+                                CATCH_UP_ENDING_LIMIT
+                            } else {
+                                ENDING_LIMIT
+                            };
                         if watch.at_revision_boundary() {
                             ended = true;
                         } else if now >= limit {
@@ -277,7 +290,8 @@ impl Stream for WatchBody {
                             this.frames.write_error(&errors::expired(&expired), buf);
                             ended = true;
                         } else {
-                            this.deadline.as_mut().reset((now + ENDING_RECHECK).min(limit));
+                            let recheck = if catching_up { limit } else { now + ENDING_RECHECK };
+                            this.deadline.as_mut().reset(recheck.min(limit));
                             if this.deadline.as_mut().poll(cx).is_ready() {
                                 cx.waker().wake_by_ref();
                             }
@@ -418,21 +432,21 @@ mod tests {
         store.txn(writes).unwrap()
     }
 
-    /// A watch lapped inside a revision whose catch-up waits in line for a read of the store
-    /// (the one read allowed is held) when its deadline passes: at the ending limit it is
-    /// still inside the revision, and ends with 410, not a clean end its client would resume
-    /// after, losing the revision's rest.
-    #[tokio::test]
-    async fn a_watch_past_its_deadline_still_inside_a_revision_at_the_limit_ends_with_410() {
+    /// A watch lapped inside a revision, whose catch-up waits in line for a read of the store
+    /// (the one read of `reads`, held by a watch of Secrets that read once and stopped), read
+    /// until it ends after its deadline passed: the frames of the revision it got in all, and
+    /// the last frame.
+    async fn lapped_inside_a_revision_past_its_deadline(
+        reads: watchcache_core::CatchUpReads,
+    ) -> (usize, String) {
         let config = crate::ServeConfig {
             addr: "127.0.0.1:0".parse().unwrap(),
             history: 32,
-            catch_up: Some(watchcache_core::CatchUpReads::new(1)),
+            catch_up: Some(reads),
             ..crate::ServeConfig::default()
         };
         let server = crate::Server::start(config).await.unwrap();
         let state = server.state();
-        // The one read: a watch of Secrets from below their window, read once, then not.
         let secrets = Target::resolve(state, "v1", "secrets", Some("ns".into()), None).unwrap();
         let secret = |i: usize| {
             let s = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": format!("s-{i}"), "namespace": "ns"}});
@@ -471,11 +485,16 @@ mod tests {
             .expect("a chunk in time")
             .expect("a chunk")
             .unwrap();
-        let frames_in = |chunk: &[u8]| chunk.iter().filter(|b| **b == b'\n').count();
-        let sent = frames_in(&chunk);
+        let revision_frames = |chunk: &[u8]| {
+            String::from_utf8_lossy(chunk)
+                .lines()
+                .filter(|l| l.contains(&format!("\"resourceVersion\":\"{revision}\"")))
+                .count()
+        };
+        let mut got = revision_frames(&chunk);
         assert!(
-            sent < 20,
-            "the revision takes more than one chunk ({sent} frames in the first)"
+            got < 20,
+            "the revision takes more than one chunk ({got} frames in the first)"
         );
         // Lapped: forty more writes through a window of 32.
         for i in 0..40 {
@@ -489,21 +508,47 @@ mod tests {
         body.deadline.as_mut().reset(tokio::time::Instant::now());
         tokio::time::sleep(Duration::from_millis(20)).await;
         let mut rest = Vec::new();
-        while let Some(chunk) = tokio::time::timeout(Duration::from_secs(30), body.next())
+        while let Some(chunk) = tokio::time::timeout(Duration::from_secs(60), body.next())
             .await
             .expect("the end in time")
         {
             rest.extend_from_slice(&chunk.unwrap());
         }
-        let text = String::from_utf8_lossy(&rest);
-        let last = text.lines().last().unwrap_or_default();
-        assert!(
-            last.starts_with(r#"{"type":"ERROR""#) && last.contains(r#""code":410"#),
-            "ends with 410 inside revision {revision}: {last}"
-        );
-        assert!(sent + frames_in(&rest) - 1 < 20, "not all of the revision came");
+        got += revision_frames(&rest);
+        let last = String::from_utf8_lossy(&rest)
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .to_owned();
         drop((body, holder));
         server.shutdown().await.unwrap();
+        (got, last)
+    }
+
+    /// The read ahead of it is held for good: at the catch-up's ending limit the watch is
+    /// still inside the revision, and ends with 410, not a clean end its client would resume
+    /// after, losing the revision's rest.
+    #[tokio::test]
+    async fn a_watch_past_its_deadline_still_inside_a_revision_at_the_limit_ends_with_410() {
+        let held = watchcache_core::CatchUpReads::new(1)
+            .with_queue_wait(Duration::from_secs(600))
+            .with_idle(Duration::from_secs(600));
+        let (got, last) = lapped_inside_a_revision_past_its_deadline(held).await;
+        assert!(
+            last.starts_with(r#"{"type":"ERROR""#) && last.contains(r#""code":410"#),
+            "ends with 410: {last}"
+        );
+        assert!(got < 20, "not all of the revision came ({got})");
+    }
+
+    /// With the defaults, the read ahead is given up by its stalled holder after 5 s: the
+    /// watch's catch-up gets it, delivers the rest of its revision, and the watch ends cleanly.
+    #[tokio::test]
+    async fn a_watch_past_its_deadline_waits_for_its_catch_up_to_finish_the_revision() {
+        let (got, last) =
+            lapped_inside_a_revision_past_its_deadline(watchcache_core::CatchUpReads::new(1)).await;
+        assert_eq!(got, 20, "the whole revision");
+        assert!(!last.contains("ERROR"), "a clean end: {last}");
     }
 
     /// A watch that reaches its deadline inside a revision (one write of many keys, more than
