@@ -2083,7 +2083,9 @@ fn run_slow_watchers(a: SlowWatchersArgs) -> Result<(), String> {
             ("peak_rss_relist_vs_catch_up", "peak_rss_bytes"),
         ] {
             if let (Some(x), Some(y)) = (report::num(off, field), report::num(on, field)) {
-                ratios.insert(name.into(), json!(round3(x / y.max(1.0))));
+                // Counts at least 1 (none is as one); seconds at least a millisecond.
+                let floor = if field.ends_with("seconds") { 0.001 } else { 1.0 };
+                ratios.insert(name.into(), json!(round3(x / y.max(floor))));
             }
         }
     }
