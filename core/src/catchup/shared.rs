@@ -114,7 +114,8 @@ struct State {
     /// Readers waiting at the head.
     waiting: Vec<Waker>,
     end: Option<End>,
-    /// When a reader last took an entry (or the read started).
+    /// When a reader last took an entry, or every reader, waiting at the head, got one to
+    /// take: the start of their idle time.
     taken: tokio::time::Instant,
 }
 
@@ -403,6 +404,11 @@ async fn pump(
             continue;
         }
         let total = s.total_before(s.head()) + (bytes + ENTRY_BYTES) as u64;
+        if s.wanted() >= s.head() {
+            // Every reader waited at the head: from now on they have an entry to take, and
+            // their idle time starts (not while the source was read, however slow).
+            s.taken = tokio::time::Instant::now();
+        }
         s.entries.push_back((Arc::new(entry), total));
         let kept_before = s.base_total;
         // What the fastest reader passed is kept for the others up to the bound; what every
