@@ -485,18 +485,7 @@ async fn a_client_that_never_reads_neither_outlives_its_timeout_nor_holds_up_shu
     cfg.shutdown_grace = Duration::from_millis(500);
     cfg.request_timeout = Duration::from_secs(1);
     let server = start(cfg).await;
-    let stalled = |path: &'static str| {
-        let addr = server.addr();
-        async move {
-            let socket = tokio::net::TcpSocket::new_v4().unwrap();
-            // A fixed small buffer: no autotuning up to tcp_rmem's maximum (32 MB on some hosts).
-            socket.set_recv_buffer_size(64 * 1024).unwrap();
-            let mut s = socket.connect(addr).await.unwrap();
-            let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n");
-            s.write_all(req.as_bytes()).await.unwrap();
-            s
-        }
-    };
+    let stalled = |path: &'static str| stalled_client(server.addr(), path);
     let mut timed = stalled("/api/v1/pods?watch=1&resourceVersion=0&timeoutSeconds=1").await;
     // A LIST is held to the request timeout (1 s here) as a watch is to its deadline.
     let mut listed = stalled("/api/v1/pods").await;
@@ -509,17 +498,7 @@ async fn a_client_that_never_reads_neither_outlives_its_timeout_nor_holds_up_shu
     // server kept it, the last read would wait (a kept-alive connection after the watch's end,
     // or the rest of the LIST).
     for (what, s) in [("watch", &mut timed), ("LIST", &mut listed)] {
-        let mut buf = vec![0u8; 1 << 16];
-        let mut read = 0usize;
-        loop {
-            match tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf)).await {
-                Ok(Ok(0) | Err(_)) => break,
-                Ok(Ok(n)) => read += n,
-                Err(_) => {
-                    panic!("the server kept the {what}'s connection past its deadline ({read} bytes read)")
-                }
-            }
-        }
+        let read = read_until_dropped(s, what).await;
         assert!(
             read < 8 << 20,
             "the {what} was dropped before it could send everything ({read} bytes)"
@@ -1196,14 +1175,11 @@ async fn a_client_that_stops_reading_its_catch_up_is_ended_and_frees_the_read() 
     cfg.catch_up = Some(watchcache_core::CatchUpReads::new(1));
     cfg.shutdown_grace = Duration::from_millis(500);
     let server = start(cfg).await;
-    let addr = server.addr();
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.set_recv_buffer_size(64 * 1024).unwrap();
-    let mut s = socket.connect(addr).await.unwrap();
-    let path = "/api/v1/pods?watch=1&resourceVersion=1&timeoutSeconds=1";
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
+    let mut s = stalled_client(
+        server.addr(),
+        "/api/v1/pods?watch=1&resourceVersion=1&timeoutSeconds=1",
+    )
+    .await;
     let metric = |name: &'static str| {
         let server = &server;
         async move {
@@ -1222,15 +1198,7 @@ async fn a_client_that_stops_reading_its_catch_up_is_ended_and_frees_the_read() 
         "the stalled watch catches up"
     );
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    let mut buf = vec![0u8; 1 << 16];
-    let mut read = 0usize;
-    loop {
-        match tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf)).await {
-            Ok(Ok(0) | Err(_)) => break,
-            Ok(Ok(n)) => read += n,
-            Err(_) => panic!("the server kept the stalled catch-up past its deadline ({read} bytes read)"),
-        }
-    }
+    let read = read_until_dropped(&mut s, "stalled catch-up").await;
     assert!(
         read < 8 << 20,
         "ended before it could send everything ({read} bytes)"
@@ -1257,24 +1225,10 @@ async fn a_huge_timeout_is_clamped_and_a_client_that_stops_reading_is_still_drop
     cfg.shutdown_grace = Duration::from_millis(500);
     cfg.min_request_timeout = Duration::from_secs(1);
     let server = start(cfg).await;
-    let addr = server.addr();
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.set_recv_buffer_size(64 * 1024).unwrap();
-    let mut s = socket.connect(addr).await.unwrap();
     let path = "/api/v1/pods?watch=1&resourceVersion=0&timeoutSeconds=18446744073709551615";
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
+    let mut s = stalled_client(server.addr(), path).await;
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let mut buf = vec![0u8; 1 << 16];
-    let mut read = 0usize;
-    loop {
-        match tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf)).await {
-            Ok(Ok(0) | Err(_)) => break,
-            Ok(Ok(n)) => read += n,
-            Err(_) => panic!("the server kept the connection past its longest deadline ({read} bytes read)"),
-        }
-    }
+    let read = read_until_dropped(&mut s, "connection").await;
     assert!(
         read < 8 << 20,
         "dropped before it could send everything ({read} bytes)"
@@ -1363,4 +1317,29 @@ async fn a_label_patch_of_an_object_with_40000_finalizers_keeps_every_finalizer(
     assert_eq!(finalizers_of(&out), odd);
     assert_eq!(out["metadata"]["labels"], json!({"tier": "front", "owner": "me"}));
     server.shutdown().await.unwrap();
+}
+
+/// A client that sends `GET path` on a connection of its own and then reads nothing, its
+/// receive buffer fixed small (no autotuning up to tcp_rmem's maximum, 32 MB on some hosts).
+async fn stalled_client(addr: std::net::SocketAddr, path: &str) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(64 * 1024).unwrap();
+    let mut s = socket.connect(addr).await.unwrap();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    s
+}
+
+/// Reads what `s` held until the server's end of the connection: the bytes read. Panics if
+/// the server keeps the connection (a read waits 10 s), naming `what`.
+async fn read_until_dropped(s: &mut tokio::net::TcpStream, what: &str) -> usize {
+    let mut buf = vec![0u8; 1 << 16];
+    let mut read = 0usize;
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf)).await {
+            Ok(Ok(0) | Err(_)) => return read,
+            Ok(Ok(n)) => read += n,
+            Err(_) => panic!("the server kept the {what} past its deadline ({read} bytes read)"),
+        }
+    }
 }
