@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
@@ -134,28 +135,42 @@ pub const DEFAULT_READ_BYTES: usize = 4 << 20;
 /// given a clone, so that a server bounds the reads against its store whatever the number of
 /// resources. Watchers beyond it wait in line, in the order they came.
 ///
-/// A read whose readers all leave what it read untaken for [`idle`](Self::with_idle) (their
-/// clients stopped reading) gives its place up and drops what it holds; its readers go back in
-/// line when they read again, from where they stand. A watcher does not wait in line forever:
-/// one that waited [`queue_wait`](Self::with_queue_wait) ends with 410, as it would have
-/// without catch-up.
+/// A watcher waits in line as long as its watch lasts: no 410 while the source still holds
+/// its revision. The places go round, so that readers slower than the events (whose reads
+/// never end) do not keep the rest waiting:
+///
+/// - a read that has held its place for a [`slice`](Self::with_slice) gives it to the next in
+///   line, if any waits, and its readers go back in line at the end, from where they stand;
+/// - a read whose readers all leave what it read untaken for [`idle`](Self::with_idle) (their
+///   clients stopped reading) gives its place up at once, whether or not one waits.
+///
+/// Either way the read drops what it holds, and its readers lose nothing: each reads on from
+/// the revision it stands at with the next read it gets. [`with_queue_wait`](Self::with_queue_wait)
+/// bounds the wait in line instead, with 410 past it (the apiserver's answer).
 #[derive(Clone)]
 pub struct CatchUpReads {
     pub(crate) permits: Arc<Semaphore>,
+    /// Catch-ups waiting in line now (a read past its slice gives its place up only if one
+    /// does).
+    pub(crate) in_line: Arc<AtomicUsize>,
     limit: usize,
-    pub(crate) queue_wait: Duration,
+    pub(crate) queue_wait: Option<Duration>,
+    pub(crate) slice: Duration,
     pub(crate) idle: Duration,
     pub(crate) read_bytes: usize,
 }
 
 impl CatchUpReads {
-    /// At most `limit` reads at once (at least one); a watcher waits in line at most 10 s.
+    /// At most `limit` reads at once (at least one), each for a slice of 10 s while others
+    /// wait; a watcher waits in line as long as its watch lasts.
     pub fn new(limit: usize) -> Self {
         let limit = limit.max(1);
         CatchUpReads {
             permits: Arc::new(Semaphore::new(limit)),
+            in_line: Arc::new(AtomicUsize::new(0)),
             limit,
-            queue_wait: Duration::from_secs(10),
+            queue_wait: None,
+            slice: Duration::from_secs(10),
             idle: Duration::from_secs(5),
             read_bytes: DEFAULT_READ_BYTES,
         }
@@ -171,17 +186,26 @@ impl CatchUpReads {
         self
     }
 
-    /// How long a watcher waits in line for a read before it ends with 410.
+    /// How long a watcher waits in line for a read before it ends with 410, as the apiserver
+    /// would answer it at once. By default it waits as long as its watch lasts.
     pub fn with_queue_wait(mut self, wait: Duration) -> Self {
-        self.queue_wait = wait;
+        self.queue_wait = Some(wait);
         self
     }
 
-    /// How long a read's readers may leave what it read untaken before it gives its place up:
-    /// 5 s by default, half the wait in line, so that the next in line gets the place before
-    /// it gives up. A client whose socket stays full for longer (it reads far slower than
-    /// events come) loses its place while it cannot take, and reads on with a read of its own,
-    /// from where it stands, when it can.
+    /// How long a read keeps its place while others wait in line: 10 s by default. Past it, the
+    /// read gives its place to the next in line and its readers go back in line at the end. A
+    /// slice costs the source a new read from where each reader stands (etcd 3.4 scans from
+    /// that revision to its head), so it is long against the time a read takes to open.
+    pub fn with_slice(mut self, slice: Duration) -> Self {
+        self.slice = slice;
+        self
+    }
+
+    /// How long a read's readers may leave what it read untaken before it gives its place up,
+    /// whether or not another waits: 5 s by default. A client whose socket stays full for
+    /// longer (it reads far slower than events come) loses its place while it cannot take, and
+    /// reads on with a read of its own, from where it stands, when it can.
     pub fn with_idle(mut self, idle: Duration) -> Self {
         self.idle = idle;
         self
@@ -196,6 +220,11 @@ impl CatchUpReads {
     pub fn in_use(&self) -> usize {
         self.limit - self.permits.available_permits()
     }
+
+    /// How many catch-ups wait in line for a read now.
+    pub fn waiting(&self) -> usize {
+        self.in_line.load(Ordering::Relaxed)
+    }
 }
 
 impl fmt::Debug for CatchUpReads {
@@ -204,8 +233,26 @@ impl fmt::Debug for CatchUpReads {
             .field("limit", &self.limit)
             .field("in_use", &self.in_use())
             .field("read_bytes", &self.read_bytes)
+            .field("waiting", &self.waiting())
             .field("queue_wait", &self.queue_wait)
+            .field("slice", &self.slice)
             .field("idle", &self.idle)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// By default nobody is told 410 for waiting in line: the places go round instead.
+    #[test]
+    fn a_catch_up_waits_in_line_as_long_as_its_watch_lasts_unless_told_otherwise() {
+        let reads = CatchUpReads::new(0);
+        assert_eq!(reads.limit(), 1);
+        assert_eq!(reads.queue_wait, None);
+        assert!(reads.slice > Duration::ZERO && reads.slice < Duration::MAX);
+        let bounded = reads.with_queue_wait(Duration::from_secs(10));
+        assert_eq!(bounded.queue_wait, Some(Duration::from_secs(10)));
     }
 }

@@ -33,6 +33,9 @@ pub struct CacheStats {
     /// Watchers that read the source's history because the window could not serve them (a
     /// start below it, or a lap), instead of ending with 410.
     pub catch_ups: AtomicU64,
+    /// Those of them that began mid-stream: watchers the writer lapped, or a new generation
+    /// cut off, while their clients still read (the rest started below the window).
+    pub catch_ups_lapped: AtomicU64,
     /// Reads of the source's history catch-ups made (catch-ups over overlapping ranges share
     /// one).
     pub catch_up_reads: AtomicU64,
@@ -40,7 +43,9 @@ pub struct CacheStats {
     pub catch_up_events: AtomicU64,
     /// Catch-ups handed over to the ring.
     pub catch_up_handovers: AtomicU64,
-    /// Catch-ups that waited too long in line for a read of the source, and ended with 410.
+    /// Catch-ups that waited in line for a read of the source longer than
+    /// [`CatchUpReads::with_queue_wait`](crate::CatchUpReads::with_queue_wait) allows, and ended
+    /// with 410 (never, unless that bounds the wait).
     pub catch_ups_refused: AtomicU64,
     /// Bytes the reads of catch-ups hold now: for each read, at most its bound
     /// ([`CatchUpReads::with_read_bytes`](crate::CatchUpReads::with_read_bytes)) and one

@@ -4,6 +4,7 @@
 
 use std::cell::Cell;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -268,6 +269,7 @@ impl CacheWatch {
                             // Lapped, or cut off by a new generation: caught up from the store
                             // (not if the cache was dropped: no hub will take the watch back).
                             Some(upstream) if from > upstream.compacted() && !upstream.closed() => {
+                                upstream.stats().catch_ups_lapped.fetch_add(1, Ordering::Relaxed);
                                 let catch_up = CatchUp::start(
                                     Arc::clone(upstream),
                                     watcher.take_filter(),

@@ -92,6 +92,10 @@ async fn a_lapped_watcher_keeps_its_stream_gapless_and_goes_back_to_the_window()
         assert_eq!((e.kind, e.revision), (EventKind::Added, *rev));
     }
     assert!(cache.stats().catch_ups.load(Ordering::Relaxed) >= 2);
+    assert!(
+        cache.stats().catch_ups_lapped.load(Ordering::Relaxed) >= 2,
+        "counted as lapped, not as starts below the window"
+    );
     // Then live from the window, nothing twice.
     let live = create(&s, "live", "web");
     for w in [&mut all, &mut selective] {
@@ -196,10 +200,11 @@ async fn catch_up_reads_are_bounded_and_the_next_in_line_goes_when_one_ends() {
 }
 
 #[tokio::test]
-async fn a_catch_up_that_waits_too_long_in_line_ends_with_410() {
+async fn a_catch_up_told_to_wait_in_line_at_most_so_long_ends_with_410_past_it() {
     // The read ahead belongs to a client that stopped reading: it holds it until the server
-    // ends its watch or its read's idle time passes (5 s), longer than the next in line waits
-    // here. The next in line gives up after its wait, as the apiserver would 410.
+    // ends its watch or its read's idle time passes (5 s), longer than the next in line may
+    // wait here. Told to wait at most 200 ms (by default it waits as long as its watch lasts),
+    // the next in line gives up after its wait, as the apiserver would 410 at once.
     let reads = CatchUpReads::new(1).with_queue_wait(Duration::from_millis(200));
     let mut c = config();
     c.catch_up = Some(reads.clone());
@@ -224,6 +229,73 @@ async fn a_catch_up_that_waits_too_long_in_line_ends_with_410() {
     }
     assert_eq!(cache.stats().catch_ups_refused.load(Ordering::Relaxed), 1);
     assert_eq!(reads.in_use(), 1, "the stalled watch still holds its read");
+}
+
+/// The places go round: a read whose client reads on, but slower than the events come (its
+/// read would never end), gives its place to the next in line once its slice is over. Both
+/// read every revision once, and neither is refused, however long the wait.
+#[tokio::test]
+async fn a_read_gives_its_place_to_the_next_in_line_after_its_slice_and_both_read_on_gaplessly() {
+    let reads = CatchUpReads::new(1)
+        .with_slice(Duration::from_millis(300))
+        .with_read_bytes(1024);
+    let mut c = config();
+    c.catch_up = Some(reads.clone());
+    let (s, cache) = started(c).await;
+    // Next in line stands below the busy one's read: it cannot share it.
+    let mut next_in_line = watch_from_now(&cache, Filter::everything()).await;
+    let mut revs = vec![create(&s, "p", "web")];
+    cache.list(&ListOptions::default()).await.unwrap();
+    let mut busy = watch_from_now(&cache, Filter::everything()).await;
+    for i in 0..20 {
+        revs.push(create(&s, &format!("p{i:02}"), "web"));
+    }
+    cache.list(&ListOptions::default()).await.unwrap();
+    assert_eq!(next(&mut busy).await.revision, revs[1]);
+    assert_eq!(reads.in_use(), 1, "the busy one holds the only read");
+    // The busy one takes an event every 100 ms (never idle; it reaches the window, four
+    // events long, after about 16 of them); the next in line reads as fast as it can.
+    let taken = std::cell::Cell::new(1);
+    let slow = async {
+        for rev in &revs[2..] {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert_eq!(next(&mut busy).await.revision, *rev);
+            taken.set(taken.get() + 1);
+        }
+    };
+    let fast = async {
+        for rev in &revs {
+            assert_eq!(next(&mut next_in_line).await.revision, *rev);
+        }
+        taken.get()
+    };
+    let ((), taken_meanwhile) = tokio::join!(slow, fast);
+    assert!(
+        taken_meanwhile < 10,
+        "the next in line had the place after the busy one's slice (3 events), not after its \
+         hand-over: it had taken {taken_meanwhile}"
+    );
+    let live = create(&s, "live", "web");
+    for w in [&mut next_in_line, &mut busy] {
+        assert_eq!(next(w).await.revision, live);
+        assert!(!w.is_catching_up());
+        assert!(quiet(w, Duration::from_millis(50)).await, "nothing twice");
+    }
+    let stats = cache.stats();
+    assert_eq!(stats.catch_ups_refused.load(Ordering::Relaxed), 0);
+    assert!(
+        stats.catch_up_reads.load(Ordering::Relaxed) >= 2,
+        "the busy one's read was given up"
+    );
+    assert_eq!(reads.waiting(), 0);
+    drop((next_in_line, busy));
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while reads.in_use() > 0 || stats.catch_up_bytes.load(Ordering::Relaxed) > 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .expect("the reads end with their readers, holding nothing");
 }
 
 #[tokio::test]

@@ -234,7 +234,8 @@ struct ServeArgs {
     /// How many reads of the store's retained history may run at once, for watches the
     /// history window cannot serve (a start below it, or a client the writer laps), instead of
     /// ending with 410 and a relist. Watches over overlapping ranges share a read; the rest
-    /// wait in line. 0: off, the apiserver's 410.
+    /// wait in line as long as their watch lasts, the places going round (10 s each while
+    /// another waits). 0: off, the apiserver's 410.
     #[arg(long, default_value_t = watchcache_server::config::DEFAULT_CATCH_UP_READS)]
     watch_catch_up_reads: usize,
     /// Seconds an Event lives after its last write (kube-apiserver's flag and default): Events

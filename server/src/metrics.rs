@@ -19,7 +19,8 @@ pub struct Metrics {
     /// Bookmarks written to clients, per resource.
     pub bookmarks_sent: Family<Labels, Counter>,
     /// Watches ended in stream with a 410 (lapped or cut off by a relist where no catch-up
-    /// from the store could serve them: compacted, or catch-up off), per resource.
+    /// from the store could serve them: compacted, or catch-up off; or a catch-up that could not
+    /// go on), per resource.
     pub watch_expired_in_stream: Family<Labels, Counter>,
     /// Watches the server ended, not their client: the in-stream 410s, and watches whose
     /// client stopped reading, dropped a grace period after their deadline (the apiserver's
@@ -35,7 +36,10 @@ pub struct Metrics {
     pub watch_catch_up_events: Family<Labels, Counter>,
     /// Catch-ups handed over to the window, per resource.
     pub watch_catch_up_handovers: Family<Labels, Counter>,
-    /// Catch-ups that waited too long in line for a read of the store and ended with 410, per
+    /// Catch-ups of watchers lapped (or cut off by a relist) mid-stream, per resource.
+    pub watch_catch_ups_lapped: Family<Labels, Counter>,
+    /// Catch-ups that waited too long in line for a read of the store and ended with 410 (only
+    /// where the library's embedder bounds the wait), per
     /// resource.
     pub watch_catch_ups_refused: Family<Labels, Counter>,
     /// Bytes catch-ups' reads of the store hold now, per resource (see
@@ -116,6 +120,7 @@ impl Default for Metrics {
             watch_catch_up_reads: Family::default(),
             watch_catch_up_events: Family::default(),
             watch_catch_up_handovers: Family::default(),
+            watch_catch_ups_lapped: Family::default(),
             watch_catch_ups_refused: Family::default(),
             watch_catch_up_bytes: Family::default(),
             list_requests: Family::default(),
@@ -179,7 +184,7 @@ impl Default for Metrics {
         );
         registry.register(
             "watch_expired_in_stream",
-            "Watches ended in stream with a 410: lapped or cut off by a relist where the store no longer held their revision (or catch-up is off)",
+            "Watches ended in stream with a 410: lapped or cut off by a relist where the store no longer held their revision (or catch-up is off), or whose catch-up could not go on (a previous value the store lost, a resource no longer served, a revision still unfinished 20 s past the deadline)",
             m.watch_expired_in_stream.clone(),
         );
         registry.register(
@@ -201,6 +206,11 @@ impl Default for Metrics {
             "watch_catch_up_handovers",
             "Catch-ups handed over to the history window",
             m.watch_catch_up_handovers.clone(),
+        );
+        registry.register(
+            "watch_catch_ups_lapped",
+            "Catch-ups of watchers the writer lapped, or a relist cut off, while their clients still read (the rest started below the window)",
+            m.watch_catch_ups_lapped.clone(),
         );
         registry.register(
             "watch_catch_ups_refused",

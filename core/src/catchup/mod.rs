@@ -13,19 +13,20 @@
 //! it from the ring: no gap, no duplicate (claim 14 of [`protocol`](crate::protocol)). A
 //! revision the source compacted ends the watch with 410; so do, as the only other cases, what
 //! a catch-up cannot deliver (an update or deletion whose previous value the source lost, a
-//! codec's panic), a cache dropped under it, and a wait in line longer than
-//! [`CatchUpReads::with_queue_wait`].
+//! codec's panic), a cache dropped under it, and, only where the reads are told to bound it,
+//! a wait in line longer than [`CatchUpReads::with_queue_wait`].
 //!
 //! Catch-ups over overlapping ranges share one read of the source, each change decoded once
 //! (the `shared` module). How many reads of the source run at once is bounded
 //! ([`CatchUpReads`]); a catch-up no read can take waits in line, first come first served,
-//! reading nothing meanwhile.
+//! reading nothing meanwhile, and the places go round: a read gives its place to the next in
+//! line after a slice, or at once when its clients stop reading.
 
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -174,7 +175,7 @@ const FIRST_PAUSE: Duration = Duration::from_millis(100);
 const MAX_PAUSE: Duration = Duration::from_secs(5);
 
 enum State {
-    /// In line for a read (`None` once it waited too long).
+    /// In line for a read (`None` once it waited longer than it was told to).
     Queued(Pin<Box<dyn Future<Output = Option<OwnedSemaphorePermit>> + Send>>),
     /// Reading the source, in a read it may share with other catch-ups.
     Reading {
@@ -436,14 +437,37 @@ fn join_or_queue(upstream: &Arc<dyn Upstream>, position: Revision) -> State {
     }
 }
 
-/// In line for a read of `upstream`'s source.
+/// In line for a read of `upstream`'s source: until a place is free, or (if the reads are
+/// told so) until the wait is too long.
 fn queue(upstream: &Arc<dyn Upstream>) -> State {
     let reads = upstream.reads();
     let (permits, wait) = (Arc::clone(&reads.permits), reads.queue_wait);
+    let in_line = InLine::new(&reads.in_line);
     State::Queued(Box::pin(async move {
-        tokio::time::timeout(wait, permits.acquire_owned())
-            .await
-            .ok()
-            .and_then(Result::ok)
+        let _in_line = in_line;
+        match wait {
+            Some(wait) => tokio::time::timeout(wait, permits.acquire_owned())
+                .await
+                .ok()
+                .and_then(Result::ok),
+            None => permits.acquire_owned().await.ok(),
+        }
     }))
+}
+
+/// Counts a catch-up in line while it lives: from when it queues until it has its place, or
+/// its watch ends first.
+struct InLine(Arc<AtomicUsize>);
+
+impl InLine {
+    fn new(count: &Arc<AtomicUsize>) -> InLine {
+        count.fetch_add(1, Ordering::Relaxed);
+        InLine(Arc::clone(count))
+    }
+}
+
+impl Drop for InLine {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }

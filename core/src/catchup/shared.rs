@@ -18,10 +18,13 @@
 //!   a fast one back.
 //! - **The end.** The read ends when its last reader leaves, or with the source's error: a
 //!   compaction is every reader's 410, any other failure each reader's pause and a new read.
+//!   It also ends when it gives its place in line up: its clients stopped reading, or it had its
+//!   slice and another waits. Its readers then read on from where they stand with the next read
+//!   they get.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -328,57 +331,57 @@ impl SharedReads {
 }
 
 /// The read's task: reads the source while its fastest reader wants more, decodes each
-/// revision once, and ends with its last reader or the source's error.
+/// revision once, and ends with its last reader, the source's error, or when it gives its place
+/// up (its clients stopped reading, or its slice is over and another waits in line).
 async fn pump(
     read: Arc<SharedRead>,
     upstream: Arc<dyn Upstream>,
     from: Revision,
-    _permit: Option<OwnedSemaphorePermit>,
+    permit: Option<OwnedSemaphorePermit>,
 ) {
     // However the task ends (a panic in the source's stream included), no reader waits on.
     let _end = EndOnDrop(Arc::clone(&read));
     let mut history = upstream.history(from);
-    let idle = upstream.reads().idle;
+    let reads = upstream.reads();
+    let turn = Turn {
+        idle: reads.idle,
+        // Only a read that took a place in line gives it up for the next.
+        slice_end: permit
+            .as_ref()
+            .and_then(|_| tokio::time::Instant::now().checked_add(reads.slice)),
+        recheck: (reads.slice / 8).max(Duration::from_millis(10)),
+        in_line: &reads.in_line,
+    };
     loop {
         // Until a reader wants more (or none is left). A notification sent before `enable`
         // is kept for it (`notify_one`).
-        loop {
+        let look_again = loop {
             let notified = read.pump.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let give_up_at = {
+            let look_again = {
                 let mut s = read.lock();
                 if s.readers.is_empty() {
                     // Under the lock: no catch-up joins a read that is going.
                     s.end = Some(End::Broken);
                     return;
                 }
+                let Some(look_again) = turn.look(&s) else {
+                    return give_up(&read, &mut s);
+                };
                 if s.ahead() < s.limit / AHEAD {
-                    break;
+                    break look_again;
                 }
-                match idle_at(&s, idle) {
-                    Some(at) if at <= tokio::time::Instant::now() => return give_up(&read, &mut s),
-                    at => at,
-                }
+                look_again
             };
-            match give_up_at {
-                Some(at) => drop(tokio::time::timeout_at(at, notified).await),
-                None => notified.await,
-            }
-        }
-        // While the source has nothing new, a reader may stop reading too.
-        let give_up_at = idle_at(&read.lock(), idle);
+            drop(tokio::time::timeout_at(look_again, notified).await);
+        };
         let next = tokio::select! {
             next = history.next() => next,
             // A reader left (the read may have none left) or wants more: looked at again.
             () = read.pump.notified() => continue,
-            () = sleep_until(give_up_at) => {
-                let mut s = read.lock();
-                match idle_at(&s, idle) {
-                    Some(at) if at <= tokio::time::Instant::now() => return give_up(&read, &mut s),
-                    _ => continue,
-                }
-            }
+            // Its readers may have stopped reading, or its slice be over.
+            () = tokio::time::sleep_until(look_again) => continue,
         };
         let (entry, bytes) = match next {
             Some(Ok(SourceEvent::Changes { revision, changes })) => {
@@ -431,6 +434,45 @@ async fn pump(
     }
 }
 
+/// When a read gives its place in line up.
+struct Turn<'a> {
+    /// When every reader leaves what it read untaken this long (their clients stopped
+    /// reading).
+    idle: Duration,
+    /// When its slice is over, if it took a place: it then gives it up once another waits.
+    slice_end: Option<tokio::time::Instant>,
+    /// How often it looks whether another waits, once its slice is over.
+    recheck: Duration,
+    /// How many wait in line.
+    in_line: &'a AtomicUsize,
+}
+
+impl Turn<'_> {
+    /// `None`: the read gives its place up now. Otherwise when to look again (at the latest:
+    /// the read looks at every turn of its task).
+    fn look(&self, s: &State) -> Option<tokio::time::Instant> {
+        let now = tokio::time::Instant::now();
+        // A day: as good as never, and within the clock's range.
+        let mut at = now + Duration::from_secs(86_400);
+        if let Some(idle_at) = idle_at(s, self.idle) {
+            if idle_at <= now {
+                return None;
+            }
+            at = at.min(idle_at);
+        }
+        if let Some(end) = self.slice_end {
+            if end > now {
+                at = at.min(end);
+            } else if self.in_line.load(Ordering::Relaxed) > 0 {
+                return None;
+            } else {
+                at = at.min(now + self.recheck);
+            }
+        }
+        Some(at)
+    }
+}
+
 /// When the read gives its place up if no reader takes an entry meanwhile: `idle` after the
 /// last one taken, while every reader has entries to take (their clients stopped reading; one
 /// waiting at the head waits for the source, not for its client). `None`: not while a reader
@@ -442,17 +484,10 @@ fn idle_at(s: &State, idle: Duration) -> Option<tokio::time::Instant> {
     s.taken.checked_add(idle)
 }
 
-/// Sleeps until `at`; forever if `None`.
-async fn sleep_until(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// The clients of every reader stopped reading: the read's place in line goes to the next, and
-/// what it holds goes. It drops every entry, as if every reader were lapped, and ends; its
-/// readers, when they look again, read on from where they stand with a read of their own.
+/// The clients of every reader stopped reading, or its slice is over and another waits: the
+/// read's place in line goes to the next, and what it holds goes. It drops every entry, as if
+/// every reader were lapped, and ends; its readers, when they look again, read on from where
+/// they stand with the next read they get.
 fn give_up(read: &SharedRead, s: &mut State) {
     let held = s.total_before(s.head()) - s.base_total;
     s.floor = s.newest();

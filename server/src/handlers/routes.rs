@@ -276,6 +276,7 @@ async fn metrics_text(State(state): AppStateRef) -> Response {
             (&m.watch_catch_up_reads, &stats.catch_up_reads),
             (&m.watch_catch_up_events, &stats.catch_up_events),
             (&m.watch_catch_up_handovers, &stats.catch_up_handovers),
+            (&m.watch_catch_ups_lapped, &stats.catch_ups_lapped),
             (&m.watch_catch_ups_refused, &stats.catch_ups_refused),
         ] {
             metrics::advance_to(&counter.get_or_create(&labels), count.load(relaxed));

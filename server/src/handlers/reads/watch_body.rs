@@ -41,8 +41,8 @@ const RETAIN_BYTES: usize = 16 * 1024;
 const ENDING_LIMIT: Duration = Duration::from_secs(1);
 
 /// The same for a watch catching up from the store, whose rest of a revision may wait for a
-/// read of the store: in line (10 s at most by default), then after a failure (5 s at most
-/// between tries). A watch still inside its revision at the limit ends with 410: its client
+/// read of the store: in line (the places go round, each read giving its place up after
+/// 10 s while another waits), then after a failure (5 s at most between tries). A watch still inside its revision at the limit ends with 410: its client
 /// could not resume inside the revision, and would lose its rest.
 const CATCH_UP_ENDING_LIMIT: Duration = Duration::from_secs(20);
 
@@ -531,7 +531,7 @@ mod tests {
     #[tokio::test]
     async fn a_watch_past_its_deadline_still_inside_a_revision_at_the_limit_ends_with_410() {
         let held = watchcache_core::CatchUpReads::new(1)
-            .with_queue_wait(Duration::from_secs(600))
+            .with_slice(Duration::from_secs(600))
             .with_idle(Duration::from_secs(600));
         let (got, last) = lapped_inside_a_revision_past_its_deadline(held).await;
         assert!(
@@ -541,8 +541,9 @@ mod tests {
         assert!(got < 20, "not all of the revision came ({got})");
     }
 
-    /// With the defaults, the read ahead is given up by its stalled holder after 5 s: the
-    /// watch's catch-up gets it, delivers the rest of its revision, and the watch ends cleanly.
+    /// With the defaults, the read ahead is given up by its stalled holder after 5 s (or after
+    /// its 10 s slice, since another waits): the watch's catch-up gets it, delivers the rest of
+    /// its revision, and the watch ends cleanly.
     #[tokio::test]
     async fn a_watch_past_its_deadline_waits_for_its_catch_up_to_finish_the_revision() {
         let (got, last) =
