@@ -9,14 +9,20 @@
 //! cleanly before its timeout; and every stream still open at the end has reached the store's
 //! last revision.
 //!
-//! The replicas: one as configured by default, one with a window of 16 events (its slow and
-//! stalled watchers are lapped and catch up from etcd), one whose etcd watch lags 150 ms.
+//! The replicas: one as configured by default, one with a window of 16 events, one whose etcd
+//! watch lags 150 ms. Besides the HTTP writers, transactions go straight to etcd, some of them
+//! larger than the small window: each such revision laps every watcher of that replica inside
+//! it, and they catch up from etcd, within the revision, then hand back over to the window.
+//! (Slow and stalled clients alone seldom make a lap here: the server's and the kernel's
+//! buffers on loopback hold more than a stall of seconds owes them.) Each seed reports the
+//! replicas' catch-ups, and the run fails if none was lapped and handed back over.
 //!
 //! The watchers: from a LIST's revision (all namespaces, or one namespace and a label
 //! selector), with initial events (`sendInitialEvents`), from an older revision (a catch-up
 //! from etcd), slow readers, and stalled ones that read nothing for seconds. Each one that is
 //! cut (a replica killed, its timeout) resumes from the last revision it received, on any
-//! replica, as a new stream: a resumption checked like any other.
+//! replica, as a new stream: a resumption checked like any other. A watch ended by an ERROR
+//! other than 410 is a violation.
 //!
 //! The faults, one at a time: kill -9 and restart of the etcd leader or of a follower, SIGSTOP
 //! and SIGCONT of a member (a partition), a replica killed and restarted on its address, and
@@ -53,6 +59,8 @@ const NAMESPACES: [&str; 2] = ["rb-a", "rb-b"];
 const APPS: [&str; 3] = ["web", "db", "cache"];
 /// Names each writer cycles through, per namespace.
 const NAMES: usize = 12;
+/// The keys the transactions write, in all: a big transaction writes up to all of them.
+const TX_KEYS: usize = 24;
 
 type Http = Client<HttpConnector, Full<Bytes>>;
 
@@ -139,6 +147,9 @@ struct Run {
     activity: Vec<Mutex<(Instant, String)>>,
     /// Requests that failed (a fault the client saw): counted, not checked.
     failed: AtomicU64,
+    /// The replicas' catch-up counters ([`TALLIED`]), summed over each replica's lives: read
+    /// before each kill and at the end.
+    tally: Mutex<[u64; TALLIED.len()]>,
     /// Writers and faults stop.
     calm: AtomicBool,
     /// Readers and watchers stop.
@@ -169,6 +180,42 @@ impl Run {
 
 fn http() -> Http {
     watchcache_tests::http()
+}
+
+/// The catch-up counters the run reports, to show the paths it checks were taken: catch-ups
+/// (of which lapped mid-stream), their reads of etcd, events and hand-overs.
+const TALLIED: [&str; 5] = [
+    "watchcache_watch_catch_ups_total",
+    "watchcache_watch_catch_ups_lapped_total",
+    "watchcache_watch_catch_up_reads_total",
+    "watchcache_watch_catch_up_events_total",
+    "watchcache_watch_catch_up_handovers_total",
+];
+
+/// Adds a replica's catch-up counters to the run's tally (nothing if it does not answer).
+async fn tally(run: &Run, addr: SocketAddr) {
+    let req = http::Request::get(format!("http://{addr}/metrics"))
+        .body(Full::new(Bytes::new()))
+        .expect("a valid request");
+    let text = async {
+        let resp = http().request(req).await.ok()?;
+        let body = resp.into_body().collect().await.ok()?.to_bytes();
+        Some(String::from_utf8_lossy(&body).into_owned())
+    };
+    let Ok(Some(text)) = tokio::time::timeout(Duration::from_secs(10), text).await else {
+        return;
+    };
+    let mut tally = run.tally.lock().unwrap();
+    for (sum, name) in tally.iter_mut().zip(TALLIED) {
+        *sum += text
+            .lines()
+            .filter(|l| {
+                l.strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with(['{', ' ']))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64;
+    }
 }
 
 /// One request without retry, bounded in time: the status and the body, or why it failed.
@@ -216,6 +263,7 @@ async fn writer(run: Arc<Run>, w: usize) {
     let client = http();
     let mut exists = [[false; NAMES]; 2];
     let mut n = 0u64;
+
     while !run.calm.load(Ordering::Relaxed) {
         n += 1;
         let Some((r, addr)) = run.replica(&mut rng) else {
@@ -272,12 +320,19 @@ async fn transactor(run: Arc<Run>, endpoints: Vec<String>) {
         }
         let Some(c) = client.as_mut() else { continue };
         n += 1;
-        // Distinct keys (a transaction may not write a key twice), in both namespaces.
-        let first = rng.usize(0..6);
-        let ops: Vec<etcd_client::TxnOp> = (0..rng.usize(2..4))
+        // Distinct keys (a transaction may not write a key twice), in both namespaces. Now
+        // and then a revision larger than the small window (16 events): it laps every watcher
+        // of that replica inside the revision, and they catch up from etcd within it.
+        let (keys, size) = if rng.u8(0..6) == 0 {
+            (TX_KEYS, rng.usize(17..TX_KEYS + 1))
+        } else {
+            (6, rng.usize(2..4))
+        };
+        let first = rng.usize(0..keys);
+        let ops: Vec<etcd_client::TxnOp> = (0..size)
             .map(|k| {
                 let ns = NAMESPACES[k % 2];
-                let name = format!("tx-{}", (first + k) % 6);
+                let name = format!("tx-{}", (first + k) % keys);
                 let key = format!("{PREFIX}{ns}/{name}");
                 if rng.u8(0..5) == 0 {
                     etcd_client::TxnOp::delete(key, None)
@@ -639,11 +694,17 @@ async fn watcher(run: Arc<Run>, id: usize, style: Style) {
                 Next::Frame(f) => f,
             };
             if frame["type"] == "ERROR" {
-                break if frame["object"]["code"] == 410 {
-                    End::Expired
-                } else {
-                    End::Broken(format!("{frame}"))
-                };
+                if frame["object"]["code"] == 410 {
+                    break End::Expired;
+                }
+                // Only a 410 ends a watch of valid objects in stream: any other ERROR is the
+                // server giving up on a watcher.
+                run.violations.lock().unwrap().push(Violation {
+                    guarantee: "Reliable",
+                    who: name.clone(),
+                    detail: format!("ended by an ERROR other than 410: {frame}"),
+                });
+                break End::Broken(format!("{frame}"));
             }
             let Some(seen) = seen_of(&frame) else {
                 break End::Broken(format!("{frame}"));
@@ -918,6 +979,7 @@ async fn faults(
                     .take()
                     .expect("a serving replica");
                 run.note(format!("kill replica {target}"));
+                tally(&run, addr).await;
                 replicas[target].take().expect("a replica").kill().await;
                 tokio::time::sleep(down).await;
                 replicas[target] = Some(start_replica(&cluster, target, addr).await);
@@ -1027,7 +1089,8 @@ async fn compacted_in_etcd(endpoints: &[String], upto: u64) -> Option<u64> {
 }
 
 /// One run of `secs` seconds under `seed`: the violations found, with the report.
-async fn run_once(seed: u64, secs: u64) -> Option<Result<String, String>> {
+/// One seed's run: its summary and catch-up tally ([`TALLIED`]), or its report.
+async fn run_once(seed: u64, secs: u64) -> Option<Result<(String, [u64; TALLIED.len()]), String>> {
     let cluster = EtcdCluster::start(3).await?;
     let endpoints = cluster.endpoints();
     let run = Arc::new(Run {
@@ -1049,6 +1112,7 @@ async fn run_once(seed: u64, secs: u64) -> Option<Result<String, String>> {
             .map(|_| Mutex::new((Instant::now(), String::new())))
             .collect(),
         failed: AtomicU64::new(0),
+        tally: Mutex::default(),
         calm: AtomicBool::new(false),
         stop: AtomicBool::new(false),
     });
@@ -1152,6 +1216,9 @@ async fn run_once(seed: u64, secs: u64) -> Option<Result<String, String>> {
         Ok(Err(e)) => Some(format!("the recorder panicked: {e}")),
         Err(_) => Some("the recorder did not stop".into()),
     };
+    for addr in run.replicas.iter().filter_map(|a| *a.lock().unwrap()) {
+        tally(&run, addr).await;
+    }
     for r in replicas.into_iter().flatten() {
         r.kill().await;
     }
@@ -1204,8 +1271,9 @@ async fn run_once(seed: u64, secs: u64) -> Option<Result<String, String>> {
     let writes = run.writes.lock().unwrap().clone();
     let events: usize = streams.iter().map(|s| s.events.len()).sum();
     let expired = streams.iter().filter(|s| s.end == End::Expired).count();
+    let [catch_ups, lapped, catch_up_reads, catch_up_events, handovers] = *run.tally.lock().unwrap();
     let summary = format!(
-        "seed {seed}: {} revisions recorded (head {head}), {} writes acknowledged, {} streams ({events} events, {expired} ended with 410), {} LISTs, {} GETs, {} failed requests, {} faults",
+        "seed {seed}: {} revisions recorded (head {head}), {} writes acknowledged, {} streams ({events} events, {expired} ended with 410), {catch_ups} catch-ups ({lapped} lapped, {catch_up_reads} reads of etcd, {catch_up_events} events, {handovers} hand-overs), {} LISTs, {} GETs, {} failed requests, {} faults",
         history.revisions.len(),
         writes.len(),
         streams.len(),
@@ -1283,7 +1351,7 @@ async fn run_once(seed: u64, secs: u64) -> Option<Result<String, String>> {
         violations.push(v);
     }
     if violations.is_empty() {
-        return Some(Ok(summary));
+        return Some(Ok((summary, *run.tally.lock().unwrap())));
     }
     let report = format!(
         "{summary}\nreplay: WATCHCACHE_ROBUSTNESS_SEED={seed} WATCHCACHE_ROBUSTNESS_SECS={secs} cargo test -p watchcache-tests --test robustness -- --nocapture\n\nfault timeline:\n  {}\n\n{} violations:\n{}\n{replica_state}",
@@ -1325,10 +1393,14 @@ fn schedule() -> (Vec<u64>, u64) {
 async fn every_stream_and_read_keeps_etcds_guarantees_under_faults() {
     let (seeds, secs) = schedule();
     let mut failures = Vec::new();
+    let mut tally = [0; TALLIED.len()];
     for seed in seeds {
         match run_once(seed, secs).await {
             None => return,
-            Some(Ok(summary)) => eprintln!("{summary}: 0 violations"),
+            Some(Ok((summary, seed_tally))) => {
+                eprintln!("{summary}: 0 violations");
+                tally.iter_mut().zip(seed_tally).for_each(|(t, s)| *t += s);
+            }
             Some(Err(report)) => {
                 eprintln!("{report}");
                 failures.push(seed);
@@ -1338,5 +1410,12 @@ async fn every_stream_and_read_keeps_etcds_guarantees_under_faults() {
     assert!(
         failures.is_empty(),
         "violations under seeds {failures:?} (reports above)"
+    );
+    // The paths checked were taken: watchers lapped mid-stream caught up from etcd, and
+    // handed back over to the window.
+    let [_, lapped, _, _, handovers] = tally;
+    assert!(
+        lapped > 0 && handovers > 0,
+        "no watcher was lapped and caught up ({tally:?} of {TALLIED:?}): the run checked no catch-up"
     );
 }
