@@ -342,6 +342,56 @@ async fn a_read_whose_client_stopped_reading_gives_its_place_up_and_its_reader_r
     assert_eq!(cache.stats().catch_up_bytes.load(Ordering::Relaxed), 0);
 }
 
+/// A client that stops reading while in line does not keep the place it is then given: its
+/// read starts without it and, untaken, gives the place up after its idle time to the next in
+/// line. The stalled one, reading again, goes on from where it stood.
+#[tokio::test]
+async fn a_catch_up_whose_client_stopped_reading_in_line_keeps_no_place() {
+    let reads = CatchUpReads::new(1)
+        .with_idle(Duration::from_millis(200))
+        .with_slice(Duration::from_secs(600))
+        .with_read_bytes(1024);
+    let mut c = config();
+    c.catch_up = Some(reads.clone());
+    let (s, cache) = started(c).await;
+    // Three watchers at three positions, lowest last in line: none can join a read of those
+    // ahead of it.
+    let mut last = watch_from_now(&cache, Filter::everything()).await;
+    let mut revs = vec![create(&s, "a", "web")];
+    cache.list(&ListOptions::default()).await.unwrap();
+    let mut stalled = watch_from_now(&cache, Filter::everything()).await;
+    revs.push(create(&s, "b", "web"));
+    cache.list(&ListOptions::default()).await.unwrap();
+    let mut first = watch_from_now(&cache, Filter::everything()).await;
+    for i in 0..20 {
+        revs.push(create(&s, &format!("p{i:02}"), "web"));
+    }
+    cache.list(&ListOptions::default()).await.unwrap();
+    // In line in this order: the first has the place; the stalled one is polled once, then
+    // not again until the end.
+    assert_eq!(next(&mut first).await.revision, revs[2]);
+    assert!(quiet(&mut stalled, Duration::from_millis(50)).await);
+    assert!(quiet(&mut last, Duration::from_millis(50)).await);
+    assert_eq!(reads.waiting(), 2);
+    // The first reads to the end and hands over: its place goes to the stalled one.
+    for rev in &revs[3..] {
+        assert_eq!(next(&mut first).await.revision, *rev);
+    }
+    let live = create(&s, "live", "web");
+    assert_eq!(next(&mut first).await.revision, live);
+    assert!(!first.is_catching_up());
+    // The last in line is served, though the stalled one never took its turn.
+    for rev in revs.iter().chain([&live]) {
+        assert_eq!(next(&mut last).await.revision, *rev);
+    }
+    // And the stalled one, reading again, loses nothing.
+    for rev in revs[1..].iter().chain([&live]) {
+        assert_eq!(next(&mut stalled).await.revision, *rev);
+    }
+    assert_eq!(cache.stats().catch_ups_refused.load(Ordering::Relaxed), 0);
+    assert_eq!(reads.waiting(), 0);
+}
+
 /// Watchers lapped together share one read of the store, whatever their filters: with room
 /// for a single read, ten catch-ups all go at once, none waiting in line, each gapless.
 #[tokio::test]

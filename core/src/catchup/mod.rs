@@ -32,7 +32,6 @@ use std::time::Duration;
 
 use futures_core::Stream;
 use futures_util::StreamExt;
-use tokio::sync::OwnedSemaphorePermit;
 
 use crate::config::{CacheConfig, CatchUpReads};
 use crate::event::{Delivery, EventKind};
@@ -175,8 +174,11 @@ const FIRST_PAUSE: Duration = Duration::from_millis(100);
 const MAX_PAUSE: Duration = Duration::from_secs(5);
 
 enum State {
-    /// In line for a read (`None` once it waited longer than it was told to).
-    Queued(Pin<Box<dyn Future<Output = Option<OwnedSemaphorePermit>> + Send>>),
+    /// In line for a read: a task of its own waits for the place and starts the read, whether
+    /// or not the watch is polled meanwhile, so that a client that stopped reading while in
+    /// line holds the place it is given no longer than a read's idle time. `None` once it
+    /// waited longer than it was told to.
+    Queued(tokio::sync::oneshot::Receiver<Option<Cursor>>),
     /// Reading the source, in a read it may share with other catch-ups.
     Reading {
         cursor: Cursor,
@@ -342,8 +344,14 @@ impl CatchUp {
                 }
             }
             match &mut self.state {
-                State::Queued(permit) => {
-                    let Some(permit) = std::task::ready!(permit.as_mut().poll(cx)) else {
+                State::Queued(place) => match std::task::ready!(Pin::new(place).poll(cx)) {
+                    Ok(Some(cursor)) => {
+                        self.state = State::Reading {
+                            cursor,
+                            waiting: None,
+                        };
+                    }
+                    Ok(None) => {
                         self.upstream
                             .stats()
                             .catch_ups_refused
@@ -352,21 +360,15 @@ impl CatchUp {
                             requested: self.position,
                             oldest: self.upstream.floor(),
                         }));
-                    };
-                    // A read another catch-up started meanwhile may serve this one after all.
-                    let cursor = match self.upstream.shared().join(self.position) {
-                        Some(cursor) => cursor,
-                        None => self.upstream.shared().start(
-                            Arc::clone(&self.upstream),
-                            self.position.successor(),
-                            Some(permit),
-                        ),
-                    };
-                    self.state = State::Reading {
-                        cursor,
-                        waiting: None,
-                    };
-                }
+                    }
+                    // The task in line ended without an answer (its runtime shuts down): in line
+                    // again after a pause, as after a broken read.
+                    Err(_) => {
+                        let pause = self.pause;
+                        self.pause = (self.pause * 2).min(MAX_PAUSE);
+                        self.state = State::Paused(Box::pin(tokio::time::sleep(pause)));
+                    }
+                },
                 State::Paused(sleep) => {
                     std::task::ready!(sleep.as_mut().poll(cx));
                     self.state = join_or_queue(&self.upstream, self.position);
@@ -433,26 +435,48 @@ fn join_or_queue(upstream: &Arc<dyn Upstream>, position: Revision) -> State {
             cursor,
             waiting: None,
         },
-        None => queue(upstream),
+        None => queue(upstream, position),
     }
 }
 
-/// In line for a read of `upstream`'s source: until a place is free, or (if the reads are
-/// told so) until the wait is too long.
-fn queue(upstream: &Arc<dyn Upstream>) -> State {
+/// In line for a read of `upstream`'s source serving every revision above `position`: until a
+/// place is free, or (if the reads are told so) until the wait is too long. A task waits in
+/// line and starts the read as soon as it has the place: a place given to a watch that is not
+/// polled (its client stopped reading) would otherwise stay unused, and the line behind it
+/// stuck, until the watch ends. Started, the read gives the place up after its idle time.
+fn queue(upstream: &Arc<dyn Upstream>, position: Revision) -> State {
     let reads = upstream.reads();
     let (permits, wait) = (Arc::clone(&reads.permits), reads.queue_wait);
     let in_line = InLine::new(&reads.in_line);
-    State::Queued(Box::pin(async move {
-        let _in_line = in_line;
-        match wait {
-            Some(wait) => tokio::time::timeout(wait, permits.acquire_owned())
-                .await
-                .ok()
-                .and_then(Result::ok),
-            None => permits.acquire_owned().await.ok(),
-        }
-    }))
+    let upstream = Arc::clone(upstream);
+    let (mut answer, place) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let acquire = async {
+            match wait {
+                Some(wait) => tokio::time::timeout(wait, permits.acquire_owned())
+                    .await
+                    .ok()
+                    .and_then(Result::ok),
+                None => permits.acquire_owned().await.ok(),
+            }
+        };
+        let permit = tokio::select! {
+            permit = acquire => permit,
+            // The watch ended while in line: it leaves the line.
+            () = answer.closed() => return,
+        };
+        drop(in_line);
+        let cursor = permit.map(|permit| match upstream.shared().join(position) {
+            // A read another catch-up started meanwhile may serve this one after all.
+            Some(cursor) => cursor,
+            None => upstream
+                .shared()
+                .start(Arc::clone(&upstream), position.successor(), Some(permit)),
+        });
+        // A watch gone meanwhile drops the cursor with the answer: its read ends.
+        let _ = answer.send(cursor);
+    });
+    State::Queued(place)
 }
 
 /// Counts a catch-up in line while it lives: from when it queues until it has its place, or
