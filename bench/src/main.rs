@@ -252,6 +252,11 @@ struct SlowWatchersArgs {
     /// The server's history window in events (`--history`).
     #[arg(long, default_value_t = 1024)]
     history: usize,
+    /// Seconds between the server's etcd compactions (its `--compaction-interval`; 0: none in
+    /// the run). A slow client whose place falls below a compaction is 410 whatever the
+    /// design: this sets how far behind catch-up can still serve it.
+    #[arg(long, default_value_t = 300)]
+    compaction_interval: u64,
     /// Which designs to run (catch_up, relist).
     #[arg(long, value_delimiter = ',', default_value = "catch_up,relist")]
     designs: Vec<String>,
@@ -2018,6 +2023,7 @@ fn run_slow_watchers(a: SlowWatchersArgs) -> Result<(), String> {
             } else {
                 0
             },
+            compaction_seconds: a.compaction_interval,
         };
         let bar = ProgressBar::new(a.seconds as u64);
         bar.set_style(
@@ -2092,7 +2098,7 @@ fn run_slow_watchers(a: SlowWatchersArgs) -> Result<(), String> {
     finish(
         "slow-watchers",
         json!({"watchers": a.watchers, "slow": a.slow, "rate": a.rate, "seconds": a.seconds,
-               "pods": a.pods, "history": a.history}),
+               "pods": a.pods, "history": a.history, "compaction_interval": a.compaction_interval}),
         rows,
         ratios,
         &[

@@ -53,6 +53,9 @@ pub struct Plan {
     pub history: usize,
     /// `--watch-catch-up-reads`: 0 is off.
     pub catch_up_reads: usize,
+    /// `--compaction-interval`, in seconds: how long etcd keeps history, and so how far back a
+    /// catch-up can go (0: never compacted in the run).
+    pub compaction_seconds: u64,
 }
 
 /// What a run measured.
@@ -356,7 +359,10 @@ pub fn run(
     let max = (plan.watchers * 2 + 16).to_string();
     let history = plan.history.to_string();
     let reads = plan.catch_up_reads.to_string();
+    let compaction = plan.compaction_seconds.to_string();
     let args = [
+        "--compaction-interval",
+        &compaction,
         "--etcd",
         &flag,
         "--max-watchers",

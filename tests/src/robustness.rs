@@ -142,6 +142,8 @@ pub struct Stream {
     /// Who (for the report): the client and its request.
     pub name: String,
     /// The resourceVersion it started from (for initial events: the revision they end at).
+    /// 0 without initial events is `resourceVersion=0`: the state as ADDED events, at a
+    /// revision the stream does not tell, then the changes after it.
     pub start: u64,
     /// Whether it asked for initial events (`sendInitialEvents=true`).
     pub initial: bool,
@@ -272,6 +274,9 @@ fn expected(
 
 /// Checks one stream against the history; the first violation found.
 pub fn check_stream(stream: &Stream, history: &History) -> Result<(), Violation> {
+    if stream.start == 0 && !stream.initial {
+        return check_from_zero(stream, history);
+    }
     let violation = |guarantee, detail: String| Violation {
         guarantee,
         who: stream.name.clone(),
@@ -465,6 +470,54 @@ pub fn check_stream(stream: &Stream, history: &History) -> Result<(), Violation>
     // Bookmarkable: no event at or below a bookmark's revision comes after it (checked in
     // order above); every event at or below it came before it (Reliable up to it).
     Ok(())
+}
+
+/// A `resourceVersion=0` watch: its leading ADDED events must be the state at some revision
+/// `R` at or above each of theirs, and what follows exactly the changes after `R`. No frame
+/// says where the state ends, so each split of the leading ADDEDs is tried (a creation just
+/// after `R` is an ADDED too), each checked as initial events closed by a bookmark at `R`: the
+/// revision before the next frame's (a bookmark's own), or, with nothing after, any revision
+/// whose state they are.
+fn check_from_zero(stream: &Stream, history: &History) -> Result<(), Violation> {
+    let events = &stream.events;
+    let leading = events.iter().take_while(|e| e.kind == Kind::Added).count();
+    let newest = history.revisions.keys().next_back().copied().unwrap_or(0);
+    let mut first_error = None;
+    for k in (0..=leading).rev() {
+        let floor = events[..k].iter().map(|e| e.rv).max().unwrap_or(0);
+        let candidates: Vec<u64> = match events.get(k) {
+            Some(e) if matches!(e.kind, Kind::Bookmark { .. }) => vec![e.rv],
+            Some(e) => vec![e.rv.saturating_sub(1)],
+            // A stream cut inside its state may have any part of it.
+            None if matches!(stream.end, End::Broken(_) | End::Cut | End::Expired) => return Ok(()),
+            None => (floor..=newest).collect(),
+        };
+        for at in candidates.into_iter().filter(|at| *at >= floor) {
+            let mut as_initial = stream.clone();
+            as_initial.initial = true;
+            as_initial.start = at;
+            as_initial.events.insert(
+                k,
+                Seen {
+                    kind: Kind::Bookmark { initial_end: true },
+                    rv: at,
+                    key: String::new(),
+                    object: None,
+                },
+            );
+            match check_stream(&as_initial, history) {
+                Ok(()) => return Ok(()),
+                Err(v) => {
+                    first_error.get_or_insert(v);
+                }
+            }
+        }
+    }
+    Err(first_error.unwrap_or_else(|| Violation {
+        guarantee: "Initial",
+        who: stream.name.clone(),
+        detail: "no revision at or above its ADDED events' has their state".into(),
+    }))
 }
 
 fn empty() -> Obj {
@@ -746,6 +799,37 @@ mod self_test {
             Err(v) => assert_eq!(v.guarantee, "Expired", "{v}"),
             Ok(()) => panic!("a 410 after all of revision 5, compacted at 5, passed"),
         }
+    }
+
+    /// `resourceVersion=0`: the state as ADDEDs with no bookmark to say where it ends, then the
+    /// changes after it.
+    #[test]
+    fn a_watch_from_zero_is_its_state_at_some_revision_then_the_rest() {
+        // The state at 3 (a, b), then everything after 3.
+        let mut zero = valid();
+        zero.start = 0;
+        check_stream(&zero, &history()).unwrap();
+        // Only the state, at 3 or any later revision where it is the same: fine while open.
+        let mut state = zero.clone();
+        state.events.truncate(2);
+        check_stream(&state, &history()).unwrap();
+        // An object missing from the state.
+        let mut s = zero.clone();
+        s.events.remove(1);
+        caught(s, "Initial");
+        // A stale object in it.
+        let mut s = zero.clone();
+        s.events[0].object = Some(obj("web", 99));
+        caught(s, "Initial");
+        // A gap after the state.
+        let mut s = zero.clone();
+        s.events.remove(4);
+        caught(s, "Reliable");
+        // A state no revision has (a and c together never were, under app=web).
+        let mut s = zero;
+        s.events.truncate(1);
+        s.events.push(seen(Kind::Added, 5, "ns/c", Some(obj("web", 4))));
+        caught(s, "Initial");
     }
 
     #[test]

@@ -18,7 +18,8 @@
 //! replicas' catch-ups, and the run fails if none was lapped and handed back over.
 //!
 //! The watchers: from a LIST's revision (all namespaces, or one namespace and a label
-//! selector), with initial events (`sendInitialEvents`), from an older revision (a catch-up
+//! selector), with initial events (`sendInitialEvents`), from `resourceVersion=0` (the state
+//! with no bookmark to end it), from an older revision (a catch-up
 //! from etcd), slow readers, and stalled ones that read nothing for seconds. Each one that is
 //! cut (a replica killed, its timeout) resumes from the last revision it received, on any
 //! replica, as a new stream: a resumption checked like any other. A watch ended by an ERROR
@@ -455,6 +456,8 @@ enum Style {
     Selective,
     /// `sendInitialEvents=true` from any revision.
     Initial,
+    /// `resourceVersion=0`: the state as ADDED events, with no bookmark to end them.
+    Zero,
     /// From a revision well behind the store's: a catch-up.
     Old,
     /// Reads each frame late.
@@ -464,13 +467,15 @@ enum Style {
 }
 
 /// The run's watchers, two of each style.
-const STYLES: [Style; 12] = [
+const STYLES: [Style; 14] = [
     Style::All,
     Style::All,
     Style::Selective,
     Style::Selective,
     Style::Initial,
     Style::Initial,
+    Style::Zero,
+    Style::Zero,
     Style::Old,
     Style::Old,
     Style::Slow,
@@ -578,7 +583,7 @@ async fn watcher(run: Arc<Run>, id: usize, style: Style) {
         let initial = style == Style::Initial && from.is_none();
         let start = match from {
             Some(rv) => rv,
-            None if initial => 0,
+            None if initial || style == Style::Zero => 0,
             None if style == Style::Old => {
                 // A revision some way back, above the compaction as far as the run knows.
                 let head = run.recorded.load(Ordering::Relaxed);
