@@ -241,6 +241,11 @@ A 410 reaches a slow client only after what the kernel buffered before it (about
 loopback, ten minutes at a slow client's pace). So the run ends with a read-on: the writer
 stopped, the slow clients read at full speed until each has the last write (at most 180 s).
 
+The server compacts etcd every --compaction-interval s (300 by default, the apiserver's; 0:
+never in the run). A slow client falls further behind all run long; once its place is below
+a compaction it gets 410 in either design, so the default shows what catch-up cannot save,
+and 0 what it does while etcd still holds the history.
+
 Designs (rows):
   catch_up   --watch-catch-up-reads at its default: a lapped watcher reads etcd's history
   relist     --watch-catch-up-reads 0: a lapped watcher gets 410 and relists (the apiserver)
@@ -249,7 +254,8 @@ Columns:
   410s             in-stream 410s the clients received; 410s sent: those the server sent
   relists          LISTs after each client's first; listed: their bytes
   catch-ups        watches that read etcd's history (and the events they served); refused:
-                   those that waited in line too long and got 410
+                   those that waited in line too long and got 410 (never: the server does
+                   not bound the wait; the places go round instead)
   etcd ranges, etcd watches   Range calls and Watch streams etcd served over the run
   RSS start, RSS end, peak RSS  the server's resident memory (every 10 s in the JSON)
   p50, p99, p99.9  delivery latency of the healthy clients, write to frame
