@@ -1168,7 +1168,7 @@ async fn a_client_that_stops_reading_its_catch_up_is_ended_and_frees_the_read() 
     // allowed, it holds that read; past its deadline (1 s) and the grace, the server ends it
     // as it ends any stalled watch (the watch at its deadline, the connection after the
     // grace), and the read is free for the next catch-up, which then starts at once rather
-    // than wait in line for 10 s and end with 410.
+    // than wait in line for the read's idle time or slice.
     let mut cfg = config(2000);
     cfg.history = 64;
     cfg.embedded_revisions = Some(4096);
@@ -1203,7 +1203,7 @@ async fn a_client_that_stops_reading_its_catch_up_is_ended_and_frees_the_read() 
         read < 8 << 20,
         "ended before it could send everything ({read} bytes)"
     );
-    // The next catch-up has the read: its first event comes well before 10 s in line.
+    // The next catch-up has the read: its first event comes within 5 s.
     let mut next = Frames::open(&server, "/api/v1/pods?watch=1&resourceVersion=1").await;
     let frame = next
         .next_within(Duration::from_secs(5))
