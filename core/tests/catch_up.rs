@@ -169,22 +169,39 @@ async fn compaction_still_ends_a_lapped_watcher_with_410() {
     assert!(w.next().await.is_none(), "the watch ended");
 }
 
-#[tokio::test]
-async fn catch_up_reads_are_bounded_and_the_next_in_line_goes_when_one_ends() {
-    let reads = CatchUpReads::new(1);
+/// Two watchers lapped a revision apart on a cache whose catch-ups read with `reads`: the one
+/// below cannot share a read of the one above. Returns the store, the cache, the watcher below,
+/// the one above (its catch-up started: it has its first event, `revs[1]`), and every
+/// revision written (`revs[0]` only the one below needs).
+async fn two_a_revision_apart(
+    reads: &CatchUpReads,
+) -> (
+    MemorySource,
+    Cache<MemorySource>,
+    CacheWatch,
+    CacheWatch,
+    Vec<Revision>,
+) {
     let mut c = config();
     c.catch_up = Some(reads.clone());
     let (s, cache) = started(c).await;
-    // The second stands a revision below the first: the first's read cannot serve it.
-    let mut second = watch_from_now(&cache, Filter::everything()).await;
+    let below = watch_from_now(&cache, Filter::everything()).await;
     let mut revs = vec![create(&s, "p", "web")];
     cache.list(&ListOptions::default()).await.unwrap();
-    let mut first = watch_from_now(&cache, Filter::everything()).await;
+    let mut above = watch_from_now(&cache, Filter::everything()).await;
     for i in 0..20 {
         revs.push(create(&s, &format!("p{i:02}"), "web"));
     }
     cache.list(&ListOptions::default()).await.unwrap();
-    assert_eq!(next(&mut first).await.revision, revs[1]);
+    assert_eq!(next(&mut above).await.revision, revs[1]);
+    (s, cache, below, above, revs)
+}
+
+#[tokio::test]
+async fn catch_up_reads_are_bounded_and_the_next_in_line_goes_when_one_ends() {
+    let reads = CatchUpReads::new(1);
+    // The second stands a revision below the first: the first's read cannot serve it.
+    let (s, _cache, mut second, first, revs) = two_a_revision_apart(&reads).await;
     assert_eq!(reads.in_use(), 1);
     // In line behind the first: nothing yet.
     assert!(quiet(&mut second, Duration::from_millis(100)).await);
@@ -206,20 +223,9 @@ async fn a_catch_up_told_to_wait_in_line_at_most_so_long_ends_with_410_past_it()
     // wait here. Told to wait at most 200 ms (by default it waits as long as its watch lasts),
     // the next in line gives up after its wait, as the apiserver would 410 at once.
     let reads = CatchUpReads::new(1).with_queue_wait(Duration::from_millis(200));
-    let mut c = config();
-    c.catch_up = Some(reads.clone());
-    let (s, cache) = started(c).await;
     // Next in line stands below the stalled one's read: it cannot share it.
-    let mut next_in_line = watch_from_now(&cache, Filter::everything()).await;
+    let (_s, cache, mut next_in_line, _stalled, _) = two_a_revision_apart(&reads).await;
     let start = next_in_line.position();
-    create(&s, "p", "web");
-    cache.list(&ListOptions::default()).await.unwrap();
-    let mut stalled = watch_from_now(&cache, Filter::everything()).await;
-    for i in 0..20 {
-        create(&s, &format!("p{i:02}"), "web");
-    }
-    cache.list(&ListOptions::default()).await.unwrap();
-    next(&mut stalled).await;
     let end = tokio::time::timeout(Duration::from_secs(5), next_in_line.next())
         .await
         .expect("an answer in time");
@@ -239,19 +245,8 @@ async fn a_read_gives_its_place_to_the_next_in_line_after_its_slice_and_both_rea
     let reads = CatchUpReads::new(1)
         .with_slice(Duration::from_millis(300))
         .with_read_bytes(1024);
-    let mut c = config();
-    c.catch_up = Some(reads.clone());
-    let (s, cache) = started(c).await;
     // Next in line stands below the busy one's read: it cannot share it.
-    let mut next_in_line = watch_from_now(&cache, Filter::everything()).await;
-    let mut revs = vec![create(&s, "p", "web")];
-    cache.list(&ListOptions::default()).await.unwrap();
-    let mut busy = watch_from_now(&cache, Filter::everything()).await;
-    for i in 0..20 {
-        revs.push(create(&s, &format!("p{i:02}"), "web"));
-    }
-    cache.list(&ListOptions::default()).await.unwrap();
-    assert_eq!(next(&mut busy).await.revision, revs[1]);
+    let (s, cache, mut next_in_line, mut busy, revs) = two_a_revision_apart(&reads).await;
     assert_eq!(reads.in_use(), 1, "the busy one holds the only read");
     // The busy one takes an event every 100 ms (never idle; it reaches the window, four
     // events long, after about 16 of them); the next in line reads as fast as it can.
@@ -307,18 +302,7 @@ async fn a_read_whose_client_stopped_reading_gives_its_place_up_and_its_reader_r
         .with_queue_wait(Duration::from_secs(5))
         .with_idle(Duration::from_millis(200))
         .with_read_bytes(1024);
-    let mut c = config();
-    c.catch_up = Some(reads.clone());
-    let (s, cache) = started(c).await;
-    let mut next_in_line = watch_from_now(&cache, Filter::everything()).await;
-    let mut revs = vec![create(&s, "p", "web")];
-    cache.list(&ListOptions::default()).await.unwrap();
-    let mut stalled = watch_from_now(&cache, Filter::everything()).await;
-    for i in 0..20 {
-        revs.push(create(&s, &format!("p{i:02}"), "web"));
-    }
-    cache.list(&ListOptions::default()).await.unwrap();
-    assert_eq!(next(&mut stalled).await.revision, revs[1]);
+    let (s, cache, mut next_in_line, mut stalled, revs) = two_a_revision_apart(&reads).await;
     for rev in &revs {
         assert_eq!(
             next(&mut next_in_line).await.revision,
