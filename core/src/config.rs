@@ -136,7 +136,8 @@ pub const DEFAULT_READ_BYTES: usize = 4 << 20;
 /// resources. Watchers beyond it wait in line, in the order they came.
 ///
 /// A watcher waits in line as long as its watch lasts: no 410 while the source still holds
-/// its revision. The places go round, so that readers slower than the events (whose reads
+/// its revision (a watch past its deadline inside a revision is the one exception: its
+/// server ends it with 410 if the revision's rest does not come in time). The places go round, so that readers slower than the events (whose reads
 /// never end) do not keep the rest waiting:
 ///
 /// - a read that has held its place for a [`slice`](Self::with_slice) gives it to the next in

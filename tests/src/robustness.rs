@@ -488,8 +488,9 @@ fn check_from_zero(stream: &Stream, history: &History) -> Result<(), Violation> 
         let candidates: Vec<u64> = match events.get(k) {
             Some(e) if matches!(e.kind, Kind::Bookmark { .. }) => vec![e.rv],
             Some(e) => vec![e.rv.saturating_sub(1)],
-            // A stream cut inside its state may have any part of it.
-            None if matches!(stream.end, End::Broken(_) | End::Cut | End::Expired) => return Ok(()),
+            // A stream cut inside its state may have any part of it. (A 410 is not such a cut:
+            // it must come after the whole state, and be excused by a compaction.)
+            None if matches!(stream.end, End::Broken(_) | End::Cut) => return Ok(()),
             None => (floor..=newest).collect(),
         };
         for at in candidates.into_iter().filter(|at| *at >= floor) {

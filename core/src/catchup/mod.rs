@@ -416,6 +416,10 @@ impl CatchUp {
                             oldest: compact_revision.max(self.upstream.compacted()),
                         }));
                     }
+                    // Its read gave its place to the next in line: back in line at once.
+                    Poll::Ready(Next::End(End::GivenUp)) => {
+                        self.state = join_or_queue(&self.upstream, self.position);
+                    }
                     Poll::Ready(Next::End(End::Broken)) => {
                         let pause = self.pause;
                         self.pause = (self.pause * 2).min(MAX_PAUSE);
@@ -466,6 +470,8 @@ fn queue(upstream: &Arc<dyn Upstream>, position: Revision) -> State {
             () = answer.closed() => return,
         };
         drop(in_line);
+        // The cache was dropped meanwhile: no read (the watch, woken, finds it closed).
+        let permit = permit.filter(|_| !upstream.closed());
         let cursor = permit.map(|permit| match upstream.shared().join(position) {
             // A read another catch-up started meanwhile may serve this one after all.
             Some(cursor) => cursor,

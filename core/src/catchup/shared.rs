@@ -30,7 +30,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use tokio::sync::{Notify, OwnedSemaphorePermit};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use super::Upstream;
 use crate::event::Event;
@@ -91,6 +91,9 @@ pub(crate) enum End {
     Compacted(Revision),
     /// It broke (the source is unavailable, or the read's stream ended).
     Broken,
+    /// It gave its place in line up (its clients stopped reading, or its slice is over): its
+    /// readers go back in line at once, with no pause.
+    GivenUp,
 }
 
 /// What a reader gets next.
@@ -351,6 +354,7 @@ async fn pump(
             .and_then(|_| tokio::time::Instant::now().checked_add(reads.slice)),
         recheck: (reads.slice / 8).max(Duration::from_millis(10)),
         in_line: &reads.in_line,
+        permits: &reads.permits,
     };
     loop {
         // Until a reader wants more (or none is left). A notification sent before `enable`
@@ -445,6 +449,8 @@ struct Turn<'a> {
     recheck: Duration,
     /// How many wait in line.
     in_line: &'a AtomicUsize,
+    /// The places: one free serves the next in line without this read giving its own up.
+    permits: &'a Semaphore,
 }
 
 impl Turn<'_> {
@@ -463,7 +469,7 @@ impl Turn<'_> {
         if let Some(end) = self.slice_end {
             if end > now {
                 at = at.min(end);
-            } else if self.in_line.load(Ordering::Relaxed) > 0 {
+            } else if self.in_line.load(Ordering::Relaxed) > 0 && self.permits.available_permits() == 0 {
                 return None;
             } else {
                 at = at.min(now + self.recheck);
@@ -494,7 +500,7 @@ fn give_up(read: &SharedRead, s: &mut State) {
     s.base = s.head();
     s.base_total += held;
     s.entries.clear();
-    s.end = Some(End::Broken);
+    s.end = Some(End::GivenUp);
     read.upstream
         .stats()
         .catch_up_bytes

@@ -42,8 +42,9 @@ const ENDING_LIMIT: Duration = Duration::from_secs(1);
 
 /// The same for a watch catching up from the store, whose rest of a revision may wait for a
 /// read of the store: in line (the places go round, each read giving its place up after
-/// 10 s while another waits), then after a failure (5 s at most between tries). A watch still inside its revision at the limit ends with 410: its client
-/// could not resume inside the revision, and would lose its rest.
+/// 10 s while another waits), then after a failure (5 s at most between tries). A watch
+/// still inside its revision at the limit ends with 410: its client could not resume inside
+/// the revision, and would lose its rest.
 const CATCH_UP_ENDING_LIMIT: Duration = Duration::from_secs(20);
 
 /// How often a watch ending inside a revision looks whether the revision became whole
