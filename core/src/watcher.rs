@@ -304,6 +304,12 @@ impl WatchHub {
         self.shared.ring.len()
     }
 
+    /// The revision of the newest event in the history window (`None` while it holds none).
+    pub(crate) fn newest_event(&self) -> Option<Revision> {
+        let ring = &self.shared.ring;
+        (!ring.is_empty()).then(|| ring.head_revision())
+    }
+
     /// The oldest revision a watch can start after: the history window's floor.
     pub fn floor(&self) -> Revision {
         self.shared.ring.floor()

@@ -881,3 +881,229 @@ async fn a_watch_knows_when_the_revision_it_delivers_is_whole() {
     assert!(quiet(&mut w, Duration::from_millis(50)).await);
     assert!(w.at_revision_boundary());
 }
+
+/// The embedded store, whose history reads (a catch-up's, not the reflector's watch) take
+/// `open` to open and `each` per revision, as etcd's may far behind or under load.
+struct SlowHistory {
+    store: MemorySource,
+    open: Duration,
+    each: Duration,
+}
+
+impl Source for SlowHistory {
+    type Watch = watchcache_core::source::memory::MemoryWatch;
+
+    async fn list(&self, prefix: &str, at: Option<Revision>) -> Result<SourceList, SourceError> {
+        Source::list(&self.store, prefix, at).await
+    }
+    async fn watch(&self, prefix: &str, from: Revision) -> Result<Self::Watch, SourceError> {
+        Source::watch(&self.store, prefix, from).await
+    }
+    async fn watch_history(&self, prefix: &str, from: Revision) -> Result<Self::Watch, SourceError> {
+        tokio::time::sleep(self.open).await;
+        let each = self.each;
+        let inner = Source::watch(&self.store, prefix, from).await?;
+        Ok(Box::pin(inner.then(move |item| async move {
+            tokio::time::sleep(each).await;
+            item
+        })))
+    }
+    async fn current_revision(&self) -> Result<Revision, SourceError> {
+        Source::current_revision(&self.store).await
+    }
+    async fn request_progress(&self, prefix: &str) -> Result<(), SourceError> {
+        Source::request_progress(&self.store, prefix).await
+    }
+    async fn signing_key(&self) -> Result<[u8; 16], SourceError> {
+        Source::signing_key(&self.store).await
+    }
+    fn compacted_revision(&self) -> Revision {
+        self.store.compacted_revision()
+    }
+    async fn read(&self, key: &str) -> Result<(Option<SourceItem>, Revision), SourceError> {
+        Source::read(&self.store, key).await
+    }
+}
+
+/// A cache over [`SlowHistory`], and a watcher it lapped, not yet polled; with the revisions
+/// written after the watcher's start.
+async fn lapped_on_slow_history(
+    reads: &CatchUpReads,
+    open: Duration,
+    each: Duration,
+) -> (Cache<SlowHistory>, CacheWatch, Vec<Revision>) {
+    let s = MemorySource::new();
+    let mut c = config();
+    c.catch_up = Some(reads.clone());
+    let source = SlowHistory {
+        store: s.clone(),
+        open,
+        each,
+    };
+    let cache = Cache::new(source, Arc::new(TextCodec), c).unwrap();
+    cache.list(&ListOptions::default()).await.unwrap();
+    let lapped = watch_from_now(&cache, Filter::everything()).await;
+    let revs = (0..20).map(|i| create(&s, &format!("p{i:02}"), "web")).collect();
+    cache.list(&ListOptions::default()).await.unwrap();
+    (cache, lapped, revs)
+}
+
+/// A read's slice counts from its first revision, not from its start: a read of the store
+/// that takes longer to open than a slice is not given up before it delivered anything. Two
+/// caches share the bound of one read here, so neither catch-up can join the other's read:
+/// counted from the start, they would hand the place to each other for ever, neither reading
+/// a revision.
+#[tokio::test]
+async fn a_read_slower_to_open_than_its_slice_delivers_before_it_gives_its_place_up() {
+    let reads = CatchUpReads::new(1).with_slice(Duration::from_millis(100));
+    let open = Duration::from_millis(400);
+    let (_one, mut first, first_revs) = lapped_on_slow_history(&reads, open, Duration::ZERO).await;
+    let (_other, mut second, second_revs) = lapped_on_slow_history(&reads, open, Duration::ZERO).await;
+    async fn read_all(w: &mut CacheWatch, revs: &[Revision]) {
+        let mut got = Vec::new();
+        while got.len() < revs.len() {
+            got.push(next(w).await.revision);
+        }
+        assert_eq!(got, revs, "every revision once, in order");
+    }
+    tokio::time::timeout(Duration::from_secs(20), async {
+        tokio::join!(
+            read_all(&mut first, &first_revs),
+            read_all(&mut second, &second_revs)
+        )
+    })
+    .await
+    .expect("both read on: each read delivers before its slice ends");
+    assert_eq!(reads.waiting(), 0);
+}
+
+/// A catch-up in line joins a read another started while it waited, rather than wait for a
+/// place of its own (its read would then make the other give its place up after a slice,
+/// each reading the same revisions of the store in turn).
+#[tokio::test]
+async fn catch_ups_in_line_join_a_read_started_while_they_wait() {
+    let reads = CatchUpReads::new(1)
+        .with_slice(Duration::from_secs(600))
+        .with_idle(Duration::from_secs(600));
+    let mut c = config();
+    c.catch_up = Some(reads.clone());
+    let (s, cache) = started(c).await;
+    let mut first = watch_from_now(&cache, Filter::everything()).await;
+    let mut second = watch_from_now(&cache, Filter::everything()).await;
+    let mut revs = vec![create(&s, "p", "web")];
+    cache.list(&ListOptions::default()).await.unwrap();
+    // A revision above the two: they cannot join its read.
+    let mut holder = watch_from_now(&cache, Filter::everything()).await;
+    for i in 0..20 {
+        revs.push(create(&s, &format!("p{i:02}"), "web"));
+    }
+    cache.list(&ListOptions::default()).await.unwrap();
+    assert_eq!(next(&mut holder).await.revision, revs[1]);
+    assert_eq!(reads.in_use(), 1, "the holder has the one place, and keeps it");
+    assert!(quiet(&mut first, Duration::from_millis(100)).await);
+    assert!(quiet(&mut second, Duration::from_millis(100)).await);
+    assert_eq!(reads.waiting(), 2, "both in line");
+    drop(holder);
+    // One of them gets the place and starts a read; the other joins it.
+    for rev in &revs {
+        assert_eq!(next(&mut first).await.revision, *rev);
+        assert_eq!(next(&mut second).await.revision, *rev);
+    }
+    assert_eq!(reads.waiting(), 0);
+    assert_eq!(cache.stats().catch_up_reads.load(Ordering::Relaxed), 2);
+}
+
+/// A read that ended (its source broke) drops what it kept at once, though a reader whose
+/// client stopped reading still holds its place in it: the bound on catch-up memory holds.
+/// That reader, reading again, reads on from where it stood.
+#[tokio::test]
+async fn a_broken_read_drops_what_it_kept_though_a_stalled_reader_holds_it() {
+    let reads = CatchUpReads::new(4).with_idle(Duration::from_secs(600));
+    let mut c = config();
+    c.catch_up = Some(reads.clone());
+    let (s, cache) = started(c).await;
+    let mut stalled = watch_from_now(&cache, Filter::everything()).await;
+    let mut revs = Vec::new();
+    for i in 0..20 {
+        revs.push(create(&s, &format!("p{i:02}"), "web"));
+    }
+    cache.list(&ListOptions::default()).await.unwrap();
+    assert_eq!(next(&mut stalled).await.revision, revs[0]);
+    let held = || cache.stats().catch_up_bytes.load(Ordering::Relaxed);
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while held() == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .expect("the read reads ahead of its reader");
+    s.pause_watches(true);
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while held() > 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the broken read still holds {} bytes", held()));
+    s.pause_watches(false);
+    for rev in &revs[1..] {
+        assert_eq!(next(&mut stalled).await.revision, *rev);
+    }
+}
+
+/// A catch-up asks the source for progress only when its read may have reached the head of
+/// the source's history: a change above it in the window is in that history, and its read
+/// brings it. (On etcd versions whose progress notifications are not ordered, each request
+/// is a write.)
+#[tokio::test]
+async fn a_catch_up_behind_a_change_the_window_holds_asks_for_no_progress() {
+    let reads = CatchUpReads::new(4);
+    let (cache, mut lapped, revs) =
+        lapped_on_slow_history(&reads, Duration::ZERO, Duration::from_millis(30)).await;
+    // Any request in flight from the lists above is counted by now.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let asked = || cache.stats().progress_requests.load(Ordering::Relaxed);
+    let before = asked();
+    for rev in &revs {
+        assert_eq!(next(&mut lapped).await.revision, *rev);
+    }
+    assert!(!lapped.is_catching_up(), "handed over");
+    assert_eq!(asked(), before, "no progress asked for while the read was behind");
+}
+
+/// A catch-up in line when its cache is dropped leaves the line at once, though the place it
+/// waits for is another cache's (the server's caches share the bound), and ends with 410.
+#[tokio::test]
+async fn a_catch_up_in_line_when_its_cache_is_dropped_leaves_the_line_at_once() {
+    let reads = CatchUpReads::new(1)
+        .with_slice(Duration::from_secs(600))
+        .with_idle(Duration::from_secs(600));
+    // Another cache's read holds the one place, and keeps it.
+    let (_other_store, _other, below, holder, _) = two_a_revision_apart(&reads).await;
+    drop(below);
+    let mut c = config();
+    c.catch_up = Some(reads.clone());
+    let (s, cache) = started(c).await;
+    let mut in_line = watch_from_now(&cache, Filter::everything()).await;
+    for i in 0..20 {
+        create(&s, &format!("p{i:02}"), "web");
+    }
+    cache.list(&ListOptions::default()).await.unwrap();
+    assert!(quiet(&mut in_line, Duration::from_millis(100)).await);
+    assert_eq!(reads.waiting(), 1, "in line behind the other cache's read");
+    drop(cache);
+    // Not polled meanwhile: it leaves the line by itself.
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while reads.waiting() > 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .expect("out of the line at once");
+    let end = tokio::time::timeout(Duration::from_secs(5), in_line.next())
+        .await
+        .expect("the watch ends in time");
+    assert!(matches!(end, Some(Err(_))), "expected 410, got {end:?}");
+    assert_eq!(reads.in_use(), 1, "the other cache's read keeps its place");
+    drop(holder);
+}

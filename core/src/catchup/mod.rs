@@ -65,6 +65,8 @@ pub(crate) trait Upstream: Send + Sync + 'static {
     fn compacted(&self) -> Revision;
     /// The oldest revision a watch can start after in the current window.
     fn floor(&self) -> Revision;
+    /// Whether the current window holds a change above `position`.
+    fn changed_above(&self, position: Revision) -> bool;
     /// The bound on reads at once.
     fn reads(&self) -> &CatchUpReads;
     /// Asks the source for progress notifications on the prefix while the registration lives
@@ -131,6 +133,13 @@ impl<S: Source> Upstream for CacheUpstream<S> {
 
     fn floor(&self) -> Revision {
         self.store.load().map_or(Revision::ZERO, |v| v.hub.floor())
+    }
+
+    fn changed_above(&self, position: Revision) -> bool {
+        self.store
+            .load()
+            .and_then(|v| v.hub.newest_event())
+            .is_some_and(|newest| newest > position)
     }
 
     fn reads(&self) -> &CatchUpReads {
@@ -351,6 +360,8 @@ impl CatchUp {
                             waiting: None,
                         };
                     }
+                    // The cache was dropped while this catch-up was in line: its end, above.
+                    Ok(None) if self.upstream.closed() => {}
                     Ok(None) => {
                         self.upstream
                             .stats()
@@ -375,7 +386,14 @@ impl CatchUp {
                 }
                 State::Reading { cursor, waiting } => match cursor.poll_next(cx) {
                     Poll::Pending => {
-                        if self.skip == 0 && waiting.is_none() {
+                        // Progress is asked for only where it is what moves the catch-up: when
+                        // the window holds no change above where it stands, its read may have
+                        // reached the head of the source's history. A change above it in the
+                        // window is in the source's history too, and the read brings it (asking
+                        // would cost etcd a write per request where its notifications are not
+                        // ordered).
+                        if self.skip == 0 && waiting.is_none() && !self.upstream.changed_above(self.position)
+                        {
                             *waiting = Some(self.upstream.want_progress());
                         }
                         return Poll::Pending;
@@ -464,10 +482,37 @@ fn queue(upstream: &Arc<dyn Upstream>, position: Revision) -> State {
                 None => permits.acquire_owned().await.ok(),
             }
         };
-        let permit = tokio::select! {
-            permit = acquire => permit,
-            // The watch ended while in line: it leaves the line.
-            () = answer.closed() => return,
+        tokio::pin!(acquire);
+        let shared = upstream.shared();
+        // Created before the cache's state is looked at: no wake-up between is lost
+        // (`notify_waiters` reaches every `Notified` created before it).
+        let closing = shared.closing.notified();
+        tokio::pin!(closing);
+        let permit = loop {
+            let started = shared.started.notified();
+            tokio::pin!(started);
+            if upstream.closed() {
+                let _ = answer.send(None);
+                return;
+            }
+            // A read started since this catch-up queued (or since it last looked) may serve
+            // it: it joins it and leaves the line, needing no place.
+            if let Some(cursor) = shared.join(position) {
+                drop(in_line);
+                let _ = answer.send(Some(cursor));
+                return;
+            }
+            tokio::select! {
+                permit = &mut acquire => break permit,
+                // The watch ended while in line: it leaves the line.
+                () = answer.closed() => return,
+                // The cache was dropped: the watch, woken, finds it closed.
+                () = &mut closing => {
+                    let _ = answer.send(None);
+                    return;
+                }
+                () = &mut started => {}
+            }
         };
         drop(in_line);
         // The cache was dropped meanwhile: no read (the watch, woken, finds it closed).

@@ -17,10 +17,10 @@
 //!   with a read of its own, which later catch-ups may join in turn. A slow client never holds
 //!   a fast one back.
 //! - **The end.** The read ends when its last reader leaves, or with the source's error: a
-//!   compaction is every reader's 410, any other failure each reader's pause and a new read.
-//!   It also ends when it gives its place in line up: its clients stopped reading, or it had its
-//!   slice and another waits. Its readers then read on from where they stand with the next read
-//!   they get.
+//!   compaction is the 410 of every reader below it, any other failure each reader's pause and
+//!   a new read. It also ends when it gives its place in line up: its clients stopped reading,
+//!   or it had its slice (from its first revision) and another waits. An ended read drops what
+//!   it kept at once; its readers read on from where they stand with the next read they get.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::panic::AssertUnwindSafe;
@@ -267,6 +267,10 @@ impl Drop for Cursor {
 #[derive(Default)]
 pub(crate) struct SharedReads {
     reads: Mutex<Vec<Weak<SharedRead>>>,
+    /// Wakes the catch-ups in line when a read starts: one may join it rather than wait on.
+    pub(crate) started: Notify,
+    /// Wakes the catch-ups in line when the cache is dropped.
+    pub(crate) closing: Notify,
 }
 
 impl SharedReads {
@@ -292,12 +296,15 @@ impl SharedReads {
         None
     }
 
-    /// Ends every read under way, waking its readers (the cache is dropped).
+    /// Ends every read under way, waking its readers and the catch-ups in line (the cache is
+    /// dropped).
     pub(crate) fn end_all(&self) {
         let reads = self.reads.lock().unwrap_or_else(|p| p.into_inner());
         for read in reads.iter().filter_map(Weak::upgrade) {
             finish(&read, End::Broken);
         }
+        drop(reads);
+        self.closing.notify_waiters();
     }
 
     /// A new read of `upstream`'s source from revision `from` (inclusive), holding `permit`
@@ -329,6 +336,7 @@ impl SharedReads {
             .unwrap_or_else(|p| p.into_inner())
             .push(Arc::downgrade(&read));
         tokio::spawn(pump(Arc::clone(&read), upstream, from, permit));
+        self.started.notify_waiters();
         Cursor { read, next: 0 }
     }
 }
@@ -346,12 +354,13 @@ async fn pump(
     let _end = EndOnDrop(Arc::clone(&read));
     let mut history = upstream.history(from);
     let reads = upstream.reads();
-    let turn = Turn {
+    // Only a read that took a place in line gives it up for the next, and only once it had its
+    // slice from its first revision: opening a read of the source far behind may take a while,
+    // and a read given up before it delivered anything would make no progress.
+    let slice = permit.as_ref().map(|_| reads.slice);
+    let mut turn = Turn {
         idle: reads.idle,
-        // Only a read that took a place in line gives it up for the next.
-        slice_end: permit
-            .as_ref()
-            .and_then(|_| tokio::time::Instant::now().checked_add(reads.slice)),
+        slice_end: None,
         recheck: (reads.slice / 8).max(Duration::from_millis(10)),
         in_line: &reads.in_line,
         permits: &reads.permits,
@@ -368,6 +377,10 @@ async fn pump(
                 if s.readers.is_empty() {
                     // Under the lock: no catch-up joins a read that is going.
                     s.end = Some(End::Broken);
+                    return;
+                }
+                // Ended from outside (its cache was dropped): the place goes back.
+                if s.end.is_some() {
                     return;
                 }
                 let Some(look_again) = turn.look(&s) else {
@@ -406,6 +419,9 @@ async fn pump(
             Some(Err(_)) | None => return finish(&read, End::Broken),
         };
         let mut s = read.lock();
+        if s.end.is_some() {
+            return;
+        }
         if s.newest() >= entry.revision() {
             // Not above what was read (a source repeating a notification): nothing new.
             continue;
@@ -417,6 +433,9 @@ async fn pump(
             s.taken = tokio::time::Instant::now();
         }
         s.entries.push_back((Arc::new(entry), total));
+        if turn.slice_end.is_none() {
+            turn.slice_end = slice.and_then(|slice| tokio::time::Instant::now().checked_add(slice));
+        }
         let kept_before = s.base_total;
         // What the fastest reader passed is kept for the others up to the bound; what every
         // reader passed, only as a short tail for catch-ups that join later.
@@ -443,7 +462,8 @@ struct Turn<'a> {
     /// When every reader leaves what it read untaken this long (their clients stopped
     /// reading).
     idle: Duration,
-    /// When its slice is over, if it took a place: it then gives it up once another waits.
+    /// When its slice is over, if it took a place (from its first revision on): it then gives
+    /// it up once another waits.
     slice_end: Option<tokio::time::Instant>,
     /// How often it looks whether another waits, once its slice is over.
     recheck: Duration,
@@ -495,12 +515,17 @@ fn idle_at(s: &State, idle: Duration) -> Option<tokio::time::Instant> {
 /// every reader were lapped, and ends; its readers, when they look again, read on from where
 /// they stand with the next read they get.
 fn give_up(read: &SharedRead, s: &mut State) {
+    s.end = Some(End::GivenUp);
+    drop_entries(read, s);
+}
+
+/// Drops every entry the read keeps, as if every reader were lapped.
+fn drop_entries(read: &SharedRead, s: &mut State) {
     let held = s.total_before(s.head()) - s.base_total;
     s.floor = s.newest();
     s.base = s.head();
     s.base_total += held;
     s.entries.clear();
-    s.end = Some(End::GivenUp);
     read.upstream
         .stats()
         .catch_up_bytes
@@ -516,13 +541,19 @@ impl Drop for EndOnDrop {
     }
 }
 
-/// Ends the read with `end` (unless it ended already), waking its readers.
+/// Ends the read with `end` (unless it ended already), waking its readers. What it holds goes
+/// at once: its task no longer trims it, so a reader whose client stopped reading would
+/// otherwise hold it until its watch ends. Readers behind the head read on from where they
+/// stand with the next read they get, as after a give-up; readers at the head meet `end`.
 fn finish(read: &SharedRead, end: End) {
     let mut s = read.lock();
     s.end.get_or_insert(end);
+    drop_entries(read, &mut s);
     let waiting = std::mem::take(&mut s.waiting);
     drop(s);
     waiting.into_iter().for_each(Waker::wake);
+    // Its task, if it still runs, stops reading and gives its place back.
+    read.pump.notify_one();
 }
 
 /// The event one change of the source makes: paired with the previous value the source sent
