@@ -289,14 +289,9 @@ pub fn check_stream(stream: &Stream, history: &History) -> Result<(), Violation>
             .iter()
             .position(|e| e.kind == Kind::Bookmark { initial_end: true })
         else {
-            // Ended before its bookmark: what came must still be initial events, and a watch
-            // of the current state is never too old.
-            if let Some(i) = events.iter().position(|e| e.kind != Kind::Added) {
-                return Err(violation(
-                    "Initial",
-                    format!("not an ADDED: {}", around(events, i)),
-                ));
-            }
+            // Ended before its bookmark: what came must still be initial events, each object
+            // once and as it was, and a watch of the current state is never too old.
+            partial_state(stream, events, history)?;
             return match stream.end {
                 End::Open | End::Closed => Err(violation(
                     "Initial",
@@ -415,6 +410,26 @@ pub fn check_stream(stream: &Stream, history: &History) -> Result<(), Violation>
         .last()
         .is_some_and(|e| matches!(e.kind, Kind::Bookmark { .. }));
     let cut = matches!(stream.end, End::Broken(_) | End::Expired) && !bookmarked_last;
+    // Cut inside its last revision: what came of it is where the revision began, in the
+    // store's order (a revision's events are delivered in it), not any part of it.
+    if cut && let Some(last_rev) = got.last().map(|e| e.1) {
+        let of_last = |events: &[(Kind, u64, String, Obj)]| -> Vec<String> {
+            events
+                .iter()
+                .filter(|e| e.1 == last_rev)
+                .map(|e| e.2.clone())
+                .collect()
+        };
+        let (want_last, got_last) = (of_last(&want), of_last(&got));
+        if got_last.len() <= want_last.len() && got_last[..] != want_last[..got_last.len()] {
+            return Err(violation(
+                "Reliable",
+                format!(
+                    "cut inside revision {last_rev} with {got_last:?}, not the start of its events {want_last:?}"
+                ),
+            ));
+        }
+    }
     let (mut w, g) = (by_revision(want), by_revision(got));
     // 410 only when the history it needs is gone: everything above `reached` if the stream
     // has all of its last revision, that revision too if not. The server serves history only
@@ -490,7 +505,9 @@ fn check_from_zero(stream: &Stream, history: &History) -> Result<(), Violation> 
             Some(e) => vec![e.rv.saturating_sub(1)],
             // A stream cut inside its state may have any part of it. (A 410 is not such a cut:
             // it must come after the whole state, and be excused by a compaction.)
-            None if matches!(stream.end, End::Broken(_) | End::Cut) => return Ok(()),
+            None if matches!(stream.end, End::Broken(_) | End::Cut) => {
+                return partial_state(stream, events, history);
+            }
             None => (floor..=newest).collect(),
         };
         for at in candidates.into_iter().filter(|at| *at >= floor) {
@@ -519,6 +536,38 @@ fn check_from_zero(stream: &Stream, history: &History) -> Result<(), Violation> 
         who: stream.name.clone(),
         detail: "no revision at or above its ADDED events' has their state".into(),
     }))
+}
+
+/// A state cut before its end (initial events without their bookmark, or a
+/// `resourceVersion=0` watch's ADDEDs): ADDEDs only, each key once, each object selected and
+/// as the store wrote it at its resourceVersion.
+fn partial_state(stream: &Stream, events: &[Seen], history: &History) -> Result<(), Violation> {
+    let violation = |detail: String| Violation {
+        guarantee: "Initial",
+        who: stream.name.clone(),
+        detail,
+    };
+    let mut keys = std::collections::BTreeSet::new();
+    for (i, e) in events.iter().enumerate() {
+        if e.kind != Kind::Added {
+            return Err(violation(format!("not an ADDED: {}", around(events, i))));
+        }
+        if !keys.insert(e.key.as_str()) {
+            return Err(violation(format!("{} twice: {}", e.key, around(events, i))));
+        }
+        let written = history.revisions.get(&e.rv).is_some_and(|changes| {
+            changes
+                .iter()
+                .any(|c| c.key == e.key && c.value.is_some() && c.value == e.object)
+        });
+        if !written || !stream.selector.selects(&e.key, e.object.as_ref()) {
+            return Err(violation(format!(
+                "an object the store never had at its revision, or not selected: {}",
+                around(events, i)
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn empty() -> Obj {
@@ -908,6 +957,37 @@ mod self_test {
         expired.events.truncate(1);
         expired.end = End::Expired;
         caught(expired, "Expired");
+    }
+
+    /// A state cut before its end is checked for what came: ADDEDs, each key once, each
+    /// object as the store wrote it.
+    #[test]
+    fn a_state_cut_before_its_end_is_checked_for_what_came() {
+        let cut = |events: Vec<Seen>, initial: bool| Stream {
+            start: 0,
+            initial,
+            end: End::Broken("reset".into()),
+            ..lister(events)
+        };
+        let b = || seen(Kind::Added, 3, "ns/b", Some(obj("web", 2)));
+        for initial in [true, false] {
+            check_stream(&cut(vec![b()], initial), &history()).unwrap();
+            caught(cut(vec![b(), b()], initial), "Initial");
+            caught(
+                cut(vec![seen(Kind::Added, 3, "ns/b", Some(obj("web", 99)))], initial),
+                "Initial",
+            );
+            caught(
+                cut(vec![seen(Kind::Added, 4, "ns/b", Some(obj("web", 2)))], initial),
+                "Initial",
+            );
+        }
+        // A cut stream's last revision: its start, not any part of it.
+        let mut s = valid();
+        s.events.truncate(6);
+        s.events.remove(4);
+        s.end = End::Broken("reset".into());
+        caught(s, "Reliable");
     }
 
     #[test]

@@ -287,6 +287,7 @@ pub(crate) async fn watch(
         deadline: Box::pin(tokio::time::sleep(timeout)),
         phase: watch_body::Phase::Open(None),
         shutdown: state.shutdown.signal(),
+        grace_ms: watch_body::grace_ms(state.config.shutdown_grace),
         buf: BytesMut::new(),
         counters: WatchCounters::new(&state.metrics, resource),
         pending,

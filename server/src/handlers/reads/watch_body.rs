@@ -44,7 +44,8 @@ const ENDING_LIMIT: Duration = Duration::from_secs(1);
 /// read of the store: in line (the places go round, each read giving its place up after
 /// 10 s while another waits), then after a failure (5 s at most between tries). A watch
 /// still inside its revision at the limit ends with 410: its client could not resume inside
-/// the revision, and would lose its rest.
+/// the revision, and would lose its rest. At the server's shutdown the limit is half the grace
+/// period, if that is sooner: the 410 must be written before the connections are dropped.
 const CATCH_UP_ENDING_LIMIT: Duration = Duration::from_secs(20);
 
 /// How often a watch ending inside a revision looks whether the revision became whole
@@ -58,6 +59,9 @@ pub(crate) struct WatchBody {
     /// Before its deadline or past it.
     pub(crate) phase: Phase,
     pub(crate) shutdown: Signal,
+    /// The server's shutdown grace period (`ServeConfig::shutdown_grace`), in milliseconds
+    /// (the body stays small).
+    pub(crate) grace_ms: u32,
     /// This resource's counters, looked up once: a poll allocates and locks nothing for them.
     pub(crate) counters: WatchCounters,
     /// Frames written before the stream starts (an in-stream error at the start).
@@ -81,7 +85,8 @@ pub(crate) enum Phase {
     Open(Option<std::task::Waker>),
     /// Past its deadline (or the server's shutdown), since this instant: it finishes the
     /// revision it is in, within [`ENDING_LIMIT`] (or [`CATCH_UP_ENDING_LIMIT`] while it
-    /// catches up), and ends. `deadline` then times its rechecks.
+    /// catches up, half the grace period once the server shuts down, if that is sooner), and
+    /// ends. `deadline` then times its rechecks.
     Ending(tokio::time::Instant),
 }
 
@@ -130,6 +135,17 @@ impl Drop for WatcherGuard {
             .dec();
         self.open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
+}
+
+/// A grace period in whole milliseconds, as a watch body keeps it (saturating: over 49 days
+/// is as good as never).
+pub(crate) fn grace_ms(grace: Duration) -> u32 {
+    u32::try_from(grace.as_millis()).unwrap_or(u32::MAX)
+}
+
+/// Half a grace period kept in milliseconds.
+fn half(grace_ms: u32) -> Duration {
+    Duration::from_millis(u64::from(grace_ms / 2))
 }
 
 /// Whether `deadline` has passed; registers the task of `cx` with it only when that task's
@@ -274,10 +290,14 @@ impl Stream for WatchBody {
                         let now = tokio::time::Instant::now();
                         let catching_up = watch.is_catching_up();
                         let limit = since
-                            + if catching_up {
-                                CATCH_UP_ENDING_LIMIT
-                            } else {
+                            + if !catching_up {
                                 ENDING_LIMIT
+                            } else if this.shutdown.poll_thrown(cx) {
+                                // Its 410 is written before the connections are dropped (a
+                                // shutdown after the deadline shortens the limit too).
+                                CATCH_UP_ENDING_LIMIT.min(half(this.grace_ms))
+                            } else {
+                                CATCH_UP_ENDING_LIMIT
                             };
                         if watch.at_revision_boundary() {
                             ended = true;
@@ -405,6 +425,7 @@ mod tests {
             deadline: Box::pin(tokio::time::sleep(Duration::from_secs(600))),
             phase: Phase::Open(None),
             shutdown: state.shutdown.signal(),
+            grace_ms: grace_ms(state.config.shutdown_grace),
             buf: BytesMut::new(),
             counters: WatchCounters::new(&state.metrics, "configmaps"),
             pending: None,
@@ -433,19 +454,31 @@ mod tests {
         store.txn(writes).unwrap()
     }
 
+    /// How a watch comes to its end.
+    #[derive(Clone, Copy)]
+    enum EndBy {
+        Deadline,
+        /// The server's shutdown, with this grace period.
+        Shutdown(Duration),
+    }
+
     /// A watch lapped inside a revision, whose catch-up waits in line for a read of the store
     /// (the one read of `reads`, held by a watch of Secrets that read once and stopped), read
-    /// until it ends after its deadline passed: the frames of the revision it got in all, and
-    /// the last frame.
+    /// until it ends after its deadline passed (or the server's shutdown began): the frames of
+    /// the revision it got in all, the last frame, and how long the end took.
     async fn lapped_inside_a_revision_past_its_deadline(
         reads: watchcache_core::CatchUpReads,
-    ) -> (usize, String) {
-        let config = crate::ServeConfig {
+        end: EndBy,
+    ) -> (usize, String, Duration) {
+        let mut config = crate::ServeConfig {
             addr: "127.0.0.1:0".parse().unwrap(),
             history: 32,
             catch_up: Some(reads),
             ..crate::ServeConfig::default()
         };
+        if let EndBy::Shutdown(grace) = end {
+            config.shutdown_grace = grace;
+        }
         let server = crate::Server::start(config).await.unwrap();
         let state = server.state();
         let secrets = Target::resolve(state, "v1", "secrets", Some("ns".into()), None).unwrap();
@@ -506,7 +539,11 @@ mod tests {
                 .await
                 .unwrap();
         }
-        body.deadline.as_mut().reset(tokio::time::Instant::now());
+        let ending = std::time::Instant::now();
+        match end {
+            EndBy::Deadline => body.deadline.as_mut().reset(tokio::time::Instant::now()),
+            EndBy::Shutdown(_) => state.shutdown.throw(),
+        }
         tokio::time::sleep(Duration::from_millis(20)).await;
         let mut rest = Vec::new();
         while let Some(chunk) = tokio::time::timeout(Duration::from_secs(60), body.next())
@@ -515,6 +552,7 @@ mod tests {
         {
             rest.extend_from_slice(&chunk.unwrap());
         }
+        let took = ending.elapsed();
         got += revision_frames(&rest);
         let last = String::from_utf8_lossy(&rest)
             .lines()
@@ -523,7 +561,7 @@ mod tests {
             .to_owned();
         drop((body, holder));
         server.shutdown().await.unwrap();
-        (got, last)
+        (got, last, took)
     }
 
     /// The read ahead of it is held for good: at the catch-up's ending limit the watch is
@@ -534,7 +572,7 @@ mod tests {
         let held = watchcache_core::CatchUpReads::new(1)
             .with_slice(Duration::from_secs(600))
             .with_idle(Duration::from_secs(600));
-        let (got, last) = lapped_inside_a_revision_past_its_deadline(held).await;
+        let (got, last, _) = lapped_inside_a_revision_past_its_deadline(held, EndBy::Deadline).await;
         assert!(
             last.starts_with(r#"{"type":"ERROR""#) && last.contains(r#""code":410"#),
             "ends with 410: {last}"
@@ -542,13 +580,39 @@ mod tests {
         assert!(got < 20, "not all of the revision came ({got})");
     }
 
+    /// At the server's shutdown the same watch has half the grace period, not the catch-up's
+    /// 20 s: its 410 is written while the connection is still there to carry it (the server
+    /// drops the connections left at the end of the grace, and a client cut inside a revision
+    /// would resume after it, losing its rest).
+    #[tokio::test]
+    async fn a_watch_at_shutdown_still_inside_a_revision_ends_with_410_within_the_grace() {
+        let held = watchcache_core::CatchUpReads::new(1)
+            .with_slice(Duration::from_secs(600))
+            .with_idle(Duration::from_secs(600));
+        let grace = Duration::from_secs(4);
+        let (got, last, took) =
+            lapped_inside_a_revision_past_its_deadline(held, EndBy::Shutdown(grace)).await;
+        assert!(
+            last.starts_with(r#"{"type":"ERROR""#) && last.contains(r#""code":410"#),
+            "ends with 410: {last}"
+        );
+        assert!(got < 20, "not all of the revision came ({got})");
+        assert!(
+            took < grace,
+            "the 410 came {took:?} after the shutdown began, past its grace of {grace:?}"
+        );
+    }
+
     /// With the defaults, the read ahead is given up by its stalled holder after 5 s (or after
     /// its 10 s slice, since another waits): the watch's catch-up gets it, delivers the rest of
     /// its revision, and the watch ends cleanly.
     #[tokio::test]
     async fn a_watch_past_its_deadline_waits_for_its_catch_up_to_finish_the_revision() {
-        let (got, last) =
-            lapped_inside_a_revision_past_its_deadline(watchcache_core::CatchUpReads::new(1)).await;
+        let (got, last, _) = lapped_inside_a_revision_past_its_deadline(
+            watchcache_core::CatchUpReads::new(1),
+            EndBy::Deadline,
+        )
+        .await;
         assert_eq!(got, 20, "the whole revision");
         assert!(!last.contains("ERROR"), "a clean end: {last}");
     }
@@ -655,10 +719,11 @@ mod tests {
 #[cfg(test)]
 mod size {
     /// What an idle watch carries for hours: its body. Its initial events are boxed (freed once
-    /// delivered), so they do not count here.
+    /// delivered), so they do not count here. (648: 640 and the grace period that bounds a
+    /// catch-up's end at shutdown, kept in 4 bytes.)
     #[test]
     fn an_idle_watchs_body_stays_small() {
         let size = std::mem::size_of::<super::WatchBody>();
-        assert!(size <= 640, "a watch body is {size} bytes");
+        assert!(size <= 648, "a watch body is {size} bytes");
     }
 }
