@@ -977,6 +977,33 @@ async fn a_read_slower_to_open_than_its_slice_delivers_before_it_gives_its_place
     assert_eq!(reads.waiting(), 0);
 }
 
+/// A read whose source delivers nothing at all does not hold its place for good: past a limit
+/// (30 s) without a first revision, its slice is over, and the next in line (another cache's
+/// catch-up here) has the place. (Time is the test's own: the 30 s pass at once.)
+#[tokio::test(start_paused = true)]
+async fn a_read_that_delivers_nothing_gives_its_place_up_past_a_limit() {
+    let reads = CatchUpReads::new(1).with_slice(Duration::from_millis(100));
+    let (_mute, mut stuck, _) =
+        lapped_on_slow_history(&reads, Duration::from_secs(24 * 3600), Duration::ZERO).await;
+    let (_other, mut waiting, revs) = lapped_on_slow_history(&reads, Duration::ZERO, Duration::ZERO).await;
+    assert!(quiet(&mut stuck, Duration::from_millis(10)).await);
+    assert_eq!(reads.in_use(), 1, "the mute read has the place");
+    let read = async {
+        for rev in &revs {
+            let event = tokio::time::timeout(Duration::from_secs(60), waiting.next())
+                .await
+                .expect("the place in time")
+                .expect("the watch goes on")
+                .expect("no 410");
+            assert_eq!(event.revision, *rev);
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(120), read)
+        .await
+        .expect("the next in line reads on");
+    drop(stuck);
+}
+
 /// A catch-up in line joins a read another started while it waited, rather than wait for a
 /// place of its own (its read would then make the other give its place up after a slice,
 /// each reading the same revisions of the store in turn).

@@ -19,8 +19,9 @@
 //! Catch-ups over overlapping ranges share one read of the source, each change decoded once
 //! (the `shared` module). How many reads of the source run at once is bounded
 //! ([`CatchUpReads`]); a catch-up no read can take waits in line, first come first served,
-//! reading nothing meanwhile, and the places go round: a read gives its place to the next in
-//! line after a slice, or at once when its clients stop reading.
+//! reading nothing meanwhile (it joins a read another starts meanwhile, if that one serves
+//! it), and the places go round: a read gives its place to the next in line after a slice
+//! from its first revision, or at once when its clients stop reading.
 
 use std::fmt;
 use std::future::Future;
@@ -489,14 +490,14 @@ fn queue(upstream: &Arc<dyn Upstream>, position: Revision) -> State {
         let closing = shared.closing.notified();
         tokio::pin!(closing);
         let permit = loop {
-            let started = shared.started.notified();
-            tokio::pin!(started);
+            let joinable = shared.joinable.notified();
+            tokio::pin!(joinable);
             if upstream.closed() {
                 let _ = answer.send(None);
                 return;
             }
-            // A read started since this catch-up queued (or since it last looked) may serve
-            // it: it joins it and leaves the line, needing no place.
+            // A read started, or reaching further, since this catch-up queued (or since it last
+            // looked) may serve it: it joins it and leaves the line, needing no place.
             if let Some(cursor) = shared.join(position) {
                 drop(in_line);
                 let _ = answer.send(Some(cursor));
@@ -511,7 +512,7 @@ fn queue(upstream: &Arc<dyn Upstream>, position: Revision) -> State {
                     let _ = answer.send(None);
                     return;
                 }
-                () = &mut started => {}
+                () = &mut joinable => {}
             }
         };
         drop(in_line);

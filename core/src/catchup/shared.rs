@@ -52,6 +52,11 @@ const ENTRY_BYTES: usize = 64;
 /// for the read to get there, rather than open a read of its own).
 const JOIN_AHEAD: u64 = 4096;
 
+/// How long a read that took a place may go without a first revision before its slice is
+/// over all the same: opening a read of the source far behind may take a while, but one that
+/// delivers nothing (a source that answers no longer) must not hold the place for good.
+const FIRST_REVISION_LIMIT: Duration = Duration::from_secs(30);
+
 /// One revision as a read of the source gave it.
 pub(crate) enum Entry {
     /// The changes of one revision under the prefix, decoded once for every reader.
@@ -267,8 +272,9 @@ impl Drop for Cursor {
 #[derive(Default)]
 pub(crate) struct SharedReads {
     reads: Mutex<Vec<Weak<SharedRead>>>,
-    /// Wakes the catch-ups in line when a read starts: one may join it rather than wait on.
-    pub(crate) started: Notify,
+    /// Wakes the catch-ups in line when a read starts, or reaches further than before: one
+    /// may join it rather than wait on.
+    pub(crate) joinable: Notify,
     /// Wakes the catch-ups in line when the cache is dropped.
     pub(crate) closing: Notify,
 }
@@ -336,7 +342,7 @@ impl SharedReads {
             .unwrap_or_else(|p| p.into_inner())
             .push(Arc::downgrade(&read));
         tokio::spawn(pump(Arc::clone(&read), upstream, from, permit));
-        self.started.notify_waiters();
+        self.joinable.notify_waiters();
         Cursor { read, next: 0 }
     }
 }
@@ -355,12 +361,17 @@ async fn pump(
     let mut history = upstream.history(from);
     let reads = upstream.reads();
     // Only a read that took a place in line gives it up for the next, and only once it had its
-    // slice from its first revision: opening a read of the source far behind may take a while,
-    // and a read given up before it delivered anything would make no progress.
+    // slice from its first revision (or `FIRST_REVISION_LIMIT` went by without one): opening a
+    // read of the source far behind may take a while, and a read given up before it delivered
+    // anything would make no progress.
     let slice = permit.as_ref().map(|_| reads.slice);
+    let mut first_revision = true;
+    // The newest revision the catch-ups in line were last told this read reaches.
+    let mut told = from;
     let mut turn = Turn {
         idle: reads.idle,
-        slice_end: None,
+        slice_end: slice
+            .and_then(|slice| tokio::time::Instant::now().checked_add(slice.max(FIRST_REVISION_LIMIT))),
         recheck: (reads.slice / 8).max(Duration::from_millis(10)),
         in_line: &reads.in_line,
         permits: &reads.permits,
@@ -433,9 +444,12 @@ async fn pump(
             s.taken = tokio::time::Instant::now();
         }
         s.entries.push_back((Arc::new(entry), total));
-        if turn.slice_end.is_none() {
+        if std::mem::take(&mut first_revision) {
             turn.slice_end = slice.and_then(|slice| tokio::time::Instant::now().checked_add(slice));
         }
+        // Catch-ups in line too far ahead to join it at its start may join it now.
+        let newest = s.newest();
+        let reaches_further = newest.get() >= told.get().saturating_add(JOIN_AHEAD / 2);
         let kept_before = s.base_total;
         // What the fastest reader passed is kept for the others up to the bound; what every
         // reader passed, only as a short tail for catch-ups that join later.
@@ -454,6 +468,10 @@ async fn pump(
         let waiting = std::mem::take(&mut s.waiting);
         drop(s);
         waiting.into_iter().for_each(Waker::wake);
+        if reaches_further {
+            told = newest;
+            upstream.shared().joinable.notify_waiters();
+        }
     }
 }
 
