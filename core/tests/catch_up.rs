@@ -239,8 +239,9 @@ async fn a_catch_up_told_to_wait_in_line_at_most_so_long_ends_with_410_past_it()
 
 /// The places go round: a read whose client reads on, but slower than the events come (its
 /// read would never end), gives its place to the next in line once its slice is over. Both
-/// read every revision once, and neither is refused, however long the wait.
-#[tokio::test]
+/// read every revision once, and neither is refused, however long the wait. (Time is the
+/// test's own: the pacing and the slice do not depend on how fast the machine runs.)
+#[tokio::test(start_paused = true)]
 async fn a_read_gives_its_place_to_the_next_in_line_after_its_slice_and_both_read_on_gaplessly() {
     let reads = CatchUpReads::new(1)
         .with_slice(Duration::from_millis(300))
@@ -952,8 +953,8 @@ async fn lapped_on_slow_history(
 /// that takes longer to open than a slice is not given up before it delivered anything. Two
 /// caches share the bound of one read here, so neither catch-up can join the other's read:
 /// counted from the start, they would hand the place to each other for ever, neither reading
-/// a revision.
-#[tokio::test]
+/// a revision. (Time is the test's own, as above.)
+#[tokio::test(start_paused = true)]
 async fn a_read_slower_to_open_than_its_slice_delivers_before_it_gives_its_place_up() {
     let reads = CatchUpReads::new(1).with_slice(Duration::from_millis(100));
     let open = Duration::from_millis(400);
