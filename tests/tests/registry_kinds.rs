@@ -1,6 +1,7 @@
 //! Every kind the registry declares is served whole: discovery (legacy and aggregated),
-//! OpenAPI v3, LIST, GET, WATCH, POST, PUT, PATCH and DELETE, Tables with the kind's columns,
-//! and protobuf where the kind has a message. A kind added to the registry without a sample
+//! OpenAPI v2 and v3, LIST, GET, WATCH, POST, PUT, PATCH and DELETE, Tables with the kind's
+//! columns, the metadata-only form (PartialObjectMetadata) of GET, LIST and WATCH, and
+//! protobuf GET, LIST and WATCH where the kind has a message. A kind added to the registry without a sample
 //! object here fails the test, so none goes untested.
 
 use std::time::Duration;
@@ -132,6 +133,58 @@ async fn json_get(server: &watchcache_tests::Server, path: &str, accept: &str) -
 const AGGREGATED: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
 const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io";
 const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+const METADATA: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+const METADATA_LIST: &str = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
+
+/// One length-delimited field of a protobuf message: its number and its bytes (the tests read
+/// only such fields of a WatchEvent).
+fn fields(mut message: &[u8]) -> Vec<(u64, &[u8])> {
+    fn varint(bytes: &mut &[u8]) -> u64 {
+        let mut value = 0;
+        for shift in (0..64).step_by(7) {
+            let (b, rest) = bytes.split_first().expect("a whole varint");
+            *bytes = rest;
+            value |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                break;
+            }
+        }
+        value
+    }
+    let mut out = Vec::new();
+    while !message.is_empty() {
+        let tag = varint(&mut message);
+        assert_eq!(tag & 7, 2, "a length-delimited field");
+        let len = varint(&mut message) as usize;
+        out.push((tag >> 3, &message[..len]));
+        message = &message[len..];
+    }
+    out
+}
+
+/// A protobuf watch body's events: each a 4-byte big-endian length, then a WatchEvent (type,
+/// and the object's envelope in a RawExtension).
+fn protobuf_events(mut body: &[u8]) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    while !body.is_empty() {
+        let len = u32::from_be_bytes(body[..4].try_into().unwrap()) as usize;
+        let event = fields(&body[4..4 + len]);
+        let kind = String::from_utf8(event[0].1.to_vec()).unwrap();
+        let raw = fields(event[1].1)[0].1.to_vec();
+        out.push((kind, raw));
+        body = &body[4 + len..];
+    }
+    out
+}
+
+/// The keys of a metadata-only object, as the apiserver writes one.
+fn is_metadata_only(object: &Value) -> bool {
+    let keys: Vec<&str> = object.as_object().unwrap().keys().map(String::as_str).collect();
+    keys.len() == 3
+        && ["kind", "apiVersion", "metadata"]
+            .iter()
+            .all(|k| keys.contains(k))
+}
 
 /// The next frame's type and object name, skipping bookmarks.
 async fn next_event(frames: &mut Frames) -> (String, String) {
@@ -169,6 +222,8 @@ async fn every_declared_kind_is_served_whole() {
     let aggregated_core = json_get(&server, "/api", AGGREGATED).await;
     let aggregated_groups = json_get(&server, "/apis", AGGREGATED).await;
     let v3_index = json_get(&server, "/openapi/v3", "application/json").await;
+    let v2 = json_get(&server, "/openapi/v2", "application/json").await;
+    let mut protobuf_watches = Vec::new();
 
     for spec in registry.iter() {
         let what = format!("{} ({})", spec.kind, spec.api_version());
@@ -214,6 +269,30 @@ async fn every_declared_kind_is_served_whole() {
             spec.kind.as_str(),
             "{what}: {definition} in {gv_path}"
         );
+        // OpenAPI v2: the definition with this group, version and kind, and the collection's
+        // path.
+        let gvks = v2["definitions"][definition]["x-kubernetes-group-version-kind"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{what}: no v2 definition {definition}"));
+        assert!(
+            gvks.iter().any(|g| g["group"] == spec.group.as_str()
+                && g["version"] == spec.version.as_str()
+                && g["kind"] == spec.kind.as_str()),
+            "{what}: {gvks:?}"
+        );
+        let template = if spec.namespaced {
+            format!(
+                "{}/namespaces/{{namespace}}/{}",
+                discovery_path(spec),
+                spec.plural
+            )
+        } else {
+            format!("{}/{}", discovery_path(spec), spec.plural)
+        };
+        assert!(
+            v2["paths"].get(&template).is_some(),
+            "{what}: no v2 path {template}"
+        );
 
         // LIST, then a WATCH from its revision, of this object only.
         let path = collection(spec);
@@ -227,11 +306,10 @@ async fn every_declared_kind_is_served_whole() {
         } else {
             "sample"
         };
-        let mut watch = Frames::open(
-            &server,
-            &format!("{path}?watch=1&resourceVersion={rv}&fieldSelector=metadata.name%3D{name}"),
-        )
-        .await;
+        let watch_path = format!("{path}?watch=1&resourceVersion={rv}&fieldSelector=metadata.name%3D{name}");
+        let mut watch = Frames::open(&server, &watch_path).await;
+        let (code, mut metadata_watch) = Frames::open_accepting(&server, &watch_path, METADATA).await;
+        assert_eq!(code, 200, "{what}: a metadata-only watch");
 
         // POST.
         let mut body = sample(&sample_name(spec)).unwrap();
@@ -258,6 +336,22 @@ async fn every_declared_kind_is_served_whole() {
             columns.len(),
             "{what}: {table}"
         );
+        // The metadata-only forms, as kube-rs's metadata watcher and client-go's metadata
+        // informers read them.
+        let meta = json_get(&server, &item, METADATA).await;
+        assert!(is_metadata_only(&meta), "{what}: {meta}");
+        assert_eq!(meta["kind"], "PartialObjectMetadata", "{what}");
+        assert_eq!(meta["metadata"]["uid"], got["metadata"]["uid"], "{what}");
+        let metas = json_get(&server, &path, METADATA_LIST).await;
+        assert_eq!(metas["kind"], "PartialObjectMetadataList", "{what}");
+        let items = metas["items"].as_array().unwrap();
+        assert!(items.iter().all(is_metadata_only), "{what}: {metas}");
+        assert!(
+            items
+                .iter()
+                .any(|i| i["metadata"]["uid"] == got["metadata"]["uid"]),
+            "{what}: {metas}"
+        );
         let (code, ct, bytes) = get_raw(&server, &item, PROTOBUF).await;
         if spec.protobuf.is_none() {
             // JSON only (CRDs, as the apiserver serves them): a client that takes nothing else
@@ -275,6 +369,21 @@ async fn every_declared_kind_is_served_whole() {
                 decoded.get("spec"),
                 got.get("spec"),
                 "{what}: protobuf and JSON agree"
+            );
+            // LIST as protobuf: the list kind's message, with the object.
+            let (code, _, bytes) = get_raw(&server, &path, PROTOBUF).await;
+            assert_eq!(code, 200, "{what}: a protobuf LIST");
+            let envelope = watchcache_encoders::protobuf::open_envelope(&bytes).expect("a protobuf envelope");
+            assert_eq!(envelope.kind, format!("{}List", spec.kind), "{what}");
+            let list = watchcache_encoders::protobuf::decode_json(&format!("{definition}List"), envelope.raw)
+                .expect("the list decodes");
+            assert!(
+                list["items"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|i| i["metadata"]["uid"] == got["metadata"]["uid"]),
+                "{what}: the protobuf LIST has the object"
             );
         }
 
@@ -357,6 +466,43 @@ async fn every_declared_kind_is_served_whole() {
             String::from_utf8_lossy(&deleted)
         );
 
+        // A protobuf watch from the same revision, read whole after its timeout (all kinds'
+        // at once, at the end).
+        if spec.protobuf.is_some() {
+            let server_path = format!("{watch_path}&timeoutSeconds=1");
+            let server = &server;
+            let (what, kind, definition) = (what.clone(), spec.kind.clone(), definition.clone());
+            protobuf_watches.push(async move {
+                let accept = format!("{PROTOBUF};stream=watch");
+                let (code, _, body) = get_raw(server, &server_path, &accept).await;
+                assert_eq!(code, 200, "{what}: a protobuf watch");
+                let events = protobuf_events(&body);
+                assert!(events.len() >= 3, "{what}: {} protobuf events", events.len());
+                assert_eq!(events[0].0, "ADDED", "{what}");
+                let envelope =
+                    watchcache_encoders::protobuf::open_envelope(&events[0].1).expect("a protobuf envelope");
+                assert_eq!(envelope.kind, kind, "{what}");
+                let object = watchcache_encoders::protobuf::decode_json(&definition, envelope.raw)
+                    .expect("the event's object decodes");
+                assert_eq!(object["metadata"]["name"], name, "{what}");
+            });
+        }
+
+        // The metadata-only watch saw the object made, in metadata form.
+        let first = loop {
+            let f = metadata_watch
+                .next()
+                .await
+                .expect("the metadata-only watch goes on");
+            if f["type"] != "BOOKMARK" {
+                break f;
+            }
+        };
+        assert_eq!(first["type"], "ADDED", "{what}: {first}");
+        assert!(is_metadata_only(&first["object"]), "{what}: {first}");
+        assert_eq!(first["object"]["kind"], "PartialObjectMetadata", "{what}");
+        assert_eq!(first["object"]["metadata"]["name"], name, "{what}");
+
         // The watch saw each write, then the deletion (a namespace ends once its controller
         // has emptied and finalized it).
         let events = [
@@ -382,6 +528,7 @@ async fn every_declared_kind_is_served_whole() {
         .await;
         assert!(ended.is_ok(), "{what}: no DELETED event");
     }
+    futures_util::future::join_all(protobuf_watches).await;
     server.shutdown().await.unwrap();
 }
 
