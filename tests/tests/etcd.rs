@@ -1,7 +1,8 @@
 //! watchcache on real etcd (Debian's 3.4.23, the one `apt-get install etcd-server` gives):
 //! the source's semantics, consistent reads across replicas with no stale read, a leader
-//! killed under a watch, compaction under watches and continue tokens, and a replica
-//! restarted under 100 kube-rs watchers with and without history fill.
+//! killed under a watch, compaction under watches and continue tokens, a replica
+//! restarted under 100 kube-rs watchers with and without history fill, and a CRD made on one
+//! replica served by every replica.
 //!
 //! Each test starts its own members on free loopback ports with temporary data directories.
 //! A missing etcd is a loud skip, and a failure under `WATCHCACHE_REQUIRE_EXTERNAL=1`.
@@ -1941,4 +1942,137 @@ async fn replicas_starting_at_once_agree_on_the_bootstrap_policy() {
     for server in [a, b, c] {
         server.shutdown().await.unwrap();
     }
+}
+
+/// Waits (bounded) until `GET path` on `server` answers `want`; returns the last answer.
+async fn until_code(server: &Server, path: &str, want: u16, what: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (code, v) = json_request(server, "GET", path, None).await;
+        if code == want {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "{what}: {path} is still {code}: {v}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A CustomResourceDefinition made on one replica is served by every replica, its objects in
+/// the apiserver's layout in etcd (`/registry/<group>/<plural>/<namespace>/<name>`), in JSON only
+/// as the apiserver serves custom resources; deleting it on another replica takes its objects
+/// out of etcd and its endpoints off every replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crd_made_on_one_replica_is_served_by_every_replica_in_the_apiservers_layout() {
+    let Some(cluster) = EtcdCluster::start(1).await else {
+        return;
+    };
+    let a = serve(on_etcd(&cluster)).await;
+    let b = serve(on_etcd(&cluster)).await;
+    let crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+    let schema = json!({"openAPIV3Schema": {"type": "object", "properties": {
+        "spec": {"type": "object", "properties": {"color": {"type": "string"}}},
+    }}});
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+                 "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+                 "versions": [{"name": "v1", "served": true, "storage": true, "schema": schema}]},
+    });
+    let (code, out) = json_request(&a, "POST", crds, Some(crd)).await;
+    assert_eq!(code, 201, "{out}");
+
+    // The other replica serves it, and sees it established.
+    let widgets = "/apis/example.com/v1/namespaces/ha/widgets";
+    until_code(&b, widgets, 200, "replica b serves the CRD replica a made").await;
+    // Its status may be written a moment after its endpoints are served.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let made = loop {
+        let (_, crd) = json_request(&b, "GET", &format!("{crds}/widgets.example.com"), None).await;
+        let established = crd["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Established" && c["status"] == "True");
+        if established {
+            break crd;
+        }
+        assert!(Instant::now() < deadline, "never established on b: {crd}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(made["status"]["acceptedNames"]["kind"], "Widget", "{made}");
+
+    // A write on one replica reaches a watch on the other, and is in etcd under the
+    // apiserver's key.
+    until_code(&a, widgets, 200, "replica a serves its CRD").await;
+    let (code, list) = json_request(&a, "GET", widgets, None).await;
+    assert_eq!(code, 200, "{list}");
+    let mut watch = Frames::open(&a, &format!("{widgets}?watch=1&resourceVersion={}", rv_of(&list))).await;
+    let w = json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w1"},
+                   "spec": {"color": "blue", "unknown": 1}});
+    let (code, made) = json_request(&b, "POST", widgets, Some(w)).await;
+    assert_eq!(code, 201, "{made}");
+    assert!(made["spec"].get("unknown").is_none(), "pruned: {made}");
+    let frame = watch.next_within(Duration::from_secs(10)).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            frame["type"].as_str(),
+            frame["object"]["metadata"]["name"].as_str()
+        ),
+        (Some("ADDED"), Some("w1")),
+        "{frame}"
+    );
+    assert_eq!(rv_of(&frame["object"]), rv_of(&made));
+    let etcd = source(&cluster).await;
+    let stored = etcd.list("/registry/example.com/widgets/", None).await.unwrap();
+    let keys: Vec<&str> = stored.items.iter().map(|i| i.key.as_str()).collect();
+    assert_eq!(keys, ["/registry/example.com/widgets/ha/w1"]);
+    let value: Value = serde_json::from_slice(&stored.items[0].value).expect("stored as JSON");
+    assert_eq!(value["spec"], json!({"color": "blue"}), "{value}");
+
+    // JSON only: a client that takes only protobuf gets 406, one that takes either gets JSON,
+    // and a protobuf body is 415.
+    let one = format!("{widgets}/w1");
+    let (code, _, body) = watchcache_tests::get_raw(&a, &one, "application/vnd.kubernetes.protobuf").await;
+    let status: Value = serde_json::from_slice(&body).expect("a Status");
+    assert_eq!(
+        (code, status["reason"].as_str()),
+        (406, Some("NotAcceptable")),
+        "{status}"
+    );
+    let (code, ct, _) =
+        watchcache_tests::get_raw(&a, &one, "application/vnd.kubernetes.protobuf, application/json").await;
+    assert_eq!((code, ct.as_deref()), (200, Some("application/json")));
+    let (code, status) = watchcache_tests::request_typed(
+        &http(),
+        &b,
+        "POST",
+        widgets,
+        "application/vnd.kubernetes.protobuf",
+        &b"k8s\0"[..],
+    )
+    .await;
+    assert_eq!(
+        (code, status["reason"].as_str()),
+        (415, Some("UnsupportedMediaType")),
+        "{status}"
+    );
+
+    // Deleted on a replica that did not make it: its objects leave etcd, then it leaves
+    // every replica.
+    let (code, out) = json_request(&b, "DELETE", &format!("{crds}/widgets.example.com"), None).await;
+    assert_eq!(code, 200, "{out}");
+    until_code(&a, widgets, 404, "replica a still serves a deleted CRD").await;
+    until_code(&b, widgets, 404, "replica b still serves a deleted CRD").await;
+    until_code(&a, &format!("{crds}/widgets.example.com"), 404, "the CRD is kept").await;
+    assert!(
+        etcd.list("/registry/example.com/widgets/", None)
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "its objects were deleted from etcd"
+    );
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
 }

@@ -556,6 +556,62 @@ async fn a_certificate_stops_authenticating_its_open_connection_once_it_expires_
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Waits (bounded) for `kube-root-ca.crt` in `ns`; returns its `ca.crt`.
+async fn root_ca_of(server: &Server, dir: &Path, ns: &str) -> String {
+    let path = format!("/api/v1/namespaces/{ns}/configmaps/kube-root-ca.crt");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (code, cm) = https(server, dir, Who::Token(ROOT), "GET", &path, None).await;
+        if code == 200 {
+            return cm["data"]["ca.crt"]
+                .as_str()
+                .unwrap_or_else(|| panic!("a ca.crt: {cm}"))
+                .to_owned();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no kube-root-ca.crt in {ns}: {code} {cm}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Every namespace gets `kube-root-ca.crt`, as kube-controller-manager's root CA publisher
+/// makes it: the CA a pod verifies the server with. A new namespace gets it, one deleted comes
+/// back, and the bundle it holds verifies the server's certificate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_namespace_gets_kube_root_ca_crt_and_it_verifies_the_server() {
+    let dir = temp_dir("tls-identities-root-ca");
+    let server = start_tls(&dir, false, None).await;
+    let ca = std::fs::read_to_string(dir.join("ca.crt")).expect("the cert dir's CA");
+    assert_eq!(root_ca_of(&server, &dir, "default").await.trim(), ca.trim());
+    let (code, out) = https(
+        &server,
+        &dir,
+        Who::Token(ROOT),
+        "POST",
+        "/api/v1/namespaces",
+        Some(json!({"metadata": {"name": "fresh"}})),
+    )
+    .await;
+    assert_eq!(code, 201, "{out}");
+    let published = root_ca_of(&server, &dir, "fresh").await;
+    let path = "/api/v1/namespaces/fresh/configmaps/kube-root-ca.crt";
+    let (code, out) = https(&server, &dir, Who::Token(ROOT), "DELETE", path, None).await;
+    assert_eq!(code, 200, "{out}");
+    assert_eq!(root_ca_of(&server, &dir, "fresh").await, published, "made again");
+    // A client that trusts only the published bundle reaches the server.
+    let bundle = dir.join("published-ca.crt");
+    std::fs::write(&bundle, &published).expect("written");
+    let tls = client_config(&bundle, None, &[b"http/1.1"]);
+    assert!(
+        connect_tls(server.addr(), tls).await.is_ok(),
+        "the published CA verifies the server"
+    );
+    server.shutdown().await.expect("a clean shutdown");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_python_client_lists_writes_reads_and_watches_over_tls_with_a_bearer_token() {
     let has_client = std::process::Command::new("python3")
