@@ -18,6 +18,37 @@ impl EtcdSource {
         }
     }
 
+    /// What the compaction key says, learned once etcd has made that compaction. The key is
+    /// written before the compaction is asked for, and the compaction may fail (its member
+    /// killed mid-call): believed at once, it would make every replica answer 410 for
+    /// revisions etcd still holds, until the next round. Etcd refuses a read below a revision
+    /// it compacted: until it refuses one at `revision - 1`, the claim waits, and
+    /// [`confirm_claimed`](Self::confirm_claimed) tries it again.
+    pub(crate) async fn learn_claimed(&self, revision: u64) {
+        self.inner.claimed.fetch_max(revision, Ordering::Relaxed);
+        self.confirm_claimed().await;
+    }
+
+    /// Learns the claimed compaction if etcd has made it.
+    pub(crate) async fn confirm_claimed(&self) {
+        let claimed = self.inner.claimed.load(Ordering::Relaxed);
+        if claimed <= self.compacted().get() || claimed < 2 {
+            return;
+        }
+        let below = GetOptions::new().with_revision(claimed as i64 - 1).with_limit(1);
+        let read = self
+            .reading(|mut kv| {
+                let below = below.clone();
+                async move { kv.get(COMPACT_KEY, Some(below)).await }
+            })
+            .await;
+        match read {
+            Err(e) if is_compacted(&e) => self.learn_compacted(claimed),
+            // Not made yet, or etcd did not answer: tried again at the next round or second.
+            _ => {}
+        }
+    }
+
     /// Reads the compaction key: the revision the last compactor compacted at.
     pub async fn refresh_compacted(&self) -> Result<Revision, SourceError> {
         let resp = self
@@ -25,7 +56,7 @@ impl EtcdSource {
             .await
             .map_err(unavailable)?;
         if let Some(r) = resp.kvs().first().and_then(parse_revision) {
-            self.learn_compacted(r);
+            self.learn_claimed(r).await;
         }
         Ok(self.compacted())
     }
@@ -54,7 +85,7 @@ impl EtcdSource {
                 return Ok((0, now));
             };
             if let Some(r) = parse_revision(&kv) {
-                self.learn_compacted(r);
+                self.learn_claimed(r).await;
             }
             return Ok((kv.version(), now));
         }
@@ -112,7 +143,7 @@ impl EtcdSource {
             .map_err(unavailable)?;
         let from = revision_of(resp.header())?.get() as i64 + 1;
         if let Some(r) = resp.kvs().first().and_then(parse_revision) {
-            self.learn_compacted(r);
+            self.learn_claimed(r).await;
         }
         let options = WatchOptions::new().with_start_revision(from);
         let (stream, member) = self
@@ -120,7 +151,19 @@ impl EtcdSource {
             .await
             .map_err(unavailable)?;
         let (_sender, mut responses) = stream.split();
-        while let Some(resp) = responses.next().await {
+        // A claim etcd has not made yet is tried again every second.
+        let mut recheck = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            let resp = tokio::select! {
+                resp = responses.next() => match resp {
+                    Some(resp) => resp,
+                    None => break,
+                },
+                _ = recheck.tick() => {
+                    self.confirm_claimed().await;
+                    continue;
+                }
+            };
             let resp = resp.map_err(|e| self.watch_broke(member, e))?;
             if resp.canceled() {
                 return Err(SourceError::Unavailable(format!(
@@ -130,7 +173,7 @@ impl EtcdSource {
             }
             for e in resp.events() {
                 if let Some(r) = e.kv().and_then(parse_revision) {
-                    self.learn_compacted(r);
+                    self.learn_claimed(r).await;
                 }
             }
         }

@@ -169,6 +169,9 @@ struct Inner {
     /// The newest compacted revision this replica knows of. Relaxed: a hint, raised
     /// monotonically (`fetch_max`), ordered with nothing.
     compacted: AtomicU64,
+    /// The newest revision the compaction key names, learned into `compacted` once etcd
+    /// refuses a read below it. Relaxed, as `compacted`.
+    claimed: AtomicU64,
     request_timeout: Duration,
     list_page: i64,
     watch_delay: Duration,
@@ -291,6 +294,7 @@ impl EtcdSource {
                 watches: Mutex::new(Vec::new()),
                 fences: Fences::default(),
                 compacted: AtomicU64::new(0),
+                claimed: AtomicU64::new(0),
                 request_timeout: options.request_timeout,
                 list_page: options.list_page.max(1),
                 watch_delay: options.watch_delay,

@@ -2076,3 +2076,57 @@ async fn a_crd_made_on_one_replica_is_served_by_every_replica_in_the_apiservers_
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
 }
+
+/// A compaction the key claims but etcd has not made (a compactor killed between the key and
+/// the compaction, or the moment between them in every round) costs no watcher a 410: a
+/// replica believes the key only once etcd refuses a read below it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compaction_the_key_claims_but_etcd_has_not_made_expires_no_watch() {
+    let Some(cluster) = EtcdCluster::start(1).await else {
+        return;
+    };
+    let server = serve(ServeConfig {
+        history: 4,
+        ..on_etcd(&cluster)
+    })
+    .await;
+    let first = create_surely(&server, "first").await;
+    for i in 0..20 {
+        create_surely(&server, &format!("cm-{i:02}")).await;
+    }
+    let etcd = source(&cluster).await;
+    let head = current(&etcd).await;
+    // A compactor's claim, as `compact_round` or a kube-apiserver writes it, then nothing.
+    let mut client = etcd_client::Client::connect(cluster.endpoints(), None)
+        .await
+        .expect("connects to etcd");
+    client
+        .put("compact_rev_key", head.to_string(), None)
+        .await
+        .expect("the key is written");
+    assert_eq!(
+        etcd.refresh_compacted().await.unwrap().get(),
+        0,
+        "an unmade claim is not believed"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let path = format!("/api/v1/namespaces/ha/configmaps?watch=1&resourceVersion={first}");
+    let mut watch = Frames::open(&server, &path).await;
+    let frame = watch.next_within(Duration::from_secs(10)).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            frame["type"].as_str(),
+            frame["object"]["metadata"]["name"].as_str()
+        ),
+        (Some("ADDED"), Some("cm-00")),
+        "etcd holds {first}: {frame}"
+    );
+    // Once etcd makes it, it is learned.
+    client.compact(head as i64, None).await.expect("etcd compacts");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while etcd.refresh_compacted().await.unwrap().get() < head {
+        assert!(Instant::now() < deadline, "the compaction made is learned");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    server.shutdown().await.unwrap();
+}
