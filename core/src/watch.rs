@@ -266,8 +266,16 @@ impl CacheWatch {
                             (last, n) => (last, n),
                         };
                         match &self.upstream {
-                            // Lapped, or cut off by a new generation: caught up from the store
-                            // (not if the cache was dropped: no hub will take the watch back).
+                            // The cache was dropped (its resource served anew, or no longer
+                            // served): between two revisions the watch ends cleanly, as the
+                            // apiserver ends the watches of a CRD it serves anew, and its client
+                            // resumes from its last resourceVersion. No hub would take it back
+                            // from a catch-up.
+                            Some(upstream) if upstream.closed() && skip == 0 => {
+                                self.live = Live::Ended;
+                                return Poll::Ready(None);
+                            }
+                            // Lapped, or cut off by a new generation: caught up from the store.
                             Some(upstream) if from > upstream.compacted() && !upstream.closed() => {
                                 upstream.stats().catch_ups_lapped.fetch_add(1, Ordering::Relaxed);
                                 let catch_up = CatchUp::start(
@@ -305,6 +313,10 @@ impl CacheWatch {
                     Caught::Expired(expired) => {
                         self.live = Live::Ended;
                         return Poll::Ready(Some(Err(expired)));
+                    }
+                    Caught::Closed => {
+                        self.live = Live::Ended;
+                        return Poll::Ready(None);
                     }
                 },
                 Live::Ended => return Poll::Ready(None),

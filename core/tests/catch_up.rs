@@ -790,10 +790,11 @@ async fn an_update_whose_previous_value_the_store_lost_is_410_not_an_addition() 
 }
 
 #[tokio::test]
-async fn watchers_of_a_dropped_cache_end_with_410_rather_than_read_the_store() {
+async fn watchers_of_a_dropped_cache_end_cleanly_between_revisions_and_resume_on_the_next() {
     // A cache dropped (a CRD deleted, or served anew): its hub closes. No hub will follow, so
     // neither a watcher in the window nor one catching up reads the store for a hand-over
-    // that cannot come.
+    // that cannot come; between two revisions each ends cleanly, not with 410, and a resume
+    // from the last revision it delivered, on the cache that follows, misses nothing.
     let (s, cache) = started(config()).await;
     let mut lapped = watch_from_now(&cache, Filter::everything()).await;
     let first = create(&s, "first", "web");
@@ -805,23 +806,50 @@ async fn watchers_of_a_dropped_cache_end_with_410_rather_than_read_the_store() {
     assert!(lapped.is_catching_up());
     // At the head of the window: the hub's close is all it will see.
     let mut idle = watch_from_now(&cache, Filter::everything()).await;
+    let idle_from = cache.revision();
     drop(cache);
     for i in 0..5 {
         create(&s, &format!("q{i:02}"), "web");
     }
-    for w in [&mut lapped, &mut idle] {
+    let mut last = [first, idle_from];
+    for (w, last) in [&mut lapped, &mut idle].into_iter().zip(&mut last) {
         let end = tokio::time::timeout(Duration::from_secs(5), async {
             loop {
                 match w.next().await {
-                    Some(Ok(_)) => continue,
+                    Some(Ok(e)) => *last = e.revision,
                     other => return other,
                 }
             }
         })
         .await
         .expect("the watch ends in time");
-        assert!(matches!(end, Some(Err(_))), "expected 410, got {end:?}");
+        assert!(end.is_none(), "expected a clean end, got {end:?}");
         assert!(!w.is_catching_up());
+    }
+    // The cache that follows (the resource served anew) serves each resume from where it
+    // stood: every revision after it, in order, from the store where its window does not
+    // reach back.
+    let next_cache = Cache::new(s.clone(), Arc::new(TextCodec), config()).unwrap();
+    next_cache.list(&ListOptions::default()).await.unwrap();
+    let head = next_cache.revision();
+    for from in last {
+        let mut resumed = next_cache
+            .watch(WatchOptions {
+                resource_version: Some(from),
+                filter: Filter::everything(),
+                ..Default::default()
+            })
+            .await
+            .expect("no 410: the store holds the revision");
+        let mut want = from.get() + 1;
+        while want <= head.get() {
+            assert_eq!(
+                next(&mut resumed).await.revision.get(),
+                want,
+                "resumed from {from}"
+            );
+            want += 1;
+        }
     }
 }
 
@@ -1100,7 +1128,8 @@ async fn a_catch_up_behind_a_change_the_window_holds_asks_for_no_progress() {
 }
 
 /// A catch-up in line when its cache is dropped leaves the line at once, though the place it
-/// waits for is another cache's (the server's caches share the bound), and ends with 410.
+/// waits for is another cache's (the server's caches share the bound), and ends cleanly: it
+/// stands between two revisions.
 #[tokio::test]
 async fn a_catch_up_in_line_when_its_cache_is_dropped_leaves_the_line_at_once() {
     let reads = CatchUpReads::new(1)
@@ -1131,7 +1160,7 @@ async fn a_catch_up_in_line_when_its_cache_is_dropped_leaves_the_line_at_once() 
     let end = tokio::time::timeout(Duration::from_secs(5), in_line.next())
         .await
         .expect("the watch ends in time");
-    assert!(matches!(end, Some(Err(_))), "expected 410, got {end:?}");
+    assert!(end.is_none(), "expected a clean end, got {end:?}");
     assert_eq!(reads.in_use(), 1, "the other cache's read keeps its place");
     drop(holder);
 }

@@ -560,3 +560,88 @@ async fn custom_resources_are_pruned_defaulted_and_validated_by_their_schema() {
         "{out}"
     );
 }
+
+/// A CRD whose spec changes is served anew (new caches): its watchers end cleanly, not with
+/// 410, and each resumes from its last resourceVersion on the new caches with nothing lost and
+/// no relist, as the apiserver ends them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crd_served_anew_ends_its_watches_cleanly_and_they_resume_without_a_relist() {
+    let server = start(config(0)).await;
+    create_namespaces(&server, &[NS]).await;
+    let (code, out) = json(&server, "POST", CRDS, Some(crd("gizmos", "Gizmo", false))).await;
+    assert_eq!(code, 201, "{out}");
+    crd_until(&server, "gizmos.example.com", "established", |c| {
+        condition(c, "Established") == "True"
+    })
+    .await;
+    let objects = format!("/apis/example.com/v1/namespaces/{NS}/gizmos");
+    let make = |name: &str| {
+        json!({"apiVersion": "example.com/v1", "kind": "Gizmo", "metadata": {"name": name},
+               "spec": {"color": "red"}})
+    };
+    let (code, first) = json(&server, "POST", &objects, Some(make("a"))).await;
+    assert_eq!(code, 201, "{first}");
+    let rv = first["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
+    let mut watch =
+        watchcache_tests::Frames::open(&server, &format!("{objects}?watch=1&resourceVersion={rv}")).await;
+    let (code, _) = json(&server, "POST", &objects, Some(make("b"))).await;
+    assert_eq!(code, 201);
+    let added = watch.next_within(Duration::from_secs(5)).await.unwrap().unwrap();
+    assert_eq!(added["object"]["metadata"]["name"], "b", "{added}");
+    let mut last = added["object"]["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // A spec change: served anew.
+    edit_spec_schema(&server, &format!("{CRDS}/gizmos.example.com"), |spec| {
+        spec["properties"]["shade"] = json!({"type": "string"});
+    })
+    .await;
+    let mut made = Vec::new();
+    let mut ended = false;
+    for i in 0..50 {
+        let name = format!("c{i:02}");
+        let (code, out) = json(&server, "POST", &objects, Some(make(&name))).await;
+        assert_eq!(code, 201, "{out}");
+        made.push(name);
+        // The watch delivers what came before its end, then ends cleanly.
+        loop {
+            match watch.next_within(Duration::from_millis(100)).await {
+                Ok(Some(f)) => {
+                    assert_ne!(f["type"], "ERROR", "no 410 while the store holds {last}: {f}");
+                    last = f["object"]["metadata"]["resourceVersion"]
+                        .as_str()
+                        .unwrap()
+                        .to_owned();
+                    made.retain(|n| f["object"]["metadata"]["name"] != n.as_str());
+                }
+                Ok(None) => {
+                    ended = true;
+                    break;
+                }
+                Err(()) => break,
+            }
+        }
+        if ended {
+            break;
+        }
+    }
+    assert!(ended, "the watch of the old caches ended");
+    // Resumed from the last resourceVersion it had: the rest, and no error.
+    let mut resumed =
+        watchcache_tests::Frames::open(&server, &format!("{objects}?watch=1&resourceVersion={last}")).await;
+    for name in made {
+        let f = resumed
+            .next_within(Duration::from_secs(5))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (f["type"].as_str(), f["object"]["metadata"]["name"].as_str()),
+            (Some("ADDED"), Some(name.as_str())),
+            "{f}"
+        );
+    }
+    server.shutdown().await.unwrap();
+}

@@ -79,8 +79,8 @@ pub(crate) trait Upstream: Send + Sync + 'static {
     fn bookmark_interval(&self) -> Duration;
     /// The reads of the source under way, which catch-ups join.
     fn shared(&self) -> &SharedReads;
-    /// Marks the cache dropped: no hub will follow the last one, so catch-ups end with 410
-    /// rather than read on for a hand-over that cannot come.
+    /// Marks the cache dropped: no hub will follow the last one, so catch-ups end (cleanly
+    /// between two revisions) rather than read on for a hand-over that cannot come.
     fn close(&self);
     /// Whether the cache was dropped.
     fn closed(&self) -> bool;
@@ -209,6 +209,10 @@ pub(crate) enum Caught<R> {
     HandedOver(Watcher),
     /// The source compacted the revision the catch-up needed.
     Expired(Expired),
+    /// The cache was dropped (its resource served anew, or no longer served) while the
+    /// catch-up stood between two revisions: the watch ends cleanly, and its client resumes
+    /// from its last resourceVersion, losing nothing.
+    Closed,
 }
 
 /// One watcher's catch-up: where it stands in the source's history, the revision it is
@@ -285,12 +289,19 @@ impl CatchUp {
         f: impl FnOnce(Delivery<'_>) -> R,
     ) -> Poll<Caught<R>> {
         loop {
-            if self.upstream.closed() {
-                self.current = None;
-                return Poll::Ready(Caught::Expired(Expired {
-                    requested: self.position,
-                    oldest: self.upstream.floor(),
-                }));
+            // Its cache dropped, the revision it is delivering is finished from what it holds
+            // (its events are all in `current`); then, between two revisions, it ends cleanly.
+            // Inside one (a resume within a revision it has not reached again) a clean end
+            // would lose the revision's rest: 410.
+            if self.upstream.closed() && self.current.is_none() {
+                return Poll::Ready(if self.skip == 0 {
+                    Caught::Closed
+                } else {
+                    Caught::Expired(Expired {
+                        requested: self.position,
+                        oldest: self.upstream.floor(),
+                    })
+                });
             }
             if let Some((entry, next)) = &mut self.current {
                 let Entry::Changes { revision, events } = &**entry else {
