@@ -1,5 +1,6 @@
 //! Compaction as the apiserver compacts: one replica elected per interval by a compare-and-swap
-//! on `compact_rev_key`, and every replica learning the compacted revision from that key.
+//! on `compact_rev_key`, and every replica learning the compacted revision from that key once
+//! etcd has made the compaction it names (and from etcd's own refusals of compacted reads).
 
 use super::*;
 use crate::members::Conn;
@@ -32,31 +33,72 @@ impl EtcdSource {
     /// Learns the claimed compaction if etcd has made it.
     pub(crate) async fn confirm_claimed(&self) {
         let claimed = self.inner.claimed.load(Ordering::Relaxed);
-        if claimed <= self.compacted().get() || claimed < 2 {
-            return;
+        if claimed > self.compacted().get() && self.made(claimed).await {
+            self.learn_compacted(claimed);
         }
-        let below = GetOptions::new().with_revision(claimed as i64 - 1).with_limit(1);
+    }
+
+    /// Whether etcd has compacted at `revision`: it refuses a read at `revision - 1`. `false`
+    /// when it answers the read, or does not answer.
+    async fn made(&self, revision: u64) -> bool {
+        if revision < 2 {
+            return false;
+        }
+        let below = GetOptions::new().with_revision(revision as i64 - 1).with_limit(1);
         let read = self
             .reading(|mut kv| {
                 let below = below.clone();
                 async move { kv.get(COMPACT_KEY, Some(below)).await }
             })
             .await;
+        matches!(read, Err(e) if is_compacted(&e))
+    }
+
+    /// Learns from the compaction key as read: its claim, and, while that claim is not made,
+    /// the claim before it. A replica starting in the moment between a compactor's key and its
+    /// compaction (or after a compactor that died in it) would otherwise know of no compaction
+    /// at all until the next round's is made.
+    async fn learn_key(&self, kv: &KeyValue) {
+        let Some(claim) = parse_revision(kv) else {
+            return;
+        };
+        self.learn_claimed(claim).await;
+        if self.compacted().get() >= claim || kv.version() < 2 || kv.mod_revision() < 2 {
+            return;
+        }
+        let before = GetOptions::new().with_revision(kv.mod_revision() - 1);
+        let read = self
+            .reading(|mut kv| {
+                let before = before.clone();
+                async move { kv.get(COMPACT_KEY, Some(before)).await }
+            })
+            .await;
         match read {
-            Err(e) if is_compacted(&e) => self.learn_compacted(claimed),
-            // Not made yet, or etcd did not answer: tried again at the next round or second.
-            _ => {}
+            Ok(resp) => {
+                if let Some(previous) = resp.kvs().first().and_then(parse_revision)
+                    && previous > self.compacted().get()
+                    && self.made(previous).await
+                {
+                    self.learn_compacted(previous);
+                }
+            }
+            // Etcd holds nothing below the key's write, which came after its claim: both made.
+            Err(e) if is_compacted(&e) => self.learn_compacted(kv.mod_revision() as u64),
+            // Tried again at the next round.
+            Err(_) => {}
         }
     }
 
-    /// Reads the compaction key: the revision the last compactor compacted at.
+    /// Reads the compaction key and learns what it says once etcd has made it (see
+    /// [`learn_claimed`](Self::learn_claimed)), and the claim before it if that one is made;
+    /// returns the newest compaction this replica knows of.
     pub async fn refresh_compacted(&self) -> Result<Revision, SourceError> {
         let resp = self
             .reading(|mut kv| async move { kv.get(COMPACT_KEY, None).await })
             .await
             .map_err(unavailable)?;
-        if let Some(r) = resp.kvs().first().and_then(parse_revision) {
-            self.learn_claimed(r).await;
+        if let Some(kv) = resp.kvs().first() {
+            self.learn_key(kv).await;
         }
         Ok(self.compacted())
     }
@@ -142,8 +184,8 @@ impl EtcdSource {
             .await
             .map_err(unavailable)?;
         let from = revision_of(resp.header())?.get() as i64 + 1;
-        if let Some(r) = resp.kvs().first().and_then(parse_revision) {
-            self.learn_claimed(r).await;
+        if let Some(kv) = resp.kvs().first() {
+            self.learn_key(kv).await;
         }
         let options = WatchOptions::new().with_start_revision(from);
         let (stream, member) = self
@@ -153,6 +195,8 @@ impl EtcdSource {
         let (_sender, mut responses) = stream.split();
         // A claim etcd has not made yet is tried again every second.
         let mut recheck = tokio::time::interval(Duration::from_secs(1));
+        // A probe that took long is followed by one a second later, not a burst.
+        recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let resp = tokio::select! {
                 resp = responses.next() => match resp {
