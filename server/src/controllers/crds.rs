@@ -115,12 +115,14 @@ async fn crds(state: &AppState, parsed: &mut Parsed) -> Vec<Arc<Value>> {
     out
 }
 
-/// What a CRD is served from: its identity and its spec's generation (which every change of
-/// its spec moves).
+/// What a CRD is served from: its identity and its spec. Not its generation: that moves too
+/// when its deletion starts (a deletionTimestamp set on an object with a generation), and a CRD
+/// being deleted goes on being served by the same caches, its watches kept.
 fn fingerprint(crd: &Value) -> u64 {
     let mut h = std::hash::DefaultHasher::new();
     crd["metadata"]["uid"].as_str().hash(&mut h);
-    crd["metadata"]["generation"].as_i64().hash(&mut h);
+    // serde_json's maps are sorted by key (no `preserve_order`): equal specs, equal texts.
+    crd["spec"].to_string().hash(&mut h);
     h.finish()
 }
 
@@ -211,7 +213,7 @@ async fn reconcile(
                 .unwrap_or_default();
             let mut made = Vec::new();
             for kind in kinds {
-                match resources::start(&state.store, &state.config, &Arc::new(kind)) {
+                match resources::start(&state.store, &state.config, &state.metrics, &Arc::new(kind)) {
                     Ok(r) => made.push(Arc::new(r)),
                     Err(e) => tracing::warn!(crd = name, error = %e, "cannot serve a CRD's version"),
                 }
