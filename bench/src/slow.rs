@@ -65,7 +65,8 @@ pub struct Outcome {
     pub written: u64,
     /// In-stream 410s the clients received.
     pub expired: u64,
-    /// In-stream 410s the server sent (`watchcache_watch_expired_in_stream_total`), some still
+    /// In-stream 410s the server sent (`watchcache_watch_expired_in_stream_total`, after a
+    /// watch's first event, and `watchcache_watch_starts_expired_total`, before it), some still
     /// behind what the kernel buffered for their clients when the run ended.
     pub expired_sent: u64,
     /// LISTs the clients made after their first.
@@ -450,7 +451,8 @@ pub fn run(
         let mut out = Outcome {
             written,
             expired: shared.expired.load(Ordering::Relaxed),
-            expired_sent: series("watchcache_watch_expired_in_stream_total"),
+            expired_sent: series("watchcache_watch_expired_in_stream_total")
+                + series("watchcache_watch_starts_expired_total"),
             relists: shared.relists.load(Ordering::Relaxed),
             relisted_bytes: shared.relisted_bytes.load(Ordering::Relaxed),
             healthy_events: shared.healthy_events.load(Ordering::Relaxed),

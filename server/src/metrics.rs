@@ -6,8 +6,10 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use watchcache_core::CacheStats;
 
-type Labels = Vec<(&'static str, String)>;
+/// The labels of a metric: `resource` (and `verb`, `plugin`).
+pub type Labels = Vec<(&'static str, String)>;
 
 /// The server's metrics.
 pub struct Metrics {
@@ -103,6 +105,12 @@ pub struct Metrics {
     /// On etcd: of those, the bytes dropped past a full backlog, which etcd sends again after
     /// the reopen.
     pub etcd_history_dropped_bytes: Counter,
+    /// Watches ended cleanly, between two revisions, because the cache serving them was dropped
+    /// (their CustomResourceDefinition served anew or deleted), per resource: their clients
+    /// resume from their last resourceVersion.
+    pub watches_closed: Family<Labels, Counter>,
+    /// Held while a scrape sums the caches' gauges and renders.
+    scrape: std::sync::Mutex<()>,
 }
 
 impl Default for Metrics {
@@ -146,6 +154,8 @@ impl Default for Metrics {
             etcd_history_waiting_bytes: Gauge::default(),
             etcd_history_received_bytes: Counter::default(),
             etcd_history_dropped_bytes: Counter::default(),
+            watches_closed: Family::default(),
+            scrape: std::sync::Mutex::new(()),
             registry: Registry::default(),
         };
         let mut root = Registry::default();
@@ -184,8 +194,13 @@ impl Default for Metrics {
         );
         registry.register(
             "watch_expired_in_stream",
-            "Watches ended in stream with a 410: lapped or cut off by a relist where the store no longer held their revision (or catch-up is off), or whose catch-up could not go on (a previous value the store lost, a resource no longer served, a revision still unfinished 20 s past the deadline)",
+            "Watches ended with a 410 after their first event: lapped or cut off by a relist where the store no longer held their revision (or catch-up is off), or whose catch-up could not go on (the store compacted its revision, a previous value the store lost, the cache dropped while it stood inside a revision, a revision still unfinished 20 s past the deadline)",
             m.watch_expired_in_stream.clone(),
+        );
+        registry.register(
+            "watches_closed",
+            "Watches ended cleanly between two revisions because the cache serving them was dropped (a CRD served anew or deleted); their clients resume from their last resourceVersion",
+            m.watches_closed.clone(),
         );
         registry.register(
             "watch_catch_ups",
@@ -251,7 +266,7 @@ impl Default for Metrics {
         );
         registry.register(
             "watch_starts_expired",
-            "Watches refused at their start with an in-stream 410 (their revision is older than the window)",
+            "Watches told with an in-stream 410, before any event, that their revision is gone: older than the window with catch-up off, or compacted in the store (found at once, or by their catch-up's read)",
             m.watch_starts_expired.clone(),
         );
         registry.register(
@@ -319,6 +334,7 @@ impl Default for Metrics {
 }
 
 /// Moves `counter` up to `total` (a count kept elsewhere, read at scrape time).
+#[cfg(feature = "etcd")]
 pub(crate) fn advance_to(counter: &Counter, total: u64) {
     let now = counter.get();
     if total > now {
@@ -326,12 +342,115 @@ pub(crate) fn advance_to(counter: &Counter, total: u64) {
     }
 }
 
+/// How many of a cache's counts there are (see [`CacheCounts`]).
+const CACHE_COUNTS: usize = 10;
+
+/// One cache's counts, added to its resource's counters: at each scrape, and once more when
+/// the resource is dropped.
+///
+/// Several caches may share a `resource` label (the versions of one CustomResourceDefinition,
+/// each its own cache; a CRD served anew replaces its caches), so a label's counter is the sum
+/// of what each of its caches, past and present, has counted: each adds what it counted since
+/// it last did.
+pub(crate) struct CacheCounts {
+    counters: [Counter; CACHE_COUNTS],
+    /// What has been added to `counters` so far.
+    published: std::sync::Mutex<[u64; CACHE_COUNTS]>,
+}
+
+impl CacheCounts {
+    /// The counts of a cache of the resource labelled `label`.
+    pub(crate) fn new(m: &Metrics, label: &str) -> CacheCounts {
+        let labels = resource(label);
+        let counters = [
+            &m.store_reads,
+            &m.progress_requests,
+            &m.initializations,
+            &m.undone_reads,
+            &m.watch_catch_ups,
+            &m.watch_catch_up_reads,
+            &m.watch_catch_up_events,
+            &m.watch_catch_up_handovers,
+            &m.watch_catch_ups_lapped,
+            &m.watch_catch_ups_refused,
+        ]
+        .map(|family| family.get_or_create(&labels).clone());
+        CacheCounts {
+            counters,
+            published: std::sync::Mutex::new([0; CACHE_COUNTS]),
+        }
+    }
+
+    /// Adds what `stats` counted since the last call.
+    pub(crate) fn publish(&self, stats: &CacheStats) {
+        let relaxed = std::sync::atomic::Ordering::Relaxed;
+        let now = [
+            &stats.source_reads,
+            &stats.progress_requests,
+            &stats.lists,
+            &stats.undone_reads,
+            &stats.catch_ups,
+            &stats.catch_up_reads,
+            &stats.catch_up_events,
+            &stats.catch_up_handovers,
+            &stats.catch_ups_lapped,
+            &stats.catch_ups_refused,
+        ]
+        .map(|count| count.load(relaxed));
+        let mut published = self
+            .published
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        for ((counter, done), now) in self.counters.iter().zip(published.iter_mut()).zip(now) {
+            if now > *done {
+                counter.inc_by(now - *done);
+                *done = now;
+            }
+        }
+    }
+}
+
+/// How many of a cache's gauges there are (see [`Metrics::set_cache_gauges`]).
+pub(crate) const CACHE_GAUGES: usize = 6;
+
 /// Labels for one resource.
 pub fn resource(name: &str) -> Labels {
     vec![("resource", name.to_owned())]
 }
 
 impl Metrics {
+    /// Holds other scrapes off while the caller sets the caches' gauges and renders.
+    pub(crate) fn scrape(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.scrape
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Sets the caches' gauges to `sums`, per label: each the sum over the label's caches
+    /// served now, in the order capacity, occupancy, history bytes, pinned snapshots,
+    /// reflector restarts, catch-up bytes. A label no longer served has none.
+    pub(crate) fn set_cache_gauges(&self, sums: &std::collections::BTreeMap<&str, [u64; CACHE_GAUGES]>) {
+        let families = [
+            &self.ring_capacity,
+            &self.ring_occupancy,
+            &self.history_bytes,
+            &self.pinned_snapshots,
+            &self.reflector_restarts,
+            &self.watch_catch_up_bytes,
+        ];
+        for family in families {
+            family.clear();
+        }
+        for (label, values) in sums {
+            let labels = resource(label);
+            for (family, value) in families.iter().zip(values) {
+                family
+                    .get_or_create(&labels)
+                    .set(i64::try_from(*value).unwrap_or(i64::MAX));
+            }
+        }
+    }
+
     /// The text exposition.
     pub fn render(&self) -> String {
         let mut out = String::new();

@@ -321,7 +321,7 @@ impl Server {
         workload::seed(&store, &work).await;
         namespaces::ensure_system(&store).await;
         rbac_objects::bootstrap::ensure(&store).await;
-        let resources = resources::build(&store, &config, &registry)?;
+        let resources = resources::build(&store, &config, &metrics, &registry)?;
         let root_ca = root_ca(&config, cert_dir.as_ref());
         let shutdown = Switch::new();
         let openapi = OpenApi::build(

@@ -645,3 +645,91 @@ async fn a_crd_served_anew_ends_its_watches_cleanly_and_they_resume_without_a_re
     }
     server.shutdown().await.unwrap();
 }
+
+/// The value of the series `series` in `/metrics`, if it is there.
+async fn series(server: &Server, series: &str) -> Option<u64> {
+    let (_, body) = request(&http(), server, "GET", "/metrics", None).await;
+    String::from_utf8_lossy(&body)
+        .lines()
+        .find(|l| l.split(' ').next() == Some(series))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// Waits (bounded) until the series `name` is `want`.
+async fn series_until(server: &Server, name: &str, want: Option<u64>) {
+    let mut last = None;
+    for _ in 0..100 {
+        last = series(server, name).await;
+        if last == want {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("{name}: {last:?}, not {want:?}");
+}
+
+/// A CRD's versions share its `resource` label, each served by a cache of its own: the label's
+/// counters are the sum of its caches', past and present (a CRD served anew replaces its
+/// caches, and its counters go on from where they were), and its gauges the sum of the caches
+/// served now (none once it is gone). Its watches ended by a change are counted as such.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crds_metrics_sum_its_versions_caches_and_go_on_when_it_is_served_anew() {
+    let server = start(config(0)).await;
+    create_namespaces(&server, &[NS]).await;
+    let (code, out) = json(&server, "POST", CRDS, Some(crd("doodads", "Doodad", true))).await;
+    assert_eq!(code, 201, "{out}");
+    crd_until(&server, "doodads.example.com", "established", |c| {
+        condition(c, "Established") == "True"
+    })
+    .await;
+    let label = "{resource=\"doodads.example.com\"}";
+    let lists = format!("apiserver_watch_cache_initializations_total{label}");
+    let capacity = format!("watchcache_ring_capacity{label}");
+    let closed = format!("watchcache_watches_closed_total{label}");
+    let in_stream = format!("watchcache_watch_expired_in_stream_total{label}");
+    let one = series(&server, "watchcache_ring_capacity{resource=\"configmaps\"}")
+        .await
+        .expect("the configmaps' window");
+    // Two versions, two caches, each listed once.
+    series_until(&server, &lists, Some(2)).await;
+    assert_eq!(series(&server, &capacity).await, Some(2 * one));
+
+    let objects = format!("/apis/example.com/v1/namespaces/{NS}/doodads");
+    let (code, made) = json(
+        &server,
+        "POST",
+        &objects,
+        Some(json!({"apiVersion": "example.com/v1", "kind": "Doodad",
+                    "metadata": {"name": "a"}, "spec": {"color": "red"}})),
+    )
+    .await;
+    assert_eq!(code, 201, "{made}");
+    let rv = made["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
+    let mut watch =
+        watchcache_tests::Frames::open(&server, &format!("{objects}?watch=1&resourceVersion={rv}")).await;
+    // Served anew: two new caches, each listed once more; the watch ends cleanly.
+    edit_spec_schema(&server, &format!("{CRDS}/doodads.example.com"), |spec| {
+        spec["properties"]["shade"] = json!({"type": "string"});
+    })
+    .await;
+    series_until(&server, &lists, Some(4)).await;
+    assert_eq!(
+        series(&server, &capacity).await,
+        Some(2 * one),
+        "the caches served now"
+    );
+    assert_eq!(
+        watch.next_within(Duration::from_secs(10)).await,
+        Ok(None),
+        "the watch of the old caches ends cleanly"
+    );
+    series_until(&server, &closed, Some(1)).await;
+    assert_eq!(series(&server, &in_stream).await, Some(0), "and with no 410");
+
+    // Gone: no gauge, and the counters stay.
+    let (code, out) = json(&server, "DELETE", &format!("{CRDS}/doodads.example.com"), None).await;
+    assert_eq!(code, 200, "{out}");
+    series_until(&server, &capacity, None).await;
+    assert_eq!(series(&server, &lists).await, Some(4));
+    server.shutdown().await.unwrap();
+}

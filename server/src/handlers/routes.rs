@@ -263,35 +263,27 @@ async fn readyz(State(state): AppStateRef) -> Response {
 async fn metrics_text(State(state): AppStateRef) -> Response {
     let m = &state.metrics;
     let relaxed = std::sync::atomic::Ordering::Relaxed;
-    for r in state.resources.now().values() {
-        let labels = metrics::resource(&r.label);
+    let _scrape = m.scrape();
+    let served = state.resources.now();
+    // Summed per label: the versions of a CRD share one.
+    let mut gauges = std::collections::BTreeMap::<&str, [u64; metrics::CACHE_GAUGES]>::new();
+    for r in served.values() {
         let stats = r.cache.stats();
-        // The cache's counts, kept by its reflector and watches and read here.
-        for (counter, count) in [
-            (&m.store_reads, &stats.source_reads),
-            (&m.progress_requests, &stats.progress_requests),
-            (&m.initializations, &stats.lists),
-            (&m.undone_reads, &stats.undone_reads),
-            (&m.watch_catch_ups, &stats.catch_ups),
-            (&m.watch_catch_up_reads, &stats.catch_up_reads),
-            (&m.watch_catch_up_events, &stats.catch_up_events),
-            (&m.watch_catch_up_handovers, &stats.catch_up_handovers),
-            (&m.watch_catch_ups_lapped, &stats.catch_ups_lapped),
-            (&m.watch_catch_ups_refused, &stats.catch_ups_refused),
-        ] {
-            metrics::advance_to(&counter.get_or_create(&labels), count.load(relaxed));
-        }
-        for (gauge, value) in [
-            (&m.ring_capacity, r.cache.config().capacity as u64),
-            (&m.ring_occupancy, r.cache.history_len() as u64),
-            (&m.history_bytes, stats.history_bytes.load(relaxed)),
-            (&m.pinned_snapshots, stats.pinned_snapshots.load(relaxed)),
-            (&m.reflector_restarts, stats.reflector_restarts.load(relaxed)),
-            (&m.watch_catch_up_bytes, stats.catch_up_bytes.load(relaxed)),
-        ] {
-            gauge.get_or_create(&labels).set(value as i64);
+        // The cache's counts, kept by its reflector and watches and added here.
+        r.counts.publish(stats);
+        let sums = gauges.entry(&r.label).or_default();
+        for (sum, value) in sums.iter_mut().zip([
+            r.cache.config().capacity as u64,
+            r.cache.history_len() as u64,
+            stats.history_bytes.load(relaxed),
+            stats.pinned_snapshots.load(relaxed),
+            stats.reflector_restarts.load(relaxed),
+            stats.catch_up_bytes.load(relaxed),
+        ]) {
+            *sum += value;
         }
     }
+    m.set_cache_gauges(&gauges);
     #[cfg(feature = "etcd")]
     if let crate::Backend::Etcd(e) = &state.store {
         let history = e.history_stats();

@@ -14,6 +14,7 @@ use watchcache_core::{BuildError, Cache, CacheConfig};
 use watchcache_encoders::{FrameEncoder, JsonCodec, ResourceInfo};
 
 use crate::config::ServeConfig;
+use crate::metrics::{CacheCounts, Metrics};
 use crate::store::backend::Backend;
 
 pub use watchcache_api::NameRule;
@@ -40,6 +41,15 @@ pub struct Resource {
     pub cache: Cache<Backend>,
     /// Whether its CRD is being deleted: objects are read, updated and deleted, none made.
     pub terminating: std::sync::atomic::AtomicBool,
+    /// The cache's counts, added to its label's counters.
+    pub(crate) counts: CacheCounts,
+}
+
+impl Drop for Resource {
+    /// What the cache counted since the last scrape is not lost with it.
+    fn drop(&mut self) {
+        self.counts.publish(self.cache.stats());
+    }
 }
 
 /// The resources served, found by API version and plural.
@@ -203,17 +213,28 @@ fn protobuf_message(spec: &KindSpec) -> Option<&'static str> {
     watchcache_encoders::protobuf::message_name(spec.protobuf.as_deref()?)
 }
 
-/// Starts one cache per kind of `registry` over `store`.
-pub fn build(store: &Backend, config: &ServeConfig, registry: &Registry) -> Result<Served, BuildError> {
+/// Starts one cache per kind of `registry` over `store`, counted in `metrics`.
+pub fn build(
+    store: &Backend,
+    config: &ServeConfig,
+    metrics: &Metrics,
+    registry: &Registry,
+) -> Result<Served, BuildError> {
     let mut out = Served::default();
     for spec in registry.iter() {
-        out.insert(Arc::new(start(store, config, spec)?));
+        out.insert(Arc::new(start(store, config, metrics, spec)?));
     }
     Ok(out)
 }
 
-/// Starts serving `spec` over `store`: its cache, codec and frames.
-pub fn start(store: &Backend, config: &ServeConfig, spec: &Arc<KindSpec>) -> Result<Resource, BuildError> {
+/// Starts serving `spec` over `store`: its cache, codec and frames; its cache's counts go to
+/// `metrics`.
+pub fn start(
+    store: &Backend,
+    config: &ServeConfig,
+    metrics: &Metrics,
+    spec: &Arc<KindSpec>,
+) -> Result<Resource, BuildError> {
     let codec = Arc::new(codec(spec));
     let prefix = spec.prefix();
     let mut cache_config = CacheConfig::new(&spec.plural, &prefix);
@@ -233,16 +254,18 @@ pub fn start(store: &Backend, config: &ServeConfig, spec: &Arc<KindSpec>) -> Res
         info = info.with_protobuf(message);
     }
     let frames = FrameEncoder::new(info.clone(), codec.clone());
+    let label: Arc<str> = if spec.group.is_empty() {
+        Arc::from(spec.plural.as_str())
+    } else {
+        Arc::from(format!("{}.{}", spec.plural, spec.group))
+    };
     Ok(Resource {
         spec: Arc::clone(spec),
         info,
         ttl: spec.strategy.expires.then_some(config.event_ttl),
         prefix,
-        label: if spec.group.is_empty() {
-            Arc::from(spec.plural.as_str())
-        } else {
-            Arc::from(format!("{}.{}", spec.plural, spec.group))
-        },
+        counts: CacheCounts::new(metrics, &label),
+        label,
         codec,
         frames,
         cache,

@@ -281,6 +281,10 @@ pub(crate) async fn watch(
     // end cannot be flushed, and the connection is dropped once it has stalled for the grace
     // period.
     conn.end_if_stalled_after(timeout, state.config.shutdown_grace);
+    // From below the window: reading the store's history.
+    let at_start = watch
+        .as_ref()
+        .is_some_and(watchcache_core::CacheWatch::is_catching_up);
     let body = WatchBody {
         watch,
         frames: frames.clone(),
@@ -288,6 +292,7 @@ pub(crate) async fn watch(
         phase: watch_body::Phase::Open(None),
         shutdown: state.shutdown.signal(),
         grace_ms: watch_body::grace_ms(state.config.shutdown_grace),
+        at_start,
         buf: BytesMut::new(),
         counters: WatchCounters::new(&state.metrics, resource),
         pending,

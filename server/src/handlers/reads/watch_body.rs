@@ -62,6 +62,10 @@ pub(crate) struct WatchBody {
     /// The server's shutdown grace period (`ServeConfig::shutdown_grace`), in milliseconds
     /// (the body stays small).
     pub(crate) grace_ms: u32,
+    /// Whether a 410 now is one at its start: it began below the window, reading the store's
+    /// history, and has delivered nothing and not reached the window yet (a read of the store
+    /// finds a compaction the server had not learned of).
+    pub(crate) at_start: bool,
     /// This resource's counters, looked up once: a poll allocates and locks nothing for them.
     pub(crate) counters: WatchCounters,
     /// Frames written before the stream starts (an in-stream error at the start).
@@ -183,6 +187,13 @@ impl Drop for WatchBody {
     }
 }
 
+impl WatcherGuard {
+    /// Counts one for its resource in `family` (for what happens once in a watch's life).
+    fn count(&self, family: &prometheus_client::metrics::family::Family<metrics::Labels, Counter>) {
+        family.get_or_create(&metrics::resource(&self.resource)).inc();
+    }
+}
+
 impl WatchBody {
     fn finish(&mut self) {
         self.watch = None;
@@ -270,13 +281,25 @@ impl Stream for WatchBody {
                     break;
                 }
                 Poll::Ready(Some(Err(expired))) => {
-                    this.counters.expired.inc();
-                    this.counters.terminated.inc();
+                    if this.at_start && events + bookmarks == 0 {
+                        // Its revision was gone when it asked: the store had compacted it,
+                        // which its catch-up's read found.
+                        if let Some(guard) = &this.guard {
+                            guard.count(&guard.metrics.watch_starts_expired);
+                        }
+                    } else {
+                        this.counters.expired.inc();
+                        this.counters.terminated.inc();
+                    }
                     this.frames.write_error(&errors::expired(&expired), buf);
                     ended = true;
                     break;
                 }
                 Poll::Ready(None) => {
+                    if !ending && let Some(guard) = &this.guard {
+                        // Not its deadline: the cache serving it was dropped.
+                        guard.count(&guard.metrics.watches_closed);
+                    }
                     ended = true;
                     break;
                 }
@@ -322,6 +345,8 @@ impl Stream for WatchBody {
                 }
             }
         }
+        this.at_start &=
+            events + bookmarks == 0 && this.watch.as_ref().is_some_and(CacheWatch::is_catching_up);
         if events > 0 {
             this.counters.events.inc_by(events);
         }
@@ -426,6 +451,7 @@ mod tests {
             phase: Phase::Open(None),
             shutdown: state.shutdown.signal(),
             grace_ms: grace_ms(state.config.shutdown_grace),
+            at_start: false,
             buf: BytesMut::new(),
             counters: WatchCounters::new(&state.metrics, "configmaps"),
             pending: None,
