@@ -2121,6 +2121,29 @@ async fn a_compaction_the_key_claims_but_etcd_has_not_made_expires_no_watch() {
         (Some("ADDED"), Some("cm-00")),
         "etcd holds {first}: {frame}"
     );
+    // A compaction made with no key (another compactor's), past the first revision the watch
+    // asks for: the replica learns it only when a catch-up's read from below it is refused.
+    // To the client, and in the metrics, that is a 410 at the watch's start, not one in its
+    // stream.
+    client
+        .compact((first + 2) as i64, None)
+        .await
+        .expect("etcd compacts");
+    let mut late = Frames::open(&server, &path).await;
+    let frame = late.next_within(Duration::from_secs(10)).await.unwrap().unwrap();
+    assert_eq!(
+        (frame["type"].as_str(), frame["object"]["code"].as_u64()),
+        (Some("ERROR"), Some(410)),
+        "etcd compacted {}: {frame}",
+        first + 2
+    );
+    let starts = "watchcache_watch_starts_expired_total{resource=\"configmaps\"}";
+    let in_stream = "watchcache_watch_expired_in_stream_total{resource=\"configmaps\"}";
+    assert_eq!(
+        (counter(&server, starts).await, counter(&server, in_stream).await),
+        (1, 0),
+        "a 410 before any event is one at the start"
+    );
     // Once etcd makes it, it is learned.
     client.compact(head as i64, None).await.expect("etcd compacts");
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -2129,4 +2152,44 @@ async fn a_compaction_the_key_claims_but_etcd_has_not_made_expires_no_watch() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     server.shutdown().await.unwrap();
+}
+
+/// A replica that starts while the newest claim of the compaction key is not made (a compactor
+/// between its key and its compaction, or one that died there) still learns the compaction
+/// made before it, from the key's previous value, rather than believing nothing was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_starting_under_an_unmade_claim_learns_the_compaction_made_before_it() {
+    let Some(cluster) = EtcdCluster::start(1).await else {
+        return;
+    };
+    let mut client = etcd_client::Client::connect(cluster.endpoints(), None)
+        .await
+        .expect("connects to etcd");
+    for i in 0..5 {
+        client.put(format!("/registry/x/{i}"), "v", None).await.unwrap();
+    }
+    let etcd = source(&cluster).await;
+    // A round made whole: the key, then the compaction.
+    let made = current(&etcd).await;
+    client
+        .put("compact_rev_key", made.to_string(), None)
+        .await
+        .unwrap();
+    client.compact(made as i64, None).await.expect("etcd compacts");
+    for i in 0..5 {
+        client.put(format!("/registry/x/{i}"), "w", None).await.unwrap();
+    }
+    // The next round's key, with no compaction (yet).
+    let claimed = current(&etcd).await;
+    client
+        .put("compact_rev_key", claimed.to_string(), None)
+        .await
+        .unwrap();
+
+    let fresh = source(&cluster).await;
+    assert_eq!(
+        fresh.refresh_compacted().await.unwrap().get(),
+        made,
+        "the compaction made is known; the one only claimed ({claimed}) is not"
+    );
 }
