@@ -25,7 +25,15 @@ impl EtcdSource {
     /// revisions etcd still holds, until the next round. Etcd refuses a read below a revision
     /// it compacted: until it refuses one at `revision - 1`, the claim waits, and
     /// [`confirm_claimed`](Self::confirm_claimed) tries it again.
-    pub(crate) async fn learn_claimed(&self, revision: u64) {
+    ///
+    /// A claim above `head`, the revision etcd answered at, is none this cluster can make (a
+    /// key written by hand, or restored from another cluster): it is ignored, or it would hold
+    /// the place of every later claim below it.
+    pub(crate) async fn learn_claimed(&self, revision: u64, head: Revision) {
+        if revision > head.get() {
+            debug!(revision, %head, "a compaction claim above etcd's revision, ignored");
+            return;
+        }
         self.inner.claimed.fetch_max(revision, Ordering::Relaxed);
         self.confirm_claimed().await;
     }
@@ -41,10 +49,13 @@ impl EtcdSource {
     /// Whether etcd has compacted at `revision`: it refuses a read at `revision - 1`. `false`
     /// when it answers the read, or does not answer.
     async fn made(&self, revision: u64) -> bool {
-        if revision < 2 {
+        let Some(below) = revision.checked_sub(1).and_then(|r| i64::try_from(r).ok()) else {
+            return false;
+        };
+        if below < 1 {
             return false;
         }
-        let below = GetOptions::new().with_revision(revision as i64 - 1).with_limit(1);
+        let below = GetOptions::new().with_revision(below).with_limit(1);
         let read = self
             .reading(|mut kv| {
                 let below = below.clone();
@@ -58,12 +69,13 @@ impl EtcdSource {
     /// the claim before it. A replica starting in the moment between a compactor's key and its
     /// compaction (or after a compactor that died in it) would otherwise know of no compaction
     /// at all until the next round's is made.
-    async fn learn_key(&self, kv: &KeyValue) {
+    async fn learn_key(&self, kv: &KeyValue, head: Revision) {
         let Some(claim) = parse_revision(kv) else {
             return;
         };
-        self.learn_claimed(claim).await;
-        if self.compacted().get() >= claim || kv.version() < 2 || kv.mod_revision() < 2 {
+        self.learn_claimed(claim, head).await;
+        if self.compacted().get() >= claim || claim > head.get() || kv.version() < 2 || kv.mod_revision() < 2
+        {
             return;
         }
         let before = GetOptions::new().with_revision(kv.mod_revision() - 1);
@@ -97,8 +109,9 @@ impl EtcdSource {
             .reading(|mut kv| async move { kv.get(COMPACT_KEY, None).await })
             .await
             .map_err(unavailable)?;
+        let head = revision_of(resp.header())?;
         if let Some(kv) = resp.kvs().first() {
-            self.learn_key(kv).await;
+            self.learn_key(kv, head).await;
         }
         Ok(self.compacted())
     }
@@ -127,7 +140,7 @@ impl EtcdSource {
                 return Ok((0, now));
             };
             if let Some(r) = parse_revision(&kv) {
-                self.learn_claimed(r).await;
+                self.learn_claimed(r, now).await;
             }
             return Ok((kv.version(), now));
         }
@@ -183,9 +196,10 @@ impl EtcdSource {
             .reading(|mut kv| async move { kv.get(COMPACT_KEY, None).await })
             .await
             .map_err(unavailable)?;
-        let from = revision_of(resp.header())?.get() as i64 + 1;
+        let head = revision_of(resp.header())?;
+        let from = head.get() as i64 + 1;
         if let Some(kv) = resp.kvs().first() {
-            self.learn_key(kv).await;
+            self.learn_key(kv, head).await;
         }
         let options = WatchOptions::new().with_start_revision(from);
         let (stream, member) = self
@@ -215,9 +229,10 @@ impl EtcdSource {
                     resp.cancel_reason()
                 )));
             }
-            for e in resp.events() {
-                if let Some(r) = e.kv().and_then(parse_revision) {
-                    self.learn_claimed(r).await;
+            for kv in resp.events().iter().filter_map(|e| e.kv()) {
+                if let Some(r) = parse_revision(kv) {
+                    // A claim is of a revision before the key's write.
+                    self.learn_claimed(r, rev(kv.mod_revision())).await;
                 }
             }
         }

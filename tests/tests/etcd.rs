@@ -2192,4 +2192,29 @@ async fn a_replica_starting_under_an_unmade_claim_learns_the_compaction_made_bef
         made,
         "the compaction made is known; the one only claimed ({claimed}) is not"
     );
+
+    // A key no compactor of this cluster wrote (by hand, or restored from another cluster):
+    // a claim above etcd's revision, and one past any i64, neither believed nor holding the
+    // place of the claims after it.
+    let mut saw_bogus = Vec::new();
+    for bogus in [format!("{}", claimed + 1_000_000), u64::MAX.to_string()] {
+        client.put("compact_rev_key", bogus.as_str(), None).await.unwrap();
+        let replica = source(&cluster).await;
+        let known = replica.refresh_compacted().await.unwrap().get();
+        assert!(known <= made, "{bogus} believed: {known}");
+        saw_bogus.push(replica);
+    }
+    let next = current(&etcd).await;
+    client
+        .put("compact_rev_key", next.to_string(), None)
+        .await
+        .unwrap();
+    client.compact(next as i64, None).await.expect("etcd compacts");
+    for replica in [&fresh, &saw_bogus[0], &saw_bogus[1]] {
+        assert_eq!(
+            replica.refresh_compacted().await.unwrap().get(),
+            next,
+            "the next claim made is learned"
+        );
+    }
 }
