@@ -115,14 +115,12 @@ async fn crds(state: &AppState, parsed: &mut Parsed) -> Vec<Arc<Value>> {
     out
 }
 
-/// What a CRD is served from: its identity and its spec. Not its generation: that moves too
-/// when its deletion starts (a deletionTimestamp set on an object with a generation), and a CRD
-/// being deleted goes on being served by the same caches, its watches kept.
+/// What a CRD is served from: its identity and its spec's generation (which every change of
+/// its spec moves, and the start of its deletion too: see `reconcile`).
 fn fingerprint(crd: &Value) -> u64 {
     let mut h = std::hash::DefaultHasher::new();
     crd["metadata"]["uid"].as_str().hash(&mut h);
-    // serde_json's maps are sorted by key (no `preserve_order`): equal specs, equal texts.
-    crd["spec"].to_string().hash(&mut h);
+    crd["metadata"]["generation"].as_i64().hash(&mut h);
     h.finish()
 }
 
@@ -205,7 +203,14 @@ async fn reconcile(
         wanted.insert(name.clone());
         let terminating = !crd["metadata"]["deletionTimestamp"].is_null();
         let print = fingerprint(crd);
-        if serving.get(&name).is_none_or(|s| s.fingerprint != print) {
+        // Served anew when its spec changed; not when only its deletion started (a
+        // deletionTimestamp moves the generation too): the caches it has go on serving it, and
+        // its watches go on, while its objects go.
+        let changed_spec = match serving.get(&name) {
+            None => true,
+            Some(s) => s.fingerprint != print && !terminating,
+        };
+        if changed_spec {
             // New or changed: served anew (each version its own cache).
             let own: Vec<(String, String)> = serving
                 .get(&name)
