@@ -330,6 +330,13 @@ impl<S: Source> Cache<S> {
         &self.inner.store.stats
     }
 
+    /// The counters, shared: they go on counting after the cache is dropped while its last
+    /// watches and catch-ups finish (a CustomResourceDefinition served anew ends its watches
+    /// between two revisions), so an exporter that holds them loses none of it.
+    pub fn shared_stats(&self) -> Arc<CacheStats> {
+        Arc::clone(&self.inner.store.stats)
+    }
+
     /// Whether the cache is serving a followed source: its first list has completed and its
     /// reflector is running (not waiting to be replaced after a panic).
     pub fn is_ready(&self) -> bool {

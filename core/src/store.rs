@@ -90,7 +90,9 @@ pub(crate) struct Store {
     /// pages are asked for within the snapshot retention. Locked by a LIST page that mints or
     /// follows a continue token, and by the reflector's retention tick; never by a watcher.
     pinned: Mutex<Vec<Pinned>>,
-    pub(crate) stats: CacheStats,
+    /// Shared: a metrics exporter adds what they count after the cache is gone (its last
+    /// watches and catch-ups) too.
+    pub(crate) stats: Arc<CacheStats>,
 }
 
 impl Store {
@@ -102,7 +104,7 @@ impl Store {
             up: AtomicBool::new(false),
             tokens: OnceLock::new(),
             pinned: Mutex::new(Vec::new()),
-            stats: CacheStats::default(),
+            stats: Arc::default(),
         }
     }
 

@@ -6,6 +6,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use std::sync::Arc;
+
 use watchcache_core::CacheStats;
 
 /// The labels of a metric: `resource` (and `verb`, `plugin`).
@@ -20,13 +22,14 @@ pub struct Metrics {
     pub events_dispatched: Family<Labels, Counter>,
     /// Bookmarks written to clients, per resource.
     pub bookmarks_sent: Family<Labels, Counter>,
-    /// Watches ended in stream with a 410 (lapped or cut off by a relist where no catch-up
-    /// from the store could serve them: compacted, or catch-up off; or a catch-up that could not
-    /// go on), per resource.
+    /// Watches ended with a 410 once they had delivered an event or reached the window (lapped
+    /// or cut off by a relist where no catch-up from the store could serve them: compacted, or
+    /// catch-up off; or a catch-up that could not go on), per resource.
     pub watch_expired_in_stream: Family<Labels, Counter>,
     /// Watches the server ended, not their client: the in-stream 410s, and watches whose
     /// client stopped reading, dropped a grace period after their deadline (the apiserver's
-    /// `apiserver_terminated_watchers_total`), per resource.
+    /// `apiserver_terminated_watchers_total`), per resource. Not the clean ends of a dropped
+    /// cache's watches (`watches_closed`).
     pub terminated_watchers: Family<Labels, Counter>,
     /// Watches that read the store's retained history because the window could not serve
     /// them (see `CacheStats::catch_ups`), per resource.
@@ -58,11 +61,13 @@ pub struct Metrics {
     /// Bytes of superseded object versions history holds, per resource.
     pub history_bytes: Family<Labels, Gauge>,
     /// Reflectors replaced after a panic, per resource.
-    pub reflector_restarts: Family<Labels, Gauge>,
+    pub reflector_restarts: Family<Labels, Counter>,
     /// Request latency to the response head, per verb.
     pub request_duration: Family<Labels, Histogram>,
-    /// Watches refused at their start because their revision is older than the window (an
-    /// in-stream 410: the client relists), per resource.
+    /// Watches told 410 (in stream: the client relists) before they delivered an event or
+    /// reached the window: their revision older than the window with catch-up off, or
+    /// compacted in the store, known at once or found by the read of the store they began with
+    /// (or that read could not go on), per resource.
     pub watch_starts_expired: Family<Labels, Counter>,
     /// Reads the store answered because the cache could not, per resource (see
     /// `CacheStats::source_reads`).
@@ -111,6 +116,8 @@ pub struct Metrics {
     pub watches_closed: Family<Labels, Counter>,
     /// Held while a scrape sums the caches' gauges and renders.
     scrape: std::sync::Mutex<()>,
+    /// The counts of dropped caches whose watches or catch-ups may still count.
+    retired: std::sync::Mutex<Vec<CacheCounts>>,
 }
 
 impl Default for Metrics {
@@ -156,6 +163,7 @@ impl Default for Metrics {
             etcd_history_dropped_bytes: Counter::default(),
             watches_closed: Family::default(),
             scrape: std::sync::Mutex::new(()),
+            retired: std::sync::Mutex::new(Vec::new()),
             registry: Registry::default(),
         };
         let mut root = Registry::default();
@@ -167,7 +175,7 @@ impl Default for Metrics {
         );
         root.register(
             "apiserver_terminated_watchers",
-            "Watches the server ended rather than their client: in-stream 410s, and clients that stopped reading",
+            "Watches the server ended rather than their client: in-stream 410s, and clients that stopped reading (not the clean ends of a dropped cache's watches)",
             m.terminated_watchers.clone(),
         );
         root.register(
@@ -194,7 +202,7 @@ impl Default for Metrics {
         );
         registry.register(
             "watch_expired_in_stream",
-            "Watches ended with a 410 after their first event: lapped or cut off by a relist where the store no longer held their revision (or catch-up is off), or whose catch-up could not go on (the store compacted its revision, a previous value the store lost, the cache dropped while it stood inside a revision, a revision still unfinished 20 s past the deadline)",
+            "Watches ended with a 410 once they had delivered an event or reached the history window: lapped or cut off by a relist where the store no longer held their revision (or catch-up is off), or whose catch-up could not go on (the store compacted its revision, a previous value the store lost, the cache dropped while it stood inside a revision, a revision still unfinished 20 s past the deadline)",
             m.watch_expired_in_stream.clone(),
         );
         registry.register(
@@ -266,7 +274,7 @@ impl Default for Metrics {
         );
         registry.register(
             "watch_starts_expired",
-            "Watches told with an in-stream 410, before any event, that their revision is gone: older than the window with catch-up off, or compacted in the store (found at once, or by their catch-up's read)",
+            "Watches told with an in-stream 410, before they delivered an event or reached the history window, that their revision is gone: older than the window with catch-up off, or compacted in the store (known at once, or found by the read of the store they began with, or that read could not go on)",
             m.watch_starts_expired.clone(),
         );
         registry.register(
@@ -343,24 +351,25 @@ pub(crate) fn advance_to(counter: &Counter, total: u64) {
 }
 
 /// How many of a cache's counts there are (see [`CacheCounts`]).
-const CACHE_COUNTS: usize = 10;
+const CACHE_COUNTS: usize = 11;
 
-/// One cache's counts, added to its resource's counters: at each scrape, and once more when
-/// the resource is dropped.
+/// One cache's counts, added to its resource's counters: at each scrape, and, once the cache is
+/// dropped, until nothing can count in them any more.
 ///
 /// Several caches may share a `resource` label (the versions of one CustomResourceDefinition,
 /// each its own cache; a CRD served anew replaces its caches), so a label's counter is the sum
 /// of what each of its caches, past and present, has counted: each adds what it counted since
 /// it last did.
 pub(crate) struct CacheCounts {
+    stats: Arc<CacheStats>,
     counters: [Counter; CACHE_COUNTS],
     /// What has been added to `counters` so far.
     published: std::sync::Mutex<[u64; CACHE_COUNTS]>,
 }
 
 impl CacheCounts {
-    /// The counts of a cache of the resource labelled `label`.
-    pub(crate) fn new(m: &Metrics, label: &str) -> CacheCounts {
+    /// The counts `stats` keeps, of a cache of the resource labelled `label`.
+    pub(crate) fn new(m: &Metrics, label: &str, stats: Arc<CacheStats>) -> CacheCounts {
         let labels = resource(label);
         let counters = [
             &m.store_reads,
@@ -373,17 +382,20 @@ impl CacheCounts {
             &m.watch_catch_up_handovers,
             &m.watch_catch_ups_lapped,
             &m.watch_catch_ups_refused,
+            &m.reflector_restarts,
         ]
         .map(|family| family.get_or_create(&labels).clone());
         CacheCounts {
+            stats,
             counters,
             published: std::sync::Mutex::new([0; CACHE_COUNTS]),
         }
     }
 
-    /// Adds what `stats` counted since the last call.
-    pub(crate) fn publish(&self, stats: &CacheStats) {
+    /// Adds what was counted since the last call.
+    pub(crate) fn publish(&self) {
         let relaxed = std::sync::atomic::Ordering::Relaxed;
+        let stats = &self.stats;
         let now = [
             &stats.source_reads,
             &stats.progress_requests,
@@ -395,6 +407,7 @@ impl CacheCounts {
             &stats.catch_up_handovers,
             &stats.catch_ups_lapped,
             &stats.catch_ups_refused,
+            &stats.reflector_restarts,
         ]
         .map(|count| count.load(relaxed));
         let mut published = self
@@ -408,10 +421,31 @@ impl CacheCounts {
             }
         }
     }
+
+    /// Whether nothing else holds the counts: they count no more (no `Weak` is made of them).
+    fn is_final(&self) -> bool {
+        let last = Arc::strong_count(&self.stats) == 1;
+        if last {
+            // Pairs with the Release decrement of each other holder's `Arc` as it dropped: what
+            // they counted before is seen by `publish`.
+            std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+        }
+        last
+    }
 }
 
 /// How many of a cache's gauges there are (see [`Metrics::set_cache_gauges`]).
-pub(crate) const CACHE_GAUGES: usize = 6;
+pub(crate) const CACHE_GAUGES: usize = 5;
+
+/// Adds what each of `retired` counted since the last call; drops those that count no more.
+fn publish_each(retired: &mut Vec<CacheCounts>) {
+    retired.retain(|counts| {
+        // Final first: what it counted before it was found final is all there is.
+        let done = counts.is_final();
+        counts.publish();
+        !done
+    });
+}
 
 /// Labels for one resource.
 pub fn resource(name: &str) -> Labels {
@@ -426,16 +460,37 @@ impl Metrics {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Keeps the counts of a dropped cache until nothing counts in them any more, adding what
+    /// they count at each scrape (and here). What the retired counts are: those still held by
+    /// a watch or a catch-up of their cache.
+    pub(crate) fn retire(&self, counts: CacheCounts) {
+        let mut retired = self
+            .retired
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        retired.push(counts);
+        publish_each(&mut retired);
+    }
+
+    /// Adds what dropped caches counted since the last scrape.
+    pub(crate) fn publish_retired(&self) {
+        publish_each(
+            &mut self
+                .retired
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        );
+    }
+
     /// Sets the caches' gauges to `sums`, per label: each the sum over the label's caches
     /// served now, in the order capacity, occupancy, history bytes, pinned snapshots,
-    /// reflector restarts, catch-up bytes. A label no longer served has none.
+    /// catch-up bytes. A label no longer served has none.
     pub(crate) fn set_cache_gauges(&self, sums: &std::collections::BTreeMap<&str, [u64; CACHE_GAUGES]>) {
         let families = [
             &self.ring_capacity,
             &self.ring_occupancy,
             &self.history_bytes,
             &self.pinned_snapshots,
-            &self.reflector_restarts,
             &self.watch_catch_up_bytes,
         ];
         for family in families {
@@ -457,5 +512,44 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = encode(&mut out, &self.registry);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering::Relaxed;
+
+    /// A dropped cache's counts go on being added while its last watches count in them, and
+    /// are let go once nothing else holds them.
+    #[test]
+    fn a_retired_caches_counts_are_added_until_they_are_final() {
+        let m = Metrics::default();
+        let counter = m
+            .watch_catch_up_events
+            .get_or_create(&resource("widgets.example.com"))
+            .clone();
+        let stats = Arc::new(CacheStats::default());
+        let counts = CacheCounts::new(&m, "widgets.example.com", Arc::clone(&stats));
+        stats.catch_up_events.fetch_add(3, Relaxed);
+        counts.publish();
+        // A second cache of the label (another version) adds to the same counter.
+        let other = Arc::new(CacheStats::default());
+        let second = CacheCounts::new(&m, "widgets.example.com", Arc::clone(&other));
+        other.catch_up_events.fetch_add(4, Relaxed);
+        second.publish();
+        assert_eq!(counter.get(), 7);
+
+        // Dropped while a watch (`stats`) still counts in it.
+        m.retire(counts);
+        stats.catch_up_events.fetch_add(5, Relaxed);
+        m.publish_retired();
+        assert_eq!(counter.get(), 12);
+        assert_eq!(m.retired.lock().unwrap().len(), 1, "still counted in");
+        stats.catch_up_events.fetch_add(1, Relaxed);
+        drop(stats);
+        m.publish_retired();
+        assert_eq!(counter.get(), 13, "what it counted last is added");
+        assert!(m.retired.lock().unwrap().is_empty(), "then let go");
     }
 }

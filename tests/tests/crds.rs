@@ -687,43 +687,46 @@ async fn a_crds_metrics_sum_its_versions_caches_and_go_on_when_it_is_served_anew
     let capacity = format!("watchcache_ring_capacity{label}");
     let closed = format!("watchcache_watches_closed_total{label}");
     let in_stream = format!("watchcache_watch_expired_in_stream_total{label}");
-    let one = series(&server, "watchcache_ring_capacity{resource=\"configmaps\"}")
-        .await
-        .expect("the configmaps' window");
-    // Two versions, two caches, each listed once.
-    series_until(&server, &lists, Some(2)).await;
-    assert_eq!(series(&server, &capacity).await, Some(2 * one));
-
-    let objects = format!("/apis/example.com/v1/namespaces/{NS}/doodads");
+    let objects = |version: &str| format!("/apis/example.com/{version}/namespaces/{NS}/doodads");
     let (code, made) = json(
         &server,
         "POST",
-        &objects,
+        &objects("v1"),
         Some(json!({"apiVersion": "example.com/v1", "kind": "Doodad",
                     "metadata": {"name": "a"}, "spec": {"color": "red"}})),
     )
     .await;
     assert_eq!(code, 201, "{made}");
     let rv = made["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
-    let mut watch =
-        watchcache_tests::Frames::open(&server, &format!("{objects}?watch=1&resourceVersion={rv}")).await;
-    // Served anew: two new caches, each listed once more; the watch ends cleanly.
+    // A watch on each version: each cache has listed. No scrape yet: what the first caches
+    // counted is added when they are dropped.
+    let mut watches = Vec::new();
+    for version in ["v1", "v1beta1"] {
+        let path = format!("{}?watch=1&resourceVersion={rv}", objects(version));
+        watches.push(watchcache_tests::Frames::open(&server, &path).await);
+    }
+    // Served anew: two new caches, each listed once more; the watches end cleanly.
     edit_spec_schema(&server, &format!("{CRDS}/doodads.example.com"), |spec| {
         spec["properties"]["shade"] = json!({"type": "string"});
     })
     .await;
+    for watch in &mut watches {
+        assert_eq!(
+            watch.next_within(Duration::from_secs(10)).await,
+            Ok(None),
+            "the watch of the old caches ends cleanly"
+        );
+    }
     series_until(&server, &lists, Some(4)).await;
+    let one = series(&server, "watchcache_ring_capacity{resource=\"configmaps\"}")
+        .await
+        .expect("the configmaps' window");
     assert_eq!(
         series(&server, &capacity).await,
         Some(2 * one),
-        "the caches served now"
+        "the two caches served now"
     );
-    assert_eq!(
-        watch.next_within(Duration::from_secs(10)).await,
-        Ok(None),
-        "the watch of the old caches ends cleanly"
-    );
-    series_until(&server, &closed, Some(1)).await;
+    series_until(&server, &closed, Some(2)).await;
     assert_eq!(series(&server, &in_stream).await, Some(0), "and with no 410");
 
     // Gone: no gauge, and the counters stay.

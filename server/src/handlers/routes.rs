@@ -267,17 +267,19 @@ async fn metrics_text(State(state): AppStateRef) -> Response {
     let served = state.resources.now();
     // Summed per label: the versions of a CRD share one.
     let mut gauges = std::collections::BTreeMap::<&str, [u64; metrics::CACHE_GAUGES]>::new();
+    m.publish_retired();
     for r in served.values() {
         let stats = r.cache.stats();
         // The cache's counts, kept by its reflector and watches and added here.
-        r.counts.publish(stats);
+        if let Some(counts) = &r.counts {
+            counts.publish();
+        }
         let sums = gauges.entry(&r.label).or_default();
         for (sum, value) in sums.iter_mut().zip([
             r.cache.config().capacity as u64,
             r.cache.history_len() as u64,
             stats.history_bytes.load(relaxed),
             stats.pinned_snapshots.load(relaxed),
-            stats.reflector_restarts.load(relaxed),
             stats.catch_up_bytes.load(relaxed),
         ]) {
             *sum += value;

@@ -41,14 +41,18 @@ pub struct Resource {
     pub cache: Cache<Backend>,
     /// Whether its CRD is being deleted: objects are read, updated and deleted, none made.
     pub terminating: std::sync::atomic::AtomicBool,
-    /// The cache's counts, added to its label's counters.
-    pub(crate) counts: CacheCounts,
+    /// The cache's counts, added to its label's counters (`None` once dropped).
+    pub(crate) counts: Option<CacheCounts>,
+    metrics: Arc<Metrics>,
 }
 
 impl Drop for Resource {
-    /// What the cache counted since the last scrape is not lost with it.
+    /// What the cache counted since the last scrape, and what its last watches and catch-ups
+    /// count after, is not lost with it.
     fn drop(&mut self) {
-        self.counts.publish(self.cache.stats());
+        if let Some(counts) = self.counts.take() {
+            self.metrics.retire(counts);
+        }
     }
 }
 
@@ -217,7 +221,7 @@ fn protobuf_message(spec: &KindSpec) -> Option<&'static str> {
 pub fn build(
     store: &Backend,
     config: &ServeConfig,
-    metrics: &Metrics,
+    metrics: &Arc<Metrics>,
     registry: &Registry,
 ) -> Result<Served, BuildError> {
     let mut out = Served::default();
@@ -232,7 +236,7 @@ pub fn build(
 pub fn start(
     store: &Backend,
     config: &ServeConfig,
-    metrics: &Metrics,
+    metrics: &Arc<Metrics>,
     spec: &Arc<KindSpec>,
 ) -> Result<Resource, BuildError> {
     let codec = Arc::new(codec(spec));
@@ -264,7 +268,8 @@ pub fn start(
         info,
         ttl: spec.strategy.expires.then_some(config.event_ttl),
         prefix,
-        counts: CacheCounts::new(metrics, &label),
+        counts: Some(CacheCounts::new(metrics, &label, cache.shared_stats())),
+        metrics: Arc::clone(metrics),
         label,
         codec,
         frames,
