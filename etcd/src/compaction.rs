@@ -65,17 +65,17 @@ impl EtcdSource {
         matches!(read, Err(e) if is_compacted(&e))
     }
 
-    /// Learns from the compaction key as read: its claim, and, while that claim is not made,
-    /// the claim before it. A replica starting in the moment between a compactor's key and its
+    /// Learns from the compaction key as read: its claim, and, while that claim is not made
+    /// (or is ignored, above the key's write), the claim before it. A replica starting in the moment between a compactor's key and its
     /// compaction (or after a compactor that died in it) would otherwise know of no compaction
     /// at all until the next round's is made.
     async fn learn_key(&self, kv: &KeyValue, head: Revision) {
         let Some(claim) = parse_revision(kv) else {
             return;
         };
-        self.learn_claimed(claim, head).await;
-        if self.compacted().get() >= claim || claim > head.get() || kv.version() < 2 || kv.mod_revision() < 2
-        {
+        // A claim is of a revision before the key's write.
+        self.learn_claimed(claim, head.min(rev(kv.mod_revision()))).await;
+        if self.compacted().get() >= claim || kv.version() < 2 || kv.mod_revision() < 2 {
             return;
         }
         let before = GetOptions::new().with_revision(kv.mod_revision() - 1);
@@ -140,7 +140,7 @@ impl EtcdSource {
                 return Ok((0, now));
             };
             if let Some(r) = parse_revision(&kv) {
-                self.learn_claimed(r, now).await;
+                self.learn_claimed(r, now.min(rev(kv.mod_revision()))).await;
             }
             return Ok((kv.version(), now));
         }
