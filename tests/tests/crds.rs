@@ -219,23 +219,66 @@ async fn a_crd_is_served_in_its_versions_until_it_is_deleted() {
     )
     .await;
     assert_eq!(code, 200, "{out}");
+    let rv = out["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
+    let mut watch =
+        watchcache_tests::Frames::open(&server, &format!("{widgets}?watch=1&resourceVersion={rv}")).await;
     let (code, out) = json(&server, "DELETE", &format!("{CRDS}/widgets.example.com"), None).await;
     assert_eq!(code, 200, "{out}");
     crd_until(&server, "widgets.example.com", "terminating", |c| {
         condition(c, "Terminating") == "True"
     })
     .await;
+    // Its deletion starting (which moves its generation) does not serve it anew: its watches go
+    // on, and see its objects go.
+    let mut seen = Vec::new();
+    while !seen.iter().any(|f: &Value| {
+        f["type"] == "MODIFIED"
+            && f["object"]["metadata"]["name"] == "b"
+            && !f["object"]["metadata"]["deletionTimestamp"].is_null()
+    }) {
+        let frame = watch.next_within(Duration::from_secs(5)).await;
+        let frame = frame
+            .unwrap_or_else(|()| panic!("b's deletion is seen: {seen:?}"))
+            .unwrap_or_else(|| panic!("the watch goes on: {seen:?}"));
+        assert_ne!(frame["type"], "ERROR", "{frame}");
+        seen.push(frame);
+    }
     let late = json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "late"}});
     let (code, out) = json(&server, "POST", &widgets, Some(late)).await;
     assert_eq!(code, 405, "no object is made while its CRD goes: {out}");
     let (code, held) = json(&server, "GET", &format!("{widgets}/b"), None).await;
     assert_eq!(code, 200, "{held}");
     assert!(!held["metadata"]["deletionTimestamp"].is_null(), "{held}");
+    // A spec changed while it goes is served: a version added (an operator's upgrade, which
+    // then lets its objects go through it).
+    let (code, mut terminating) = json(&server, "GET", &format!("{CRDS}/widgets.example.com"), None).await;
+    assert_eq!(code, 200, "{terminating}");
+    let mut v2 = terminating["spec"]["versions"][1].clone();
+    v2["name"] = json!("v2");
+    terminating["spec"]["versions"].as_array_mut().unwrap().push(v2);
+    let (code, out) = json(
+        &server,
+        "PUT",
+        &format!("{CRDS}/widgets.example.com"),
+        Some(terminating),
+    )
+    .await;
+    assert_eq!(code, 200, "{out}");
+    let widgets_v2 = format!("/apis/example.com/v2/namespaces/{NS}/widgets");
+    let mut served = 0;
+    for _ in 0..100 {
+        (served, _) = json(&server, "GET", &format!("{widgets_v2}/b"), None).await;
+        if served == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(served, 200, "the version added while it goes is served");
     let (code, out) = request_typed(
         &http(),
         &server,
         "PATCH",
-        &format!("{widgets}/b"),
+        &format!("{widgets_v2}/b"),
         "application/merge-patch+json",
         json!({"metadata": {"finalizers": null}}).to_string(),
     )

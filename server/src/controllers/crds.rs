@@ -40,6 +40,10 @@ const FINALIZE_BACKOFF: Duration = Duration::from_secs(1);
 /// from.
 struct Serving {
     fingerprint: u64,
+    /// Its uid: another CRD of the same name (deleted and made again) is served anew.
+    uid: String,
+    /// Whether its deletion had started when it was last looked at.
+    terminating: bool,
     resources: Vec<(String, String)>,
 }
 
@@ -203,14 +207,22 @@ async fn reconcile(
         wanted.insert(name.clone());
         let terminating = !crd["metadata"]["deletionTimestamp"].is_null();
         let print = fingerprint(crd);
-        // Served anew when its spec changed; not when only its deletion started (a
-        // deletionTimestamp moves the generation too): the caches it has go on serving it, and
-        // its watches go on, while its objects go.
-        let changed_spec = match serving.get(&name) {
+        let uid = crd["metadata"]["uid"].as_str().unwrap_or_default();
+        // Served anew when its spec changed, not when its deletion started: the write that sets
+        // its deletionTimestamp moves its generation too, and the caches it has go on serving
+        // it, its watches kept, while its objects go. A spec changed after that is served anew.
+        let served_anew = match serving.get_mut(&name) {
             None => true,
-            Some(s) => s.fingerprint != print && !terminating,
+            Some(s) if s.uid != uid => true,
+            Some(s) if s.fingerprint == print => false,
+            Some(s) if terminating && !s.terminating => {
+                s.fingerprint = print;
+                s.terminating = true;
+                false
+            }
+            Some(_) => true,
         };
-        if changed_spec {
+        if served_anew {
             // New or changed: served anew (each version its own cache).
             let own: Vec<(String, String)> = serving
                 .get(&name)
@@ -242,6 +254,8 @@ async fn reconcile(
                 name.clone(),
                 Serving {
                     fingerprint: print,
+                    uid: uid.to_owned(),
+                    terminating,
                     resources,
                 },
             );
