@@ -472,7 +472,9 @@ impl Metrics {
         publish_each(&mut retired);
     }
 
-    /// Adds what dropped caches counted since the last scrape.
+    /// Adds what dropped caches counted since the last scrape. (A retired cache's counts are
+    /// kept while anything holds its stats: its watches and catch-ups, which end, or an
+    /// embedder that keeps `Cache::shared_stats`.)
     pub(crate) fn publish_retired(&self) {
         publish_each(
             &mut self
