@@ -101,8 +101,8 @@ impl EtcdSource {
         }
     }
 
-    /// Reads the compaction key and learns what it says once etcd has made it (see
-    /// [`learn_claimed`](Self::learn_claimed)), and the claim before it if that one is made;
+    /// Reads the compaction key and learns what it says once etcd has made it (a claim is
+    /// believed once etcd refuses a read below it), and the claim before it if that one is made;
     /// returns the newest compaction this replica knows of.
     pub async fn refresh_compacted(&self) -> Result<Revision, SourceError> {
         let resp = self
