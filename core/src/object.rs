@@ -117,11 +117,47 @@ impl fmt::Display for ObjectKey {
 }
 
 /// One encoding of an object version.
+///
+/// Besides the bytes, an encoding may record where parts of them sit, so that writers reuse
+/// the shared bytes rather than decode them: the resourceVersion value (to stamp another
+/// revision) and, in JSON, the `metadata` object (what a metadata-only client reads).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Encoding {
     bytes: Bytes,
-    revision_at: Option<Range<usize>>,
-    length_at: Option<Range<usize>>,
+    revision_at: Option<Span>,
+    length_at: Option<Span>,
+    metadata_at: Option<Span>,
+}
+
+/// A range of an encoding's bytes, kept in 32 bits a side: an encoding is far below 4 GiB
+/// (etcd refuses values above 1.5 MiB by default), and every stored version carries up to
+/// three of these per encoding.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+struct Span {
+    start: u32,
+    end: u32,
+}
+
+impl Span {
+    /// `range` as a span of an encoding of `len` bytes.
+    ///
+    /// # Panics
+    ///
+    /// If `range` does not lie within `len` bytes, or `len` is 4 GiB or more (a codec bug).
+    fn within(range: Range<usize>, len: usize, what: &str) -> Span {
+        assert!(
+            range.start <= range.end && range.end <= len,
+            "{what} range {range:?} outside an encoding of {len} bytes"
+        );
+        let (Ok(start), Ok(end)) = (u32::try_from(range.start), u32::try_from(range.end)) else {
+            panic!("{what} range {range:?} past 4 GiB");
+        };
+        Span { start, end }
+    }
+
+    fn range(self) -> Range<usize> {
+        self.start as usize..self.end as usize
+    }
 }
 
 impl Encoding {
@@ -131,6 +167,7 @@ impl Encoding {
             bytes,
             revision_at: None,
             length_at: None,
+            metadata_at: None,
         }
     }
 
@@ -140,17 +177,12 @@ impl Encoding {
     ///
     /// # Panics
     ///
-    /// If `revision_at` does not lie within `bytes` (a codec bug).
+    /// If `revision_at` does not lie within `bytes`, or reaches 4 GiB (a codec bug).
     pub fn with_revision_at(bytes: Bytes, revision_at: Range<usize>) -> Self {
-        assert!(
-            revision_at.start <= revision_at.end && revision_at.end <= bytes.len(),
-            "revision range {revision_at:?} outside an encoding of {} bytes",
-            bytes.len()
-        );
+        let revision_at = Span::within(revision_at, bytes.len(), "revision");
         Encoding {
-            bytes,
             revision_at: Some(revision_at),
-            length_at: None,
+            ..Encoding::new(bytes)
         }
     }
 
@@ -167,10 +199,34 @@ impl Encoding {
             length_at.start <= length_at.end && length_at.end <= revision_at.start,
             "length prefix {length_at:?} does not precede the revision at {revision_at:?}"
         );
+        let length_at = Span::within(length_at, bytes.len(), "length prefix");
         Encoding {
             length_at: Some(length_at),
             ..Encoding::with_revision_at(bytes, revision_at)
         }
+    }
+
+    /// The same encoding, recording where the object's `metadata` value sits in its bytes (a
+    /// JSON object, braces included): a metadata-only read (`PartialObjectMetadata`) copies
+    /// that part of the shared bytes, never parsing the object. If the encoding records the
+    /// resourceVersion too, it must lie within the metadata.
+    ///
+    /// # Panics
+    ///
+    /// If `metadata_at` does not lie within the bytes, or does not hold the recorded
+    /// resourceVersion (a codec bug).
+    pub fn with_metadata_at(mut self, metadata_at: Range<usize>) -> Self {
+        let span = Span::within(metadata_at, self.bytes.len(), "metadata");
+        if let Some(at) = self.revision_at {
+            assert!(
+                span.start <= at.start && at.end <= span.end,
+                "metadata range {:?} does not hold the revision at {:?}",
+                span.range(),
+                at.range()
+            );
+        }
+        self.metadata_at = Some(span);
+        self
     }
 
     /// The encoded bytes, shared.
@@ -180,13 +236,19 @@ impl Encoding {
 
     /// Where the resourceVersion value sits in [`bytes`](Self::bytes), if the codec said.
     pub fn revision_at(&self) -> Option<Range<usize>> {
-        self.revision_at.clone()
+        self.revision_at.map(Span::range)
     }
 
     /// Where the length prefix of the message holding the resourceVersion sits, for
     /// encodings made with [`with_nested_revision_at`](Self::with_nested_revision_at).
     pub fn length_at(&self) -> Option<Range<usize>> {
-        self.length_at.clone()
+        self.length_at.map(Span::range)
+    }
+
+    /// Where the object's `metadata` value sits in [`bytes`](Self::bytes), if the codec said
+    /// ([`with_metadata_at`](Self::with_metadata_at)).
+    pub fn metadata_at(&self) -> Option<Range<usize>> {
+        self.metadata_at.map(Span::range)
     }
 }
 
@@ -593,6 +655,38 @@ mod tests {
     #[should_panic(expected = "outside an encoding")]
     fn a_revision_range_outside_the_bytes_is_a_codec_bug() {
         let _ = Encoding::with_revision_at(Bytes::from_static(b"abc"), 2..5);
+    }
+
+    #[test]
+    fn an_encoding_records_its_parts_in_compact_spans() {
+        let bytes = Bytes::from_static(br#"{"metadata":{"resourceVersion":"7"},"x":1}"#);
+        let e = Encoding::with_revision_at(bytes.clone(), 32..33).with_metadata_at(12..35);
+        assert_eq!(&e.bytes()[e.revision_at().unwrap()], b"7");
+        assert_eq!(
+            &e.bytes()[e.metadata_at().unwrap()],
+            br#"{"resourceVersion":"7"}"#
+        );
+        assert_eq!(e.length_at(), None);
+        assert_eq!(Encoding::new(bytes).metadata_at(), None);
+        // Three recorded parts cost less than the two full ranges they replaced.
+        assert!(
+            std::mem::size_of::<Encoding>() <= 72,
+            "{}",
+            std::mem::size_of::<Encoding>()
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "does not hold the revision")]
+    fn a_metadata_range_that_misses_the_revision_is_a_codec_bug() {
+        let bytes = Bytes::from_static(br#"{"metadata":{"resourceVersion":"7"},"x":1}"#);
+        let _ = Encoding::with_revision_at(bytes, 32..33).with_metadata_at(0..10);
+    }
+
+    #[test]
+    #[should_panic(expected = "outside an encoding")]
+    fn a_metadata_range_outside_the_bytes_is_a_codec_bug() {
+        let _ = Encoding::new(Bytes::from_static(b"{}")).with_metadata_at(0..3);
     }
 
     #[test]

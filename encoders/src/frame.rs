@@ -130,6 +130,38 @@ impl FrameEncoder {
         Ok(())
     }
 
+    /// Appends the `metadata` object of `object`'s JSON stamped with `revision`: the part of
+    /// the shared encoding its codec recorded ([`Encoding::metadata_at`]), copied as it is,
+    /// so a metadata-only watch or LIST parses nothing per reader. `Ok(false)`, with nothing
+    /// written, when there is no such part: a codec that records none, or a corrupt object.
+    ///
+    /// [`Encoding::metadata_at`]: watchcache_core::Encoding::metadata_at
+    pub fn write_metadata(
+        &self,
+        object: &ObjectVersion,
+        revision: Revision,
+        out: &mut BytesMut,
+    ) -> Result<bool, CodecError> {
+        if object.is_corrupt() {
+            return Ok(false);
+        }
+        let json = object.encoding(WireFormat::Json, &*self.codec)?;
+        let Some(metadata) = json.metadata_at() else {
+            return Ok(false);
+        };
+        let bytes = json.bytes();
+        match json.revision_at() {
+            // The encoding guarantees the revision lies within the metadata.
+            Some(at) if revision != object.revision() => {
+                out.put_slice(&bytes[metadata.start..at.start]);
+                put_u64(out, revision.get());
+                out.put_slice(&bytes[at.end..metadata.end]);
+            }
+            _ => out.put_slice(&bytes[metadata]),
+        }
+        Ok(true)
+    }
+
     fn write_protobuf_object(
         &self,
         kind: EventKind,

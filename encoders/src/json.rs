@@ -142,11 +142,20 @@ fn scalar(value: &Value) -> Option<String> {
     }
 }
 
-/// Compact JSON of `object`, and where the `metadata.resourceVersion` string's contents sit.
-fn encode(object: &Map<String, Value>) -> Result<(Vec<u8>, Option<Range<usize>>), CodecError> {
+/// Compact JSON of `object`, and where its parts sit in it.
+struct Encoded {
+    bytes: Vec<u8>,
+    /// The `metadata.resourceVersion` string's contents.
+    revision_at: Option<Range<usize>>,
+    /// The `metadata` object, braces included.
+    metadata_at: Option<Range<usize>>,
+}
+
+fn encode(object: &Map<String, Value>) -> Result<Encoded, CodecError> {
     let err = |e: serde_json::Error| CodecError::Encode(e.to_string());
     let mut out = Vec::new();
     let mut at = None;
+    let mut metadata_at = None;
     out.push(b'{');
     for (i, (key, value)) in object.iter().enumerate() {
         if i > 0 {
@@ -156,6 +165,7 @@ fn encode(object: &Map<String, Value>) -> Result<(Vec<u8>, Option<Range<usize>>)
         out.push(b':');
         match (key.as_str(), value) {
             ("metadata", Value::Object(meta)) => {
+                let meta_start = out.len();
                 out.push(b'{');
                 for (j, (mkey, mvalue)) in meta.iter().enumerate() {
                     if j > 0 {
@@ -171,12 +181,17 @@ fn encode(object: &Map<String, Value>) -> Result<(Vec<u8>, Option<Range<usize>>)
                     }
                 }
                 out.push(b'}');
+                metadata_at = Some(meta_start..out.len());
             }
             _ => serde_json::to_writer(&mut out, value).map_err(err)?,
         }
     }
     out.push(b'}');
-    Ok((out, at))
+    Ok(Encoded {
+        bytes: out,
+        revision_at: at,
+        metadata_at,
+    })
 }
 
 impl JsonCodec {
@@ -311,13 +326,17 @@ impl Codec for JsonCodec {
         let Value::Object(object) = &value else {
             unreachable!("checked above")
         };
-        let (bytes, at) = encode(object)?;
-        self.check_schema(&bytes)?;
+        let encoded = encode(object)?;
+        self.check_schema(&encoded.bytes)?;
         // Exactly sized: no spare capacity is kept for the life of the version.
-        let bytes = Bytes::from(bytes.into_boxed_slice());
-        let encoding = match at {
+        let bytes = Bytes::from(encoded.bytes.into_boxed_slice());
+        let encoding = match encoded.revision_at {
             Some(at) => Encoding::with_revision_at(bytes, at),
             None => Encoding::new(bytes),
+        };
+        let encoding = match encoded.metadata_at {
+            Some(at) => encoding.with_metadata_at(at),
+            None => encoding,
         };
         Ok(builder.encoding(WireFormat::Json, encoding).build())
     }
@@ -358,6 +377,9 @@ mod tests {
         assert_eq!(back["metadata"]["resourceVersion"], "42");
         assert_eq!(back["spec"]["nodeName"], "n1");
         assert_eq!(&json.bytes()[json.revision_at().unwrap()], b"42");
+        // The metadata part, what a metadata-only read copies, is the metadata itself.
+        let metadata: Value = serde_json::from_slice(&json.bytes()[json.metadata_at().unwrap()]).unwrap();
+        assert_eq!(metadata, back["metadata"]);
         assert_eq!(
             json.bytes().len(),
             serde_json::to_vec(&back).unwrap().len(),
@@ -395,6 +417,10 @@ mod tests {
         let ev = codec().decode(raw, Revision::new(5)).unwrap();
         let json = ev.encoded(WireFormat::Json).unwrap();
         assert_eq!(&json.bytes()[json.revision_at().unwrap()], b"5");
+        assert_eq!(
+            &json.bytes()[json.metadata_at().unwrap()],
+            br#"{"name":"e","namespace":"ns","resourceVersion":"5"}"#
+        );
     }
 
     #[test]

@@ -202,7 +202,7 @@ impl Default for Metrics {
         );
         registry.register(
             "watch_expired_in_stream",
-            "Watches ended with a 410 once they had delivered an event or reached the history window: lapped or cut off by a relist where the store no longer held their revision (or catch-up is off), or whose catch-up could not go on (the store compacted its revision, a previous value the store lost, the cache dropped while it stood inside a revision, a revision still unfinished 20 s past the deadline)",
+            "Watches ended with a 410 once they had delivered an event or reached the history window: lapped or cut off by a relist where the store no longer held their revision (or catch-up is off), or whose catch-up could not go on (the store compacted its revision, a previous value the store lost, a codec's panic, the cache dropped while it stood inside a revision, a revision still unfinished 20 s past the deadline), or in the window and still inside a revision 1 s past the deadline (a bug's guard)",
             m.watch_expired_in_stream.clone(),
         );
         registry.register(

@@ -10,7 +10,7 @@ fn widget() -> Value {
             "name": {"type": "string", "pattern": "^[a-z]+$", "maxLength": 5, "minLength": 2},
             "email": {"type": "string", "format": "email"},
             "port": {"x-kubernetes-int-or-string": true},
-            "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 2, "x-kubernetes-list-type": "set"},
+            "tags": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 2, "x-kubernetes-list-type": "set"},
             "ports": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
                 "items": {"type": "object", "properties": {"name": {"type": "string"}, "port": {"type": "integer"}}}},
             "note": {"type": "string", "nullable": true},
@@ -120,7 +120,17 @@ fn bounds_and_required() {
             "<nil>: Invalid value: \"null\": some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
         ]
     );
-    assert!(errors(json!({"spec": {"size": 2, "note": null, "port": "http"}}), None).is_empty());
+    assert_eq!(
+        errors(json!({"spec": {"size": 1, "tags": []}}), None),
+        ["spec.tags: Invalid value: 0: spec.tags in body should have at least 1 items"]
+    );
+    assert!(
+        errors(
+            json!({"spec": {"size": 2, "note": null, "port": "http", "tags": ["a"]}}),
+            None
+        )
+        .is_empty()
+    );
 }
 
 #[test]

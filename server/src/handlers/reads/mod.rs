@@ -210,7 +210,7 @@ pub(crate) async fn get(t: &Target, name: &str, p: &Params, form: Form) -> Resul
         .map_err(|e| errors::codec(&e))?;
     if let Some(metadata) = form.metadata() {
         let mut body = BytesMut::with_capacity(json.bytes().len().min(4096));
-        metadata.write_object(json.bytes(), &mut body)?;
+        metadata.write_encoding(json, &mut body)?;
         return Ok(with_content_type(
             json_response(StatusCode::OK, body.freeze()),
             metadata.content_type(),

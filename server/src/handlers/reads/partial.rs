@@ -6,16 +6,20 @@
 //! [`media`](crate::handlers::media)). Asking for the list form of one object, or the object form of a
 //! list, is 406, as the apiserver answers it.
 //!
-//! The metadata is copied from the object's shared JSON encoding as it is, never decoded into
-//! values; a LIST streams in bounded chunks, as a LIST of whole objects does.
+//! The metadata is the part of the object's shared JSON encoding its codec recorded
+//! ([`Encoding::metadata_at`]): made once per stored version, with the JSON, and copied from
+//! there by every GET, LIST and watch, never parsed per reader (a DELETED event's is stamped
+//! with its revision as the whole object's is). JSON whose codec recorded no such part is
+//! read for its `metadata` (as a value, never decoded into a tree). A LIST streams in bounded
+//! chunks, as a LIST of whole objects does.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::sync::Arc;
 
-use watchcache_core::{ListResult, WireFormat};
-use watchcache_encoders::{JsonCodec, Status};
+use watchcache_core::{CodecError, Encoding, EventKind, ListResult, ObjectVersion, Revision, WireFormat};
+use watchcache_encoders::{FrameEncoder, JsonCodec, Status};
 
 use crate::handlers::reads::table::TableVersion;
 
@@ -56,7 +60,15 @@ impl MetadataRequest {
         }
     }
 
-    /// Appends `object` (an object's JSON) as a PartialObjectMetadata.
+    /// Appends a PartialObjectMetadata's head, up to its `metadata` value.
+    fn write_head(self, out: &mut BytesMut) {
+        out.put_slice(br#"{"kind":"PartialObjectMetadata","apiVersion":""#);
+        out.put_slice(self.version.api_version().as_bytes());
+        out.put_slice(br#"","metadata":"#);
+    }
+
+    /// Appends `object` (an object's JSON) as a PartialObjectMetadata, reading the metadata
+    /// out of it: for JSON no codec recorded the metadata part of (a write's answer).
     pub(crate) fn write_object(self, object: &[u8], out: &mut BytesMut) -> Result<(), Status> {
         #[derive(Deserialize)]
         struct Object<'a> {
@@ -65,12 +77,56 @@ impl MetadataRequest {
         }
         let parsed: Object<'_> = serde_json::from_slice(object)
             .map_err(|e| Status::internal(format!("a stored object is not JSON: {e}")))?;
-        out.put_slice(br#"{"kind":"PartialObjectMetadata","apiVersion":""#);
-        out.put_slice(self.version.api_version().as_bytes());
-        out.put_slice(br#"","metadata":"#);
+        self.write_head(out);
         out.put_slice(parsed.metadata.map_or("{}", RawValue::get).as_bytes());
         out.put_slice(b"}");
         Ok(())
+    }
+
+    /// Appends a stored version's JSON encoding as a PartialObjectMetadata: the metadata
+    /// part its codec recorded, copied from the shared bytes; read out of the JSON only for
+    /// an encoding that records none.
+    pub(crate) fn write_encoding(self, json: &Encoding, out: &mut BytesMut) -> Result<(), Status> {
+        match json.metadata_at() {
+            Some(at) => {
+                self.write_head(out);
+                out.put_slice(&json.bytes()[at]);
+                out.put_slice(b"}");
+                Ok(())
+            }
+            None => self.write_object(json.bytes(), out),
+        }
+    }
+
+    /// Appends the metadata frame of an event of `object` at `revision`
+    /// (`{"type":…,"object":{"kind":"PartialObjectMetadata",…}}\n`), from the metadata part of
+    /// the object's shared JSON encoding, stamped with `revision`: nothing is parsed per
+    /// watcher. `Ok(false)`, with nothing written, when the encoding records no metadata part
+    /// (or the object is corrupt): then [`write_frame`](Self::write_frame) reads it out of the
+    /// whole frame.
+    pub(crate) fn write_event(
+        self,
+        frames: &FrameEncoder,
+        kind: EventKind,
+        object: &ObjectVersion,
+        revision: Revision,
+        out: &mut BytesMut,
+    ) -> Result<bool, CodecError> {
+        let start = out.len();
+        out.put_slice(br#"{"type":""#);
+        out.put_slice(event_type(kind).as_bytes());
+        out.put_slice(br#"","object":"#);
+        self.write_head(out);
+        match frames.write_metadata(object, revision, out) {
+            Ok(true) => {
+                out.put_slice(b"}}\n");
+                Ok(true)
+            }
+            other => {
+                out.truncate(start);
+                other
+            }
+        }
     }
 
     /// Appends the metadata form of `frame`, one JSON watch frame
@@ -97,6 +153,15 @@ impl MetadataRequest {
         }
         out.put_slice(b"}\n");
         Ok(())
+    }
+}
+
+fn event_type(kind: EventKind) -> &'static str {
+    match kind {
+        EventKind::Added => "ADDED",
+        EventKind::Modified => "MODIFIED",
+        EventKind::Deleted => "DELETED",
+        EventKind::Bookmark => "BOOKMARK",
     }
 }
 
@@ -180,7 +245,7 @@ impl Iterator for MetadataList {
             if !std::mem::take(&mut self.first) {
                 out.put_slice(b",");
             }
-            if let Err(status) = self.request.write_object(json.bytes(), &mut out) {
+            if let Err(status) = self.request.write_encoding(json, &mut out) {
                 self.done = true;
                 return Some(Err(std::io::Error::other(status.message)));
             }
@@ -243,6 +308,89 @@ mod tests {
         V1.write_frame(error, &mut out).unwrap();
         assert_eq!(parsed(&out)["object"]["code"], 410);
         assert_eq!(V1.write_frame(b"{\"type\":1}", &mut out).unwrap_err().code, 500);
+    }
+
+    /// A metadata frame made from the encoding's metadata part is the one read out of the
+    /// whole frame, for an event at the object's revision and for a deletion stamped later.
+    #[test]
+    fn an_events_metadata_frame_comes_from_the_shared_metadata_part() {
+        use watchcache_core::{Codec, Delivery};
+        use watchcache_encoders::ResourceInfo;
+
+        let codec = Arc::new(JsonCodec::new(true, &[]));
+        let frames = FrameEncoder::new(ResourceInfo::new("pods", "Pod", "v1"), codec.clone());
+        let raw = br#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p","namespace":"ns","labels":{"a":"\u00e9"},"resourceVersion":"1"},"spec":{"x":[1,2,{"y":"}"}]}}"#;
+        let pod = Arc::new(codec.decode(raw, Revision::new(7)).unwrap());
+        let v1beta1 = MetadataRequest {
+            version: TableVersion::V1beta1,
+            ..V1
+        };
+        for request in [V1, v1beta1] {
+            for (kind, revision) in [(EventKind::Added, 7), (EventKind::Deleted, 12)] {
+                let delivery = Delivery {
+                    kind,
+                    revision: Revision::new(revision),
+                    object: Some(&pod),
+                    initial_events_end: false,
+                };
+                let mut whole = BytesMut::new();
+                frames.write(&delivery, &mut whole).unwrap();
+                let mut expected = BytesMut::new();
+                request.write_frame(&whole, &mut expected).unwrap();
+                let mut out = BytesMut::from(&b"before"[..]);
+                assert!(
+                    request
+                        .write_event(&frames, kind, &pod, Revision::new(revision), &mut out)
+                        .unwrap()
+                );
+                assert_eq!(&out[..6], b"before");
+                assert_eq!(std::str::from_utf8(&out[6..]), std::str::from_utf8(&expected));
+                assert_eq!(
+                    parsed(&out[6..])["object"]["metadata"]["resourceVersion"],
+                    revision.to_string()
+                );
+            }
+        }
+    }
+
+    /// The metadata part is copied, not parsed: an encoding whose bytes outside it are no JSON
+    /// still gives its metadata; one that records no part is left to the reading path.
+    #[test]
+    fn the_metadata_part_is_copied_and_a_codec_that_records_none_is_read_out() {
+        use watchcache_core::{ObjectKey, WireFormat};
+        use watchcache_encoders::ResourceInfo;
+
+        let bytes = Bytes::from_static(br#"{"metadata":{"name":"p","resourceVersion":"3"},"spec":not json"#);
+        let json = Encoding::with_revision_at(bytes.clone(), 43..44).with_metadata_at(12..46);
+        let mut out = BytesMut::new();
+        V1.write_encoding(&json, &mut out).unwrap();
+        assert_eq!(
+            parsed(&out),
+            json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                "metadata": {"name": "p", "resourceVersion": "3"}})
+        );
+        // Without the part the object is read, and this one is no JSON.
+        out.clear();
+        assert_eq!(
+            V1.write_encoding(&Encoding::new(bytes.clone()), &mut out)
+                .unwrap_err()
+                .code,
+            500
+        );
+
+        let frames = FrameEncoder::new(
+            ResourceInfo::new("pods", "Pod", "v1"),
+            Arc::new(JsonCodec::new(false, &[])),
+        );
+        let none = ObjectVersion::builder(ObjectKey::cluster("p"), Revision::new(3))
+            .encoding(WireFormat::Json, Encoding::new(bytes))
+            .build();
+        let mut out = BytesMut::from(&b"x"[..]);
+        assert!(
+            !V1.write_event(&frames, EventKind::Modified, &none, Revision::new(3), &mut out)
+                .unwrap()
+        );
+        assert_eq!(&out[..], b"x", "nothing is left of a frame not written");
     }
 
     #[test]

@@ -243,6 +243,13 @@ impl Stream for WatchBody {
                 match transform {
                     None => frames.write(&d, buf).map(|()| Some(is_bookmark)),
                     Some(Transform::Metadata(metadata)) => {
+                        // The metadata part of the object's shared encoding, when its codec
+                        // recorded one; otherwise read out of the whole frame.
+                        if let Some(object) = d.object
+                            && metadata.write_event(frames, d.kind, object, d.revision, buf)?
+                        {
+                            return Ok(Some(is_bookmark));
+                        }
                         scratch.clear();
                         frames.write(&d, scratch)?;
                         if let Err(status) = metadata.write_frame(scratch, buf) {
