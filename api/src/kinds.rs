@@ -14,8 +14,10 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiext
 use serde_json::{Map, Value, json};
 
 use crate::printers;
-use crate::registry::{Conversion, KindSpec, NameRule};
+use crate::registry::{Conversion, DeletionRule, KindSpec, NameRule};
 use crate::validation;
+
+mod on_write;
 
 /// Every built-in kind, in the order discovery lists them.
 pub(crate) fn builtin() -> Vec<KindSpec> {
@@ -43,6 +45,7 @@ fn core_kinds() -> Vec<KindSpec> {
             ])
             .trigger("spec.nodeName")
             .initial_status(pod_status)
+            .deletion(DeletionRule::Graceful(pod_grace_period))
             .checks(&validation::POD)
             .printer(printers::pod()),
         KindSpec::of::<core::ConfigMap>()
@@ -51,6 +54,7 @@ fn core_kinds() -> Vec<KindSpec> {
             .printer(printers::config_map()),
         KindSpec::of::<core::Secret>()
             .fields(&["type"])
+            .on_write(on_write::secret_string_data)
             .default_value("type", json!("Opaque"))
             .checks(&validation::SECRET)
             .printer(printers::secret()),
@@ -62,6 +66,7 @@ fn core_kinds() -> Vec<KindSpec> {
             .fields(&["status.phase"])
             .reset_on_update(&["spec.finalizers"])
             .initial_status(namespace_status)
+            .deletion(DeletionRule::MarkedFirst(|| json!({"phase": "Terminating"})))
             .printer(printers::namespace()),
         KindSpec::of::<core::Node>()
             .short_names(&["no"])
@@ -98,6 +103,7 @@ fn core_kinds() -> Vec<KindSpec> {
             .status()
             .fields(&["spec.clusterIP", "spec.type"])
             .defaulting(service_defaults)
+            .service_addresses()
             .initial_status(|o| set(o, "status", json!({"loadBalancer": {}})))
             .printer(printers::service()),
         KindSpec::of::<core::Endpoints>()
@@ -274,10 +280,12 @@ fn group_kinds() -> Vec<KindSpec> {
             .printer(printers::created()),
         KindSpec::of::<rbac::RoleBinding>()
             .names(NameRule::PathSegment)
+            .on_write(on_write::binding_api_groups)
             .checks(&validation::ROLE_BINDING)
             .printer(printers::binding()),
         KindSpec::of::<rbac::ClusterRoleBinding>()
             .names(NameRule::PathSegment)
+            .on_write(on_write::binding_api_groups)
             .checks(&validation::CLUSTER_ROLE_BINDING)
             .printer(printers::binding()),
     ]
@@ -394,6 +402,34 @@ fn qos_class(spec: &Value) -> &'static str {
 }
 
 /// A namespace's initial status: Active, with the `kubernetes` finalizer.
+/// The grace period of a pod whose spec names none, as the apiserver defaults it.
+const DEFAULT_POD_GRACE: i64 = 30;
+
+/// A pod's grace period, as its strategy gives it: none for a pod not bound to a node (no
+/// kubelet runs it) or one that has finished; a negative one is a second.
+fn pod_grace_period(pod: &Map<String, Value>, requested: Option<i64>) -> i64 {
+    let spec = pod.get("spec");
+    let bound = spec
+        .and_then(|s| s.get("nodeName"))
+        .and_then(Value::as_str)
+        .is_some_and(|n| !n.is_empty());
+    let phase = pod
+        .get("status")
+        .and_then(|s| s.get("phase"))
+        .and_then(Value::as_str);
+    let finished = matches!(phase, Some("Succeeded" | "Failed"));
+    let period = requested.unwrap_or_else(|| {
+        spec.and_then(|s| s.get("terminationGracePeriodSeconds"))
+            .and_then(Value::as_i64)
+            .unwrap_or(DEFAULT_POD_GRACE)
+    });
+    match period {
+        _ if !bound || finished => 0,
+        p if p < 0 => 1,
+        p => p,
+    }
+}
+
 fn namespace_status(object: &mut Map<String, Value>) {
     object.insert("status".into(), json!({"phase": "Active"}));
     if let Some(spec) = map_at(object, "spec") {

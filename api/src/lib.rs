@@ -42,4 +42,7 @@ pub mod registry;
 pub mod schema;
 pub mod validation;
 
-pub use registry::{KindSpec, NameRule, Registry, ScalePaths, SelectableField, Strategy, Subresources};
+pub use registry::{
+    DeletionRule, GracePeriod, KindSpec, NameRule, Registry, ScalePaths, SelectableField, Strategy,
+    Subresources,
+};

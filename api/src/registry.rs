@@ -72,6 +72,10 @@ pub struct Subresources {
     pub eviction: bool,
     /// A pod's `/ephemeralcontainers`: writes change only `spec.ephemeralContainers`.
     pub ephemeral_containers: bool,
+    /// A pod's `/log`, `/exec`, `/attach` and `/portforward`: the kubelet's, which this server
+    /// has none of. Declared, they are answered as the apiserver answers them for a node it
+    /// cannot reach, not as unknown subresources (404).
+    pub kubelet: bool,
 }
 
 /// A field a field selector may name.
@@ -104,6 +108,26 @@ impl fmt::Debug for OpenApiSchema {
 
 /// A function that changes an object in place: defaulting, an initial status.
 pub type Mutation = fn(&mut Map<String, Value>);
+
+/// The grace period a DELETE gives an object (of its stored form, asking for a period of its
+/// own if any), in seconds: 0 deletes it at once.
+pub type GracePeriod = fn(&Map<String, Value>, Option<i64>) -> i64;
+
+/// What a DELETE does to a kind's objects, besides waiting for their finalizers.
+#[derive(Copy, Clone, Debug, Default)]
+pub enum DeletionRule {
+    /// Deleted at once, unless finalizers hold the object: then it is marked
+    /// (`deletionTimestamp`, a grace period of 0) and goes with its last finalizer.
+    #[default]
+    AtOnce,
+    /// Deleted gracefully: marked with `deletionTimestamp` = now + the grace period this gives,
+    /// and left for its controller to delete with a period of 0 (a Pod, for its kubelet to stop
+    /// it). A later DELETE may shorten the period, never lengthen it.
+    Graceful(GracePeriod),
+    /// Always marked first, whatever holds it, and given this status: its controller empties
+    /// it, then finalizes it (a Namespace, set Terminating).
+    MarkedFirst(fn() -> Value),
+}
 
 /// How a kind's writes are treated, beyond its metadata's rules.
 #[derive(Clone, Debug, Default)]
@@ -139,6 +163,16 @@ pub struct Strategy {
     /// A finalizer a DELETE adds before it marks the object deleted, whose controller then
     /// finishes the deletion (a CRD's objects are deleted first).
     pub deletion_finalizer: Option<String>,
+    /// What a DELETE does to an object besides waiting for its finalizers.
+    pub deletion: DeletionRule,
+    /// How a written object is converted as the apiserver decodes it, before it is defaulted,
+    /// validated, owned or stored (a Secret's `stringData` merged into `data`; a binding's
+    /// API groups, where it names none).
+    pub on_write: Option<Mutation>,
+    /// Whether the objects are Services whose cluster IPs and node ports the server allocates
+    /// (from `--service-cluster-ip-range` and `--service-node-port-range`, each claimed by a
+    /// key in the store) and releases when they go.
+    pub service_addresses: bool,
 }
 
 /// One kind: everything the server derives about it.
@@ -317,10 +351,12 @@ impl KindSpec {
         self
     }
 
-    /// Serves a pod's `/eviction` and `/ephemeralcontainers`.
+    /// Serves a pod's `/eviction` and `/ephemeralcontainers`, and answers its kubelet's
+    /// subresources ([`Subresources::kubelet`]).
     pub fn pod_subresources(mut self) -> Self {
         self.subresources.eviction = true;
         self.subresources.ephemeral_containers = true;
+        self.subresources.kubelet = true;
         self
     }
 
@@ -375,6 +411,24 @@ impl KindSpec {
     /// Sets the initial status.
     pub fn initial_status(mut self, f: Mutation) -> Self {
         self.strategy.initial_status = Some(f);
+        self
+    }
+
+    /// Sets what a DELETE does ([`Strategy::deletion`]).
+    pub fn deletion(mut self, rule: DeletionRule) -> Self {
+        self.strategy.deletion = rule;
+        self
+    }
+
+    /// Converts written objects as they are decoded ([`Strategy::on_write`]).
+    pub fn on_write(mut self, f: Mutation) -> Self {
+        self.strategy.on_write = Some(f);
+        self
+    }
+
+    /// Allocates Service addresses ([`Strategy::service_addresses`]).
+    pub fn service_addresses(mut self) -> Self {
+        self.strategy.service_addresses = true;
         self
     }
 

@@ -1,7 +1,9 @@
 //! Where an implementer serving a kind of their own starts: one declaration of the kind, a
 //! store of your own under the server (a [`Source`] the caches follow, plus the [`Writes`]),
 //! and the server as a library, serving the built-in kinds and yours over HTTP with
-//! discovery, Tables, field selectors and watches.
+//! discovery, Tables, field selectors and watches. What the server does to a kind's writes is
+//! declared with it too: here, a conversion of what is written and a deletion that first
+//! marks the object (as a Namespace's does).
 //!
 //! The store here wraps the embedded one and counts the writes it takes: put your own
 //! storage behind the same two traits. Run: `cargo run -p watchcache-server --example
@@ -13,7 +15,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bytes::Bytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use watchcache_api::printers::{self, Printer};
-use watchcache_api::{KindSpec, Registry};
+use serde_json::{Map, Value, json};
+use watchcache_api::{DeletionRule, KindSpec, Registry};
 use watchcache_core::{MemorySource, Revision, Source, SourceError, SourceItem, SourceList};
 use watchcache_server::store::backend::Writes;
 use watchcache_server::{Backend, ServeConfig, Server};
@@ -80,19 +83,30 @@ impl Writes for CountingStore {
 }
 
 /// The kind: `widgets.example.com/v1`, namespaced, with a `/status`, a field selector on its
-/// color and its own Table columns. Stored under `/registry/example.com/widgets/`.
+/// color and its own Table columns. Stored under `/registry/example.com/widgets/`. A color is
+/// written lowercase whatever the client sent, and a DELETE first marks a widget Retiring
+/// (a second one deletes it, as nothing else holds it).
 fn widgets() -> KindSpec {
     KindSpec::new("example.com", "v1", "Widget", "widgets")
         .short_names(&["wg"])
         .categories(&["all"])
         .status()
         .fields(&["spec.color"])
+        .on_write(lowercase_color)
+        .deletion(DeletionRule::MarkedFirst(|| json!({"phase": "Retiring"})))
         .printer(Printer::of(vec![
             printers::name(),
             printers::path_col("Color", "string", "", 0, "The widget's color.", "spec.color"),
             printers::path_col("Size", "integer", "", 0, "The widget's size.", "spec.size"),
             printers::age(),
         ]))
+}
+
+/// A widget's color as it is stored: lowercase.
+fn lowercase_color(widget: &mut Map<String, Value>) {
+    if let Some(Value::String(color)) = widget.get_mut("spec").and_then(|s| s.get_mut("color")) {
+        *color = color.to_lowercase();
+    }
 }
 
 /// One HTTP/1.1 request to `server`, its answer whole (the server closes the connection).
@@ -132,7 +146,7 @@ async fn main() {
     println!("{}", discovery.lines().last().unwrap_or_default());
     assert!(discovery.contains(r#""name":"widgets""#), "{discovery}");
     let path = "/apis/example.com/v1/namespaces/default/widgets";
-    for (name, color, size) in [("small", "blue", 1), ("large", "red", 9)] {
+    for (name, color, size) in [("small", "Blue", 1), ("large", "red", 9)] {
         let widget = format!(
             r#"{{"apiVersion":"example.com/v1","kind":"Widget","metadata":{{"name":"{name}"}},"spec":{{"color":"{color}","size":{size}}}}}"#
         );
@@ -161,6 +175,18 @@ async fn main() {
     .await;
     println!("{}", table.lines().last().unwrap_or_default());
     assert!(table.contains(r#""cells":["large","red",9,"#), "{table}");
+
+    // A DELETE marks the widget Retiring first, as declared; the next one deletes it.
+    let retiring = http(&server, "DELETE", &format!("{path}/small"), "application/json", "").await;
+    assert!(retiring.starts_with("HTTP/1.1 200"), "{retiring}");
+    assert!(
+        retiring.contains(r#""phase":"Retiring""#) && retiring.contains("deletionTimestamp"),
+        "{retiring}"
+    );
+    let gone = http(&server, "DELETE", &format!("{path}/small"), "application/json", "").await;
+    assert!(gone.starts_with("HTTP/1.1 200"), "{gone}");
+    let missing = http(&server, "GET", &format!("{path}/small"), "application/json", "").await;
+    assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
     let writes = store.writes.load(Ordering::Relaxed);
     println!("the store took {writes} writes");
     assert!(writes >= 2);

@@ -54,7 +54,9 @@ pub fn write_body(body: &[u8]) {
                 // take any object without a panic, as a create and as an update.
                 for spec in builtin().iter() {
                     let mut converted = object.clone();
-                    crate::handlers::writes::conversion::on_write(&spec.kind, &mut converted);
+                    if let Some(convert) = spec.strategy.on_write {
+                        convert(&mut converted);
+                    }
                     if let Some(default) = spec.strategy.default {
                         default(&mut converted);
                     }

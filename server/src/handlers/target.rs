@@ -124,15 +124,9 @@ impl Target {
                 self.subresource = Some(Subresource::Finalize);
                 Ok(self)
             }
-            "log" | "exec" | "attach" | "portforward"
-                if self.resource.info.resource == "pods" && self.resource.info.api_version == "v1" =>
-            {
-                Err(no_kubelet(
-                    subresource,
-                    self.namespace.as_deref(),
-                    self.name.as_deref(),
-                ))
-            }
+            "log" | "exec" | "attach" | "portforward" if self.resource.spec.subresources.kubelet => Err(
+                no_kubelet(subresource, self.namespace.as_deref(), self.name.as_deref()),
+            ),
             _ => Err(Status::not_found(
                 &format!("{}/{subresource}", self.resource.info.resource),
                 "",

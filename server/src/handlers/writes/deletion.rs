@@ -12,64 +12,13 @@
 //!   period of 0 and goes with its last finalizer. A namespace is always marked first, and set
 //!   Terminating: the namespace controller empties it, then finalizes it.
 //!
-//! Which kinds delete gracefully, and which are always marked, is a table ([`KINDS`]).
+//! Which kinds delete gracefully, and which are always marked, each kind declares
+//! ([`Strategy::deletion`](watchcache_api::Strategy::deletion)).
 
 use std::time::{Duration, SystemTime};
 
 use serde_json::{Map, Value};
-
-/// The grace period of a pod whose spec names none, as the apiserver defaults it.
-const DEFAULT_POD_GRACE: i64 = 30;
-
-/// The grace period a delete (asking for its own, if any) gives an object.
-type GracePeriod = fn(&Map<String, Value>, Option<i64>) -> i64;
-
-/// How the objects of one kind are deleted.
-struct Kind {
-    kind: &'static str,
-    /// Graceful deletion, and how long.
-    grace_period: Option<GracePeriod>,
-    /// The first delete only marks the object, whatever holds it, and sets this status.
-    marks_first: Option<fn() -> Value>,
-}
-
-const KINDS: &[Kind] = &[
-    Kind {
-        kind: "Pod",
-        grace_period: Some(pod_grace_period),
-        marks_first: None,
-    },
-    Kind {
-        kind: "Namespace",
-        grace_period: None,
-        marks_first: Some(|| serde_json::json!({"phase": "Terminating"})),
-    },
-];
-
-/// A pod's grace period, as its strategy gives it: none for a pod not bound to a node (no
-/// kubelet runs it) or one that has finished; a negative one is a second.
-fn pod_grace_period(pod: &Map<String, Value>, requested: Option<i64>) -> i64 {
-    let spec = pod.get("spec");
-    let bound = spec
-        .and_then(|s| s.get("nodeName"))
-        .and_then(Value::as_str)
-        .is_some_and(|n| !n.is_empty());
-    let phase = pod
-        .get("status")
-        .and_then(|s| s.get("phase"))
-        .and_then(Value::as_str);
-    let finished = matches!(phase, Some("Succeeded" | "Failed"));
-    let period = requested.unwrap_or_else(|| {
-        spec.and_then(|s| s.get("terminationGracePeriodSeconds"))
-            .and_then(Value::as_i64)
-            .unwrap_or(DEFAULT_POD_GRACE)
-    });
-    match period {
-        _ if !bound || finished => 0,
-        p if p < 0 => 1,
-        p => p,
-    }
-}
+use watchcache_api::DeletionRule;
 
 /// What a DELETE does.
 #[derive(Debug, PartialEq)]
@@ -152,15 +101,14 @@ fn shifted(at: SystemTime, seconds: i64) -> SystemTime {
     moved.unwrap_or(at)
 }
 
-/// What a DELETE of `object` (of `kind`, as stored), asking for the grace period `requested`
-/// if any, does at `now`.
+/// What a DELETE of `object` (as stored, of a kind deleted by `rule`), asking for the grace
+/// period `requested` if any, does at `now`.
 pub(crate) fn plan(
-    kind: &str,
+    rule: DeletionRule,
     object: &Map<String, Value>,
     requested: Option<i64>,
     now: SystemTime,
 ) -> Deletion {
-    let rules = KINDS.iter().find(|k| k.kind == kind);
     // A negative grace period is a second, as the apiserver reads it.
     let requested = requested.map(|g| if g < 0 { 1 } else { g });
     let held = has_finalizers(object);
@@ -171,7 +119,7 @@ pub(crate) fn plan(
     if let Some(marked) = deletion_timestamp(object) {
         let existing = grace_period(object).unwrap_or(0).max(0);
         // Marked with a grace period: a delete may only shorten it.
-        if rules.is_some_and(|r| r.grace_period.is_some()) && existing > 0 {
+        if matches!(rule, DeletionRule::Graceful(_)) && existing > 0 {
             let Some(shorter) = requested.filter(|g| *g < existing) else {
                 return Deletion::AsIs;
             };
@@ -190,7 +138,7 @@ pub(crate) fn plan(
         }
         return if held { Deletion::AsIs } else { Deletion::Now };
     }
-    if let Some(status) = rules.and_then(|r| r.marks_first) {
+    if let DeletionRule::MarkedFirst(status) = rule {
         return Deletion::Mark(Mark {
             timestamp: timestamp(now),
             grace_period: 0,
@@ -198,9 +146,10 @@ pub(crate) fn plan(
             status: Some(status()),
         });
     }
-    let grace = rules
-        .and_then(|r| r.grace_period)
-        .map_or(0, |period| period(object, requested));
+    let grace = match rule {
+        DeletionRule::Graceful(period) => period(object, requested),
+        _ => 0,
+    };
     if grace == 0 && !held {
         return Deletion::Now;
     }
@@ -224,6 +173,13 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// What a DELETE of a core/v1 `kind` of the built-in registry does, by its declared rule.
+    fn plan(kind: &str, object: &Map<String, Value>, requested: Option<i64>, now: SystemTime) -> Deletion {
+        let registry = watchcache_api::Registry::builtin();
+        let spec = registry.by_kind("v1", kind).expect("a built-in kind");
+        super::plan(spec.strategy.deletion, object, requested, now)
+    }
 
     fn obj(v: Value) -> Map<String, Value> {
         v.as_object().unwrap().clone()

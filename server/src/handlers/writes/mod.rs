@@ -8,12 +8,11 @@
 //! stored), stored, and answered with that decoded version's JSON stamped with the write's
 //! revision ([`written`]), without decoding again.
 //!
-//! What a write goes through, one file each: `conversion.rs` (what is converted on the way in),
-//! `generate_name.rs`, `namespaces.rs` (namespace lifecycle), `deletion.rs` (what a DELETE
+//! What a write goes through, one file each (what is converted on the way in, each kind
+//! declares: [`Strategy::on_write`](watchcache_api::Strategy::on_write)): `generate_name.rs`, `namespaces.rs` (namespace lifecycle), `deletion.rs` (what a DELETE
 //! does), `offload.rs` (writes on the blocking pool, bounded); and the subresources that write:
 //! `scale.rs` and `eviction.rs`; `services.rs` allocates a Service's addresses.
 
-pub(crate) mod conversion;
 pub(crate) mod deletion;
 pub(crate) mod eviction;
 pub(crate) mod generate_name;
@@ -63,7 +62,7 @@ pub(crate) async fn create(
     let generated = generate_name::prefix_of(&body).map(str::to_owned);
     let mut object = object_from_value(&addressed(t), body, None)?;
     let warnings = check_fields(state, t, p, &mut object)?;
-    conversion::on_write(&t.resource.info.kind, &mut object);
+    on_write(t, &mut object);
     set_defaults(t, &mut object)?;
     // The creator owns what it sent and the defaults; not the status, which the server resets
     // on a kind with /status (the apiserver's "reset fields").
@@ -384,7 +383,7 @@ async fn apply(
         let Some((stored, revision)) = stored else {
             authorize_create_by_apply(state, t, p, name)?;
             let mut object = apply::apply(kind, api_version, None, &config, &p.manager, p.force, &now())?;
-            conversion::on_write(kind, &mut object);
+            on_write(t, &mut object);
             let managers = fields::managers(&object);
             set_defaults(t, &mut object)?;
             initial_status(t, &mut object);
@@ -600,6 +599,15 @@ enum Ownership<'a> {
     Recorded,
 }
 
+/// Converts a written object as the apiserver decodes it, by its kind's declaration
+/// ([`Strategy::on_write`](watchcache_api::Strategy::on_write)): before it is defaulted,
+/// validated, owned or stored.
+fn on_write(t: &Target, object: &mut Map<String, Value>) {
+    if let Some(convert) = t.resource.spec.strategy.on_write {
+        convert(object);
+    }
+}
+
 /// The object an update stores: the client's `object`, with the fields the server owns taken
 /// from the stored `current` and `managedFields` brought up to date; serialised and checked by
 /// the codec ([`encode`]).
@@ -613,7 +621,7 @@ fn prepare_update(
     patched: bool,
 ) -> Result<Prepared, Status> {
     let kind = &t.resource.info.kind;
-    conversion::on_write(kind, &mut object);
+    on_write(t, &mut object);
     if let Some(schema) = &t.resource.spec.strategy.schema {
         schema
             .apply_defaults(&mut object)
@@ -805,7 +813,7 @@ pub(crate) async fn delete(
             add_deletion_finalizer(&mut object, finalizer);
         }
         let mark = match deletion::plan(
-            &t.resource.info.kind,
+            t.resource.spec.strategy.deletion,
             &object,
             p.grace_period_seconds,
             SystemTime::now(),

@@ -33,9 +33,10 @@ const IP_PREFIX: &str = "/registry/ipaddresses/";
 /// Where each allocated node port is claimed.
 const PORT_PREFIX: &str = "/registry/servicenodeports/";
 
-/// Whether `t` addresses core/v1 Services.
+/// Whether `t` addresses objects whose addresses are allocated: Services, as their kind
+/// declares ([`Strategy::service_addresses`](watchcache_api::Strategy::service_addresses)).
 pub(crate) fn is_services(t: &Target) -> bool {
-    t.resource.spec.group.is_empty() && t.resource.spec.kind == "Service"
+    t.resource.spec.strategy.service_addresses
 }
 
 /// The claims one write made, and those of the Service it replaces that it no longer holds.

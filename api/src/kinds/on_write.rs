@@ -3,32 +3,15 @@
 //! served (a Secret written with `stringData: {pw: hunter2}` has `data.pw`, and its plain text
 //! is nowhere to read back); a binding's role reference and its users and groups get the RBAC
 //! group, and its service accounts the core group, where they name none (the RBAC v1
-//! defaults). One declaration per kind that converts.
+//! defaults). Each kind that converts declares it ([`Strategy::on_write`](crate::Strategy::on_write)).
 
 use base64::Engine;
 use serde_json::{Map, Value};
 
-/// A conversion of one kind's written objects.
-type Convert = fn(&mut Map<String, Value>);
-
-/// The kinds whose written objects are converted, and how.
-const CONVERSIONS: &[(&str, Convert)] = &[
-    ("Secret", secret_string_data),
-    ("RoleBinding", binding_api_groups),
-    ("ClusterRoleBinding", binding_api_groups),
-];
-
-/// Converts a written `object` of `kind` as the apiserver decodes it.
-pub(crate) fn on_write(kind: &str, object: &mut Map<String, Value>) {
-    for (_, convert) in CONVERSIONS.iter().filter(|(k, _)| *k == kind) {
-        convert(object);
-    }
-}
-
 /// `stringData` into `data`: each value base64-encoded, over a `data` entry of the same key.
 /// A `stringData` or `data` of the wrong shape is left as it is, for the value-type checks to
 /// refuse.
-fn secret_string_data(secret: &mut Map<String, Value>) {
+pub(super) fn secret_string_data(secret: &mut Map<String, Value>) {
     let plain = match secret.get("stringData") {
         None => return,
         Some(Value::Null) => Map::new(),
@@ -53,7 +36,7 @@ fn secret_string_data(secret: &mut Map<String, Value>) {
 /// The API groups a binding leaves out, as RBAC v1 defaults them: the role reference's and a
 /// User's or a Group's is `rbac.authorization.k8s.io` (a ServiceAccount's is the core group,
 /// which JSON leaves out).
-fn binding_api_groups(binding: &mut Map<String, Value>) {
+pub(super) fn binding_api_groups(binding: &mut Map<String, Value>) {
     const RBAC: &str = "rbac.authorization.k8s.io";
     // A value of the wrong type stays, for the value-type checks to refuse.
     let unset = |o: &Map<String, Value>| match o.get("apiGroup") {
@@ -83,28 +66,39 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::Registry;
 
+    /// `object` written as a `kind` of the built-in registry.
     fn converted(kind: &str, object: Value) -> Value {
+        let registry = Registry::builtin();
+        let spec = registry
+            .iter()
+            .find(|s| s.kind == kind && s.group != "events.k8s.io")
+            .expect("a built-in kind");
         let mut object = object.as_object().unwrap().clone();
-        on_write(kind, &mut object);
+        if let Some(convert) = spec.strategy.on_write {
+            convert(&mut object);
+        }
         Value::Object(object)
     }
 
     #[test]
     fn bindings_get_the_api_groups_they_leave_out() {
-        let binding = converted(
-            "RoleBinding",
-            json!({"roleRef": {"kind": "Role", "name": "r"}, "subjects": [
+        for kind in ["RoleBinding", "ClusterRoleBinding"] {
+            let binding = converted(
+                kind,
+                json!({"roleRef": {"kind": "Role", "name": "r"}, "subjects": [
                 {"kind": "User", "name": "u"}, {"kind": "ServiceAccount", "name": "s"},
                 {"kind": "Group", "name": "g", "apiGroup": "other"}, {"kind": "Robot", "name": "x"}]}),
-        );
-        assert_eq!(
-            binding,
-            json!({"roleRef": {"kind": "Role", "name": "r", "apiGroup": "rbac.authorization.k8s.io"}, "subjects": [
+            );
+            assert_eq!(
+                binding,
+                json!({"roleRef": {"kind": "Role", "name": "r", "apiGroup": "rbac.authorization.k8s.io"}, "subjects": [
                 {"kind": "User", "name": "u", "apiGroup": "rbac.authorization.k8s.io"},
                 {"kind": "ServiceAccount", "name": "s"},
                 {"kind": "Group", "name": "g", "apiGroup": "other"}, {"kind": "Robot", "name": "x"}]})
-        );
+            );
+        }
     }
 
     #[test]
