@@ -401,7 +401,6 @@ fn qos_class(spec: &Value) -> &'static str {
     }
 }
 
-/// A namespace's initial status: Active, with the `kubernetes` finalizer.
 /// The grace period of a pod whose spec names none, as the apiserver defaults it.
 const DEFAULT_POD_GRACE: i64 = 30;
 
@@ -430,6 +429,7 @@ fn pod_grace_period(pod: &Map<String, Value>, requested: Option<i64>) -> i64 {
     }
 }
 
+/// A namespace's initial status: Active, with the `kubernetes` finalizer.
 fn namespace_status(object: &mut Map<String, Value>) {
     object.insert("status".into(), json!({"phase": "Active"}));
     if let Some(spec) = map_at(object, "spec") {

@@ -56,8 +56,10 @@ impl ScalePaths {
     }
 }
 
-/// A kind's subresources.
+/// A kind's subresources. Non-exhaustive: build it from `Default` (or the [`KindSpec`]
+/// builders), so that a subresource added later breaks no embedder.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Subresources {
     /// `/status`: writes to the object itself leave its status alone, and writes to `/status`
     /// change only the status.
@@ -73,8 +75,9 @@ pub struct Subresources {
     /// A pod's `/ephemeralcontainers`: writes change only `spec.ephemeralContainers`.
     pub ephemeral_containers: bool,
     /// A pod's `/log`, `/exec`, `/attach` and `/portforward`: the kubelet's, which this server
-    /// has none of. Declared, they are answered as the apiserver answers them for a node it
-    /// cannot reach, not as unknown subresources (404).
+    /// has none of. Declared, they are answered as the apiserver answers them for a pod whose
+    /// node it cannot reach (the answer names `pods/<subresource>` and the pod), not as
+    /// unknown subresources (404). For pods.
     pub kubelet: bool,
 }
 
@@ -129,8 +132,10 @@ pub enum DeletionRule {
     MarkedFirst(fn() -> Value),
 }
 
-/// How a kind's writes are treated, beyond its metadata's rules.
+/// How a kind's writes are treated, beyond its metadata's rules. Non-exhaustive: build it from
+/// `Default` (or the [`KindSpec`] builders), so that a rule added later breaks no embedder.
 #[derive(Clone, Debug, Default)]
+#[non_exhaustive]
 pub struct Strategy {
     /// Fields set on create when the object leaves them unset: `(dotted path, value)` (a
     /// Secret's `type` is `Opaque`).
@@ -169,9 +174,11 @@ pub struct Strategy {
     /// validated, owned or stored (a Secret's `stringData` merged into `data`; a binding's
     /// API groups, where it names none).
     pub on_write: Option<Mutation>,
-    /// Whether the objects are Services whose cluster IPs and node ports the server allocates
-    /// (from `--service-cluster-ip-range` and `--service-node-port-range`, each claimed by a
-    /// key in the store) and releases when they go.
+    /// Whether the objects are core/v1 Services whose cluster IPs and node ports the server
+    /// allocates (from `--service-cluster-ip-range` and `--service-node-port-range`, each
+    /// claimed by a key in the store) and releases when they go. Only for that kind: the
+    /// claims name it as their parent, and the repair loop that frees the claims no Service
+    /// holds reads its storage (`services/specs`), so another kind's claims would be freed.
     pub service_addresses: bool,
 }
 

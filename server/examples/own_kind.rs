@@ -2,8 +2,8 @@
 //! store of your own under the server (a [`Source`] the caches follow, plus the [`Writes`]),
 //! and the server as a library, serving the built-in kinds and yours over HTTP with
 //! discovery, Tables, field selectors and watches. What the server does to a kind's writes is
-//! declared with it too: here, a conversion of what is written and a deletion that first
-//! marks the object (as a Namespace's does).
+//! declared with it too: here, a conversion of what is written and a graceful deletion (as a
+//! Pod's is).
 //!
 //! The store here wraps the embedded one and counts the writes it takes: put your own
 //! storage behind the same two traits. Run: `cargo run -p watchcache-server --example
@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
+use serde_json::{Map, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use watchcache_api::printers::{self, Printer};
-use serde_json::{Map, Value, json};
 use watchcache_api::{DeletionRule, KindSpec, Registry};
 use watchcache_core::{MemorySource, Revision, Source, SourceError, SourceItem, SourceList};
 use watchcache_server::store::backend::Writes;
@@ -84,8 +84,10 @@ impl Writes for CountingStore {
 
 /// The kind: `widgets.example.com/v1`, namespaced, with a `/status`, a field selector on its
 /// color and its own Table columns. Stored under `/registry/example.com/widgets/`. A color is
-/// written lowercase whatever the client sent, and a DELETE first marks a widget Retiring
-/// (a second one deletes it, as nothing else holds it).
+/// written lowercase whatever the client sent, and a DELETE is graceful: it marks the widget
+/// with a deletion timestamp 30 s ahead (or the grace period the request asks for), for its
+/// controller to finish, and a DELETE with a grace period of 0 deletes it (as a kubelet
+/// deletes a pod it stopped).
 fn widgets() -> KindSpec {
     KindSpec::new("example.com", "v1", "Widget", "widgets")
         .short_names(&["wg"])
@@ -93,7 +95,7 @@ fn widgets() -> KindSpec {
         .status()
         .fields(&["spec.color"])
         .on_write(lowercase_color)
-        .deletion(DeletionRule::MarkedFirst(|| json!({"phase": "Retiring"})))
+        .deletion(DeletionRule::Graceful(|_, requested| requested.unwrap_or(30)))
         .printer(Printer::of(vec![
             printers::name(),
             printers::path_col("Color", "string", "", 0, "The widget's color.", "spec.color"),
@@ -176,14 +178,29 @@ async fn main() {
     println!("{}", table.lines().last().unwrap_or_default());
     assert!(table.contains(r#""cells":["large","red",9,"#), "{table}");
 
-    // A DELETE marks the widget Retiring first, as declared; the next one deletes it.
-    let retiring = http(&server, "DELETE", &format!("{path}/small"), "application/json", "").await;
-    assert!(retiring.starts_with("HTTP/1.1 200"), "{retiring}");
+    // A DELETE marks the widget with its grace period, as declared; one with a period of 0
+    // deletes it.
+    let marked = http(
+        &server,
+        "DELETE",
+        &format!("{path}/small"),
+        "application/json",
+        "",
+    )
+    .await;
+    assert!(marked.starts_with("HTTP/1.1 200"), "{marked}");
     assert!(
-        retiring.contains(r#""phase":"Retiring""#) && retiring.contains("deletionTimestamp"),
-        "{retiring}"
+        marked.contains(r#""deletionGracePeriodSeconds":30"#) && marked.contains("deletionTimestamp"),
+        "{marked}"
     );
-    let gone = http(&server, "DELETE", &format!("{path}/small"), "application/json", "").await;
+    let gone = http(
+        &server,
+        "DELETE",
+        &format!("{path}/small?gracePeriodSeconds=0"),
+        "application/json",
+        "",
+    )
+    .await;
     assert!(gone.starts_with("HTTP/1.1 200"), "{gone}");
     let missing = http(&server, "GET", &format!("{path}/small"), "application/json", "").await;
     assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");

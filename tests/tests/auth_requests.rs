@@ -950,6 +950,49 @@ async fn bindings_bind_only_roles_their_writer_holds_or_may_bind() {
     server.shutdown().await.expect("a clean shutdown");
 }
 
+/// A custom resource of another group whose kind is named as an RBAC kind's grants nothing,
+/// so its writer is not checked for escalation: alice, who may not bind cluster-admin with a
+/// RoleBinding, may write an example.com RoleBinding that names it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_custom_resource_named_as_an_rbac_kind_is_not_checked_for_escalation() {
+    let mut policy = escalation_policy();
+    policy.roles[0].rules.as_mut().unwrap().push(rule(
+        &["create", "get"],
+        &["example.com"],
+        &["rolebindings"],
+    ));
+    let server = start(ServeConfig {
+        policy: Some(Arc::new(StaticPolicy::new(policy))),
+        ..rbac_config("crd-named-as-rbac")
+    })
+    .await;
+    create_namespaces_as_admin(&server).await;
+    let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "rolebindings.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"plural": "rolebindings", "singular": "rolebinding", "kind": "RoleBinding",
+                "listKind": "RoleBindingList"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}});
+    let crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+    let (code, body) = send(&server, "POST", crds, bearer(ADMIN).as_deref(), Some(crd)).await;
+    assert_eq!(code, 201, "{body}");
+    let custom = "/apis/example.com/v1/namespaces/team/rolebindings";
+    let (code, body) = until_code(&server, custom, ADMIN, 200).await;
+    assert_eq!(code, 200, "the CRD is served: {body}");
+    let alice = bearer(ALICE);
+    let mut binding = binding_object("admins", "ClusterRole", "cluster-admin");
+    binding["apiVersion"] = json!("example.com/v1");
+    let (code, body) = send(&server, "POST", custom, alice.as_deref(), Some(binding.clone())).await;
+    assert_eq!(code, 201, "{body}");
+    // The RBAC kind itself still is checked.
+    binding["apiVersion"] = json!("rbac.authorization.k8s.io/v1");
+    let rbac = "/apis/rbac.authorization.k8s.io/v1/namespaces/team/rolebindings";
+    let (code, body) = send(&server, "POST", rbac, alice.as_deref(), Some(binding)).await;
+    assert_eq!(code, 403, "{body}");
+    server.shutdown().await.expect("a clean shutdown");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_apply_that_creates_needs_create_not_only_patch() {
     // bob may patch and read configmaps in team, and not create them.

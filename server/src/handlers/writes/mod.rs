@@ -1034,10 +1034,13 @@ fn confirm_no_escalation(
         return Ok(());
     };
     let info = &t.resource.info;
-    if !matches!(
-        info.kind.as_str(),
-        "Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding"
-    ) || current.is_some_and(|c| only_gc_fields_differ(object, c))
+    // The RBAC kinds, not a custom resource of the same kind name in another group.
+    if t.resource.spec.group != "rbac.authorization.k8s.io"
+        || !matches!(
+            info.kind.as_str(),
+            "Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding"
+        )
+        || current.is_some_and(|c| only_gc_fields_differ(object, c))
     {
         return Ok(());
     }
