@@ -114,7 +114,7 @@ impl MetadataRequest {
     ) -> Result<bool, CodecError> {
         let start = out.len();
         out.put_slice(br#"{"type":""#);
-        out.put_slice(event_type(kind).as_bytes());
+        out.put_slice(kind.as_str().as_bytes());
         out.put_slice(br#"","object":"#);
         self.write_head(out);
         match frames.write_metadata(object, revision, out) {
@@ -153,15 +153,6 @@ impl MetadataRequest {
         }
         out.put_slice(b"}\n");
         Ok(())
-    }
-}
-
-fn event_type(kind: EventKind) -> &'static str {
-    match kind {
-        EventKind::Added => "ADDED",
-        EventKind::Modified => "MODIFIED",
-        EventKind::Deleted => "DELETED",
-        EventKind::Bookmark => "BOOKMARK",
     }
 }
 
