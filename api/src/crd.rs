@@ -11,7 +11,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use crate::printers::{self, Cell, Column, Printer};
-use crate::registry::{KindSpec, NameRule, OpenApiSchema, ScalePaths, SelectableField};
+use crate::registry::{KindSpec, Lists, NameRule, OpenApiSchema, ScalePaths, SelectableField};
 use crate::schema::Schema;
 
 /// The finalizer under which a deleted CRD's objects are deleted before it goes.
@@ -239,6 +239,7 @@ pub fn kinds_of(crd: &Value) -> Result<(Vec<KindSpec>, Vec<String>), String> {
             })
             .collect();
         kind.strategy.schema = schemas[index].clone();
+        kind.strategy.lists = Lists::Schema;
         kind.strategy.version_schemas = version_schemas.clone();
         if let Some(schema) = version
             .pointer("/schema/openAPIV3Schema")

@@ -46,6 +46,7 @@ fn core_kinds() -> Vec<KindSpec> {
             .trigger("spec.nodeName")
             .initial_status(pod_status)
             .deletion(DeletionRule::Graceful(pod_grace_period))
+            .defaulting(|o| container_ports_default(o, "spec"))
             .checks(&validation::POD)
             .printer(printers::pod()),
         KindSpec::of::<core::ConfigMap>()
@@ -103,6 +104,7 @@ fn core_kinds() -> Vec<KindSpec> {
             .status()
             .fields(&["spec.clusterIP", "spec.type"])
             .defaulting(service_defaults)
+            .checks(&validation::SERVICE)
             .service_addresses()
             .initial_status(|o| set(o, "status", json!({"loadBalancer": {}})))
             .printer(printers::service()),
@@ -135,7 +137,9 @@ fn core_kinds() -> Vec<KindSpec> {
             .defaulting(replication_controller_defaults)
             .initial_status(replicas_status)
             .printer(printers::replication_controller()),
-        KindSpec::of::<core::PodTemplate>().printer(printers::pod_template()),
+        KindSpec::of::<core::PodTemplate>()
+            .defaulting(|o| pod_template_defaults(o, "template"))
+            .printer(printers::pod_template()),
         KindSpec::of::<core::LimitRange>()
             .short_names(&["limits"])
             .printer(printers::created()),
@@ -475,15 +479,36 @@ fn pod_template_defaults(object: &mut Map<String, Value>, template: &str) {
                 });
                 c.entry("imagePullPolicy")
                     .or_insert(json!(if latest { "Always" } else { "IfNotPresent" }));
-                for p in c
-                    .get_mut("ports")
-                    .and_then(Value::as_array_mut)
-                    .into_iter()
-                    .flatten()
-                {
-                    if let Some(p) = p.as_object_mut() {
-                        p.entry("protocol").or_insert(json!("TCP"));
-                    }
+            }
+        }
+    }
+    container_ports_default(object, &spec);
+}
+
+/// A container port's protocol is TCP when unset or empty, in every container list of the pod
+/// spec at `spec`, as the apiserver defaults it.
+fn container_ports_default(object: &mut Map<String, Value>, spec: &str) {
+    let mut at = Some(object);
+    for part in spec.split('.') {
+        at = at.and_then(|m| m.get_mut(part)).and_then(Value::as_object_mut);
+    }
+    let Some(s) = at else { return };
+    for list in ["containers", "initContainers", "ephemeralContainers"] {
+        let containers = s
+            .get_mut(list)
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten();
+        for c in containers.filter_map(Value::as_object_mut) {
+            let ports = c
+                .get_mut("ports")
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten();
+            for p in ports.filter_map(Value::as_object_mut) {
+                let protocol = p.entry("protocol").or_insert(Value::Null);
+                if protocol.is_null() || protocol == "" {
+                    *protocol = json!("TCP");
                 }
             }
         }
@@ -491,8 +516,13 @@ fn pod_template_defaults(object: &mut Map<String, Value>, template: &str) {
 }
 
 fn service_defaults(o: &mut Map<String, Value>) {
-    set_default(o, "spec.type", json!("ClusterIP"));
-    set_default(o, "spec.sessionAffinity", json!("None"));
+    // As the apiserver's: an empty value is unset.
+    for (path, value) in [("spec.type", "ClusterIP"), ("spec.sessionAffinity", "None")] {
+        if get(o, path).is_some_and(|v| v == "") {
+            set(o, path, Value::Null);
+        }
+        set_default(o, path, json!(value));
+    }
     let external_name = get(o, "spec.type").and_then(Value::as_str) == Some("ExternalName");
     if let Some(spec) = map_at(o, "spec") {
         if !external_name {
@@ -505,9 +535,16 @@ fn service_defaults(o: &mut Map<String, Value>) {
             .flatten()
         {
             let Some(p) = p.as_object_mut() else { continue };
-            p.entry("protocol").or_insert(json!("TCP"));
+            let protocol = p.entry("protocol").or_insert(Value::Null);
+            if protocol.is_null() || protocol == "" {
+                *protocol = json!("TCP");
+            }
+            // A target port unset, 0 or "" is the port.
             if let Some(port) = p.get("port").cloned() {
-                p.entry("targetPort").or_insert(port);
+                let target = p.entry("targetPort").or_insert(Value::Null);
+                if target.is_null() || target == 0 || target == "" {
+                    *target = port;
+                }
             }
         }
     }

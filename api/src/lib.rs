@@ -43,6 +43,6 @@ pub mod schema;
 pub mod validation;
 
 pub use registry::{
-    DeletionRule, GracePeriod, KindSpec, NameRule, Registry, ScalePaths, SelectableField, Strategy,
+    DeletionRule, GracePeriod, KindSpec, Lists, NameRule, Registry, ScalePaths, SelectableField, Strategy,
     Subresources,
 };

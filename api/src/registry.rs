@@ -17,6 +17,7 @@ use k8s_openapi::schemars::generate::SchemaGenerator;
 use k8s_openapi::schemars::{JsonSchema, Schema};
 use serde_json::{Map, Value};
 
+use crate::mutation::strategic::ListRules;
 use crate::printers::Printer;
 use crate::validation::Checks;
 
@@ -132,6 +133,24 @@ pub enum DeletionRule {
     MarkedFirst(fn() -> Value),
 }
 
+/// Which lists of a kind's objects merge under strategic merge patch and server-side apply.
+/// The metadata's lists merge in every kind: `finalizers` as a set, `ownerReferences` by `uid`.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Lists {
+    /// Every other list is atomic: a patch or an apply replaces it whole.
+    #[default]
+    Atomic,
+    /// The built-in type of the kind's name merges its lists as its Go struct tags
+    /// (`patchStrategy`, `patchMergeKey`) say: a pod's containers by name, in a pod and in
+    /// every pod template. What [`KindSpec::of`] declares.
+    BuiltIn,
+    /// A custom resource's: as its [`schema`](Strategy::schema)'s `x-kubernetes-list-type`
+    /// and `x-kubernetes-list-map-keys` say (atomic without a schema), and a strategic merge
+    /// patch is refused with 415, as the apiserver serves custom resources.
+    Schema,
+}
+
 /// How a kind's writes are treated, beyond its metadata's rules. Non-exhaustive: build it from
 /// `Default` (or the [`KindSpec`] builders), so that a rule added later breaks no embedder.
 #[derive(Clone, Debug, Default)]
@@ -180,6 +199,8 @@ pub struct Strategy {
     /// claims name it as their parent, and the repair loop that frees the claims no Service
     /// holds reads its storage (`services/specs`), so another kind's claims would be freed.
     pub service_addresses: bool,
+    /// Which lists merge under strategic merge patch and server-side apply.
+    pub lists: Lists,
 }
 
 /// One kind: everything the server derives about it.
@@ -288,7 +309,24 @@ impl KindSpec {
         let definition = T::schema_name().into_owned();
         spec.protobuf = Some(definition.clone());
         spec.openapi = Some((definition, OpenApiSchema::Generated(|g| g.subschema_for::<T>())));
+        spec.strategy.lists = Lists::BuiltIn;
         spec
+    }
+
+    /// Which of the kind's lists merge, and on which keys, under strategic merge patch and
+    /// server-side apply, as its strategy declares ([`Strategy::lists`]).
+    pub fn list_rules(&self) -> ListRules<'_> {
+        match (self.strategy.lists, &self.strategy.schema) {
+            (Lists::Schema, Some(schema)) => ListRules::Schema(schema),
+            (Lists::BuiltIn, _) => ListRules::BuiltIn(&self.kind),
+            (Lists::Schema, None) | (Lists::Atomic, _) => ListRules::Atomic,
+        }
+    }
+
+    /// Whether a strategic merge patch is served (on the object and its subresources): not for
+    /// a custom resource ([`Lists::Schema`]).
+    pub fn serves_strategic_merge(&self) -> bool {
+        self.strategy.lists != Lists::Schema
     }
 
     /// The API version as objects carry it: `v1`, `apps/v1`.

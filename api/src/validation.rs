@@ -2,7 +2,7 @@
 //! what a user meets daily: the metadata of every kind (label and annotation syntax and sizes,
 //! finalizer names, no new finalizer on an object being deleted), a Pod's required fields,
 //! ports, resources and quantities and the immutability of its spec, the keys of a
-//! ConfigMap's or a Secret's data, and the RBAC kinds' rules, role references and subjects.
+//! ConfigMap's or a Secret's data, a Service's ports, and the RBAC kinds' rules, role references and subjects.
 //!
 //! Plain values in, a typed refusal out: no HTTP here. A refusal is either [`Undecodable`]
 //! (the apiserver could not even decode the body into its type: a quantity that is none,
@@ -23,6 +23,7 @@ mod names;
 mod pod;
 mod quantity;
 mod rbac;
+mod service;
 
 use serde_json::{Map, Value};
 
@@ -110,6 +111,15 @@ pub static EVENTS_V1_EVENT: Checks = Checks {
     create: event::events_v1_legacy,
     create_only: event::events_v1,
     update: event::events_v1_update,
+};
+
+/// A Service's: its ports, type and session affinity.
+pub static SERVICE: Checks = Checks {
+    quantities: &[],
+    decode: decodes,
+    create: service::validate,
+    create_only: nothing,
+    update: unrestricted,
 };
 
 /// A Secret's: its data decodes from base64, and its keys.

@@ -8,8 +8,9 @@ use serde_json::{Map, Value, json};
 
 use crate::handlers::params::{DeleteParams, Params, WriteParams};
 use watchcache_api::mutation::apply;
-use watchcache_api::mutation::fields;
+use watchcache_api::mutation::fields::{self, Writer};
 use watchcache_api::mutation::patch::{MAX_COPY_BYTES, MAX_OPERATIONS, Patch, PatchType};
+use watchcache_api::mutation::strategic::ListRules;
 use watchcache_api::validation;
 
 use crate::handlers::writes::{Addressed, object_from_body};
@@ -98,11 +99,14 @@ pub fn patch(body: &[u8]) {
     };
     let mut managers = Vec::new();
     fields::record_update(
-        "Pod",
+        ListRules::BuiltIn("Pod"),
         &mut managers,
-        "creator",
-        "",
-        "t",
+        &Writer {
+            manager: "creator",
+            subresource: "",
+            api_version: "v1",
+            time: "t",
+        },
         &serde_json::Map::new(),
         &pod,
     );
@@ -110,18 +114,45 @@ pub fn patch(body: &[u8]) {
     fields::set_managers(&mut owned, &managers, "v1");
     for ty in [PatchType::Json, PatchType::Merge, PatchType::Strategic] {
         if let Ok(p) = Patch::parse(ty, body)
-            && let Ok(after) = p.apply_to("Pod", owned.clone())
+            && let Ok(after) = p.apply_to(ListRules::BuiltIn("Pod"), owned.clone())
         {
             let mut m = fields::managers(&owned);
-            fields::record_update("Pod", &mut m, "patcher", "", "t", &owned, &after);
+            fields::record_update(
+                ListRules::BuiltIn("Pod"),
+                &mut m,
+                &Writer {
+                    manager: "patcher",
+                    subresource: "",
+                    api_version: "v1",
+                    time: "t",
+                },
+                &owned,
+                &after,
+            );
         }
     }
     if let Ok(config) = apply::parse(body)
-        && let Ok(applied) = apply::apply("Pod", "v1", Some(&owned), &config, "applier", false, "t")
+        && let Ok(applied) = apply::apply(
+            ListRules::BuiltIn("Pod"),
+            "v1",
+            Some(&owned),
+            &config,
+            "applier",
+            false,
+            "t",
+        )
     {
-        let _ = apply::apply("Pod", "v1", Some(&applied), &config, "other", true, "t");
         let _ = apply::apply(
-            "Pod",
+            ListRules::BuiltIn("Pod"),
+            "v1",
+            Some(&applied),
+            &config,
+            "other",
+            true,
+            "t",
+        );
+        let _ = apply::apply(
+            ListRules::BuiltIn("Pod"),
             "v1",
             Some(&applied),
             &serde_json::Map::new(),
@@ -194,7 +225,7 @@ pub fn json_patch_growth(data: &[u8]) {
             return;
         }
     };
-    if let Ok(after) = patch.apply_to("ConfigMap", doc) {
+    if let Ok(after) = patch.apply_to(ListRules::BuiltIn("ConfigMap"), doc) {
         let len = serde_json::to_vec(&after).expect("serialises").len();
         assert!(
             len <= doc_len + 5 * body.len() + MAX_COPY_BYTES,
@@ -247,8 +278,24 @@ pub fn yaml_apply(data: &[u8]) {
         let Value::Object(live) = live else {
             unreachable!("an object literal");
         };
-        if let Ok(applied) = apply::apply("Pod", "v1", Some(&live), &config, "applier", false, "t") {
-            let _ = apply::apply("Pod", "v1", Some(&applied), &Map::new(), "applier", false, "t");
+        if let Ok(applied) = apply::apply(
+            ListRules::BuiltIn("Pod"),
+            "v1",
+            Some(&live),
+            &config,
+            "applier",
+            false,
+            "t",
+        ) {
+            let _ = apply::apply(
+                ListRules::BuiltIn("Pod"),
+                "v1",
+                Some(&applied),
+                &Map::new(),
+                "applier",
+                false,
+                "t",
+            );
         }
     }
 }

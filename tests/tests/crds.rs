@@ -779,3 +779,245 @@ async fn a_crds_metrics_sum_its_versions_caches_and_go_on_when_it_is_served_anew
     assert_eq!(series(&server, &lists).await, Some(4));
     server.shutdown().await.unwrap();
 }
+
+/// A custom resource's lists merge as its schema says, not as a built-in kind of its name
+/// would: under server-side apply a `map` list merges by all its keys (each applier keeps its
+/// own entries, and managedFields name each entry by its keys), a `set` by value, and a list
+/// with no list type is atomic, owned whole. A strategic merge patch is 415, as the apiserver
+/// answers for custom resources.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_custom_resources_lists_merge_by_its_schema_under_apply() {
+    let server = start(config(0)).await;
+    create_namespaces(&server, &[NS]).await;
+    // Named as the built-in Pod, whose `spec.containers` merge by name and `spec.ports` do not.
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "pods.lists.example.com"},
+        "spec": {"group": "lists.example.com", "scope": "Namespaced",
+            "names": {"plural": "pods", "kind": "Pod"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "properties": {
+                        "ports": {"type": "array", "x-kubernetes-list-type": "map",
+                            "x-kubernetes-list-map-keys": ["name", "protocol"],
+                            "items": {"type": "object", "required": ["name"], "properties": {
+                                "name": {"type": "string"}, "protocol": {"type": "string", "default": "TCP"},
+                                "port": {"type": "integer"}}}},
+                        "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
+                        "byDomain": {"type": "object", "additionalProperties": {"type": "array",
+                            "x-kubernetes-list-type": "set", "items": {"type": "string"}}},
+                        "replicas": {"type": "integer"},
+                        "containers": {"type": "array", "items": {"type": "object", "properties": {
+                            "name": {"type": "string"}, "image": {"type": "string"}}}},
+                    }},
+                    "status": {"type": "object", "properties": {"replicas": {"type": "integer"}}},
+                }}},
+                "subresources": {"scale": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas"}},
+            }]},
+    });
+    let (code, out) = json(&server, "POST", CRDS, Some(crd)).await;
+    assert_eq!(code, 201, "{out}");
+    crd_until(&server, "pods.lists.example.com", "established", |c| {
+        condition(c, "Established") == "True"
+    })
+    .await;
+    let object = format!("/apis/lists.example.com/v1/namespaces/{NS}/pods/x");
+    let apply = |manager: &str, spec: Value| {
+        let body = json!({"apiVersion": "lists.example.com/v1", "kind": "Pod", "metadata": {"name": "x"}, "spec": spec});
+        let path = format!("{object}?fieldManager={manager}");
+        let server = &server;
+        async move {
+            request_typed(
+                &http(),
+                server,
+                "PATCH",
+                &path,
+                "application/apply-patch+yaml",
+                body.to_string(),
+            )
+            .await
+        }
+    };
+    let (code, out) = apply(
+        "a",
+        json!({"ports": [{"name": "web", "port": 80}], "tags": ["a"], "byDomain": {"example.com": ["a"]},
+               "containers": [{"name": "c1", "image": "i1"}]}),
+    )
+    .await;
+    assert_eq!(code, 201, "{out}");
+
+    // The atomic list is a's, whole: b's other list conflicts with it.
+    let (code, out) = apply("b", json!({"containers": [{"name": "c2", "image": "i2"}]})).await;
+    assert_eq!(code, 409, "{out}");
+    assert!(
+        out["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(".spec.containers"),
+        "{out}"
+    );
+
+    // An entry with the same name and another protocol is another entry: both stay.
+    let (code, out) = apply(
+        "b",
+        json!({"ports": [{"name": "web", "protocol": "UDP", "port": 81}], "tags": ["b"],
+               "byDomain": {"example.com": ["b"]}}),
+    )
+    .await;
+    assert_eq!(code, 200, "{out}");
+    assert_eq!(
+        out["spec"]["ports"],
+        json!([{"name": "web", "protocol": "TCP", "port": 80}, {"name": "web", "protocol": "UDP", "port": 81}]),
+        "{out}"
+    );
+    assert_eq!(out["spec"]["tags"], json!(["a", "b"]), "{out}");
+    // A map key with dots is one field, its set merged.
+    assert_eq!(
+        out["spec"]["byDomain"],
+        json!({"example.com": ["a", "b"]}),
+        "{out}"
+    );
+    assert_eq!(
+        out["spec"]["containers"],
+        json!([{"name": "c1", "image": "i1"}]),
+        "{out}"
+    );
+    let owned = |manager: &str| -> Value {
+        out["metadata"]["managedFields"]
+            .as_array()
+            .and_then(|m| m.iter().find(|e| e["manager"] == manager))
+            .map(|e| e["fieldsV1"]["f:spec"].clone())
+            .unwrap_or_else(|| panic!("{manager} owns nothing: {out}"))
+    };
+    assert_eq!(
+        owned("b"),
+        json!({"f:ports": {"k:{\"name\":\"web\",\"protocol\":\"UDP\"}": {".": {}, "f:name": {}, "f:protocol": {}, "f:port": {}}},
+               "f:tags": {"v:\"b\"": {}}, "f:byDomain": {"f:example.com": {"v:\"b\"": {}}}}),
+    );
+    assert_eq!(
+        owned("a")["f:containers"],
+        json!({}),
+        "an atomic list is owned whole"
+    );
+    assert_eq!(
+        owned("a")["f:ports"],
+        json!({"k:{\"name\":\"web\",\"protocol\":\"TCP\"}": {".": {}, "f:name": {}, "f:port": {}}}),
+        "an entry whose key is defaulted is owned under its default"
+    );
+
+    // a stops setting its entry and its tag: they go, b's stay.
+    let (code, out) = apply("a", json!({"containers": [{"name": "c1", "image": "i1"}]})).await;
+    assert_eq!(code, 200, "{out}");
+    assert_eq!(
+        out["spec"]["ports"],
+        json!([{"name": "web", "protocol": "UDP", "port": 81}]),
+        "{out}"
+    );
+    assert_eq!(out["spec"]["tags"], json!(["b"]), "{out}");
+
+    for (path, body) in [
+        (object.clone(), json!({"spec": {"tags": ["c"]}})),
+        (format!("{object}/scale"), json!({"spec": {"replicas": 2}})),
+    ] {
+        let (code, out) = request_typed(
+            &http(),
+            &server,
+            "PATCH",
+            &path,
+            "application/strategic-merge-patch+json",
+            body.to_string(),
+        )
+        .await;
+        assert_eq!(
+            (code, &out["reason"]),
+            (415, &json!("UnsupportedMediaType")),
+            "{path}: {out}"
+        );
+    }
+    server.shutdown().await.unwrap();
+}
+
+/// Each `managedFields` entry keeps the API version its manager last wrote in, as the
+/// apiserver keeps them: a write in one version does not relabel the others' entries, and an
+/// updater that writes in two versions has an entry for each (an applier has one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn managed_fields_keep_the_version_each_manager_wrote_in() {
+    let server = start(config(0)).await;
+    create_namespaces(&server, &[NS]).await;
+    let (code, out) = json(&server, "POST", CRDS, Some(crd("gizmos", "Gizmo", true))).await;
+    assert_eq!(code, 201, "{out}");
+    crd_until(&server, "gizmos.example.com", "established", |c| {
+        condition(c, "Established") == "True"
+    })
+    .await;
+    let at = |version: &str| format!("/apis/example.com/{version}/namespaces/{NS}/gizmos");
+    let g = json!({"apiVersion": "example.com/v1beta1", "kind": "Gizmo", "metadata": {"name": "g"},
+                   "spec": {"color": "blue"}});
+    let (code, out) = json(
+        &server,
+        "POST",
+        &format!("{}?fieldManager=maker", at("v1beta1")),
+        Some(g),
+    )
+    .await;
+    assert_eq!(code, 201, "{out}");
+    let write = |version: &'static str, manager: &'static str, content_type: &'static str, body: Value| {
+        let path = format!("{}/g?fieldManager={manager}", at(version));
+        let server = &server;
+        async move {
+            let (code, out) =
+                request_typed(&http(), server, "PATCH", &path, content_type, body.to_string()).await;
+            assert!(code == 200, "{version} {manager}: {code} {out}");
+        }
+    };
+    const MERGE: &str = "application/merge-patch+json";
+    write("v1", "painter", MERGE, json!({"spec": {"color": "red"}})).await;
+    write(
+        "v1beta1",
+        "applier",
+        "application/apply-patch+yaml",
+        json!({"apiVersion": "example.com/v1beta1", "kind": "Gizmo", "metadata": {"name": "g"},
+               "spec": {"replicas": 3}}),
+    )
+    .await;
+    write(
+        "v1beta1",
+        "painter",
+        MERGE,
+        json!({"metadata": {"labels": {"x": "y"}}}),
+    )
+    .await;
+    let (_, got) = json(&server, "GET", &format!("{}/g", at("v1")), None).await;
+    let mut entries: Vec<(String, String, String, Vec<String>)> = got["metadata"]["managedFields"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{got}"))
+        .iter()
+        .map(|e| {
+            let text = |f: &str| e[f].as_str().unwrap_or_default().to_owned();
+            let owned = e["fieldsV1"]
+                .as_object()
+                .map(|m| m.keys().cloned().collect())
+                .unwrap_or_default();
+            (text("manager"), text("operation"), text("apiVersion"), owned)
+        })
+        .collect();
+    entries.sort();
+    let entry = |m: &str, op: &str, v: &str, f: &[&str]| {
+        (
+            m.to_owned(),
+            op.to_owned(),
+            v.to_owned(),
+            f.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>(),
+        )
+    };
+    assert_eq!(
+        entries,
+        vec![
+            entry("applier", "Apply", "example.com/v1beta1", &["f:spec"]),
+            entry("painter", "Update", "example.com/v1", &["f:spec"]),
+            entry("painter", "Update", "example.com/v1beta1", &["f:metadata"]),
+        ],
+        "maker's color went to painter: {got}"
+    );
+    server.shutdown().await.unwrap();
+}

@@ -122,7 +122,7 @@ async fn cluster_ips_and_node_ports_are_allocated_kept_and_released() {
     // A NodePort Service gets a node port per port; one asked for twice is refused.
     let (code, n) = create(
         &server,
-        service("n", json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": 30005}, {"name": "b", "port": 81}]})),
+        service("n", json!({"type": "NodePort", "ports": [{"name": "a", "port": 80, "nodePort": 30005}, {"name": "b", "port": 81}]})),
     )
     .await;
     assert_eq!(code, 201, "{n}");
@@ -166,7 +166,7 @@ async fn cluster_ips_and_node_ports_are_allocated_kept_and_released() {
     let path = format!("/api/v1/namespaces/{NS}/services/n");
     let put = service(
         "n",
-        json!({"type": "NodePort", "ports": [{"port": 80}, {"name": "b", "port": 81}]}),
+        json!({"type": "NodePort", "ports": [{"name": "a", "port": 80}, {"name": "b", "port": 81}]}),
     );
     let (code, kept) = request(&http(), &server, "PUT", &path, Some(put)).await;
     let kept: Value = serde_json::from_slice(&kept).unwrap();
@@ -340,4 +340,42 @@ async fn replicas_on_one_store_never_hand_out_an_address_twice() {
     }
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
+}
+
+/// CoreDNS's Service, server-side applied twice over HTTP: UDP and TCP on port 53 stay two
+/// ports, owned as `k:{"port":53,"protocol":…}` each, as structured-merge-diff keys them (on the
+/// port alone, the second apply made both one TCP port).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_applied_again_keeps_udp_and_tcp_on_one_port() {
+    let store = MemorySource::new();
+    let server = serve(&store, ranges("10.96.0.0/28", (30000, 30009))).await;
+    create_namespaces(&server, &[NS]).await;
+    let ports = json!([{"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53},
+                       {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 53}]);
+    let body = service(
+        "kube-dns",
+        json!({"selector": {"k8s-app": "kube-dns"}, "ports": ports}),
+    );
+    let path = format!("/api/v1/namespaces/{NS}/services/kube-dns?fieldManager=kubectl");
+    let mut got = Value::Null;
+    for expected in [201, 200] {
+        let (code, out) = request_typed(
+            &http(),
+            &server,
+            "PATCH",
+            &path,
+            "application/apply-patch+yaml",
+            body.to_string(),
+        )
+        .await;
+        assert_eq!(code, expected, "{out}");
+        got = out;
+    }
+    assert_eq!(got["spec"]["ports"], ports, "{got}");
+    let owned = &got["metadata"]["managedFields"][0]["fieldsV1"]["f:spec"]["f:ports"];
+    for protocol in ["UDP", "TCP"] {
+        let key = format!(r#"k:{{"port":53,"protocol":"{protocol}"}}"#);
+        assert!(owned.get(&key).is_some(), "{key} in {owned}");
+    }
+    server.shutdown().await.unwrap();
 }

@@ -1309,6 +1309,27 @@ fn refusals() -> Vec<Refusal> {
             "spec.containers[0].image",
             "FieldValueRequired",
         ),
+        Refusal {
+            what: "a Service with UDP and TCP on one port, and TCP on it twice",
+            method: "POST",
+            path: "services",
+            body: json!({"metadata": {"name": "dns"}, "spec": {"ports": [
+                {"name": "dns", "port": 53, "protocol": "UDP"},
+                {"name": "dns-tcp", "port": 53, "protocol": "TCP"},
+                {"name": "again", "port": 53}]}}),
+            code: 422,
+            field: "spec.ports[2]",
+            reason: "FieldValueDuplicate",
+        },
+        Refusal {
+            what: "a Service of two ports, one without a name",
+            method: "POST",
+            path: "services",
+            body: json!({"metadata": {"name": "two"}, "spec": {"ports": [{"port": 80}, {"name": "b", "port": 81}]}}),
+            code: 422,
+            field: "spec.ports[0].name",
+            reason: "FieldValueRequired",
+        },
         update(
             "a bad label on an update",
             "PATCH",
@@ -1407,4 +1428,56 @@ async fn the_built_in_kinds_are_validated_as_the_apiserver_validates_them() {
 
 fn spec_with_image_missing() -> Value {
     json!({"containers": [{"name": "app"}]})
+}
+
+/// Defaults as the apiserver sets them, where they decide what server-side apply keys on: a
+/// container port's protocol (TCP), so an applier that stops declaring a port removes it
+/// (its entry is `k:{"containerPort":81,"protocol":"TCP"}`, which the stored port must
+/// carry); and a Service's empty type, affinity and protocol, and a target port of 0 or "",
+/// are filled in, not refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn defaults_fill_in_what_apply_keys_on_and_what_is_left_empty() {
+    let server = start(config(0)).await;
+    let base = "/api/v1/namespaces/default";
+    let template = |ports: Value| {
+        json!({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"},
+               "template": {"spec": {"containers": [{"name": "c", "image": "i", "ports": ports}]}}})
+    };
+    let path = format!("{base}/podtemplates/t?fieldManager=m");
+    let (code, out) = patch(
+        &server,
+        &path,
+        APPLY,
+        template(json!([{"containerPort": 80}, {"containerPort": 81}])),
+    )
+    .await;
+    assert_eq!(code, 201, "{out}");
+    assert_eq!(
+        out["template"]["spec"]["containers"][0]["ports"],
+        json!([{"containerPort": 80, "protocol": "TCP"}, {"containerPort": 81, "protocol": "TCP"}]),
+        "{out}"
+    );
+    let (code, out) = patch(&server, &path, APPLY, template(json!([{"containerPort": 80}]))).await;
+    assert_eq!(code, 200, "{out}");
+    assert_eq!(
+        out["template"]["spec"]["containers"][0]["ports"],
+        json!([{"containerPort": 80, "protocol": "TCP"}]),
+        "{out}"
+    );
+
+    let service = json!({"metadata": {"name": "empty"}, "spec": {"type": "", "sessionAffinity": "",
+        "ports": [{"name": "a", "port": 80, "protocol": "", "targetPort": 0}, {"name": "b", "port": 81, "targetPort": ""}]}});
+    let (code, out) = call(&server, "POST", &format!("{base}/services"), Some(service)).await;
+    assert_eq!(code, 201, "{out}");
+    assert_eq!(
+        (&out["spec"]["type"], &out["spec"]["sessionAffinity"]),
+        (&json!("ClusterIP"), &json!("None")),
+        "{out}"
+    );
+    assert_eq!(
+        out["spec"]["ports"],
+        json!([{"name": "a", "port": 80, "protocol": "TCP", "targetPort": 80}, {"name": "b", "port": 81, "protocol": "TCP", "targetPort": 81}]),
+        "{out}"
+    );
+    server.shutdown().await.unwrap();
 }

@@ -22,8 +22,9 @@ use serde_json::{Map, Value, json};
 use watchcache_encoders::Status;
 
 use crate::mutation::fields::{self, Fields, Indexed, Manager, Segment};
-use crate::mutation::strategic;
+use crate::mutation::strategic::{self, ListRules};
 use crate::mutation::yaml;
+use crate::validation::field::go_quote;
 
 /// Parses an apply body, YAML or JSON (YAML's subset, which most clients send): an object
 /// with no `managedFields` of its own.
@@ -86,9 +87,10 @@ fn declared(map: &mut Map<String, Value>, path: &str) -> Result<(), Status> {
 }
 
 /// Applies `config` by `manager` to `live` (`None`: the object does not exist yet) and
-/// returns the object to store, `managedFields` included.
+/// returns the object to store, `managedFields` included; the object's lists are as `rules`
+/// says.
 pub fn apply(
-    kind: &str,
+    rules: ListRules<'_>,
     api_version: &str,
     live: Option<&Map<String, Value>>,
     config: &Map<String, Value>,
@@ -97,44 +99,45 @@ pub fn apply(
     now: &str,
 ) -> Result<Map<String, Value>, Status> {
     // Each object is walked once: its fields and their values, by path.
-    let applied = Indexed::of(kind, config);
+    let applied = Indexed::of(rules, config);
     let Some(live) = live else {
         let mut object = config.clone();
-        let entry = entry(manager, now, applied.fields);
+        let entry = entry(manager, api_version, now, applied.fields);
         fields::set_managers(&mut object, &[entry], api_version);
         return Ok(object);
     };
-    let live_fields = Indexed::of(kind, live);
+    let live_fields = Indexed::of(rules, live);
     let mut managers = fields::managers(live);
     let is_self = |m: &Manager| m.manager == manager && m.operation == "Apply" && m.subresource.is_empty();
 
-    let mut conflicts: Vec<(String, Vec<Segment>)> = Vec::new();
+    // (the owning entry's index, the field), in the order of the configuration's fields.
+    let mut conflicts: Vec<(usize, Vec<Segment>)> = Vec::new();
     for leaf in applied.fields.leaves() {
         // A path that is a leaf of the configuration and not of the live object holds another
         // value there (the same value would have the same fields): not equal, as `None` is not.
         if fields::is_existence(&leaf) || live_fields.value(&leaf) == applied.value(&leaf) {
             continue;
         }
-        for m in managers
+        for (i, _) in managers
             .iter()
-            .filter(|m| !is_self(m) && m.fields.contains(&leaf))
+            .enumerate()
+            .filter(|(_, m)| !is_self(m) && m.fields.contains(&leaf))
         {
-            conflicts.push((m.manager.clone(), leaf.clone()));
+            conflicts.push((i, leaf.clone()));
         }
     }
     if !conflicts.is_empty() {
         if !force {
-            return Err(conflict(&conflicts, api_version));
+            return Err(conflict(&managers, &conflicts, api_version));
         }
         for (owner, leaf) in &conflicts {
-            for m in managers.iter_mut().filter(|m| &m.manager == owner) {
-                m.fields.remove(leaf);
-            }
+            managers[*owner].fields.remove(leaf);
         }
     }
 
     let mut object = live.clone();
-    strategic::apply(kind, &mut object, config).map_err(|e| Status::invalid(format!("cannot apply: {e}")))?;
+    strategic::apply(rules.for_apply(), &mut object, config)
+        .map_err(|e| Status::invalid(format!("cannot apply: {e}")))?;
 
     let previous = managers
         .iter()
@@ -159,48 +162,89 @@ pub fn apply(
     fields::remove_all(&mut object, &gone);
 
     managers.retain(|m| !is_self(m));
-    managers.push(entry(manager, now, applied.fields));
+    managers.push(entry(manager, api_version, now, applied.fields));
     managers.retain(|m| !m.fields.is_empty());
     fields::set_managers(&mut object, &managers, api_version);
     Ok(object)
 }
 
-fn entry(manager: &str, now: &str, fields: Fields) -> Manager {
+/// An applier's entry: in the version it applied in (an applier has one entry, whatever the
+/// version, as the apiserver keeps it).
+fn entry(manager: &str, api_version: &str, now: &str, fields: Fields) -> Manager {
     Manager {
         manager: manager.to_owned(),
         operation: "Apply",
         subresource: String::new(),
+        api_version: api_version.to_owned(),
         time: now.to_owned(),
         fields,
     }
 }
 
-/// 409, as the apiserver words an apply conflict, with a cause per field.
-fn conflict(conflicts: &[(String, Vec<Segment>)], api_version: &str) -> Status {
-    let lines: Vec<String> = conflicts
-        .iter()
-        .map(|(m, p)| {
-            format!(
-                "conflict with \"{m}\" using {api_version}: {}",
-                fields::display(p)
-            )
-        })
-        .collect();
-    let mut s = Status::new(
-        409,
-        "Conflict",
-        format!(
-            "Apply failed with {} conflict(s): {}",
-            conflicts.len(),
-            lines.join("\n")
+/// A conflicting manager as the apiserver names it: `"name"`, ` with subresource "status"`
+/// for a subresource's, and ` using <apiVersion>` for an updater (in its entry's version, or
+/// `api_version` where it names none).
+fn print_manager(m: &Manager, api_version: &str) -> String {
+    let mut out = go_quote(&m.manager);
+    if !m.subresource.is_empty() {
+        out.push_str(&format!(" with subresource {}", go_quote(&m.subresource)));
+    }
+    if m.operation == "Update" {
+        let version = if m.api_version.is_empty() {
+            api_version
+        } else {
+            &m.api_version
+        };
+        out.push_str(&format!(" using {version}"));
+    }
+    out
+}
+
+/// 409, as the apiserver words an apply conflict: one cause per field, and a message that
+/// names the one conflict, or lists the fields under each manager (managers in order).
+fn conflict(managers: &[Manager], conflicts: &[(usize, Vec<Segment>)], api_version: &str) -> Status {
+    let printed = |i: usize| print_manager(&managers[i], api_version);
+    let message = match conflicts {
+        [(owner, path)] => format!(
+            "Apply failed with 1 conflict: conflict with {}: {}",
+            printed(*owner),
+            fields::display(path)
         ),
-    );
+        _ => {
+            let mut owners: Vec<usize> = conflicts.iter().map(|(i, _)| *i).collect();
+            owners.sort_by(|a, b| {
+                let key = |m: &Manager| {
+                    (
+                        m.manager.clone(),
+                        m.operation,
+                        m.api_version.clone(),
+                        m.subresource.clone(),
+                    )
+                };
+                key(&managers[*a]).cmp(&key(&managers[*b]))
+            });
+            owners.dedup();
+            let mut lines = Vec::new();
+            for owner in owners {
+                lines.push(format!("conflicts with {}:", printed(owner)));
+                for (_, path) in conflicts.iter().filter(|(i, _)| *i == owner) {
+                    lines.push(format!("- {}", fields::display(path)));
+                }
+            }
+            format!(
+                "Apply failed with {} conflicts: {}",
+                conflicts.len(),
+                lines.join("\n")
+            )
+        }
+    };
+    let mut s = Status::new(409, "Conflict", message);
     let causes: Vec<Value> = conflicts
         .iter()
-        .map(|(m, p)| {
+        .map(|(owner, p)| {
             json!({
                 "reason": "FieldManagerConflict",
-                "message": format!("conflict with \"{m}\" using {api_version}"),
+                "message": format!("conflict with {}", printed(*owner)),
                 "field": fields::display(p),
             })
         })
@@ -214,6 +258,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::mutation::fields::Writer;
 
     fn obj(v: Value) -> Map<String, Value> {
         v.as_object().unwrap().clone()
@@ -226,7 +271,7 @@ mod tests {
     #[test]
     fn apply_creates_then_merges_and_removes_what_it_stopped_setting() {
         let first = apply(
-            "ConfigMap",
+            ListRules::BuiltIn("ConfigMap"),
             "v1",
             None,
             &cm(json!({"a": "1", "b": "2"})),
@@ -241,10 +286,21 @@ mod tests {
         let mut live = first.clone();
         live["data"]["c"] = json!("3");
         let mut managers = fields::managers(&live);
-        fields::record_update("ConfigMap", &mut managers, "other", "", "t", &first, &live);
+        fields::record_update(
+            ListRules::BuiltIn("ConfigMap"),
+            &mut managers,
+            &Writer {
+                manager: "other",
+                subresource: "",
+                api_version: "v1",
+                time: "t",
+            },
+            &first,
+            &live,
+        );
         fields::set_managers(&mut live, &managers, "v1");
         let second = apply(
-            "ConfigMap",
+            ListRules::BuiltIn("ConfigMap"),
             "v1",
             Some(&live),
             &cm(json!({"a": "1"})),
@@ -258,9 +314,18 @@ mod tests {
 
     #[test]
     fn a_field_owned_by_another_manager_with_another_value_conflicts_unless_forced() {
-        let first = apply("ConfigMap", "v1", None, &cm(json!({"a": "1"})), "me", false, "t").unwrap();
+        let first = apply(
+            ListRules::BuiltIn("ConfigMap"),
+            "v1",
+            None,
+            &cm(json!({"a": "1"})),
+            "me",
+            false,
+            "t",
+        )
+        .unwrap();
         let err = apply(
-            "ConfigMap",
+            ListRules::BuiltIn("ConfigMap"),
             "v1",
             Some(&first),
             &cm(json!({"a": "2"})),
@@ -270,11 +335,15 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(err.code, 409);
-        assert!(err.message.contains("conflict with \"me\""), "{}", err.message);
+        // An applier is named alone, with no version.
+        assert_eq!(
+            err.message,
+            "Apply failed with 1 conflict: conflict with \"me\": .data.a"
+        );
         assert_eq!(err.details.as_ref().unwrap()["causes"][0]["field"], ".data.a");
         // The same value is shared, not a conflict.
         let shared = apply(
-            "ConfigMap",
+            ListRules::BuiltIn("ConfigMap"),
             "v1",
             Some(&first),
             &cm(json!({"a": "1"})),
@@ -286,7 +355,7 @@ mod tests {
         assert_eq!(shared["metadata"]["managedFields"].as_array().unwrap().len(), 2);
         // Forced: the field moves to the new manager; the old one keeps only that data exists.
         let forced = apply(
-            "ConfigMap",
+            ListRules::BuiltIn("ConfigMap"),
             "v1",
             Some(&first),
             &cm(json!({"a": "2"})),
@@ -359,12 +428,160 @@ mod tests {
 
     #[test]
     fn a_null_takes_nothing_from_another_manager() {
-        let first = apply("ConfigMap", "v1", None, &cm(json!({"a": "1"})), "me", false, "t").unwrap();
+        let first = apply(
+            ListRules::BuiltIn("ConfigMap"),
+            "v1",
+            None,
+            &cm(json!({"a": "1"})),
+            "me",
+            false,
+            "t",
+        )
+        .unwrap();
         let config = parse(
             br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c"},"data":{"a":null,"b":"2"}}"#,
         )
         .unwrap();
-        let out = apply("ConfigMap", "v1", Some(&first), &config, "you", false, "t").unwrap();
+        let out = apply(
+            ListRules::BuiltIn("ConfigMap"),
+            "v1",
+            Some(&first),
+            &config,
+            "you",
+            false,
+            "t",
+        )
+        .unwrap();
         assert_eq!(out["data"], json!({"a": "1", "b": "2"}));
+    }
+
+    #[test]
+    fn a_services_ports_are_one_per_port_and_protocol_under_apply() {
+        // CoreDNS's Service: UDP and TCP on 53. Applied twice, both stay (keyed on the port
+        // alone, the second apply merged both into one TCP port).
+        let ports = json!([{"name": "dns", "port": 53, "protocol": "UDP"},
+                           {"name": "dns-tcp", "port": 53, "protocol": "TCP"}]);
+        let config = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "kube-dns"},
+            "spec": {"ports": ports}});
+        let config = config.as_object().unwrap();
+        let rules = ListRules::BuiltIn("Service");
+        let first = apply(rules, "v1", None, config, "me", false, "t").unwrap();
+        let second = apply(rules, "v1", Some(&first), config, "me", false, "t").unwrap();
+        assert_eq!(second["spec"]["ports"], ports);
+        let owned = &second["metadata"]["managedFields"][0]["fieldsV1"]["f:spec"]["f:ports"];
+        assert!(
+            owned.get(r#"k:{"port":53,"protocol":"UDP"}"#).is_some()
+                && owned.get(r#"k:{"port":53,"protocol":"TCP"}"#).is_some(),
+            "{owned}"
+        );
+        // A port that leaves its protocol out is TCP's (its default).
+        let config = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+            "spec": {"ports": [{"port": 80}]}});
+        let made = apply(rules, "v1", None, config.as_object().unwrap(), "me", false, "t").unwrap();
+        let owned = &made["metadata"]["managedFields"][0]["fieldsV1"]["f:spec"]["f:ports"];
+        assert!(
+            owned.get(r#"k:{"port":80,"protocol":"TCP"}"#).is_some(),
+            "{owned}"
+        );
+        // A pod template's container ports likewise, in a Deployment.
+        let config = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+            "spec": {"template": {"spec": {"containers": [{"name": "c", "ports": [
+                {"containerPort": 53, "protocol": "UDP"}, {"containerPort": 53, "protocol": "TCP"}]}]}}}});
+        let rules = ListRules::BuiltIn("Deployment");
+        let first = apply(
+            rules,
+            "apps/v1",
+            None,
+            config.as_object().unwrap(),
+            "me",
+            false,
+            "t",
+        )
+        .unwrap();
+        let second = apply(
+            rules,
+            "apps/v1",
+            Some(&first),
+            config.as_object().unwrap(),
+            "me",
+            false,
+            "t",
+        )
+        .unwrap();
+        assert_eq!(
+            second["spec"]["template"]["spec"]["containers"][0]["ports"],
+            config["spec"]["template"]["spec"]["containers"][0]["ports"]
+        );
+    }
+
+    #[test]
+    fn a_strategic_patch_still_merges_a_services_ports_by_port_alone() {
+        // As the apiserver's strategic merge does (the ports' patchMergeKey is `port`).
+        let mut object = json!({"spec": {"ports": [{"port": 53, "protocol": "UDP"}]}})
+            .as_object()
+            .unwrap()
+            .clone();
+        strategic::apply(
+            ListRules::BuiltIn("Service"),
+            &mut object,
+            json!({"spec": {"ports": [{"port": 53, "protocol": "TCP"}]}})
+                .as_object()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(object["spec"]["ports"], json!([{"port": 53, "protocol": "TCP"}]));
+    }
+
+    #[test]
+    fn a_conflict_names_each_updater_in_the_version_it_wrote_in_and_groups_many() {
+        // op updated a and b in example.com/v1beta1, ed updated c in v1, through /status.
+        let live = obj(
+            json!({"apiVersion": "example.com/v1", "kind": "Thing", "metadata": {"name": "t"},
+            "spec": {"a": "1", "b": "1"}, "status": {"c": "1"}}),
+        );
+        let mut managers = Vec::new();
+        let rules = ListRules::Atomic;
+        let spec_only = obj(json!({"spec": {"a": "1", "b": "1"}}));
+        let writer = |manager, subresource, api_version| Writer {
+            manager,
+            subresource,
+            api_version,
+            time: "t",
+        };
+        fields::record_update(
+            rules,
+            &mut managers,
+            &writer("op", "", "example.com/v1beta1"),
+            &Map::new(),
+            &spec_only,
+        );
+        fields::record_update(
+            rules,
+            &mut managers,
+            &writer("ed", "status", "example.com/v1"),
+            &spec_only,
+            &live,
+        );
+        let mut live = live;
+        fields::set_managers(&mut live, &managers, "example.com/v1");
+        let config = obj(
+            json!({"apiVersion": "example.com/v1", "kind": "Thing", "metadata": {"name": "t"},
+            "spec": {"a": "2", "b": "2"}, "status": {"c": "2"}}),
+        );
+        let err = apply(rules, "example.com/v1", Some(&live), &config, "me", false, "t").unwrap_err();
+        assert_eq!(
+            err.message,
+            "Apply failed with 3 conflicts: conflicts with \"ed\" with subresource \"status\" using example.com/v1:\n\
+             - .status.c\n\
+             conflicts with \"op\" using example.com/v1beta1:\n\
+             - .spec.a\n\
+             - .spec.b"
+        );
+        let causes = &err.details.as_ref().unwrap()["causes"];
+        assert_eq!(
+            causes[0]["message"],
+            "conflict with \"op\" using example.com/v1beta1"
+        );
+        assert_eq!(causes[0]["field"], ".spec.a");
     }
 }

@@ -9,9 +9,17 @@
 //! value, unless forced, and a field it owned and no longer sets is removed unless someone
 //! else owns it too.
 //!
+//! Which lists are keyed, sets or atomic is the kind's ([`ListRules`]): a built-in type's
+//! patch strategies, or a custom resource's `x-kubernetes-list-type` and
+//! `x-kubernetes-list-map-keys` (an element of a list keyed on several fields is
+//! `k:{"port":80,"protocol":"TCP"}`).
+//!
 //! What this does not model (structured-merge-diff does, from the OpenAPI schema): a map
 //! field and a struct field look alike here, so `.` marks list elements and the known map
-//! fields only (`MAP_FIELDS`); and the manager's apiVersion is always `v1`.
+//! fields only ([`ListRules::is_map`]); and a field set is not converted between versions:
+//! each entry keeps the API version its manager last wrote in, but a write in one version
+//! compares its fields with another version's entries by name (which differ only where a
+//! kind renames fields between versions, as an events.k8s.io Event does a core Event's).
 //!
 //! Each object a write compares is walked once ([`Indexed`]): its field set and the value at
 //! each of its fields, by path, in a hash map. Comparing two objects field by field, and
@@ -24,23 +32,12 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde_json::{Map, Value};
 
-use crate::mutation::strategic::{ListStrategy, list_strategy};
+use crate::mutation::strategic::{self, ListRules, ListStrategy};
 use crate::mutation::value_key::ValueKey;
 
 /// A set of field paths, as a `FieldsV1` tree.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Fields(BTreeMap<String, Fields>);
-
-/// Fields of map type (`map[string]…` in the Go types) whose existence is owned with `.`,
-/// as the apiserver records them.
-const MAP_FIELDS: &[&str] = &[
-    "metadata.labels",
-    "metadata.annotations",
-    "data",
-    "binaryData",
-    "stringData",
-    "spec.nodeSelector",
-];
 
 /// Fields no manager owns: identity and what the server sets.
 const UNOWNED: &[&str] = &[
@@ -79,19 +76,21 @@ impl<'a> Recorder<'a> {
 }
 
 impl Fields {
-    fn add_map<'a>(&mut self, kind: &str, path: &str, map: &'a Map<String, Value>, rec: &mut Recorder<'a>) {
+    fn add_map<'a>(
+        &mut self,
+        rules: ListRules<'_>,
+        path: &str,
+        map: &'a Map<String, Value>,
+        rec: &mut Recorder<'a>,
+    ) {
         for (k, v) in map {
-            let field_path = if path.is_empty() {
-                k.clone()
-            } else {
-                format!("{path}.{k}")
-            };
+            let field_path = strategic::join(path, k);
             if UNOWNED.contains(&field_path.as_str()) {
                 continue;
             }
             rec.path.push(format!("f:{k}"));
             let mut child = Fields::default();
-            child.add_value(kind, &field_path, v, rec);
+            child.add_value(rules, &field_path, v, rec);
             // A map whose every field is unowned (metadata with just a name) is no field.
             let only_unowned = child.is_empty() && v.as_object().is_some_and(|m| !m.is_empty());
             if !only_unowned {
@@ -104,18 +103,18 @@ impl Fields {
         }
     }
 
-    fn add_value<'a>(&mut self, kind: &str, path: &str, value: &'a Value, rec: &mut Recorder<'a>) {
+    fn add_value<'a>(&mut self, rules: ListRules<'_>, path: &str, value: &'a Value, rec: &mut Recorder<'a>) {
         match value {
             Value::Object(m) => {
-                if MAP_FIELDS.contains(&path) {
+                if rules.is_map(path) {
                     self.0.insert(".".into(), Fields::default());
                     rec.path.push(".".into());
                     rec.leaf(value);
                     rec.path.pop();
                 }
-                self.add_map(kind, path, m, rec);
+                self.add_map(rules, path, m, rec);
             }
-            Value::Array(items) => match list_strategy(kind, path) {
+            Value::Array(items) => match rules.strategy(path) {
                 ListStrategy::Replace => {}
                 ListStrategy::MergeSet => {
                     for item in items {
@@ -126,12 +125,10 @@ impl Fields {
                         self.0.insert(seg, Fields::default());
                     }
                 }
-                ListStrategy::MergeByKey(key) => {
+                ListStrategy::MergeByKey(keys) => {
                     let mut seen = HashSet::new();
                     for item in items {
-                        let Some((id, element)) = item
-                            .as_object()
-                            .and_then(|m| Some((element_key(key, m.get(key)?), m)))
+                        let Some((id, element)) = item.as_object().and_then(|m| Some((keys.segment(m)?, m)))
                         else {
                             continue;
                         };
@@ -143,7 +140,7 @@ impl Fields {
                         rec.path.push(".".into());
                         rec.leaf(item);
                         rec.path.pop();
-                        child.add_map(kind, path, element, rec);
+                        child.add_map(rules, path, element, rec);
                         rec.path.pop();
                         rec.on = was_on;
                     }
@@ -251,15 +248,16 @@ pub struct Indexed<'a> {
 }
 
 impl<'a> Indexed<'a> {
-    /// `object`, an object of `kind`, walked once.
-    pub fn of(kind: &str, object: &'a Map<String, Value>) -> Indexed<'a> {
+    /// `object`, whose lists are as `rules` says, walked once.
+    pub fn of(rules: ListRules<'_>, object: &'a Map<String, Value>) -> Indexed<'a> {
         let mut rec = Recorder {
             path: Vec::new(),
             values: HashMap::new(),
             on: true,
         };
         let mut fields = Fields::default();
-        fields.add_map(kind, "", object, &mut rec);
+        // Ownership is structured-merge-diff's: a built-in type's lists keyed as it keys them.
+        fields.add_map(rules.for_apply(), "", object, &mut rec);
         Indexed {
             fields,
             values: rec.values,
@@ -271,13 +269,6 @@ impl<'a> Indexed<'a> {
     pub fn value(&self, path: &[Segment]) -> Option<&'a Value> {
         self.values.get(path).copied()
     }
-}
-
-/// The `k:` segment of a keyed list's element.
-fn element_key(key: &str, id: &Value) -> String {
-    let mut m = Map::new();
-    m.insert(key.to_owned(), id.clone());
-    format!("k:{}", Value::Object(m))
 }
 
 /// Removes from `object` every field of `gone` (for a `.` path, the element or map that holds
@@ -343,7 +334,10 @@ fn remove_in_list(list: &mut Vec<Value>, gone: &Fields) {
         .collect();
     let mut by_value: HashMap<ValueKey<'_>, usize> = HashMap::new();
     let mut by_key: HashMap<&str, HashMap<ValueKey<'_>, usize>> = HashMap::new();
-    let mut others = Vec::new();
+    // Segments on several keys, by their key names (in name order), then by their text as
+    // an element's own segment on those names is written: each element is looked up once per
+    // set of names, not compared with every segment.
+    let mut by_keys: HashMap<Vec<&str>, HashMap<String, usize>> = HashMap::new();
     for (n, (m, _)) in matchers.iter().enumerate() {
         match m {
             Matcher::Value(v) => {
@@ -356,7 +350,12 @@ fn remove_in_list(list: &mut Vec<Value>, gone: &Fields) {
                     .entry(ValueKey(v))
                     .or_insert(n);
             }
-            Matcher::Keys(_) => others.push(n),
+            Matcher::Keys(want) => {
+                // A serde_json map iterates in key order.
+                let names: Vec<&str> = want.keys().map(String::as_str).collect();
+                let text = strategic::key_segment(want.iter().map(|(k, v)| (k.as_str(), v)));
+                by_keys.entry(names).or_default().entry(text).or_insert(n);
+            }
         }
     }
     let matching = |item: &Value| -> Vec<usize> {
@@ -365,11 +364,11 @@ fn remove_in_list(list: &mut Vec<Value>, gone: &Fields) {
             for (k, ids) in &by_key {
                 out.extend(m.get(*k).and_then(|id| ids.get(&ValueKey(id))).copied());
             }
-            for &n in &others {
-                if let Matcher::Keys(want) = &matchers[n].0
-                    && want.iter().all(|(k, v)| m.get(k) == Some(v))
-                {
-                    out.push(n);
+            for (names, ids) in &by_keys {
+                let values: Option<Vec<(&str, &Value)>> =
+                    names.iter().map(|k| Some((*k, m.get(*k)?))).collect();
+                if let Some(values) = values {
+                    out.extend(ids.get(&strategic::key_segment(values)).copied());
                 }
             }
         }
@@ -428,10 +427,27 @@ pub struct Manager {
     pub operation: &'static str,
     /// `status` for writes through the status subresource; empty otherwise.
     pub subresource: String,
+    /// The API version its fields are named in (`example.com/v1beta1`): the version it last
+    /// wrote in. Part of an updater's identity, as the apiserver keeps it: one updater writing
+    /// in two versions has an entry for each. Empty: the version of the write that records it.
+    pub api_version: String,
     /// When it last wrote, RFC 3339.
     pub time: String,
     /// The fields it owns.
     pub fields: Fields,
+}
+
+/// Who made a write, as its managedFields entry records it.
+#[derive(Clone, Copy, Debug)]
+pub struct Writer<'a> {
+    /// The field manager's name.
+    pub manager: &'a str,
+    /// `status` for a write through the status subresource; empty otherwise.
+    pub subresource: &'a str,
+    /// The API version the write was made in.
+    pub api_version: &'a str,
+    /// When, RFC 3339.
+    pub time: &'a str,
 }
 
 /// The managers recorded in `object`'s `metadata.managedFields`. Entries that do not parse
@@ -457,6 +473,11 @@ pub fn managers(object: &Map<String, Value>) -> Vec<Manager> {
                     .and_then(Value::as_str)
                     .unwrap_or_default()
                     .to_owned(),
+                api_version: e
+                    .get("apiVersion")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
                 time: e
                     .get("time")
                     .and_then(Value::as_str)
@@ -468,7 +489,8 @@ pub fn managers(object: &Map<String, Value>) -> Vec<Manager> {
         .collect()
 }
 
-/// Writes `managers` into `object`'s `metadata.managedFields` (removed when there are none).
+/// Writes `managers` into `object`'s `metadata.managedFields` (removed when there are none),
+/// each entry in its own API version, or `api_version` (the write's) where it names none.
 pub fn set_managers(object: &mut Map<String, Value>, managers: &[Manager], api_version: &str) {
     let Some(Value::Object(meta)) = object.get_mut("metadata") else {
         return;
@@ -480,7 +502,12 @@ pub fn set_managers(object: &mut Map<String, Value>, managers: &[Manager], api_v
             let mut e = Map::new();
             e.insert("manager".into(), Value::String(m.manager.clone()));
             e.insert("operation".into(), Value::String(m.operation.into()));
-            e.insert("apiVersion".into(), Value::String(api_version.into()));
+            let version = if m.api_version.is_empty() {
+                api_version
+            } else {
+                &m.api_version
+            };
+            e.insert("apiVersion".into(), Value::String(version.into()));
             e.insert("time".into(), Value::String(m.time.clone()));
             e.insert("fieldsType".into(), Value::String("FieldsV1".into()));
             e.insert("fieldsV1".into(), m.fields.to_json());
@@ -497,20 +524,18 @@ pub fn set_managers(object: &mut Map<String, Value>, managers: &[Manager], api_v
     }
 }
 
-/// Records an update by `manager` that turned `before` (empty for a create) into `after`:
+/// Records an update by `writer` that turned `before` (empty for a create) into `after`:
 /// the fields it added or changed become its own and no one else's; the fields it removed
 /// are no one's.
 pub fn record_update(
-    kind: &str,
+    rules: ListRules<'_>,
     managers: &mut Vec<Manager>,
-    manager: &str,
-    subresource: &str,
-    now: &str,
+    writer: &Writer<'_>,
     before: &Map<String, Value>,
     after: &Map<String, Value>,
 ) {
-    let old = Indexed::of(kind, before);
-    let new = Indexed::of(kind, after);
+    let old = Indexed::of(rules, before);
+    let new = Indexed::of(rules, after);
     let changed: Vec<Vec<Segment>> = new
         .fields
         .leaves()
@@ -529,23 +554,26 @@ pub fn record_update(
         }
     }
     if !changed.is_empty() {
-        let i = match managers
-            .iter()
-            .position(|m| m.manager == manager && m.operation == "Update" && m.subresource == subresource)
-        {
+        let i = match managers.iter().position(|m| {
+            m.manager == writer.manager
+                && m.operation == "Update"
+                && m.subresource == writer.subresource
+                && (m.api_version.is_empty() || m.api_version == writer.api_version)
+        }) {
             Some(i) => i,
             None => {
                 managers.push(Manager {
-                    manager: manager.to_owned(),
+                    manager: writer.manager.to_owned(),
                     operation: "Update",
-                    subresource: subresource.to_owned(),
+                    subresource: writer.subresource.to_owned(),
+                    api_version: writer.api_version.to_owned(),
                     time: String::new(),
                     fields: Fields::default(),
                 });
                 managers.len() - 1
             }
         };
-        managers[i].time = now.to_owned();
+        managers[i].time = writer.time.to_owned();
         for p in &changed {
             managers[i].fields.insert(p);
         }
@@ -571,7 +599,7 @@ mod tests {
             "spec": {"containers": [{"name": "a", "image": "i", "ports": [{"containerPort": 80}]}],
                      "tolerations": [{"key": "k"}]}
         }));
-        let f = Indexed::of("Pod", &pod).fields.to_json();
+        let f = Indexed::of(ListRules::BuiltIn("Pod"), &pod).fields.to_json();
         assert_eq!(
             f,
             json!({
@@ -579,13 +607,16 @@ mod tests {
                 "f:spec": {
                     "f:containers": {"k:{\"name\":\"a\"}": {
                         ".": {}, "f:image": {}, "f:name": {},
-                        "f:ports": {"k:{\"containerPort\":80}": {".": {}, "f:containerPort": {}}}
+                        "f:ports": {"k:{\"containerPort\":80,\"protocol\":\"TCP\"}": {".": {}, "f:containerPort": {}}}
                     }},
                     "f:tolerations": {}
                 }
             })
         );
-        assert_eq!(Fields::from_json(&f), Indexed::of("Pod", &pod).fields);
+        assert_eq!(
+            Fields::from_json(&f),
+            Indexed::of(ListRules::BuiltIn("Pod"), &pod).fields
+        );
     }
 
     #[test]
@@ -600,7 +631,10 @@ mod tests {
             "k:{\"name\":\"a\"}".into(),
             "f:image".into(),
         ];
-        assert_eq!(Indexed::of("Pod", &pod).value(&image), Some(&json!("i")));
+        assert_eq!(
+            Indexed::of(ListRules::BuiltIn("Pod"), &pod).value(&image),
+            Some(&json!("i"))
+        );
         assert_eq!(display(&image), ".spec.containers[name=\"a\"].image");
         let remove_at = |pod: &mut Map<String, Value>, path: &[Segment]| {
             let mut gone = Fields::default();
@@ -628,17 +662,31 @@ mod tests {
         let before = obj(json!({"metadata": {"finalizers": finalizers}}));
         let mut managers = Vec::new();
         record_update(
-            "ConfigMap",
+            ListRules::BuiltIn("ConfigMap"),
             &mut managers,
-            "creator",
-            "",
-            "t0",
+            &Writer {
+                manager: "creator",
+                subresource: "",
+                api_version: "v1",
+                time: "t0",
+            },
             &Map::new(),
             &before,
         );
         let mut after = before.clone();
         after["metadata"]["labels"] = json!({"a": "1"});
-        record_update("ConfigMap", &mut managers, "labeller", "", "t1", &before, &after);
+        record_update(
+            ListRules::BuiltIn("ConfigMap"),
+            &mut managers,
+            &Writer {
+                manager: "labeller",
+                subresource: "",
+                api_version: "v1",
+                time: "t1",
+            },
+            &before,
+            &after,
+        );
         assert_eq!(
             managers[0].fields.leaves().len(),
             40_000,
@@ -665,7 +713,7 @@ mod tests {
         let pod = obj(json!({"spec": {"containers": [
             {"name": "a", "image": "1"}, {"name": "a", "image": "2", "tty": true}, {"name": "b"}
         ]}}));
-        let indexed = Indexed::of("Pod", &pod);
+        let indexed = Indexed::of(ListRules::BuiltIn("Pod"), &pod);
         let at = |last: &str| -> Vec<Segment> {
             vec![
                 "f:spec".into(),
@@ -695,7 +743,11 @@ mod tests {
         gone.insert(&at("."));
         remove_all(&mut edited, &gone);
         assert_eq!(edited["spec"]["containers"], json!([{"name": "b"}]));
-        assert!(Indexed::of("Pod", &pod).fields.has_prefix(&["f:spec".into()]));
+        assert!(
+            Indexed::of(ListRules::BuiltIn("Pod"), &pod)
+                .fields
+                .has_prefix(&["f:spec".into()])
+        );
         assert!(!Fields::default().has_prefix(&[]));
     }
 
@@ -704,17 +756,31 @@ mod tests {
         let before = obj(json!({"metadata": {"labels": {"a": "1", "b": "2"}}}));
         let mut managers = Vec::new();
         record_update(
-            "ConfigMap",
+            ListRules::BuiltIn("ConfigMap"),
             &mut managers,
-            "creator",
-            "",
-            "t0",
+            &Writer {
+                manager: "creator",
+                subresource: "",
+                api_version: "v1",
+                time: "t0",
+            },
             &Map::new(),
             &before,
         );
         assert_eq!(managers.len(), 1);
         let after = obj(json!({"metadata": {"labels": {"a": "1", "b": "3"}}}));
-        record_update("ConfigMap", &mut managers, "labeller", "", "t1", &before, &after);
+        record_update(
+            ListRules::BuiltIn("ConfigMap"),
+            &mut managers,
+            &Writer {
+                manager: "labeller",
+                subresource: "",
+                api_version: "v1",
+                time: "t1",
+            },
+            &before,
+            &after,
+        );
         let by = |name: &str| {
             managers
                 .iter()

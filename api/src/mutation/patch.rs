@@ -14,7 +14,7 @@
 use serde_json::{Map, Value};
 use watchcache_encoders::Status;
 
-use crate::mutation::strategic;
+use crate::mutation::strategic::{self, ListRules};
 
 /// The most operations a JSON patch may have, as the apiserver allows.
 pub const MAX_OPERATIONS: usize = 10_000;
@@ -107,8 +107,13 @@ impl Patch {
         }
     }
 
-    /// Applies the patch to `object`, of `kind`; the result must still be an object.
-    pub fn apply_to(&self, kind: &str, object: Map<String, Value>) -> Result<Map<String, Value>, Status> {
+    /// Applies the patch to `object`, whose lists merge as `rules` says; the result must still
+    /// be an object.
+    pub fn apply_to(
+        &self,
+        rules: ListRules<'_>,
+        object: Map<String, Value>,
+    ) -> Result<Map<String, Value>, Status> {
         let cannot = |e: &dyn std::fmt::Display| Status::invalid(format!("the patch cannot be applied: {e}"));
         let result = match self {
             Patch::Json(ops) => {
@@ -141,7 +146,7 @@ impl Patch {
             }
             Patch::Strategic(patch) => {
                 let mut object = object;
-                strategic::apply(kind, &mut object, patch).map_err(|e| cannot(&e))?;
+                strategic::apply(rules, &mut object, patch).map_err(|e| cannot(&e))?;
                 Value::Object(object)
             }
         };
@@ -226,7 +231,7 @@ mod tests {
         )
         .unwrap();
         let err = p
-            .apply_to("ConfigMap", obj(json!({"data": {"a": "1"}})))
+            .apply_to(ListRules::BuiltIn("ConfigMap"), obj(json!({"data": {"a": "1"}})))
             .unwrap_err();
         assert_eq!(err.code, 422);
         assert_eq!(Patch::parse(PatchType::Json, b"{}").err().unwrap().code, 400);
@@ -235,7 +240,12 @@ mod tests {
             400
         );
         let p = Patch::parse(PatchType::Json, br#"[{"op":"replace","path":"","value":7}]"#).unwrap();
-        assert_eq!(p.apply_to("ConfigMap", obj(json!({}))).unwrap_err().code, 422);
+        assert_eq!(
+            p.apply_to(ListRules::BuiltIn("ConfigMap"), obj(json!({})))
+                .unwrap_err()
+                .code,
+            422
+        );
     }
 
     #[test]
@@ -255,7 +265,9 @@ mod tests {
             doubling.push(format!(r#"{{"op":"copy","from":"/data","path":"/data/d{i}"}}"#));
         }
         let p = Patch::parse(PatchType::Json, format!("[{}]", doubling.join(",")).as_bytes()).unwrap();
-        let err = p.apply_to("ConfigMap", obj(json!({}))).unwrap_err();
+        let err = p
+            .apply_to(ListRules::BuiltIn("ConfigMap"), obj(json!({})))
+            .unwrap_err();
         assert_eq!(err.code, 422);
         assert!(err.message.contains("copy"), "{}", err.message);
         // A copy within the bound applies.
@@ -264,7 +276,9 @@ mod tests {
             br#"[{"op":"copy","from":"/data/a","path":"/data/b"}]"#,
         )
         .unwrap();
-        let out = p.apply_to("ConfigMap", obj(json!({"data": {"a": "1"}}))).unwrap();
+        let out = p
+            .apply_to(ListRules::BuiltIn("ConfigMap"), obj(json!({"data": {"a": "1"}})))
+            .unwrap();
         assert_eq!(out["data"], json!({"a": "1", "b": "1"}));
         assert_eq!(json_len_within(&json!({"a": "1"}), 100), Some(9));
         assert_eq!(json_len_within(&json!({"a": "1"}), 8), None);
@@ -278,11 +292,17 @@ mod tests {
         )
         .unwrap();
         let out = p
-            .apply_to("ConfigMap", obj(json!({"metadata": {"name": "c"}})))
+            .apply_to(
+                ListRules::BuiltIn("ConfigMap"),
+                obj(json!({"metadata": {"name": "c"}})),
+            )
             .unwrap();
         assert_eq!(out["metadata"]["finalizers"], json!(["f"]));
         // Present and not null, it fails.
-        assert_eq!(p.apply_to("ConfigMap", out).unwrap_err().code, 422);
+        assert_eq!(
+            p.apply_to(ListRules::BuiltIn("ConfigMap"), out).unwrap_err().code,
+            422
+        );
     }
 
     #[test]
@@ -292,18 +312,23 @@ mod tests {
             br#"[{"op":"test","path":"/data/a","value":"1"},{"op":"add","path":"/data/b","value":"2"}]"#,
         )
         .unwrap();
-        let out = p.apply_to("ConfigMap", obj(json!({"data": {"a": "1"}}))).unwrap();
+        let out = p
+            .apply_to(ListRules::BuiltIn("ConfigMap"), obj(json!({"data": {"a": "1"}})))
+            .unwrap();
         assert_eq!(out["data"], json!({"a": "1", "b": "2"}));
         let p = Patch::parse(PatchType::Merge, br#"{"data":{"a":null,"c":"3"}}"#).unwrap();
         let out = p
-            .apply_to("ConfigMap", obj(json!({"data": {"a": "1", "b": "2"}})))
+            .apply_to(
+                ListRules::BuiltIn("ConfigMap"),
+                obj(json!({"data": {"a": "1", "b": "2"}})),
+            )
             .unwrap();
         assert_eq!(out["data"], json!({"b": "2", "c": "3"}));
         // A merge patch replaces lists whole, even a pod's containers.
         let p = Patch::parse(PatchType::Merge, br#"{"spec":{"containers":[{"name":"b"}]}}"#).unwrap();
         let out = p
             .apply_to(
-                "Pod",
+                ListRules::BuiltIn("Pod"),
                 obj(json!({"spec": {"containers": [{"name": "a"}, {"name": "b", "image": "x"}]}})),
             )
             .unwrap();

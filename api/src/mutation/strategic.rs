@@ -14,13 +14,15 @@
 //! - `"$retainKeys": [...]` keeps only those keys of the map (volumes carry it).
 //!
 //! Which lists merge, and on which key, is the built-in types' `patchStrategy` and
-//! `patchMergeKey` ([`list_strategy`]); the OpenAPI documents publish the same table.
+//! `patchMergeKey` ([`MERGE_LISTS`], through [`ListRules`]); the OpenAPI documents publish the same
+//! table. A custom resource's lists follow its schema's list types instead.
 //!
 //! Every list is indexed once per merge (elements by value, or by merge key, in hash maps), so
 //! merging, deleting and ordering cost time linear in the list and the patch, not their
 //! product: a patch of a few thousand finalizers against tens of thousands must not take
 //! seconds.
 
+use std::borrow::Cow;
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -30,75 +32,314 @@ use crate::mutation::value_key::{OwnedKey, ValueKey};
 
 /// How a list field is patched.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum ListStrategy {
-    /// Atomic: the patch's list replaces the object's (no `patchStrategy` on the field).
+pub enum ListStrategy<'a> {
+    /// Atomic: the patch's list replaces the object's (no `patchStrategy` on the field, or
+    /// `x-kubernetes-list-type: atomic`, a custom resource's default).
     Replace,
-    /// `patchStrategy: merge` with `patchMergeKey`: elements are maps, matched on the key.
-    MergeByKey(&'static str),
-    /// `patchStrategy: merge` on a list of scalars: a set union.
+    /// Elements are maps, matched on their keys: `patchStrategy: merge` with
+    /// `patchMergeKey`, or `x-kubernetes-list-type: map` with `x-kubernetes-list-map-keys`.
+    MergeByKey(MergeKeys<'a>),
+    /// `patchStrategy: merge` on a list of scalars, or `x-kubernetes-list-type: set`: a set
+    /// union.
     MergeSet,
+}
+
+/// The keys a keyed list's elements are matched on.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum MergeKeys<'a> {
+    /// A built-in type's `patchMergeKey`.
+    One(&'a str),
+    /// A custom resource's `x-kubernetes-list-map-keys`, with each key's schema default (an
+    /// element that leaves a key unset has its default there, as server-side apply reads it):
+    /// an element is identified by all of them together.
+    Many(&'a [String], &'a [Option<Value>]),
+    /// A built-in type's `x-kubernetes-list-map-keys`, where server-side apply keys a list on
+    /// more than its `patchMergeKey` ([`APPLY_KEYS`]): each key with its string default.
+    Fixed(&'static [KeyDefault]),
+}
+
+impl<'a> MergeKeys<'a> {
+    /// The key names, in declared order.
+    pub fn names(self) -> impl Iterator<Item = &'a str> {
+        let (one, many, fixed) = match self {
+            MergeKeys::One(k) => (Some(k), &[][..], &[][..]),
+            MergeKeys::Many(ks, _) => (None, ks, &[][..]),
+            MergeKeys::Fixed(ks) => (None, &[][..], ks),
+        };
+        one.into_iter()
+            .chain(many.iter().map(String::as_str))
+            .chain(fixed.iter().map(|(k, _)| *k))
+    }
+
+    /// Each key's value in `element`, in declared order: the element's own, or the key's
+    /// default; `None` when a key has neither.
+    fn values<'v>(self, element: &'v Map<String, Value>) -> Option<Vec<(&'a str, Cow<'v, Value>)>>
+    where
+        'a: 'v,
+    {
+        match self {
+            MergeKeys::One(k) => Some(vec![(k, Cow::Borrowed(element.get(k)?))]),
+            MergeKeys::Many(ks, defaults) => ks
+                .iter()
+                .enumerate()
+                .map(|(i, k)| {
+                    let default = defaults.get(i).and_then(Option::as_ref);
+                    Some((k.as_str(), Cow::Borrowed(element.get(k).or(default)?)))
+                })
+                .collect(),
+            MergeKeys::Fixed(ks) => ks
+                .iter()
+                .map(|(k, default)| {
+                    let value = match (element.get(*k), default) {
+                        (Some(v), _) => Cow::Borrowed(v),
+                        (None, Some(d)) => Cow::Owned(Value::from(*d)),
+                        (None, None) => return None,
+                    };
+                    Some((*k, value))
+                })
+                .collect(),
+        }
+    }
+
+    /// The identity of `element`: its key's value, or the values of all its keys (in declared
+    /// order) as a list; `None` for an element that is not a map or lacks a key that has no
+    /// default.
+    pub fn id(self, element: &Value) -> Option<Value> {
+        let values = self.values(element.as_object()?)?;
+        match self {
+            MergeKeys::One(_) => values.into_iter().next().map(|(_, v)| v.into_owned()),
+            MergeKeys::Many(..) | MergeKeys::Fixed(_) => Some(Value::Array(
+                values.into_iter().map(|(_, v)| v.into_owned()).collect(),
+            )),
+        }
+    }
+
+    /// The `k:` segment of `element` in a field set: its keys and their values as a JSON map,
+    /// keys in name order (`k:{"port":80,"protocol":"TCP"}`); `None` as for [`id`](Self::id).
+    pub fn segment(self, element: &Map<String, Value>) -> Option<String> {
+        let mut values = self.values(element)?;
+        values.sort_unstable_by_key(|(k, _)| *k);
+        values.dedup_by_key(|(k, _)| *k);
+        Some(key_segment(values.iter().map(|(k, v)| (*k, &**v))))
+    }
+}
+
+/// The `k:` segment of an element whose keys have these values, keys in the order given.
+pub(crate) fn key_segment<'v>(values: impl IntoIterator<Item = (&'v str, &'v Value)>) -> String {
+    let mut out = String::from("k:{");
+    for (n, (name, value)) in values.into_iter().enumerate() {
+        if n > 0 {
+            out.push(',');
+        }
+        out.push_str(&Value::from(name).to_string());
+        out.push(':');
+        out.push_str(&value.to_string());
+    }
+    out.push('}');
+    out
+}
+
+/// `path` and one more `field`, dotted. A dot or backslash in the field is escaped with a
+/// backslash, so that a name with dots (a map key `example.com`) stays one segment for a
+/// schema's lookup ([`segments`]); the built-in tables' paths have none.
+pub fn join(path: &str, field: &str) -> String {
+    let mut out = String::with_capacity(path.len() + field.len() + 1);
+    out.push_str(path);
+    if !path.is_empty() {
+        out.push('.');
+    }
+    for c in field.chars() {
+        if c == '.' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The segments of a path [`join`] made, unescaped.
+pub fn segments(path: &str) -> impl Iterator<Item = String> + '_ {
+    let mut chars = path.chars().peekable();
+    std::iter::from_fn(move || {
+        chars.peek()?;
+        let mut segment = String::new();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => segment.extend(chars.next()),
+                '.' => break,
+                c => segment.push(c),
+            }
+        }
+        Some(segment)
+    })
+}
+
+impl std::fmt::Display for MergeKeys<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MergeKeys::One(k) => write!(f, "{k:?}"),
+            MergeKeys::Many(ks, _) => write!(f, "{ks:?}"),
+            MergeKeys::Fixed(ks) => {
+                let names: Vec<&str> = ks.iter().map(|(k, _)| *k).collect();
+                write!(f, "{names:?}")
+            }
+        }
+    }
+}
+
+/// Which lists of a kind's objects merge, and on which keys, under strategic merge patch and
+/// server-side apply: what the kind declares ([`Lists`](crate::registry::Lists)), or its
+/// custom resource schema's. An object's metadata lists merge in every kind, as
+/// [`MERGE_LISTS`]'s `*` rows give them.
+#[derive(Copy, Clone, Debug)]
+pub enum ListRules<'a> {
+    /// Every list outside the metadata is atomic.
+    Atomic,
+    /// A built-in type's Go struct tags, by its kind name: [`MERGE_LISTS`], and the lists of
+    /// a pod template where the kind carries one. What a strategic merge patch merges by.
+    BuiltIn(&'a str),
+    /// The same type as server-side apply (structured-merge-diff) sees it: keyed on its
+    /// OpenAPI `x-kubernetes-list-map-keys`, which are more than the `patchMergeKey` for a few
+    /// lists ([`APPLY_KEYS`]: a Service's ports are one per port *and* protocol, so DNS's
+    /// UDP and TCP 53 are two). What field ownership and apply use ([`for_apply`](Self::for_apply)).
+    BuiltInApply(&'a str),
+    /// A custom resource's structural schema: `x-kubernetes-list-type` and
+    /// `x-kubernetes-list-map-keys`.
+    Schema(&'a crate::schema::Schema),
+}
+
+impl<'a> ListRules<'a> {
+    /// The strategy of the list at dotted `path` (list elements add no segment).
+    pub fn strategy(self, path: &str) -> ListStrategy<'a> {
+        let common = MERGE_LISTS
+            .iter()
+            .find(|(k, p, _)| *k == "*" && *p == path)
+            .map(|(_, _, s)| *s);
+        if let Some(s) = common {
+            return s;
+        }
+        match self {
+            ListRules::Atomic => ListStrategy::Replace,
+            ListRules::BuiltIn(kind) => list_strategy(kind, path, false),
+            ListRules::BuiltInApply(kind) => list_strategy(kind, path, true),
+            ListRules::Schema(schema) => schema.list_strategy(path),
+        }
+    }
+
+    /// The rules server-side apply and field ownership follow: a built-in type's keys as
+    /// structured-merge-diff has them ([`BuiltInApply`](Self::BuiltInApply)); the others as they are.
+    pub fn for_apply(self) -> ListRules<'a> {
+        match self {
+            ListRules::BuiltIn(kind) => ListRules::BuiltInApply(kind),
+            other => other,
+        }
+    }
+
+    /// Whether the field at dotted `path` is a map (a Go `map[string]…`), whose existence
+    /// server-side apply owns with `.`: labels and annotations in every kind; a built-in
+    /// kind's own maps (`data`, `binaryData`, `stringData`, `spec.nodeSelector`).
+    pub fn is_map(self, path: &str) -> bool {
+        matches!(path, "metadata.labels" | "metadata.annotations")
+            || matches!(self, ListRules::BuiltIn(_) | ListRules::BuiltInApply(_))
+                && BUILTIN_MAPS.contains(&path)
+    }
+}
+
+/// A built-in kind's map fields, besides the metadata's, whose existence server-side apply
+/// owns with `.`.
+const BUILTIN_MAPS: &[&str] = &["data", "binaryData", "stringData", "spec.nodeSelector"];
+
+/// `patchStrategy: merge` with `patchMergeKey: key`.
+const fn by_key(key: &'static str) -> ListStrategy<'static> {
+    ListStrategy::MergeByKey(MergeKeys::One(key))
 }
 
 /// Every list field of the served types with a merge strategy, by kind and dotted path from
 /// the object's root (list elements add no segment: `spec.containers.ports` is each
 /// container's `ports`). Fields not listed are atomic. From the built-in types' Go struct
 /// tags (`patchStrategy`, `patchMergeKey`).
-pub const MERGE_LISTS: &[(&str, &str, ListStrategy)] = {
-    use ListStrategy::{MergeByKey, MergeSet};
+pub const MERGE_LISTS: &[(&str, &str, ListStrategy<'static>)] = {
+    use ListStrategy::MergeSet;
     &[
         ("*", "metadata.finalizers", MergeSet),
-        ("*", "metadata.ownerReferences", MergeByKey("uid")),
-        ("Pod", "spec.volumes", MergeByKey("name")),
-        ("Pod", "spec.initContainers", MergeByKey("name")),
-        ("Pod", "spec.containers", MergeByKey("name")),
-        ("Pod", "spec.ephemeralContainers", MergeByKey("name")),
-        ("Pod", "spec.imagePullSecrets", MergeByKey("name")),
-        ("Pod", "spec.hostAliases", MergeByKey("ip")),
-        ("Pod", "spec.topologySpreadConstraints", MergeByKey("topologyKey")),
-        ("Pod", "spec.resourceClaims", MergeByKey("name")),
-        ("Pod", "spec.schedulingGates", MergeByKey("name")),
-        ("Pod", "spec.containers.ports", MergeByKey("containerPort")),
-        ("Pod", "spec.containers.env", MergeByKey("name")),
-        ("Pod", "spec.containers.volumeMounts", MergeByKey("mountPath")),
-        ("Pod", "spec.containers.volumeDevices", MergeByKey("devicePath")),
-        ("Pod", "spec.initContainers.ports", MergeByKey("containerPort")),
-        ("Pod", "spec.initContainers.env", MergeByKey("name")),
-        ("Pod", "spec.initContainers.volumeMounts", MergeByKey("mountPath")),
-        (
-            "Pod",
-            "spec.initContainers.volumeDevices",
-            MergeByKey("devicePath"),
-        ),
-        ("Pod", "spec.ephemeralContainers.env", MergeByKey("name")),
+        ("*", "metadata.ownerReferences", by_key("uid")),
+        ("Pod", "spec.volumes", by_key("name")),
+        ("Pod", "spec.initContainers", by_key("name")),
+        ("Pod", "spec.containers", by_key("name")),
+        ("Pod", "spec.ephemeralContainers", by_key("name")),
+        ("Pod", "spec.imagePullSecrets", by_key("name")),
+        ("Pod", "spec.hostAliases", by_key("ip")),
+        ("Pod", "spec.topologySpreadConstraints", by_key("topologyKey")),
+        ("Pod", "spec.resourceClaims", by_key("name")),
+        ("Pod", "spec.schedulingGates", by_key("name")),
+        ("Pod", "spec.containers.ports", by_key("containerPort")),
+        ("Pod", "spec.containers.env", by_key("name")),
+        ("Pod", "spec.containers.volumeMounts", by_key("mountPath")),
+        ("Pod", "spec.containers.volumeDevices", by_key("devicePath")),
+        ("Pod", "spec.initContainers.ports", by_key("containerPort")),
+        ("Pod", "spec.initContainers.env", by_key("name")),
+        ("Pod", "spec.initContainers.volumeMounts", by_key("mountPath")),
+        ("Pod", "spec.initContainers.volumeDevices", by_key("devicePath")),
+        ("Pod", "spec.ephemeralContainers.env", by_key("name")),
         (
             "Pod",
             "spec.ephemeralContainers.volumeMounts",
-            MergeByKey("mountPath"),
+            by_key("mountPath"),
         ),
         (
             "Pod",
             "spec.ephemeralContainers.volumeDevices",
-            MergeByKey("devicePath"),
+            by_key("devicePath"),
         ),
-        ("Pod", "status.conditions", MergeByKey("type")),
-        ("Pod", "status.podIPs", MergeByKey("ip")),
-        ("Pod", "status.hostIPs", MergeByKey("ip")),
+        ("Pod", "status.conditions", by_key("type")),
+        ("Pod", "status.podIPs", by_key("ip")),
+        ("Pod", "status.hostIPs", by_key("ip")),
         ("Node", "spec.podCIDRs", MergeSet),
-        ("Node", "status.conditions", MergeByKey("type")),
-        ("Node", "status.addresses", MergeByKey("type")),
-        ("Namespace", "status.conditions", MergeByKey("type")),
-        ("Service", "spec.ports", MergeByKey("port")),
-        ("ServiceAccount", "secrets", MergeByKey("name")),
-        ("PersistentVolumeClaim", "status.conditions", MergeByKey("type")),
-        ("Deployment", "status.conditions", MergeByKey("type")),
-        ("ReplicaSet", "status.conditions", MergeByKey("type")),
-        ("StatefulSet", "status.conditions", MergeByKey("type")),
-        ("DaemonSet", "status.conditions", MergeByKey("type")),
-        ("ReplicationController", "status.conditions", MergeByKey("type")),
-        ("Job", "status.conditions", MergeByKey("type")),
-        ("PodDisruptionBudget", "status.conditions", MergeByKey("type")),
+        ("Node", "status.conditions", by_key("type")),
+        ("Node", "status.addresses", by_key("type")),
+        ("Namespace", "status.conditions", by_key("type")),
+        ("Service", "spec.ports", by_key("port")),
+        ("ServiceAccount", "secrets", by_key("name")),
+        ("PersistentVolumeClaim", "status.conditions", by_key("type")),
+        ("Deployment", "status.conditions", by_key("type")),
+        ("ReplicaSet", "status.conditions", by_key("type")),
+        ("StatefulSet", "status.conditions", by_key("type")),
+        ("DaemonSet", "status.conditions", by_key("type")),
+        ("ReplicationController", "status.conditions", by_key("type")),
+        ("Job", "status.conditions", by_key("type")),
+        ("PodDisruptionBudget", "status.conditions", by_key("type")),
     ]
 };
+
+/// A list map key's name, and its default (`+default`) if it has one.
+pub type KeyDefault = (&'static str, Option<&'static str>);
+
+/// The lists server-side apply keys on more than their `patchMergeKey` (the built-in types'
+/// `+listMapKey` tags, published as `x-kubernetes-list-map-keys`), each key with its default
+/// (`+default`), by kind and dotted path as in [`MERGE_LISTS`]. A pod template's lists follow
+/// the pod's.
+pub const APPLY_KEYS: &[(&str, &str, &[KeyDefault])] = &[
+    (
+        "Service",
+        "spec.ports",
+        &[("port", None), ("protocol", Some("TCP"))],
+    ),
+    (
+        "Pod",
+        "spec.containers.ports",
+        &[("containerPort", None), ("protocol", Some("TCP"))],
+    ),
+    (
+        "Pod",
+        "spec.initContainers.ports",
+        &[("containerPort", None), ("protocol", Some("TCP"))],
+    ),
+    (
+        "Pod",
+        "spec.topologySpreadConstraints",
+        &[("topologyKey", None), ("whenUnsatisfiable", None)],
+    ),
+];
 
 /// Where each kind that carries a pod template keeps it: the template's lists merge as a
 /// pod's do (a Deployment's `spec.template.spec.containers` by name), as the apiserver's
@@ -115,12 +356,19 @@ const POD_TEMPLATES: &[(&str, &str)] = &[
 ];
 
 /// The strategy of the list at dotted `path` in an object of `kind`.
-pub fn list_strategy(kind: &str, path: &str) -> ListStrategy {
+fn list_strategy(kind: &str, path: &str, apply: bool) -> ListStrategy<'static> {
     let declared = |kind: &str, path: &str| {
-        MERGE_LISTS
+        let keyed = APPLY_KEYS
             .iter()
-            .find(|(k, p, _)| (*k == "*" || *k == kind) && *p == path)
-            .map(|(_, _, s)| *s)
+            .filter(|_| apply)
+            .find(|(k, p, _)| *k == kind && *p == path)
+            .map(|(_, _, keys)| ListStrategy::MergeByKey(MergeKeys::Fixed(keys)));
+        keyed.or_else(|| {
+            MERGE_LISTS
+                .iter()
+                .find(|(k, p, _)| (*k == "*" || *k == kind) && *p == path)
+                .map(|(_, _, s)| *s)
+        })
     };
     declared(kind, path)
         .or_else(|| {
@@ -154,13 +402,13 @@ const RETAIN_KEYS: &str = "$retainKeys";
 const SET_ORDER: &str = "$setElementOrder/";
 const DELETE_FROM: &str = "$deleteFromPrimitiveList/";
 
-/// Applies the strategic merge `patch` to `object`, an object of `kind`.
+/// Applies the strategic merge `patch` to `object`, whose lists merge as `rules` says.
 pub fn apply(
-    kind: &str,
+    rules: ListRules<'_>,
     object: &mut Map<String, Value>,
     patch: &Map<String, Value>,
 ) -> Result<(), PatchError> {
-    match merge_map(kind, "", object, patch)? {
+    match merge_map(rules, "", object, patch)? {
         Outcome::Keep => Ok(()),
         Outcome::Delete => err("a strategic merge patch cannot delete the object itself"),
     }
@@ -172,16 +420,8 @@ enum Outcome {
     Delete,
 }
 
-fn join(path: &str, field: &str) -> String {
-    if path.is_empty() {
-        field.to_owned()
-    } else {
-        format!("{path}.{field}")
-    }
-}
-
 fn merge_map(
-    kind: &str,
+    rules: ListRules<'_>,
     path: &str,
     object: &mut Map<String, Value>,
     patch: &Map<String, Value>,
@@ -196,7 +436,7 @@ fn merge_map(
                 .filter(|(k, _)| *k != PATCH)
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
-            merge_map(kind, path, &mut fresh, &rest)?;
+            merge_map(rules, path, &mut fresh, &rest)?;
             *object = fresh;
             return Ok(Outcome::Keep);
         }
@@ -238,7 +478,7 @@ fn merge_map(
                     Some(Value::Object(m)) => m,
                     _ => Map::new(),
                 };
-                if let Outcome::Keep = merge_map(kind, &field_path, &mut current, sub)? {
+                if let Outcome::Keep = merge_map(rules, &field_path, &mut current, sub)? {
                     object.insert(key.clone(), Value::Object(current));
                 }
             }
@@ -247,7 +487,7 @@ fn merge_map(
                     Some(Value::Array(list)) => list,
                     _ => Vec::new(),
                 };
-                let merged = merge_list(kind, &field_path, current, items)?;
+                let merged = merge_list(rules, &field_path, current, items)?;
                 object.insert(key.clone(), Value::Array(merged));
             }
             scalar => {
@@ -256,7 +496,7 @@ fn merge_map(
         }
     }
     for (field, order) in orders {
-        let strategy = list_strategy(kind, &join(path, field));
+        let strategy = rules.strategy(&join(path, field));
         if let Some(Value::Array(list)) = object.get_mut(field) {
             reorder(list, order, strategy)?;
         }
@@ -289,18 +529,18 @@ fn is_directive(item: &Value, which: &str) -> bool {
 }
 
 fn merge_list(
-    kind: &str,
+    rules: ListRules<'_>,
     path: &str,
     mut current: Vec<Value>,
     patch: &[Value],
 ) -> Result<Vec<Value>, PatchError> {
-    let strategy = list_strategy(kind, path);
+    let strategy = rules.strategy(path);
     // `{"$patch": "replace"}` as an element: the patch's other elements are the list.
     let replace = patch.iter().any(|item| is_directive(item, "replace"));
     if strategy == ListStrategy::Replace || replace {
         let mut out = Vec::with_capacity(patch.len());
         for item in patch.iter().filter(|item| !is_directive(item, "replace")) {
-            out.push(fresh(kind, path, item)?);
+            out.push(fresh(rules, path, item)?);
         }
         return Ok(out);
     }
@@ -323,13 +563,8 @@ fn merge_list(
             current.extend(added);
             Ok(current)
         }
-        ListStrategy::MergeByKey(key) => merge_by_key(kind, path, key, current, patch),
+        ListStrategy::MergeByKey(keys) => merge_by_key(rules, path, keys, current, patch),
     }
-}
-
-/// The merge key of `element`, if it is a map that has one.
-fn id_of<'v>(element: &'v Value, key: &str) -> Option<&'v Value> {
-    element.as_object().and_then(|m| m.get(key))
 }
 
 /// A keyed list merged with the patch's elements, in the patch's order: an element with a key
@@ -337,23 +572,23 @@ fn id_of<'v>(element: &'v Value, key: &str) -> Option<&'v Value> {
 /// every element with it goes); any other is appended. The list is indexed once: for each key,
 /// the positions of the elements that have it, first first.
 fn merge_by_key(
-    kind: &str,
+    rules: ListRules<'_>,
     path: &str,
-    key: &str,
+    keys: MergeKeys<'_>,
     current: Vec<Value>,
     patch: &[Value],
 ) -> Result<Vec<Value>, PatchError> {
     let mut slots: Vec<Option<Value>> = current.into_iter().map(Some).collect();
     let mut by_id: HashMap<OwnedKey, VecDeque<usize>> = HashMap::new();
     for (i, slot) in slots.iter().enumerate() {
-        if let Some(id) = slot.as_ref().and_then(|e| id_of(e, key)) {
-            by_id.entry(OwnedKey(id.clone())).or_default().push_back(i);
+        if let Some(id) = slot.as_ref().and_then(|e| keys.id(e)) {
+            by_id.entry(OwnedKey(id)).or_default().push_back(i);
         }
     }
     // Files position `i` under the key its element has now (if any), in list order.
     let index = |by_id: &mut HashMap<OwnedKey, VecDeque<usize>>, slots: &[Option<Value>], i: usize| {
-        if let Some(id) = slots[i].as_ref().and_then(|e| id_of(e, key)) {
-            let positions = by_id.entry(OwnedKey(id.clone())).or_default();
+        if let Some(id) = slots[i].as_ref().and_then(|e| keys.id(e)) {
+            let positions = by_id.entry(OwnedKey(id)).or_default();
             let at = positions.partition_point(|&p| p < i);
             positions.insert(at, i);
         }
@@ -361,15 +596,15 @@ fn merge_by_key(
     for item in patch {
         let Value::Object(element) = item else {
             return err(format!(
-                "{path} is merged by {key:?}; the patch's element {item} is not a map"
+                "{path} is merged by {keys}; the patch's element {item} is not a map"
             ));
         };
-        let Some(id) = element.get(key) else {
+        let Some(id) = keys.id(item) else {
             return err(format!(
-                "{path}: the patch's element {item} does not contain the merge key {key:?}"
+                "{path}: the patch's element {item} does not contain the merge key {keys}"
             ));
         };
-        let id = OwnedKey(id.clone());
+        let id = OwnedKey(id);
         if is_directive(item, "delete") {
             for i in by_id.remove(&id).unwrap_or_default() {
                 slots[i] = None;
@@ -381,11 +616,11 @@ fn merge_by_key(
                 let Some(Value::Object(existing)) = &mut slots[i] else {
                     unreachable!("indexed by a map's key");
                 };
-                let outcome = merge_map(kind, path, existing, element)?;
+                let outcome = merge_map(rules, path, existing, element)?;
                 // The element leaves its key's index if it goes, or if the merge changed its
                 // key (`$retainKeys` can drop it); it is filed again under a new one.
                 let still = matches!(outcome, Outcome::Keep)
-                    && slots[i].as_ref().and_then(|e| id_of(e, key)) == Some(&id.0);
+                    && slots[i].as_ref().and_then(|e| keys.id(e)).as_ref() == Some(&id.0);
                 if !still {
                     if let Entry::Occupied(mut e) = by_id.entry(id) {
                         e.get_mut().pop_front();
@@ -400,7 +635,7 @@ fn merge_by_key(
                 }
             }
             None => {
-                slots.push(Some(fresh(kind, path, item)?));
+                slots.push(Some(fresh(rules, path, item)?));
                 index(&mut by_id, &slots, slots.len() - 1);
             }
         }
@@ -409,11 +644,11 @@ fn merge_by_key(
 }
 
 /// A patch value that has nothing to merge into, its directives applied to nothing.
-fn fresh(kind: &str, path: &str, item: &Value) -> Result<Value, PatchError> {
+fn fresh(rules: ListRules<'_>, path: &str, item: &Value) -> Result<Value, PatchError> {
     match item {
         Value::Object(patch) => {
             let mut out = Map::new();
-            merge_map(kind, path, &mut out, patch)?;
+            merge_map(rules, path, &mut out, patch)?;
             Ok(Value::Object(out))
         }
         other => Ok(other.clone()),
@@ -423,10 +658,10 @@ fn fresh(kind: &str, path: &str, item: &Value) -> Result<Value, PatchError> {
 /// Orders `list` as `$setElementOrder` asks: the elements it names, in its order; any other
 /// element (one the patch did not mention, such as one a controller added) keeps its place
 /// relative to its neighbours in the list as it was.
-fn reorder(list: &mut Vec<Value>, order: &[Value], strategy: ListStrategy) -> Result<(), PatchError> {
+fn reorder(list: &mut Vec<Value>, order: &[Value], strategy: ListStrategy<'_>) -> Result<(), PatchError> {
     let identity = |v: &Value| -> Option<Value> {
         match strategy {
-            ListStrategy::MergeByKey(key) => v.as_object().and_then(|m| m.get(key)).cloned(),
+            ListStrategy::MergeByKey(keys) => keys.id(v),
             _ => Some(v.clone()),
         }
     };
@@ -471,7 +706,7 @@ mod tests {
 
     fn patched(kind: &str, object: Value, patch: Value) -> Result<Value, PatchError> {
         let mut object = object.as_object().unwrap().clone();
-        apply(kind, &mut object, patch.as_object().unwrap())?;
+        apply(ListRules::BuiltIn(kind), &mut object, patch.as_object().unwrap())?;
         Ok(Value::Object(object))
     }
 
@@ -706,5 +941,108 @@ mod tests {
         ] {
             assert!(patched("Pod", before.clone(), patch.clone()).is_err(), "{patch}");
         }
+    }
+
+    #[test]
+    fn a_schemas_lists_merge_by_their_list_type_wherever_they_sit() {
+        let ports = json!({"type": "array", "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["name", "protocol"],
+            "items": {"type": "object", "properties": {
+                "name": {"type": "string"}, "protocol": {"type": "string", "default": "TCP"},
+                "port": {"type": "integer"}}}});
+        let schema = crate::schema::Schema::compile(
+            &json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+                "groups": {"type": "array", "items": {"type": "object", "properties": {"ports": ports.clone()}}},
+                "ports": ports,
+                "byName": {"type": "object", "additionalProperties": {"type": "object", "properties": {
+                    "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}}}}},
+                "containers": {"type": "array", "items": {"type": "object", "properties": {
+                    "name": {"type": "string"}}}},
+                "open": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+            }}}}),
+            "schema",
+        )
+        .unwrap();
+        let rules = ListRules::Schema(&schema);
+        let keys = vec!["name".to_owned(), "protocol".to_owned()];
+        let defaults = vec![None, Some(json!("TCP"))];
+        assert_eq!(
+            rules.strategy("spec.groups.ports"),
+            ListStrategy::MergeByKey(MergeKeys::Many(&keys, &defaults))
+        );
+        assert_eq!(rules.strategy("spec.byName.any.tags"), ListStrategy::MergeSet);
+        // A map key with dots is one segment.
+        assert_eq!(
+            rules.strategy(&(join("spec.byName", "example.com") + ".tags")),
+            ListStrategy::MergeSet
+        );
+        assert_eq!(
+            segments(&join(&join("a", "b.c\\d"), "e")).collect::<Vec<_>>(),
+            ["a", "b.c\\d", "e"]
+        );
+        // No list type: atomic, whatever a built-in kind's list of that name does.
+        assert_eq!(rules.strategy("spec.containers"), ListStrategy::Replace);
+        assert_eq!(rules.strategy("spec.open.list"), ListStrategy::Replace);
+        // The metadata's lists merge in every kind.
+        assert_eq!(rules.strategy("metadata.finalizers"), ListStrategy::MergeSet);
+        assert_eq!(
+            ListRules::Atomic.strategy("metadata.finalizers"),
+            ListStrategy::MergeSet
+        );
+        assert_eq!(
+            ListRules::Atomic.strategy("spec.containers"),
+            ListStrategy::Replace
+        );
+
+        // Merged on both keys: the same name with another protocol is another element.
+        let mut object = json!({"spec": {"ports": [
+            {"name": "web", "protocol": "TCP", "port": 80},
+            {"name": "dns", "protocol": "UDP", "port": 53}]}})
+        .as_object()
+        .unwrap()
+        .clone();
+        // (A key left out is its default: `web` without a protocol is `web`/TCP.)
+        let patch = json!({"spec": {"ports": [
+            {"name": "web", "protocol": "UDP", "port": 81},
+            {"name": "web", "port": 8080}]}});
+        apply(rules, &mut object, patch.as_object().unwrap()).unwrap();
+        assert_eq!(
+            object["spec"]["ports"],
+            json!([{"name": "web", "protocol": "TCP", "port": 8080}, {"name": "dns", "protocol": "UDP", "port": 53},
+                   {"name": "web", "protocol": "UDP", "port": 81}])
+        );
+        let mut object = json!({"spec": {"byName": {"a": {"tags": ["x"]}}}})
+            .as_object()
+            .unwrap()
+            .clone();
+        apply(
+            rules,
+            &mut object,
+            json!({"spec": {"byName": {"a": {"tags": ["y", "x"]}}}})
+                .as_object()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(object["spec"]["byName"]["a"]["tags"], json!(["x", "y"]));
+
+        // An element's segment names all its keys, in name order; one that lacks a key has none.
+        let element = json!({"protocol": "TCP", "port": 80, "name": "web"});
+        let element = element.as_object().unwrap();
+        assert_eq!(
+            MergeKeys::Many(&["protocol".to_owned(), "name".to_owned()], &[])
+                .segment(element)
+                .as_deref(),
+            Some(r#"k:{"name":"web","protocol":"TCP"}"#)
+        );
+        let (zone, default) = (["name".to_owned(), "zone".to_owned()], [None, Some(json!("a"))]);
+        assert_eq!(MergeKeys::Many(&zone, &[]).segment(element), None);
+        assert_eq!(
+            MergeKeys::Many(&zone, &default).segment(element).as_deref(),
+            Some(r#"k:{"name":"web","zone":"a"}"#)
+        );
+        assert_eq!(
+            MergeKeys::One("port").segment(element).as_deref(),
+            Some(r#"k:{"port":80}"#)
+        );
     }
 }

@@ -24,7 +24,7 @@ use k8s_openapi::schemars::generate::SchemaSettings;
 use serde_json::{Map, Value, json};
 
 use crate::KindSpec;
-use crate::mutation::strategic::{ListStrategy, MERGE_LISTS};
+use crate::mutation::strategic::{ListRules, ListStrategy, MERGE_LISTS, MergeKeys};
 use crate::registry::OpenApiSchema;
 
 mod protobuf;
@@ -287,17 +287,23 @@ fn definitions(served: &[(Kind<'_>, &KindSpec)], ref_prefix: &str) -> Map<String
         let (root, path) = match (*kind, path.strip_prefix("metadata.")) {
             ("*", Some(rest)) => (OBJECT_META.to_owned(), rest),
             ("*", None) => continue,
-            (kind, _) => match served.iter().find(|(k, _)| k.kind == kind) {
+            // Only a kind that merges its lists as the built-in type of its name does.
+            (kind, _) => match served
+                .iter()
+                .find(|(k, r)| k.kind == kind && matches!(r.list_rules(), ListRules::BuiltIn(_)))
+            {
                 Some((k, _)) => (k.definition.to_owned(), *path),
                 None => continue,
             },
         };
         let extensions = match strategy {
-            ListStrategy::MergeByKey(key) => {
+            ListStrategy::MergeByKey(MergeKeys::One(key)) => {
                 json!({"x-kubernetes-patch-strategy": "merge", "x-kubernetes-patch-merge-key": key})
             }
             ListStrategy::MergeSet => json!({"x-kubernetes-patch-strategy": "merge"}),
-            ListStrategy::Replace => continue,
+            ListStrategy::MergeByKey(MergeKeys::Many(..) | MergeKeys::Fixed(_)) | ListStrategy::Replace => {
+                continue;
+            }
         };
         if let (Some(Value::Object(property)), Value::Object(ext)) =
             (property_mut(&mut defs, &root, path, ref_prefix), extensions)

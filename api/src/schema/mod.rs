@@ -23,6 +23,7 @@ use std::collections::BTreeMap;
 use regex::Regex;
 use serde_json::{Map, Value, json};
 
+use crate::mutation::strategic::{ListStrategy, MergeKeys, segments};
 use crate::validation::field::{ErrorKind, Errors, Path};
 use crate::validation::{FieldError, Refusal};
 
@@ -104,6 +105,8 @@ pub struct Schema {
     /// The default's JSON size, what copying it costs.
     default_bytes: usize,
     list: ListType,
+    /// A `map` list's keys' defaults, in the order of its keys (from its items' properties).
+    map_key_defaults: Vec<Option<Value>>,
     all_of: Vec<Schema>,
     any_of: Vec<Schema>,
     one_of: Vec<Schema>,
@@ -119,6 +122,31 @@ const UNBOUNDED: f64 = (3 << 20) as f64 / 2.0;
 const BODY_BYTES: f64 = (3 << 20) as f64;
 
 impl Schema {
+    /// How the list at dotted `path` from the root merges under server-side apply (list
+    /// elements add no segment; a map's key is one). A path the schema does not describe (under
+    /// `x-kubernetes-preserve-unknown-fields`) is atomic, as is a list without
+    /// `x-kubernetes-list-type`.
+    pub fn list_strategy(&self, path: &str) -> ListStrategy<'_> {
+        let mut node = self;
+        for segment in segments(path) {
+            while node.ty == Type::Array {
+                match node.items.as_deref() {
+                    Some(items) => node = items,
+                    None => return ListStrategy::Replace,
+                }
+            }
+            node = match node.properties.get(&segment).or(node.additional.as_deref()) {
+                Some(next) => next,
+                None => return ListStrategy::Replace,
+            };
+        }
+        match &node.list {
+            ListType::Atomic => ListStrategy::Replace,
+            ListType::Set => ListStrategy::MergeSet,
+            ListType::Map(keys) => ListStrategy::MergeByKey(MergeKeys::Many(keys, &node.map_key_defaults)),
+        }
+    }
+
     /// Compiles a version's `schema.openAPIV3Schema`; `at` is its path in the CRD
     /// (`spec.versions[0].schema.openAPIV3Schema`), which the errors name.
     pub fn compile(schema: &Value, at: &str) -> Result<Schema, Vec<FieldError>> {
@@ -615,6 +643,7 @@ fn compile(v: &Value, at: &Path, place: Place, instances: f64, errors: &mut Erro
         default: o.get("default").cloned(),
         default_bytes: o.get("default").map_or(0, |d| d.to_string().len()),
         list: ListType::Atomic,
+        map_key_defaults: Vec::new(),
         all_of: Vec::new(),
         any_of: Vec::new(),
         one_of: Vec::new(),
@@ -779,6 +808,13 @@ fn compile(v: &Value, at: &Path, place: Place, instances: f64, errors: &mut Erro
                     "must not be empty if x-kubernetes-list-type is map",
                 );
             }
+            schema.map_key_defaults = keys
+                .iter()
+                .map(|k| {
+                    let items = schema.items.as_deref()?;
+                    items.properties.get(k)?.default.clone()
+                })
+                .collect();
             schema.list = ListType::Map(keys);
         }
         Some(other) => errors.not_supported(

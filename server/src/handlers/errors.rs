@@ -354,6 +354,18 @@ fn corrupt_list(info: &ResourceInfo, objects: &[Corrupt], more: bool) -> Status 
     s
 }
 
+/// The Status for a strategic merge patch of a custom resource (or its `/status` or `/scale`):
+/// 415, as the apiserver answers, since their lists merge by their schema, which a strategic
+/// patch's directives do not speak (kubectl falls back to a merge patch).
+pub(crate) fn no_strategic_merge() -> Status {
+    Status::new(
+        415,
+        "UnsupportedMediaType",
+        "the body of the request was in an unknown format - accepted media types include: \
+         application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

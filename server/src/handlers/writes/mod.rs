@@ -41,7 +41,7 @@ use crate::store::resources::NameRule;
 use crate::store::stored;
 use deletion::Deletion;
 use watchcache_api::mutation::apply;
-use watchcache_api::mutation::fields::{self, Manager};
+use watchcache_api::mutation::fields::{self, Manager, Writer};
 use watchcache_api::mutation::patch::{Patch, PatchType};
 use watchcache_api::validation;
 
@@ -72,11 +72,14 @@ pub(crate) async fn create(
     }
     let mut managers = Vec::new();
     fields::record_update(
-        &t.resource.info.kind,
+        t.resource.spec.list_rules(),
         &mut managers,
-        &p.manager,
-        "",
-        &now(),
+        &Writer {
+            manager: &p.manager,
+            subresource: "",
+            api_version: &t.resource.info.api_version,
+            time: &now(),
+        },
         &Map::new(),
         &owned,
     );
@@ -276,6 +279,9 @@ pub(crate) async fn patch(
     if ty == PatchType::Apply {
         return apply(state, t, name, p, body).await;
     }
+    if ty == PatchType::Strategic && !t.resource.spec.serves_strategic_merge() {
+        return Err(errors::no_strategic_merge());
+    }
     if p.force {
         return Err(Status::invalid(
             "force: Forbidden: may not be specified for non-apply patch",
@@ -294,7 +300,7 @@ pub(crate) async fn patch(
         let mut current = parse_stored(t, name, &stored)?;
         // The patch sees the object as a GET shows it, resourceVersion included.
         metadata_mut(&mut current)?.insert("resourceVersion".into(), Value::String(revision.to_string()));
-        let patched = patch.apply_to(&t.resource.info.kind, current.clone())?;
+        let patched = patch.apply_to(t.resource.spec.list_rules(), current.clone())?;
         let mut object = object_from_value(&addressed(t), Value::Object(patched), Some(name))?;
         let warnings = check_fields(state, t, p, &mut object)?;
         let attempt = Attempt {
@@ -363,7 +369,7 @@ async fn apply(
         ));
     }
     let config = apply::parse(body)?;
-    let kind = &t.resource.info.kind;
+    let rules = t.resource.spec.list_rules();
     let api_version = &t.resource.info.api_version;
     let resource = &t.resource.info.resource;
     let key = t.storage_key(name);
@@ -382,7 +388,7 @@ async fn apply(
             .map_err(|e| errors::source(&e, resource, name))?;
         let Some((stored, revision)) = stored else {
             authorize_create_by_apply(state, t, p, name)?;
-            let mut object = apply::apply(kind, api_version, None, &config, &p.manager, p.force, &now())?;
+            let mut object = apply::apply(rules, api_version, None, &config, &p.manager, p.force, &now())?;
             on_write(t, &mut object);
             let managers = fields::managers(&object);
             set_defaults(t, &mut object)?;
@@ -423,7 +429,7 @@ async fn apply(
         };
         let current = parse_stored(t, name, &stored)?;
         let object = apply::apply(
-            kind,
+            rules,
             api_version,
             Some(&current),
             &config,
@@ -620,7 +626,19 @@ fn prepare_update(
     ownership: Ownership<'_>,
     patched: bool,
 ) -> Result<Prepared, Status> {
-    let kind = &t.resource.info.kind;
+    // The stored object as the apiserver decodes it, defaulted: one stored before a default
+    // was added (by an older server) compares with the update as if it had it, so the
+    // default is no change (a pod's immutable spec, its generation, who owns what).
+    let defaulted;
+    let current = match t.resource.spec.strategy.default {
+        Some(default) => {
+            let mut c = current.clone();
+            default(&mut c);
+            defaulted = c;
+            &defaulted
+        }
+        None => current,
+    };
     on_write(t, &mut object);
     if let Some(schema) = &t.resource.spec.strategy.schema {
         schema
@@ -687,11 +705,14 @@ fn prepare_update(
             // What a client sends in managedFields is not taken: ownership follows the change.
             let mut managers = fields::managers(current);
             fields::record_update(
-                kind,
+                t.resource.spec.list_rules(),
                 &mut managers,
-                manager,
-                subresource,
-                &now(),
+                &Writer {
+                    manager,
+                    subresource,
+                    api_version: &t.resource.info.api_version,
+                    time: &now(),
+                },
                 current,
                 &object,
             );

@@ -21,6 +21,7 @@ use crate::handlers::response::json_response;
 use crate::handlers::target::Target;
 use crate::handlers::writes;
 use watchcache_api::mutation::patch::{Patch, PatchType};
+use watchcache_api::mutation::strategic::ListRules;
 
 /// The OpenAPI definition of a Scale, whose protobuf message answers protobuf clients.
 pub(crate) const SCALE: &str = "io.k8s.api.autoscaling.v1.Scale";
@@ -106,6 +107,9 @@ pub(crate) async fn write(
     body: &[u8],
     patch: Option<PatchType>,
 ) -> Result<Response, Status> {
+    if patch == Some(PatchType::Strategic) && !t.resource.spec.serves_strategic_merge() {
+        return Err(errors::no_strategic_merge());
+    }
     let paths = paths(t)?;
     let current = scale_of(&read(state, t, name).await?, paths);
     let Value::Object(current_map) = current.clone() else {
@@ -121,7 +125,7 @@ pub(crate) async fn write(
                 "server-side apply is not served on /scale: use a JSON, merge or strategic merge patch",
             ));
         }
-        Some(ty) => Value::Object(Patch::parse(ty, body)?.apply_to("Scale", current_map)?),
+        Some(ty) => Value::Object(Patch::parse(ty, body)?.apply_to(ListRules::Atomic, current_map)?),
     };
     let replicas = match wanted.pointer("/spec/replicas") {
         None | Some(Value::Null) => 0,
