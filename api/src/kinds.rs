@@ -485,8 +485,8 @@ fn pod_template_defaults(object: &mut Map<String, Value>, template: &str) {
     container_ports_default(object, &spec);
 }
 
-/// A container port's protocol is TCP when unset or empty, in every container list of the pod
-/// spec at `spec`, as the apiserver defaults it.
+/// Every container port's protocol defaulted, in each container list of the pod spec at
+/// `spec`.
 fn container_ports_default(object: &mut Map<String, Value>, spec: &str) {
     let mut at = Some(object);
     for part in spec.split('.') {
@@ -505,13 +505,17 @@ fn container_ports_default(object: &mut Map<String, Value>, spec: &str) {
                 .and_then(Value::as_array_mut)
                 .into_iter()
                 .flatten();
-            for p in ports.filter_map(Value::as_object_mut) {
-                let protocol = p.entry("protocol").or_insert(Value::Null);
-                if protocol.is_null() || protocol == "" {
-                    *protocol = json!("TCP");
-                }
-            }
+            ports.filter_map(Value::as_object_mut).for_each(protocol_default);
         }
+    }
+}
+
+/// A port's protocol is TCP when unset or empty (a container's port, a Service's), as the
+/// apiserver defaults it.
+fn protocol_default(port: &mut Map<String, Value>) {
+    let protocol = port.entry("protocol").or_insert(Value::Null);
+    if protocol.is_null() || protocol == "" {
+        *protocol = json!("TCP");
     }
 }
 
@@ -535,10 +539,7 @@ fn service_defaults(o: &mut Map<String, Value>) {
             .flatten()
         {
             let Some(p) = p.as_object_mut() else { continue };
-            let protocol = p.entry("protocol").or_insert(Value::Null);
-            if protocol.is_null() || protocol == "" {
-                *protocol = json!("TCP");
-            }
+            protocol_default(p);
             // A target port unset, 0 or "" is the port.
             if let Some(port) = p.get("port").cloned() {
                 let target = p.entry("targetPort").or_insert(Value::Null);

@@ -557,12 +557,14 @@ fn warn(mut response: Response, warnings: &[String]) -> Response {
     response
 }
 
-/// The stored value of `name` as a JSON object (JSON, or the protobuf kube-apiserver stores);
-/// one that does not decode is a corrupt object, and the write fails naming it (500), as the
-/// apiserver's does.
+/// The stored value of `name` as a JSON object (JSON, or the protobuf kube-apiserver stores),
+/// defaulted as the apiserver defaults what it decodes: one stored before a default was added
+/// (by an older server) compares with a write as if it had it, so the default is no change (a
+/// pod's immutable spec, its generation, who owns what). One that does not decode is a
+/// corrupt object, and the write fails naming it (500), as the apiserver's does.
 fn parse_stored(t: &Target, name: &str, raw: &[u8]) -> Result<Map<String, Value>, Status> {
     let corrupt = |why: &str| errors::corrupt_object(&t.storage_key(name), why);
-    let object = t
+    let mut object = t
         .resource
         .codec
         .stored_object(raw)
@@ -577,6 +579,9 @@ fn parse_stored(t: &Target, name: &str, raw: &[u8]) -> Result<Map<String, Value>
         return Err(corrupt(&format!(
             "the value is the object {found_ns}/{found}, not {namespace}/{name}"
         )));
+    }
+    if let Some(default) = t.resource.spec.strategy.default {
+        default(&mut object);
     }
     Ok(object)
 }
@@ -626,19 +631,6 @@ fn prepare_update(
     ownership: Ownership<'_>,
     patched: bool,
 ) -> Result<Prepared, Status> {
-    // The stored object as the apiserver decodes it, defaulted: one stored before a default
-    // was added (by an older server) compares with the update as if it had it, so the
-    // default is no change (a pod's immutable spec, its generation, who owns what).
-    let defaulted;
-    let current = match t.resource.spec.strategy.default {
-        Some(default) => {
-            let mut c = current.clone();
-            default(&mut c);
-            defaulted = c;
-            &defaulted
-        }
-        None => current,
-    };
     on_write(t, &mut object);
     if let Some(schema) = &t.resource.spec.strategy.schema {
         schema
