@@ -399,3 +399,35 @@ Columns:
   RSS each         server RSS growth ÷ count
   writes           socket writes of more than 8 bytes after the event (with the POST's
                    answer); each write is printed on stderr";
+
+/// `vs-etcd`.
+pub(crate) const VS_ETCD: &str = "\
+Against the peer a user could pick instead: watching etcd directly. One etcd member on
+loopback (needs etcd installed; data on /dev/shm when it exists), one writer straight to it
+for every design: --keys ConfigMaps of --value-bytes updated round robin at --rate a second,
+each stamped with its write time. Every watch covers the same prefix, from the revision then.
+Each point runs --reps times, the designs' order reversed every other time (A B B A); etcd
+is compacted between runs.
+
+Designs:
+  etcd           etcd's gRPC watch, --watches-per-connection watches multiplexed on each
+                 connection's watch stream (as Go's clientv3), without prev_kv
+  etcd-prev-kv   the same with prev_kv, as the apiserver's storage layer asks
+  h1, h2, h1-tls, h2-tls   `watchcache serve --etcd` (built with etcd if missing) in front of
+                 the same etcd: HTTP/1.1 a connection per watch, HTTP/2
+                 --watches-per-connection streams a connection; plaintext or TLS
+
+Columns:
+  design, watchers, rate, rep   the run
+  writes/s         the writer's achieved rate in the window (a saturated etcd slows it)
+  delivered        events received ÷ (writes in the window × watchers); the edges of the
+                   window differ by what is in flight
+  sampled min      the fewest of the window's writes one parsing watch received, ÷ writes
+  server CPU       etcd's for etcd designs; watchcache's plus etcd's for the others, in cores
+  etcd CPU         etcd's alone
+  CPU/event        server CPU ÷ events delivered
+  p50, p99         write to receipt, from the sampled watches (one in watchers / 64)
+  RSS/watcher      server RSS growth from before the connections to after the watches
+  client CPU       this process: every watch client and the writer
+Ratios: at each point, each watchcache design against each etcd design: how many times
+cheaper per delivered event (etcd's CPU/event ÷ its own), and its p99 ÷ etcd's.";

@@ -33,4 +33,5 @@ pub mod slow;
 pub mod snapshots;
 pub mod soak;
 pub mod transport;
+pub mod vs_etcd;
 pub mod wire;

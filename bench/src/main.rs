@@ -104,6 +104,11 @@ enum Scenario {
     /// the streams of one connection.
     #[command(after_help = help::TRANSPORT_MEMORY)]
     TransportMemory(TransportMemoryArgs),
+    /// On real etcd: the same writes watched directly on etcd (gRPC, watches multiplexed) and
+    /// through `watchcache serve --etcd` (HTTP/1.1, HTTP/2, TLS): server CPU per delivered
+    /// event, latency, RSS per watcher, delivered fraction.
+    #[command(name = "vs-etcd", after_help = help::VS_ETCD)]
+    VsEtcd(VsEtcdArgs),
     /// Runs one design in this process and prints its figures (used by the runner).
     #[command(name = "__child", hide = true)]
     Child { spec: String },
@@ -320,6 +325,41 @@ struct ProofArgs {
 }
 
 #[derive(Args)]
+struct VsEtcdArgs {
+    /// Watch clients; a comma-separated list runs each.
+    #[arg(long, value_delimiter = ',', default_value = "100,1000,5000")]
+    watchers: Vec<usize>,
+    /// Writes per second; a comma-separated list runs each.
+    #[arg(long, value_delimiter = ',', default_value = "20,100")]
+    rate: Vec<f64>,
+    /// Seconds each run counts.
+    #[arg(long, default_value_t = 20.0)]
+    seconds: f64,
+    /// Designs, comma-separated, in the order the first repetition runs them: etcd,
+    /// etcd-prev-kv, h1, h2, h1-tls, h2-tls.
+    #[arg(long, default_value = "etcd,etcd-prev-kv,h1,h2")]
+    designs: String,
+    /// Watches multiplexed on one connection (etcd's gRPC watch streams, HTTP/2).
+    #[arg(long, default_value_t = 100)]
+    watches_per_connection: usize,
+    /// About how large each written ConfigMap is.
+    #[arg(long, default_value_t = 4096)]
+    value_bytes: usize,
+    /// ConfigMaps the writer updates, round robin.
+    #[arg(long, default_value_t = 100)]
+    keys: usize,
+    /// Repetitions of each point (the designs' order reversed every other one).
+    #[arg(long, default_value_t = 2)]
+    reps: usize,
+    /// A `watchcache` binary built with the `etcd` feature (default: build it).
+    #[arg(long)]
+    binary: Option<PathBuf>,
+    /// Print one JSON object on stdout (the table goes to stderr).
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
 struct HttpArgs {
     /// Streaming watch clients.
     #[arg(long, default_value_t = 1000)]
@@ -467,6 +507,7 @@ fn main() {
         Scenario::Proof(a) => run_proof(a),
         Scenario::Authz(a) => run_authz(a),
         Scenario::TransportMemory(a) => run_transport_memory(a),
+        Scenario::VsEtcd(a) => run_vs_etcd(a),
     };
     if let Err(e) = result {
         eprintln!("watchcache-bench: {e}");
@@ -1387,6 +1428,8 @@ fn run_http(a: HttpArgs) -> Result<(), String> {
             a.churn.to_string(),
         ],
         glibc_tunables: glibc_tunables(),
+        churn: wire::Churn::Server,
+        also_measured: None,
     };
     let mut rows = Vec::new();
     for &t in &transports {
@@ -1432,6 +1475,64 @@ fn run_http(a: HttpArgs) -> Result<(), String> {
             ("server peak RSS", "peak_rss_bytes", human_bytes),
             ("server CPU", "server_cores", cores),
             ("CPU/frame", "server_cpu_us_per_frame", us),
+            ("client CPU", "client_cores", cores),
+            ("failed", "failed_watchers", human),
+        ],
+        a.json,
+    );
+    Ok(())
+}
+
+/// The `vs-etcd` scenario: see `watchcache_bench::vs_etcd`.
+fn run_vs_etcd(a: VsEtcdArgs) -> Result<(), String> {
+    use watchcache_bench::vs_etcd::{self, Design, Params};
+    let p = Params {
+        watchers: a.watchers.clone(),
+        rates: a.rate.clone(),
+        seconds: a.seconds,
+        value_bytes: a.value_bytes,
+        keys: a.keys,
+        per_connection: a.watches_per_connection,
+        reps: a.reps,
+        designs: Design::parse_list(&a.designs)?,
+        glibc_tunables: glibc_tunables(),
+    };
+    p.check()?;
+    let binary = if p.designs.iter().any(|d| matches!(d, Design::Watchcache(_))) {
+        Some(server_binary_with_etcd(a.binary.clone())?)
+    } else {
+        None
+    };
+    let bar = seconds_bar(a.seconds, String::new());
+    let b = bar.clone();
+    let rows = vs_etcd::run(&p, binary.as_deref(), &move |what, s| {
+        b.set_prefix(what.to_owned());
+        b.set_position(s);
+    });
+    bar.finish_and_clear();
+    let rows = rows?;
+    let ratios = vs_etcd::ratios(&p, &rows);
+    finish(
+        "vs-etcd",
+        json!({"watchers": a.watchers, "rate": a.rate, "seconds": a.seconds, "designs": a.designs,
+               "watches_per_connection": a.watches_per_connection, "value_bytes": a.value_bytes,
+               "keys": a.keys, "reps": a.reps}),
+        rows,
+        ratios,
+        &[
+            ("design", "design", human),
+            ("watchers", "watchers", human),
+            ("rate", "rate", human),
+            ("rep", "rep", human),
+            ("writes/s", "writes_per_sec", human),
+            ("delivered", "delivered_fraction", fraction),
+            ("sampled min", "sampled_min_vs_writes", fraction),
+            ("server CPU", "server_cores", cores),
+            ("etcd CPU", "etcd_cores", cores),
+            ("CPU/event", "server_cpu_us_per_event", us),
+            ("p50", "p50_latency_us", us),
+            ("p99", "p99_latency_us", us),
+            ("RSS/watcher", "rss_bytes_per_watcher", human_bytes),
             ("client CPU", "client_cores", cores),
             ("failed", "failed_watchers", human),
         ],
@@ -1508,6 +1609,8 @@ fn run_kubelets(a: KubeletsArgs) -> Result<(), String> {
         binary: &binary,
         args: kubelets::server_args(&p),
         glibc_tunables: glibc_tunables(),
+        churn: wire::Churn::Server,
+        also_measured: None,
     };
     let mut rows = Vec::new();
     for &t in &transports {

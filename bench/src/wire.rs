@@ -49,7 +49,7 @@ const IN_FLIGHT: usize = 64;
 const OPEN_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The annotation the server's workload stamps (see `watchcache_server::workload`).
-const WRITTEN_AT: &[u8] = br#""watchcache.dev/written-at-us":""#;
+pub(crate) const WRITTEN_AT: &[u8] = br#""watchcache.dev/written-at-us":""#;
 
 /// How the clients reach the server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -156,7 +156,7 @@ pub fn raise_nofile() -> u64 {
     lim.rlim_cur
 }
 
-fn now_us() -> u64 {
+pub(crate) fn now_us() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as u64)
@@ -406,7 +406,7 @@ pub struct Plan {
 }
 
 /// What the watches of one kind received.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct KindOutcome {
     /// Watches of this kind.
     pub streams: usize,
@@ -416,12 +416,30 @@ pub struct KindOutcome {
     pub written_in_window: u64,
     /// Of the sampled watches: the most events written inside the window that one received.
     pub max_written_in_window: u64,
+    /// Of the sampled watches: the fewest events written inside the window that one received
+    /// (`u64::MAX` with no sampled watch).
+    pub min_written_in_window: u64,
     /// Sampled watches.
     pub sampled: usize,
     /// Write-to-receipt latencies, microseconds.
     pub latencies_us: Vec<u64>,
     /// Watches that did not open, or ended before the window closed.
     pub failed: usize,
+}
+
+impl Default for KindOutcome {
+    fn default() -> KindOutcome {
+        KindOutcome {
+            streams: 0,
+            deliveries: 0,
+            written_in_window: 0,
+            max_written_in_window: 0,
+            min_written_in_window: u64::MAX,
+            sampled: 0,
+            latencies_us: Vec::new(),
+            failed: 0,
+        }
+    }
 }
 
 /// What a run measured.
@@ -431,6 +449,9 @@ pub struct Outcome {
     pub kinds: Vec<KindOutcome>,
     /// The window the clients counted.
     pub elapsed: Duration,
+    /// When the window opened and closed, µs since the epoch (what the clients compare write
+    /// times with).
+    pub window_us: (u64, u64),
     /// Connections opened (asked for: some may have failed).
     pub connections: usize,
     /// Connections that did not open.
@@ -456,6 +477,9 @@ pub struct Outcome {
     pub server_cores: f64,
     /// The clients' CPU in the window, in cores.
     pub client_cores: f64,
+    /// The CPU of the process [`Server::also_measured`] names (the etcd behind the server), in
+    /// the window, in cores.
+    pub also_cores: f64,
 }
 
 /// When the measurement runs, shared by the runner and the clients.
@@ -548,11 +572,25 @@ async fn read(mut body: Body, keep: Keep, w: Watch, window: Arc<Window>) -> Watc
 pub struct Server<'a> {
     /// The `watchcache` binary.
     pub binary: &'a Path,
-    /// Its workload flags (`--seed-pods`, `--churn`, …); the run adds `--churn-wait`, the
-    /// watch and stream limits and, over TLS, `--cert-dir`.
+    /// Its workload flags (`--seed-pods`, `--churn`, …); the run adds the watch and stream
+    /// limits, `--churn-wait` when the server's own churn writes, and over TLS `--cert-dir`.
     pub args: Vec<String>,
     /// `GLIBC_TUNABLES` for it.
     pub glibc_tunables: String,
+    /// Who writes once every watch is open.
+    pub churn: Churn<'a>,
+    /// Another process whose CPU over the window is measured too (the etcd the server
+    /// follows): [`Outcome::also_cores`].
+    pub also_measured: Option<u32>,
+}
+
+/// Who writes the events the watches count.
+pub enum Churn<'a> {
+    /// The server's own workload (`--churn`), held back by `--churn-wait` until the runner
+    /// creates its start object.
+    Server,
+    /// A writer outside the server, started by calling this (the server runs no churn).
+    Outside(&'a (dyn Fn() + Sync)),
 }
 
 /// A fresh certificate directory, removed when dropped.
@@ -609,8 +647,10 @@ pub fn run(
         now_us()
     )));
     let mut args = server.args.clone();
+    if matches!(server.churn, Churn::Server) {
+        args.push("--churn-wait".to_owned());
+    }
     args.extend([
-        "--churn-wait".to_owned(),
         "--max-watchers".to_owned(),
         (streams + 64).to_string(),
         "--http2-max-streams-per-connection".to_owned(),
@@ -733,25 +773,36 @@ pub fn run(
         out.rss_streams = rss_bytes(pid).unwrap_or(0);
 
         // The churn.
-        let start = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"churn-start"}}"#;
-        let (code, body) = client
-            .request(
-                "POST",
-                "/api/v1/namespaces/default/configmaps",
-                Some(start.to_owned()),
-            )
-            .await?;
-        if code != 201 {
-            return Err(format!(
-                "creating the churn's start object answered {code}: {}",
-                String::from_utf8_lossy(&body)
-            ));
+        match server.churn {
+            Churn::Server => {
+                let start = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"churn-start"}}"#;
+                let (code, body) = client
+                    .request(
+                        "POST",
+                        "/api/v1/namespaces/default/configmaps",
+                        Some(start.to_owned()),
+                    )
+                    .await?;
+                if code != 201 {
+                    return Err(format!(
+                        "creating the churn's start object answered {code}: {}",
+                        String::from_utf8_lossy(&body)
+                    ));
+                }
+            }
+            Churn::Outside(start) => start(),
         }
         tokio::time::sleep(SETTLE).await;
         // Relaxed: the deadline's watch channel publishes it to the clients.
-        window.from_us.store(now_us(), Ordering::Relaxed);
+        let from_us = now_us();
+        window.from_us.store(from_us, Ordering::Relaxed);
         let started = Instant::now();
-        let cpu_at_start = (cpu_seconds(pid), cpu_seconds(std::process::id()));
+        let also = server.also_measured;
+        let cpu_at_start = (
+            cpu_seconds(pid),
+            cpu_seconds(std::process::id()),
+            also.and_then(cpu_seconds),
+        );
         let deadline = tokio::time::Instant::now() + Duration::from_secs_f64(seconds);
         let _ = set_deadline.send(Some(deadline));
         let mut ticker = tokio::time::interval(Duration::from_secs(1));
@@ -760,12 +811,16 @@ pub fn run(
             progress(started.elapsed().as_secs());
         }
         let window_secs = started.elapsed().as_secs_f64();
+        out.window_us = (from_us, now_us());
         let cores = |before: Option<f64>, pid: u32| match (before, cpu_seconds(pid)) {
             (Some(b), Some(a)) => (a - b) / window_secs,
             _ => 0.0,
         };
         out.server_cores = cores(cpu_at_start.0, pid);
         out.client_cores = cores(cpu_at_start.1, std::process::id());
+        if let Some(also) = also {
+            out.also_cores = cores(cpu_at_start.2, also);
+        }
         out.rss_peak = peak_rss_of(pid).unwrap_or(0);
         for t in tasks {
             let (results, failed) = t.await.map_err(|e| e.to_string())?;
@@ -779,6 +834,7 @@ pub fn run(
                 if r.sampled {
                     k.written_in_window += r.written_in_window;
                     k.max_written_in_window = k.max_written_in_window.max(r.written_in_window);
+                    k.min_written_in_window = k.min_written_in_window.min(r.written_in_window);
                     k.latencies_us.extend(r.latencies);
                 }
             }

@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-use watchcache_bench::{authz, cluster, fanout, idle, list};
+use watchcache_bench::{authz, cluster, fanout, idle, list, vs_etcd};
 
 fn run(args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_watchcache-bench"))
@@ -74,6 +74,10 @@ fn each_scenarios_help_names_its_designs_and_columns() {
         ("slow-watchers", names(vec!["catch_up", "relist"])),
         ("patch", names(vec!["finalizers", "per doubling"])),
         ("operator", names(vec!["heap/CR", "to child"])),
+        (
+            "vs-etcd",
+            names(vs_etcd::Design::ALL.iter().map(|d| d.name()).collect()),
+        ),
         ("soak", names(vec!["open fds", "open watches"])),
         (
             "transport-memory",
