@@ -173,6 +173,24 @@ impl Status {
         Bytes::from(out)
     }
 
+    /// The body of a `Success` Status (an eviction's answer, a DELETE that answers no
+    /// object), as the apiserver writes it: the fields of [`to_json`](Self::to_json)'s order,
+    /// `details` and `code` left out when unset, and a newline.
+    pub fn success_body(code: Option<u16>, details: Option<&Value>) -> Bytes {
+        let mut out = Vec::with_capacity(96);
+        out.extend_from_slice(br#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Success""#);
+        if let Some(d) = details {
+            out.extend_from_slice(br#","details":"#);
+            go_value(&mut out, d, DETAILS);
+        }
+        if let Some(code) = code {
+            out.extend_from_slice(br#","code":"#);
+            crate::write::put_u64(&mut out, u64::from(code));
+        }
+        out.extend_from_slice(b"}\n");
+        Bytes::from(out)
+    }
+
     /// The `meta.k8s.io/v1` Status message, without an envelope (protobuf watch ERROR frames).
     pub fn to_protobuf(&self) -> Vec<u8> {
         let value: serde_json::Value = serde_json::from_slice(&self.to_json()).unwrap_or_default();
@@ -255,6 +273,19 @@ fn go_value(out: &mut Vec<u8>, v: &Value, order: &[&str]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_success_body_is_in_gos_order_with_a_newline() {
+        assert_eq!(
+            &Status::success_body(Some(201), None)[..],
+            &b"{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Success\",\"code\":201}\n"[..]
+        );
+        let details = serde_json::json!({"kind": "pods", "name": "a<b"});
+        assert_eq!(
+            &Status::success_body(None, Some(&details))[..],
+            &b"{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Success\",\"details\":{\"name\":\"a\\u003cb\",\"kind\":\"pods\"}}\n"[..]
+        );
+    }
 
     fn body(s: &Status) -> Value {
         serde_json::from_slice(&s.to_json()).unwrap()

@@ -96,8 +96,7 @@ pub(crate) async fn evict(
     writes::delete(state, &object, name, &delete).await?;
     Ok(json_response(
         StatusCode::CREATED,
-        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201})
-            .to_string(),
+        Status::success_body(Some(201), None),
     ))
 }
 

@@ -954,16 +954,10 @@ async fn unsafe_delete(
             Err(e) => return Err(errors::source(&e, resource, name)),
         }
     }
-    let status = serde_json::json!({
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Success",
-        "details": {"name": name, "kind": resource},
-    });
+    let details = serde_json::json!({"name": name, "kind": resource});
     Ok(crate::handlers::response::json_response(
         StatusCode::OK,
-        status.to_string(),
+        Status::success_body(None, Some(&details)),
     ))
 }
 
