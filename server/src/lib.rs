@@ -1,9 +1,10 @@
 //! `watchcache serve`: a Kubernetes-compatible HTTP facade over the watch cache, so that
 //! kubectl, kube-rs, client-go and the Python client use it as they use kube-apiserver.
 //!
-//! Resources `pods`, `configmaps`, `secrets`, `events` (namespaced), `namespaces`, `nodes`,
-//! `coordination.k8s.io/v1` `leases` and the `rbac.authorization.k8s.io/v1` kinds (with the
-//! bootstrap policy written at start), each with its own cache and upstream watch on the
+//! The kinds of [`watchcache_api::Registry::builtin`] (core, apps, batch, networking,
+//! policy, autoscaling, storage, scheduling, coordination, events, discovery, RBAC with the
+//! bootstrap policy written at start, and CustomResourceDefinitions with the custom resources
+//! they define), each with its own cache and upstream watch on the
 //! embedded [`MemorySource`](watchcache_core::MemorySource) or, with the `etcd` feature and
 //! `--etcd`, on an etcd cluster ([`Backend`]). Discovery (legacy and aggregated) and OpenAPI
 //! v2 and v3; LIST, GET and WATCH with the apiserver's parameters, as JSON, Kubernetes
