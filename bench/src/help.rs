@@ -406,10 +406,12 @@ Against the peer a user could pick instead: watching etcd directly. One etcd mem
 loopback (needs etcd installed; data on /dev/shm when it exists), one writer straight to it
 for every design: --keys ConfigMaps of --value-bytes updated round robin at --rate a second,
 each stamped with its write time. Every watch covers the same prefix, from the revision then.
-Each point runs --reps times, the designs' order reversed every other time (A B B A); etcd
-is compacted between runs.
+Each point runs --reps times, the designs' order reversed every other time (A B B A), each
+run on a fresh etcd. The clients are cheap: etcd's skim each response in place (events
+counted, values read only on a sampled watch), watchcache's count newlines.
 
 Designs:
+  writes-only    no watcher: what the writes alone cost etcd (at the first --watchers only)
   etcd           etcd's gRPC watch, --watches-per-connection watches multiplexed on each
                  connection's watch stream (as Go's clientv3), without prev_kv
   etcd-prev-kv   the same with prev_kv, as the apiserver's storage layer asks
@@ -420,14 +422,16 @@ Designs:
 Columns:
   design, watchers, rate, rep   the run
   writes/s         the writer's achieved rate in the window (a saturated etcd slows it)
-  delivered        events received ÷ (writes in the window × watchers); the edges of the
-                   window differ by what is in flight
-  sampled min      the fewest of the window's writes one parsing watch received, ÷ writes
+  delivered        events received in the window ÷ (writes in the window × watchers); the
+                   edges of the window differ by what is in flight
+  sampled min      the fewest of the window's writes one parsing watch received (read on 2 s
+                   past the window), ÷ writes; lost: what the parsing watches missed in all
   server CPU       etcd's for etcd designs; watchcache's plus etcd's for the others, in cores
   etcd CPU         etcd's alone
   CPU/event        server CPU ÷ events delivered
   p50, p99         write to receipt, from the sampled watches (one in watchers / 64)
-  RSS/watcher      server RSS growth from before the connections to after the watches
-  client CPU       this process: every watch client and the writer
+  RSS/watcher      server RSS growth from before the connections to the window's end (etcd's
+                   for etcd designs, watchcache's for the others)
+  client CPU       this process's watch clients (the writer's thread left out)
 Ratios: at each point, each watchcache design against each etcd design: how many times
 cheaper per delivered event (etcd's CPU/event ÷ its own), and its p99 ÷ etcd's.";

@@ -335,9 +335,9 @@ struct VsEtcdArgs {
     /// Seconds each run counts.
     #[arg(long, default_value_t = 20.0)]
     seconds: f64,
-    /// Designs, comma-separated, in the order the first repetition runs them: etcd,
-    /// etcd-prev-kv, h1, h2, h1-tls, h2-tls.
-    #[arg(long, default_value = "etcd,etcd-prev-kv,h1,h2")]
+    /// Designs, comma-separated, in the order the first repetition runs them: writes-only,
+    /// etcd, etcd-prev-kv, h1, h2, h1-tls, h2-tls.
+    #[arg(long, default_value = "writes-only,etcd,etcd-prev-kv,h1,h2,h2-tls")]
     designs: String,
     /// Watches multiplexed on one connection (etcd's gRPC watch streams, HTTP/2).
     #[arg(long, default_value_t = 100)]
@@ -1430,6 +1430,7 @@ fn run_http(a: HttpArgs) -> Result<(), String> {
         glibc_tunables: glibc_tunables(),
         churn: wire::Churn::Server,
         also_measured: None,
+        not_clients: None,
     };
     let mut rows = Vec::new();
     for &t in &transports {
@@ -1527,6 +1528,7 @@ fn run_vs_etcd(a: VsEtcdArgs) -> Result<(), String> {
             ("writes/s", "writes_per_sec", human),
             ("delivered", "delivered_fraction", fraction),
             ("sampled min", "sampled_min_vs_writes", fraction),
+            ("lost", "sampled_lost", human),
             ("server CPU", "server_cores", cores),
             ("etcd CPU", "etcd_cores", cores),
             ("CPU/event", "server_cpu_us_per_event", us),
@@ -1535,6 +1537,7 @@ fn run_vs_etcd(a: VsEtcdArgs) -> Result<(), String> {
             ("RSS/watcher", "rss_bytes_per_watcher", human_bytes),
             ("client CPU", "client_cores", cores),
             ("failed", "failed_watchers", human),
+            ("error", "error", human),
         ],
         a.json,
     );
@@ -1611,6 +1614,7 @@ fn run_kubelets(a: KubeletsArgs) -> Result<(), String> {
         glibc_tunables: glibc_tunables(),
         churn: wire::Churn::Server,
         also_measured: None,
+        not_clients: None,
     };
     let mut rows = Vec::new();
     for &t in &transports {

@@ -36,11 +36,15 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
-use crate::alloc::{cpu_seconds, peak_rss_of, rss_bytes};
+use crate::alloc::{cpu_ns_of_threads, cpu_seconds, peak_rss_of, rss_bytes};
 use crate::http::{ServerProcess, clients_runtime, start_server};
 
 /// How long the clients read after the churn starts before the window opens.
 const SETTLE: Duration = Duration::from_secs(2);
+
+/// How long the sampled clients read on after the window closes, for the window's last
+/// events still in flight (not counted as deliveries: the CPU window is closed).
+pub(crate) const DRAIN: Duration = Duration::from_secs(2);
 
 /// Connections (or HTTP/1.1 watches) being opened at once.
 const IN_FLIGHT: usize = 64;
@@ -449,9 +453,11 @@ pub struct Outcome {
     pub kinds: Vec<KindOutcome>,
     /// The window the clients counted.
     pub elapsed: Duration,
-    /// When the window opened and closed, µs since the epoch (what the clients compare write
-    /// times with).
+    /// When the window opened and closed, µs since the epoch: the sampled clients count the
+    /// events written in it, whenever they arrive (up to 2 s after it).
     pub window_us: (u64, u64),
+    /// Server RSS at the window's end.
+    pub rss_end: u64,
     /// Connections opened (asked for: some may have failed).
     pub connections: usize,
     /// Connections that did not open.
@@ -488,8 +494,13 @@ struct Window {
     opened: AtomicUsize,
     /// Events written from this time on (µs since the epoch) are counted as in the window.
     from_us: AtomicU64,
-    /// When the clients stop (set when the window opens).
+    /// … and up to this time (exclusive).
+    to_us: AtomicU64,
+    /// When the clients stop counting deliveries (set when the window opens).
     deadline: tokio::sync::watch::Receiver<Option<tokio::time::Instant>>,
+    /// When the clients close their watches: after the server's CPU was read (a close is work
+    /// for the server) and the sampled clients drained.
+    close: tokio::sync::watch::Receiver<bool>,
 }
 
 struct WatchResult {
@@ -501,7 +512,8 @@ struct WatchResult {
     failed: bool,
 }
 
-/// Reads one watch until the deadline.
+/// Reads one watch: deliveries until the deadline; on a sampled watch, every event written in
+/// the window, until the close.
 async fn read(mut body: Body, keep: Keep, w: Watch, window: Arc<Window>) -> WatchResult {
     let _keep = keep;
     let mut out = WatchResult {
@@ -513,41 +525,51 @@ async fn read(mut body: Body, keep: Keep, w: Watch, window: Arc<Window>) -> Watc
         failed: true,
     };
     let mut deadline_rx = window.deadline.clone();
+    let mut close_rx = window.close.clone();
     let mut deadline: Option<tokio::time::Instant> = *deadline_rx.borrow();
+    // Past the deadline: deliveries are no longer counted, and an end is no failure.
+    let mut past = false;
     let finder = memmem::Finder::new(WRITTEN_AT);
     let mut partial: Vec<u8> = Vec::new();
     loop {
-        let data = match deadline {
-            Some(d) => match tokio::time::timeout_at(d, body.data()).await {
-                Err(_) => {
-                    out.failed = false;
+        let until_deadline = async {
+            match deadline {
+                Some(d) if !past => tokio::time::sleep_until(d).await,
+                _ => std::future::pending().await,
+            }
+        };
+        let data = tokio::select! {
+            biased;
+            _ = close_rx.wait_for(|c| *c) => return out,
+            () = until_deadline => {
+                past = true;
+                out.failed = false;
+                continue;
+            }
+            changed = deadline_rx.changed(), if deadline.is_none() => {
+                if changed.is_err() {
                     return out;
                 }
-                Ok(data) => data,
-            },
-            None => tokio::select! {
-                data = body.data() => data,
-                changed = deadline_rx.changed() => {
-                    if changed.is_err() {
-                        return out;
-                    }
-                    deadline = *deadline_rx.borrow();
-                    continue;
-                }
-            },
+                deadline = *deadline_rx.borrow();
+                continue;
+            }
+            data = body.data() => data,
         };
         let Some(Ok(data)) = data else {
-            // The stream ended before the deadline (an ERROR frame ends it): failed.
+            // The stream ended (an ERROR frame ends it): failed if before the deadline.
             return out;
         };
         if deadline.is_none() {
             continue;
         }
         if !w.sampled {
-            out.deliveries += count_frames(&data);
+            if !past {
+                out.deliveries += count_frames(&data);
+            }
             continue;
         }
         let from = window.from_us.load(Ordering::Relaxed);
+        let to = window.to_us.load(Ordering::Relaxed);
         let received = now_us();
         partial.extend_from_slice(&data);
         let mut start = 0;
@@ -557,9 +579,11 @@ async fn read(mut body: Body, keep: Keep, w: Watch, window: Arc<Window>) -> Watc
             if line.starts_with(br#"{"type":"ERROR""#) {
                 return out;
             }
-            out.deliveries += 1;
-            // Events written before the window have no latency here.
-            if let Some(written) = written_at(&finder, line).filter(|w| *w >= from) {
+            if !past {
+                out.deliveries += 1;
+            }
+            // Events written outside the window have no latency here.
+            if let Some(written) = written_at(&finder, line).filter(|w| (from..to).contains(w)) {
                 out.written_in_window += 1;
                 out.latencies.push(received.saturating_sub(written));
             }
@@ -582,6 +606,9 @@ pub struct Server<'a> {
     /// Another process whose CPU over the window is measured too (the etcd the server
     /// follows): [`Outcome::also_cores`].
     pub also_measured: Option<u32>,
+    /// CPU seconds of this process that are not the clients' (a writer thread), read at the
+    /// window's start and end and left out of [`Outcome::client_cores`].
+    pub not_clients: Option<&'a (dyn Fn() -> Option<f64> + Sync)>,
 }
 
 /// Who writes the events the watches count.
@@ -722,10 +749,13 @@ pub fn run(
         // Watches, a bounded number of connections opening theirs at once.
         let cpu2 = cpu_seconds(pid).unwrap_or(0.0);
         let (set_deadline, deadline) = tokio::sync::watch::channel(None);
+        let (set_close, close) = tokio::sync::watch::channel(false);
         let window = Arc::new(Window {
             opened: AtomicUsize::new(0),
             from_us: AtomicU64::new(u64::MAX),
+            to_us: AtomicU64::new(u64::MAX),
             deadline,
+            close,
         });
         let opening = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
         let mut tasks = Vec::new();
@@ -795,33 +825,39 @@ pub fn run(
         tokio::time::sleep(SETTLE).await;
         // Relaxed: the deadline's watch channel publishes it to the clients.
         let from_us = now_us();
+        let to_us = from_us + (seconds * 1e6) as u64;
         window.from_us.store(from_us, Ordering::Relaxed);
+        window.to_us.store(to_us, Ordering::Relaxed);
         let started = Instant::now();
         let also = server.also_measured;
+        let not_clients = || server.not_clients.and_then(|f| f()).unwrap_or(0.0);
         let cpu_at_start = (
             cpu_seconds(pid),
             cpu_seconds(std::process::id()),
-            also.and_then(cpu_seconds),
+            also.and_then(cpu_ns_of_threads),
+            not_clients(),
         );
         let deadline = tokio::time::Instant::now() + Duration::from_secs_f64(seconds);
         let _ = set_deadline.send(Some(deadline));
-        let mut ticker = tokio::time::interval(Duration::from_secs(1));
-        while tokio::time::Instant::now() < deadline {
-            ticker.tick().await;
-            progress(started.elapsed().as_secs());
-        }
+        until(deadline, &|s| progress(s), started).await;
         let window_secs = started.elapsed().as_secs_f64();
-        out.window_us = (from_us, now_us());
+        out.window_us = (from_us, to_us);
         let cores = |before: Option<f64>, pid: u32| match (before, cpu_seconds(pid)) {
             (Some(b), Some(a)) => (a - b) / window_secs,
             _ => 0.0,
         };
         out.server_cores = cores(cpu_at_start.0, pid);
-        out.client_cores = cores(cpu_at_start.1, std::process::id());
-        if let Some(also) = also {
-            out.also_cores = cores(cpu_at_start.2, also);
+        out.client_cores =
+            cores(cpu_at_start.1, std::process::id()) - (not_clients() - cpu_at_start.3) / window_secs;
+        if let (Some(also), Some(before)) = (also, cpu_at_start.2) {
+            let after = cpu_ns_of_threads(also).unwrap_or(before);
+            out.also_cores = after.saturating_sub(before) as f64 / 1e9 / window_secs;
         }
+        out.rss_end = rss_bytes(pid).unwrap_or(0);
         out.rss_peak = peak_rss_of(pid).unwrap_or(0);
+        // The sampled clients take the window's last events; then every watch closes.
+        tokio::time::sleep(DRAIN).await;
+        let _ = set_close.send(true);
         for t in tasks {
             let (results, failed) = t.await.map_err(|e| e.to_string())?;
             for kind in failed {
@@ -839,10 +875,21 @@ pub fn run(
                 }
             }
         }
-        out.elapsed = Duration::from_secs_f64(window_secs.min(seconds));
+        out.elapsed = Duration::from_secs_f64(window_secs);
         drop(process);
         Ok(out)
     })
+}
+
+/// Waits until `deadline`, calling `progress` with the seconds since `started` every second.
+pub(crate) async fn until(deadline: tokio::time::Instant, progress: &(dyn Fn(u64) + Sync), started: Instant) {
+    let mut ticker = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep_until(deadline) => return,
+            _ = ticker.tick() => progress(started.elapsed().as_secs()),
+        }
+    }
 }
 
 #[cfg(test)]

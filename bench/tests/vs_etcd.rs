@@ -57,32 +57,47 @@ fn each_design_delivers_every_write_to_every_watch_and_is_measured() {
         keys: 5,
         per_connection: 4,
         reps: 1,
-        designs: Design::parse_list("etcd,etcd-prev-kv,h1,h2").expect("designs"),
+        designs: Design::parse_list("writes-only,etcd,etcd-prev-kv,h1,h2").expect("designs"),
         glibc_tunables: String::new(),
     };
     let binary = server_binary();
     let rows = run(&p, Some(&binary), &|_, _| {}).expect("the scenario runs");
-    assert_eq!(rows.len(), 4, "{rows:#?}");
+    assert_eq!(rows.len(), 5, "{rows:#?}");
     for row in &rows {
         let num = |f: &str| row[f].as_f64().unwrap_or_else(|| panic!("{f} missing: {row}"));
-        assert_eq!(row["failed_watchers"], 0, "{row}");
+        let design = row["design"].as_str().expect("a design");
+        assert!(row.get("error").is_none(), "{row}");
         assert_eq!(row["write_errors"], 0, "{row}");
-        // 20 writes a second for 2 s.
-        assert!((30.0..=44.0).contains(&num("writes_in_window")), "{row}");
-        // Every parsing watch got the window's writes; at most one was still in flight when
-        // the window closed.
-        assert!(num("sampled_min_vs_writes") >= 0.95, "{row}");
-        assert!((0.9..=1.1).contains(&num("delivered_fraction")), "{row}");
-        assert!(num("server_cpu_us_per_event") > 0.0, "{row}");
+        // 20 writes a second for 2 s (fewer if the machine is too busy to keep the rate).
+        assert!((20.0..=42.0).contains(&num("writes_in_window")), "{row}");
         assert!(num("etcd_cores") > 0.0, "{row}");
+        if design == "writes-only" {
+            assert_eq!(row["watchers"], 0, "{row}");
+            assert_eq!(row["deliveries"], 0, "{row}");
+            continue;
+        }
+        assert_eq!(row["failed_watchers"], 0, "{row}");
+        // Every parsing watch got every write of the window, read on past its end.
+        assert_eq!(row["sampled_lost"], 0, "{row}");
+        assert_eq!(num("sampled_min_vs_writes"), 1.0, "{row}");
+        // Deliveries counted by arrival in the window, against writes made in it.
+        assert!((0.85..=1.15).contains(&num("delivered_fraction")), "{row}");
+        assert!(num("server_cpu_us_per_event") > 0.0, "{row}");
         assert!(num("p99_latency_us") >= num("p50_latency_us"), "{row}");
         // etcd's watches: 2 connections of 4 and 2; watchcache's on HTTP/2 likewise, and on
         // HTTP/1.1 one each.
-        let connections = if row["design"] == "h1" { 6 } else { 2 };
+        let connections = if design == "h1" { 6 } else { 2 };
         assert_eq!(row["connections"], connections, "{row}");
-        if row["design"].as_str().is_some_and(|d| d.starts_with('h')) {
+        // Previous values only where asked for.
+        let prev_kvs = if design == "etcd-prev-kv" {
+            num("deliveries")
+        } else {
+            0.0
+        };
+        assert_eq!(num("prev_kv_events"), prev_kvs, "{row}");
+        if design.starts_with('h') {
             // The server's CPU is watchcache's and etcd's together.
-            assert!(num("server_cores") > num("etcd_cores"), "{row}");
+            assert!(num("server_cores") >= num("etcd_cores"), "{row}");
         } else {
             assert_eq!(num("server_cores"), num("etcd_cores"), "{row}");
         }
