@@ -150,6 +150,15 @@ pub fn apply(
         if applied.fields.contains(&leaf) || others.iter().any(|m| m.fields.contains(&leaf)) {
             continue;
         }
+        // Only a field the live object has, as today's list rules name it, goes: an entry
+        // recorded under other rules (a list keyed on fewer keys, or atomic before a schema
+        // made it a map, by an older server) matches no field and removes nothing, as
+        // structured-merge-diff drops entries its schema no longer has. Otherwise
+        // `k:{"port":53}` would take both the UDP and the TCP port 53, and an atomic `f:ports`
+        // the whole list just merged.
+        if !live_fields.fields.contains(&leaf) {
+            continue;
+        }
         // An element (or map) goes only when no one else owns anything in it.
         if fields::is_existence(&leaf) {
             let parent = &leaf[..leaf.len() - 1];
@@ -512,6 +521,64 @@ mod tests {
             second["spec"]["template"]["spec"]["containers"][0]["ports"],
             config["spec"]["template"]["spec"]["containers"][0]["ports"]
         );
+    }
+
+    #[test]
+    fn entries_an_older_server_recorded_under_other_list_rules_remove_nothing() {
+        // kube-dns as a server keying Service ports on the port alone recorded it, and a
+        // custom resource's list as it was recorded before its schema made it a map.
+        let ports = json!([{"name": "dns", "port": 53, "protocol": "UDP"},
+                           {"name": "dns-tcp", "port": 53, "protocol": "TCP"}]);
+        let old_entry = json!([{"manager": "me", "operation": "Apply", "apiVersion": "v1",
+            "time": "t", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:ports": {
+                r#"k:{"port":53}"#: {".": {}, "f:name": {}, "f:port": {}, "f:protocol": {}}}}}}]);
+        let live = obj(json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "kube-dns", "managedFields": old_entry},
+            "spec": {"ports": ports}}));
+        let config = obj(
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "kube-dns"},
+            "spec": {"ports": ports}}),
+        );
+        let rules = ListRules::BuiltIn("Service");
+        let again = apply(rules, "v1", Some(&live), &config, "me", false, "t").unwrap();
+        assert_eq!(again["spec"]["ports"], ports, "applied again, both ports stay");
+        // Leaving one out removes that one only: the entries are today's now.
+        let one = obj(
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "kube-dns"},
+            "spec": {"ports": [ports[1].clone()]}}),
+        );
+        let fewer = apply(rules, "v1", Some(&again), &one, "me", false, "t").unwrap();
+        assert_eq!(fewer["spec"]["ports"], json!([ports[1].clone()]));
+
+        let schema = crate::schema::Schema::compile(
+            &json!({"type": "object", "properties": {
+            "spec": {"type": "object", "properties": {"items": {"type": "array",
+                "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+                "items": {"type": "object", "required": ["name"], "properties": {
+                    "name": {"type": "string"}, "v": {"type": "string"}}}}}}}}),
+            "s",
+        )
+        .expect("a structural schema");
+        let items = json!([{"name": "a", "v": "1"}, {"name": "b", "v": "2"}]);
+        let atomic = json!([{"manager": "me", "operation": "Apply", "apiVersion": "x/v1",
+            "time": "t", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:items": {}}}}]);
+        let live = obj(json!({"apiVersion": "x/v1", "kind": "K",
+            "metadata": {"name": "k", "managedFields": atomic}, "spec": {"items": items}}));
+        let config = obj(
+            json!({"apiVersion": "x/v1", "kind": "K", "metadata": {"name": "k"},
+            "spec": {"items": items}}),
+        );
+        let again = apply(
+            ListRules::Schema(&schema),
+            "x/v1",
+            Some(&live),
+            &config,
+            "me",
+            false,
+            "t",
+        )
+        .unwrap();
+        assert_eq!(again["spec"]["items"], items, "the atomic entry takes nothing");
     }
 
     #[test]
