@@ -218,6 +218,9 @@ fn go_string(out: &mut Vec<u8>, s: &str) {
             '\n' => out.extend_from_slice(b"\\n"),
             '\r' => out.extend_from_slice(b"\\r"),
             '\t' => out.extend_from_slice(b"\\t"),
+            // As Go writes them since 1.22.
+            '\u{8}' => out.extend_from_slice(b"\\b"),
+            '\u{c}' => out.extend_from_slice(b"\\f"),
             '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
                 out.extend_from_slice(format!("\\u{:04x}", u32::from(c)).as_bytes());
             }
@@ -281,6 +284,9 @@ mod tests {
             &b"{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Success\",\"code\":201}\n"[..]
         );
         let details = serde_json::json!({"kind": "pods", "name": "a<b"});
+        let mut escaped = Vec::new();
+        go_string(&mut escaped, "\u{8}\u{c}\u{1}");
+        assert_eq!(escaped, b"\"\\b\\f\\u0001\"");
         assert_eq!(
             &Status::success_body(None, Some(&details))[..],
             &b"{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Success\",\"details\":{\"name\":\"a\\u003cb\",\"kind\":\"pods\"}}\n"[..]

@@ -152,6 +152,11 @@ async fn corrupt_objects_fail_the_reads_that_include_them(etcd: bool) {
     );
     let (code, v) = json(&server, "DELETE", &format!("{cms}/turned?{unsafe_delete}"), None).await;
     assert_eq!((code, v["status"].as_str()), (200, Some("Success")), "{v}");
+    assert_eq!(
+        (v["code"].as_u64(), &v["details"]["kind"]),
+        (Some(200), &json!("ConfigMap")),
+        "{v}"
+    );
     assert_eq!(json(&server, "GET", &format!("{cms}/turned"), None).await.0, 404);
     let (code, v) = json(&server, "GET", cms, None).await;
     assert_eq!(code, 200, "{v}");

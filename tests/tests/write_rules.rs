@@ -1479,5 +1479,34 @@ async fn defaults_fill_in_what_apply_keys_on_and_what_is_left_empty() {
         json!([{"name": "a", "port": 80, "protocol": "TCP", "targetPort": 80}, {"name": "b", "port": 81, "protocol": "TCP", "targetPort": 81}]),
         "{out}"
     );
+
+    // An update is defaulted as a create is: a Secret replaced without its type keeps
+    // Opaque, a ReplicaSet replaced without replicas gets 1.
+    let secret = json!({"metadata": {"name": "s"}, "data": {"a": "Yg=="}});
+    let out = expect(
+        &server,
+        "POST",
+        &format!("{base}/secrets"),
+        Some(secret.clone()),
+        201,
+    )
+    .await;
+    assert_eq!(out["type"], "Opaque", "{out}");
+    let out = expect(&server, "PUT", &format!("{base}/secrets/s"), Some(secret), 200).await;
+    assert_eq!(out["type"], "Opaque", "{out}");
+    let rs = |replicas: Option<u64>| {
+        let mut rs = json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "r"},
+            "spec": {"selector": {"matchLabels": {"a": "b"}},
+                     "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}});
+        if let Some(n) = replicas {
+            rs["spec"]["replicas"] = json!(n);
+        }
+        rs
+    };
+    let apps = "/apis/apps/v1/namespaces/default/replicasets";
+    let out = expect(&server, "POST", apps, Some(rs(Some(3))), 201).await;
+    assert_eq!(out["spec"]["replicas"], 3, "{out}");
+    let out = expect(&server, "PUT", &format!("{apps}/r"), Some(rs(None)), 200).await;
+    assert_eq!(out["spec"]["replicas"], 1, "{out}");
     server.shutdown().await.unwrap();
 }

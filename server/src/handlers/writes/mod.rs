@@ -580,6 +580,9 @@ fn parse_stored(t: &Target, name: &str, raw: &[u8]) -> Result<Map<String, Value>
             "the value is the object {found_ns}/{found}, not {namespace}/{name}"
         )));
     }
+    for (path, value) in &t.resource.spec.strategy.defaults {
+        set_if_unset(&mut object, path, value);
+    }
     if let Some(default) = t.resource.spec.strategy.default {
         default(&mut object);
     }
@@ -632,14 +635,9 @@ fn prepare_update(
     patched: bool,
 ) -> Result<Prepared, Status> {
     on_write(t, &mut object);
-    if let Some(schema) = &t.resource.spec.strategy.schema {
-        schema
-            .apply_defaults(&mut object)
-            .map_err(|_| errors::defaults_too_large())?;
-    }
-    if let Some(default) = t.resource.spec.strategy.default {
-        default(&mut object);
-    }
+    // An update is defaulted as a create is: an object replaced without `spec.replicas` is
+    // stored with its default, as the apiserver stores it.
+    set_defaults(t, &mut object)?;
     let mut object = match (t.subresource, t.resource.spec.subresources.status) {
         // Through /status only the status changes (and labels and annotations, as the
         // apiserver lets status writers change them).
@@ -954,10 +952,11 @@ async fn unsafe_delete(
             Err(e) => return Err(errors::source(&e, resource, name)),
         }
     }
-    let details = serde_json::json!({"name": name, "kind": resource});
+    // As the apiserver answers a deletion that returns no object: its name and kind, and 200.
+    let details = serde_json::json!({"name": name, "kind": t.resource.info.kind});
     Ok(crate::handlers::response::json_response(
         StatusCode::OK,
-        Status::success_body(None, Some(&details)),
+        Status::success_body(Some(200), Some(&details)),
     ))
 }
 
