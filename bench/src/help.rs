@@ -403,7 +403,7 @@ Columns:
 /// `vs-etcd`.
 pub(crate) const VS_ETCD: &str = "\
 Against the peer a user could pick instead: watching etcd directly. One etcd member on
-loopback (needs etcd installed; data on /dev/shm when it exists), one writer straight to it
+loopback (needs etcd installed; data on /dev/shm when it has room), one writer straight to it
 for every design: --keys ConfigMaps of --value-bytes updated round robin at --rate a second,
 each stamped with its write time. Every watch covers the same prefix, from the revision then.
 Each point runs --reps times, the designs' order reversed every other time (A B B A), each

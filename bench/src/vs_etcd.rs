@@ -1,7 +1,7 @@
 //! `vs-etcd`: watchcache against the peer a user could pick instead, watching etcd directly.
 //!
-//! One etcd member on loopback (its data on a tmpfs when `/dev/shm` exists), one writer
-//! straight to it for every design: ConfigMaps of `value_bytes` in one namespace, updated
+//! A fresh etcd member on loopback for every run (its data on `/dev/shm` when that has room,
+//! a tmpfs on Linux), one writer straight to it for every design: ConfigMaps of `value_bytes` in one namespace, updated
 //! round robin at a fixed rate, each stamped with the time it was written (annotation
 //! `watchcache.dev/written-at-us`, µs since the epoch). The designs watch the same prefix:
 //!
@@ -13,14 +13,16 @@
 //!   member, its watches over a real transport ([`crate::wire`]): HTTP/1.1 a connection per
 //!   watch, HTTP/2 `per_connection` streams a connection. The server's CPU is watchcache's
 //!   plus etcd's (the cache's own watches of etcd, and whatever else the server writes).
+//! - **`writes-only`**: no watcher, what the writes alone cost etcd.
 //!
 //! A run opens every connection, then every watch (from etcd's revision then: no initial
 //! events), starts the writer, waits two seconds, and counts for `seconds`: the events each
-//! watch receives, the servers' CPU, the clients' CPU (this process: the watch clients and the
-//! writer), and the latency of a sample of watches (one in `watchers / 64`), which parse each
-//! event for its write time; the others only count. etcd is compacted to its revision after
-//! each run, so its state does not drift between designs. Designs run in the order given,
-//! then reversed for the next repetition (A B B A).
+//! watch receives, the servers' CPU, the clients' CPU (the watch clients of this process; the
+//! writer's thread left out), and the latency of a sample of watches (one in
+//! `watchers / 64`), which parse each event for its write time and read on two seconds past
+//! the window, so that what they never received is counted exactly; the others only count.
+//! Each run's fresh etcd keeps the designs' state from drifting. Designs run in the order
+//! given, then reversed for the next repetition (A B B A).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
